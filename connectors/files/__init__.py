@@ -1,0 +1,17 @@
+"""Files in a directory or matching a glob: a bounded source, and Parquet/CSV/JSON sinks."""
+
+from connectors.files.config import validate_files_source
+from connectors.files.sink import FILE_SINKS
+from connectors.files.source import FileSource
+from source_support.registry import SourceConnector, register_sink, register_source
+
+register_source(
+    SourceConnector(
+        type="files",
+        validate=validate_files_source,
+        build=FileSource.from_config,
+        description="Files in a directory or matching a glob (CSV, JSON lines; gzip too).",
+    )
+)
+for sink in FILE_SINKS:
+    register_sink(sink)

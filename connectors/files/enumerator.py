@@ -1,0 +1,108 @@
+"""Discovers the files of a bounded source once and hands out their splits on request."""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
+from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.registry import Environment
+
+COMPRESSED_SUFFIXES = (".gz", ".gzip")
+
+
+class StaticFileEnumerator(SplitEnumerator[FileSplit]):
+    """Flink's static ``FileSourceEnumerator``: one discovery, then a queue of splits.
+
+    Splits that come back from a failed reader go to the front of the queue so they are
+    finished first; a reader that asks when the queue is empty is told there are no more.
+    """
+
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[FileSplit],
+        *,
+        pattern: str,
+        split_size: int,
+        splittable: bool,
+        env: Environment,
+        state: dict[str, Any] | None,
+    ) -> None:
+        self.context = context
+        self.pattern = pattern
+        self.split_size = split_size
+        self.splittable = splittable
+        self.env = env
+        serializer = FileSplitSerializer()
+        self.discovered = bool(state and state.get("discovered"))
+        self.pending = [serializer.deserialize(s) for s in (state or {}).get("pending", [])]
+        self.files_found = (state or {}).get("files_found", 0)
+
+    def start(self) -> None:
+        if not self.discovered:
+            self.pending = self._discover()
+            self.discovered = True
+
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
+        if self.pending:
+            self.context.assign_split(self.pending.pop(0), subtask)
+        elif self.discovered:
+            self.context.signal_no_more_splits(subtask)
+
+    def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
+        self.pending[:0] = list(splits)
+
+    def add_reader(self, subtask: int) -> None:
+        """Readers ask for splits themselves; nothing is pushed on registration."""
+
+    def snapshot_state(self) -> dict[str, Any]:
+        serializer = FileSplitSerializer()
+        return {
+            "discovered": self.discovered,
+            "files_found": self.files_found,
+            "pending": [serializer.serialize(s) for s in self.pending],
+        }
+
+    def is_exhausted(self) -> bool:
+        return self.discovered and not self.pending
+
+    def pending_count(self) -> int:
+        return len(self.pending)
+
+    def _discover(self) -> list[FileSplit]:
+        splits: list[FileSplit] = []
+        for path in list_files(self.pattern, self.env):
+            self.files_found += 1
+            size = os.path.getsize(path)
+            if size == 0:
+                continue
+            if path.endswith(COMPRESSED_SUFFIXES):
+                splits.append(FileSplit(path, 0, WHOLE_FILE, 0, compressed=True))
+            elif not self.splittable or size <= self.split_size:
+                splits.append(FileSplit(path, 0, WHOLE_FILE, 0))
+            else:
+                for start in range(0, size, self.split_size):
+                    end = min(start + self.split_size, size)
+                    splits.append(FileSplit(path, start, WHOLE_FILE if end == size else end, start))
+        return splits
+
+
+def list_files(pattern: str, env: Environment) -> list[str]:
+    """Files matching ``pattern`` (a directory means its files), sorted by path.
+
+    Hidden and marker files (``.x``, ``_SUCCESS``) are skipped as Spark and Hadoop skip
+    them, and so is anything a symlink leads outside the allowed roots.
+    """
+    if os.path.isdir(pattern):
+        pattern = os.path.join(pattern, "*")
+    return [
+        path
+        for path in sorted(glob.glob(pattern, recursive=True))
+        if not os.path.basename(path).startswith((".", "_"))
+        and os.path.isfile(path)
+        and env.is_allowed(Path(path))
+    ]

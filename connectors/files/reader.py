@@ -1,0 +1,70 @@
+"""Reads a file split block by block, keeping one file open per split between polls."""
+
+from __future__ import annotations
+
+from connectors.files.split import FileSplit
+from source_support.api import BadRecord, OffsetEntry, RecordBatch
+from source_support.formats import RecordFormat
+from source_support.lines import RecordBlockReader, line_number
+from source_support.reader_base import SplitReader
+
+
+class FileSplitReader(SplitReader[FileSplit]):
+    def __init__(self, fmt: RecordFormat) -> None:
+        self.fmt = fmt
+        self.open: dict[str, RecordBlockReader] = {}
+
+    def fetch(self, split: FileSplit, max_records: int) -> RecordBatch:
+        reader = self.open.get(split.split_id)
+        if reader is None or reader.position != split.position:
+            self.close_split(split.split_id)
+            try:
+                reader = RecordBlockReader(
+                    split.path,
+                    self.fmt,
+                    start=split.start,
+                    end=split.end,
+                    position=split.position,
+                    compressed=split.compressed,
+                )
+            except FileNotFoundError:
+                return self._gone(split)
+            self.open[split.split_id] = reader
+        block_start, block, finished = reader.read_block(max_records)
+        records, bad = self.fmt.parse(block, block_start)
+        return RecordBatch(
+            split_id=split.split_id,
+            start=split.offset,
+            end=OffsetEntry(split.split_id, reader.position),
+            records=records,
+            bad_records=bad,
+            finished=finished,
+        )
+
+    def describe(self, split: FileSplit, position: int) -> str:
+        """Where ``position`` is, for a person: file, line and byte offset."""
+        try:
+            line = line_number(split.path, position, compressed=split.compressed)
+        except OSError:
+            return f"{split.path} at byte {position}"
+        return f"{split.path} line {line} (byte {position})"
+
+    def _gone(self, split: FileSplit) -> RecordBatch:
+        reason = "the file was deleted after it was discovered"
+        return RecordBatch(
+            split_id=split.split_id,
+            start=split.offset,
+            end=split.offset,
+            records=self.fmt.empty(),
+            bad_records=[BadRecord(split.position, "", reason)],
+            finished=True,
+        )
+
+    def close_split(self, split_id: str) -> None:
+        reader = self.open.pop(split_id, None)
+        if reader is not None:
+            reader.close()
+
+    def close(self) -> None:
+        for split_id in list(self.open):
+            self.close_split(split_id)

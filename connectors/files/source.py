@@ -1,0 +1,97 @@
+"""The files source: a bounded ``Source`` over the files that match a glob."""
+
+from __future__ import annotations
+
+import gzip
+from typing import Any
+
+import pyarrow as pa
+
+from connectors.files.config import DEFAULT_SPLIT_SIZE_MB
+from connectors.files.enumerator import (
+    COMPRESSED_SUFFIXES,
+    StaticFileEnumerator,
+    list_files,
+)
+from connectors.files.reader import FileSplitReader
+from connectors.files.split import FileSplit, FileSplitSerializer
+from source_support.api import (
+    Boundedness,
+    Source,
+    SourceReaderContext,
+    SplitEnumeratorContext,
+)
+from source_support.formats import FormatSpec, RecordFormat
+from source_support.reader_base import SourceReaderBase
+from source_support.registry import Environment
+
+SAMPLE_BYTES = 1 << 20
+
+
+class FileSource(Source[FileSplit]):
+    def __init__(
+        self,
+        *,
+        pattern: str,
+        fmt: RecordFormat,
+        split_size: int,
+        env: Environment,
+        batch_size: int,
+    ) -> None:
+        self.pattern = pattern
+        self.fmt = fmt
+        self.split_size = split_size
+        self.env = env
+        self.batch_size = batch_size
+
+    @classmethod
+    def from_config(
+        cls,
+        config: dict[str, Any],
+        fmt: FormatSpec,
+        *,
+        env: Environment,
+        batch_size: int,
+        schema: pa.Schema | None = None,
+    ) -> FileSource:
+        split_mb = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
+        return cls(
+            pattern=config["path"],
+            fmt=fmt.build(schema),
+            split_size=max(1, int(split_mb * (1 << 20))),
+            env=env,
+            batch_size=batch_size,
+        )
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    @property
+    def split_serializer(self) -> FileSplitSerializer:
+        return FileSplitSerializer()
+
+    def create_enumerator(
+        self, context: SplitEnumeratorContext[FileSplit], state: dict[str, Any] | None
+    ) -> StaticFileEnumerator:
+        return StaticFileEnumerator(
+            context,
+            pattern=self.pattern,
+            split_size=self.split_size,
+            splittable=not self.fmt.multiline,
+            env=self.env,
+            state=state,
+        )
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
+        return SourceReaderBase(context, FileSplitReader(self.fmt), batch_size=self.batch_size)
+
+    def infer_schema(self) -> pa.Schema | None:
+        """The schema of the first non-empty file's first MiB; None if there is no file."""
+        for path in list_files(self.pattern, self.env):
+            opener = gzip.open if path.endswith(COMPRESSED_SUFFIXES) else open
+            with opener(path, "rb") as f:
+                sample = f.read(SAMPLE_BYTES)
+            if sample.strip():
+                return self.fmt.infer_schema(sample)
+        return None

@@ -1,0 +1,28 @@
+import tomllib
+
+from django.core.management.base import BaseCommand, CommandError
+
+from dataflow.services.flows import flow_apply
+from source_support.errors import ConfigError
+
+
+class Command(BaseCommand):
+    help = "Creates or updates flows from TOML files ([flow] [source] [format] [transform] [sink])."
+
+    def add_arguments(self, parser):
+        parser.add_argument("files", nargs="+", help="TOML files, one flow each")
+
+    def handle(self, *args, files, **options):
+        for path in files:
+            try:
+                with open(path, "rb") as f:
+                    spec = tomllib.load(f)
+            except OSError as exc:
+                raise CommandError(f"{path}: {exc.strerror}") from None
+            except tomllib.TOMLDecodeError as exc:
+                raise CommandError(f"{path}: not valid TOML: {exc}") from None
+            try:
+                flow, created = flow_apply(spec=spec)
+            except ConfigError as exc:
+                raise CommandError(f"{path}: {exc}") from None
+            self.stdout.write(f"{'created' if created else 'updated'} flow {flow.name}")

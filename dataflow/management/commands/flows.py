@@ -1,0 +1,22 @@
+from django.core.management.base import BaseCommand
+
+from dataflow.selectors import flow_list
+
+
+class Command(BaseCommand):
+    help = "Lists flows with their status and the counters of their latest run."
+
+    def handle(self, *args, **options):
+        header = f"{'NAME':<28} {'STATUS':<10} {'RUN':>5} {'RUN STATUS':<13} {'READ':>12} {'ERRORS':>8} {'WRITTEN':>12}"
+        self.stdout.write(header)
+        for flow, run in flow_list():
+            if run is None:
+                self.stdout.write(f"{flow.name:<28} {flow.status:<10} {'-':>5}")
+                continue
+            written = "-" if run.rows_written is None else run.rows_written
+            self.stdout.write(
+                f"{flow.name:<28} {flow.status:<10} {run.pk:>5} {run.status:<13} "
+                f"{run.records_read:>12} {run.errors_count:>8} {written:>12}"
+            )
+            if run.status == "failed" and run.message:
+                self.stdout.write(f"    {run.message}")

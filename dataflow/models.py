@@ -1,0 +1,188 @@
+"""What a flow is, each run of it, its splits, who read them, and what could not be read."""
+
+from __future__ import annotations
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+
+class FlowStatus(models.TextChoices):
+    IDLE = "idle"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class RunStatus(models.TextChoices):
+    READING = "reading"
+    TRANSFORMING = "transforming"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.READING, RunStatus.TRANSFORMING)
+
+
+class DataFlow(models.Model):
+    """A source, a format, a transform and a sink, validated together (see services.flows)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    source_type = models.CharField(max_length=50)
+    source_config = models.JSONField(default=dict)
+    format_type = models.CharField(max_length=20)
+    format_options = models.JSONField(default=dict, blank=True)
+    transform_sql = models.TextField()
+    sink_type = models.CharField(max_length=50)
+    sink_config = models.JSONField(default=dict)
+    parallelism = models.PositiveIntegerField(
+        default=4, validators=[MinValueValidator(1), MaxValueValidator(256)]
+    )
+    batch_size = models.PositiveIntegerField(
+        default=10_000, validators=[MinValueValidator(1), MaxValueValidator(10_000_000)]
+    )
+    poll_interval_ms = models.PositiveIntegerField(
+        default=500, validators=[MinValueValidator(10), MaxValueValidator(600_000)]
+    )
+    skip_errors = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=FlowStatus.choices, default=FlowStatus.IDLE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class FlowRun(models.Model):
+    """One execution of a flow: its enumerator state, counters and outcome."""
+
+    flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="runs")
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.READING)
+    #: The flow's settings as they were when the run started, so an edit never mixes runs.
+    spec = models.JSONField(default=dict)
+    schema_ddl = models.TextField(blank=True)
+    enumerator_state = models.JSONField(null=True, blank=True)
+    splits_pending = models.PositiveIntegerField(default=0)
+    enumeration_done = models.BooleanField(default=False)
+    records_read = models.BigIntegerField(default=0)
+    errors_count = models.BigIntegerField(default=0)
+    rows_written = models.BigIntegerField(null=True, blank=True)
+    transform_attempts = models.PositiveIntegerField(default=0)
+    message = models.TextField(blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    transform_started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["flow"],
+                condition=models.Q(status__in=["reading", "transforming"]),
+                name="one_active_run_per_flow",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flow.name} run {self.pk}"
+
+
+class SplitStatus(models.TextChoices):
+    ASSIGNED = "assigned"
+    UNASSIGNED = "unassigned"  # came back from a reader, waits in the enumerator
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class Split(models.Model):
+    """A split once it has been assigned: its payload and checkpoint (how far it was read)."""
+
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="splits")
+    split_id = models.CharField(max_length=1024)
+    payload = models.JSONField()
+    position = models.BigIntegerField(default=0)
+    status = models.CharField(max_length=20, choices=SplitStatus.choices, default=SplitStatus.ASSIGNED)
+    owner_subtask = models.IntegerField(null=True, blank=True)
+    owner_token = models.CharField(max_length=64, blank=True, db_index=True)
+    records_read = models.BigIntegerField(default=0)
+    errors_count = models.BigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [models.UniqueConstraint(fields=["run", "split_id"], name="unique_split_per_run")]
+        indexes = [models.Index(fields=["run", "status"])]
+
+    def __str__(self) -> str:
+        return self.split_id
+
+
+class AssignmentOutcome(models.TextChoices):
+    ACTIVE = "active"
+    FINISHED = "finished"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+
+class Assignment(models.Model):
+    """One lease of a split by one reader instance, from assignment to its end."""
+
+    split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="assignments")
+    subtask = models.IntegerField()
+    reader_token = models.CharField(max_length=64)
+    start_position = models.BigIntegerField()
+    end_position = models.BigIntegerField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=20,
+        choices=AssignmentOutcome.choices,
+        default=AssignmentOutcome.ACTIVE,
+    )
+    assigned_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["outcome", "subtask"])]
+
+
+class LandedBatch(models.Model):
+    """A Parquet file in the landing zone, committed with the checkpoint that covers it."""
+
+    split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="landed")
+    start_position = models.BigIntegerField()
+    end_position = models.BigIntegerField()
+    path = models.CharField(max_length=2048)
+    records = models.IntegerField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["split", "start_position"], name="one_batch_per_position")
+        ]
+
+
+class DeadLetter(models.Model):
+    """A record that could not be parsed, kept with where it was and why."""
+
+    flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="dead_letters")
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="dead_letters")
+    split_id = models.CharField(max_length=1024)
+    position = models.BigIntegerField()
+    raw = models.TextField()
+    error = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "split_id", "position"],
+                name="one_dead_letter_per_position",
+            )
+        ]

@@ -1,0 +1,117 @@
+"""Creating, starting and stopping flows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from dataflow.models import (
+    ACTIVE_RUN_STATUSES,
+    DataFlow,
+    FlowRun,
+    FlowStatus,
+    RunStatus,
+)
+from dataflow.services.specs import environment, flow_spec_of, flow_spec_validate
+from source_support.errors import ConfigError
+from source_support.formats import FormatSpec
+from source_support.registry import build_source
+from source_support.schema import parse_ddl, to_ddl
+
+
+class FlowStateError(RuntimeError):
+    """The flow is not in a state that allows the action (e.g. starting a running flow)."""
+
+
+def flow_apply(*, spec: dict[str, Any]) -> tuple[DataFlow, bool]:
+    """Creates the flow named in ``spec`` or updates it; returns (flow, created).
+
+    A running flow keeps the settings its run started with; the change applies from the
+    next run.
+    """
+    values = flow_spec_validate(spec)
+    name = values.pop("name")
+    with transaction.atomic():
+        flow, created = DataFlow.objects.select_for_update().get_or_create(name=name, defaults=values)
+        if not created:
+            for field, value in values.items():
+                setattr(flow, field, value)
+            flow.save()
+    return flow, created
+
+
+def flow_start(*, flow: DataFlow) -> FlowRun:
+    """Starts a run: validates the flow again, fixes its schema, and schedules its ticks.
+
+    Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
+    and with FlowStateError if a run is already active.
+    """
+    spec = flow_spec_of(flow)
+    values = flow_spec_validate(spec)
+    schema_ddl = _resolve_schema(values)
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
+            raise FlowStateError(f"flow {flow.name!r} is already running")
+        run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl)
+        flow.status = FlowStatus.RUNNING
+        flow.save(update_fields=["status", "updated_at"])
+        _schedule_ticks(flow, enabled=True)
+    from dataflow.services.runs import request_tick
+
+    transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    return run
+
+
+def flow_stop(*, flow: DataFlow) -> FlowRun | None:
+    """Stops the active run, if any; landed data and checkpoints are kept."""
+    from dataflow.services.runs import run_finish
+
+    run = flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
+    if run is None:
+        return None
+    run_finish(run=run, status=RunStatus.STOPPED, message="stopped by request")
+    return run
+
+
+def flow_schedule_off(*, flow: DataFlow) -> None:
+    _schedule_ticks(flow, enabled=False)
+
+
+def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:
+    """The flow's periodic enumerator tick in django-celery-beat's schedule."""
+    every, _ = IntervalSchedule.objects.get_or_create(
+        every=settings.DATAFLOW_TICK_SECONDS, period=IntervalSchedule.SECONDS
+    )
+    PeriodicTask.objects.update_or_create(
+        name=f"dataflow-tick:{flow.name}",
+        defaults={
+            "task": "dataflow.tasks.tick_flow",
+            "interval": every,
+            "args": json.dumps([flow.pk]),
+            "enabled": enabled,
+        },
+    )
+
+
+def _resolve_schema(values: dict[str, Any]) -> str:
+    """The run's schema: the one given, or inferred now from the first file's first MiB."""
+    fmt = FormatSpec(values["format_type"], values["format_options"])
+    if "schema" in fmt.options:
+        return to_ddl(parse_ddl(fmt.options["schema"]))
+    source = build_source(
+        values["source_type"],
+        values["source_config"],
+        fmt,
+        env=environment(),
+        batch_size=1,
+    )
+    try:
+        schema = source.infer_schema()
+    except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
+        raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
+    return to_ddl(schema) if schema is not None else ""

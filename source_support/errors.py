@@ -1,0 +1,26 @@
+"""Errors the framework raises, each carrying what a user needs to fix the cause."""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A flow config is refused: ``field`` names the offending field (``source.path``)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class RecordError(ValueError):
+    """A record could not be parsed; ``offset`` is where it starts in its split's data."""
+
+    def __init__(self, *, offset: int, raw: str, reason: str) -> None:
+        super().__init__(f"offset {offset}: {reason}")
+        self.offset = offset
+        self.raw = raw
+        self.reason = reason
+
+
+class SplitFailed(RuntimeError):
+    """A split cannot go on; the message says where (file, line, byte offset) and why."""
