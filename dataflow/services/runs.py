@@ -309,6 +309,6 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
         flow_schedule_off(flow=DataFlow.objects.get(pk=run.flow_id))
     coordinator = coordinator_for(run)
     coordinator.stop()
-    if status == RunStatus.SUCCEEDED:
+    if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
         landing_zone().discard_run(str(run.pk))
     log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)

@@ -1,0 +1,55 @@
+"""Shared fixtures: real Redis, real PostgreSQL, a real Celery worker, a real Spark session.
+
+Run through ``bash .ci/run`` (or with DATABASE_URL and REDIS_URL set to a PostgreSQL and a
+Redis server); the embedded defaults are under test only in tests/e2e/test_quickstart.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from dataflow.celery import app as celery_app
+from dataflow.redis_client import get_redis
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_redis():
+    get_redis().flushdb()
+    yield
+
+
+@pytest.fixture()
+def dirs(tmp_path, settings):
+    """Per-test data, output and landing directories, and the settings that allow them."""
+    data, out, landing = tmp_path / "data", tmp_path / "out", tmp_path / "landing"
+    for d in (data, out, landing):
+        d.mkdir()
+    settings.DATAFLOW_ALLOWED_ROOTS = [data.resolve(), out.resolve()]
+    settings.DATAFLOW_BASE_DIR = tmp_path
+    settings.DATAFLOW_LANDING_ROOT = landing
+    settings.DATAFLOW_READER_LEASE_SECONDS = 3
+    settings.DATAFLOW_READER_SLICE_SECONDS = 2
+    settings.DATAFLOW_TICK_SECONDS = 1
+    return type("Dirs", (), {"root": tmp_path, "data": data, "out": out, "landing": landing})
+
+
+@pytest.fixture(scope="session")
+def celery_worker_session(django_db_setup, django_db_blocker):
+    """One in-process Celery worker (threads) for the session, on the project's own app."""
+    with django_db_blocker.unblock():
+        with start_worker(
+            celery_app,
+            pool="threads",
+            concurrency=8,
+            perform_ping_check=False,
+            loglevel="WARNING",
+            shutdown_timeout=30,
+        ) as worker:
+            yield worker
+
+
+@pytest.fixture()
+def worker(celery_worker_session, transactional_db, dirs):
+    """A running worker for a test whose rows must be visible to the worker's threads."""
+    return celery_worker_session
