@@ -37,16 +37,18 @@ def dirs(tmp_path, settings):
 @pytest.fixture(scope="session")
 def celery_worker_session(django_db_setup, django_db_blocker):
     """One in-process Celery worker (threads) for the session, on the project's own app."""
-    with django_db_blocker.unblock():
-        with start_worker(
+    with (
+        django_db_blocker.unblock(),
+        start_worker(
             celery_app,
             pool="threads",
             concurrency=8,
             perform_ping_check=False,
             loglevel="WARNING",
             shutdown_timeout=30,
-        ) as worker:
-            yield worker
+        ) as worker,
+    ):
+        yield worker
 
 
 @pytest.fixture()

@@ -7,6 +7,7 @@ Celery tasks and ``runflow`` call these; the loops themselves live in
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 import uuid
@@ -151,7 +152,7 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
             slice_seconds=settings.DATAFLOW_READER_SLICE_SECONDS,
             poll_interval_s=spec["poll_interval_ms"] / 1000,
             skip_errors=spec["skip_errors"],
-            location=socket.gethostname(),
+            location=f"{socket.gethostname()}:{os.getpid()}",
         ),
         on_split_request=lambda: request_tick(run_id=run_id),
     )

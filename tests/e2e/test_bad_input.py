@@ -1,0 +1,126 @@
+"""Bad records, empty inputs and vanished files: clear outcomes, nothing landed is lost."""
+
+from __future__ import annotations
+
+import os
+
+from dataflow.models import DeadLetter, LandedBatch, Split
+from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
+
+
+def _with_bad_lines(path, good_ids, bad_at: dict[int, str]):
+    """A CSV where the line after row index ``k`` is replaced by ``bad_at[k]``."""
+    rows, lines = [], ["id,sensor,temperature"]
+    for k, i in enumerate(good_ids):
+        if k in bad_at:
+            lines.append(bad_at[k])
+        row = (i, f"s{i % 7}", float(i))
+        rows.append(row)
+        lines.append(f"{row[0]},{row[1]},{row[2]}")
+    path.write_text("\n".join(lines) + "\n")
+    return rows
+
+
+def test_bad_records_go_to_dead_letters_when_skipping(worker, dirs):
+    sent = _with_bad_lines(dirs.data / "a.csv", range(3000), {10: "x,s1,1.0", 2500: "7,s1,notanumber"})
+    sent += write_csv(dirs.data / "b.csv", range(5000, 6000))
+    doc = spec("skip", str(dirs.data), str(dirs.out / "sink"), skip_errors=True, batch_size=400)
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    assert run.errors_count == 2
+    letters = list(DeadLetter.objects.filter(run=run).order_by("position"))
+    assert [d.raw for d in letters] == ["x,s1,1.0", "7,s1,notanumber"]
+    text = (dirs.data / "a.csv").read_bytes()
+    assert [text[d.position : d.position + 8] for d in letters] == [b"x,s1,1.0", b"7,s1,not"]
+    assert "notanumber" in letters[1].error
+
+
+def test_bad_record_without_skipping_fails_the_flow_with_file_and_line(worker, dirs, settings):
+    settings.DATAFLOW_KEEP_LANDED = True
+    _with_bad_lines(dirs.data / "a.csv", range(3000), {2500: "7,s1,notanumber"})
+    doc = spec("strict", str(dirs.data / "a.csv"), str(dirs.out / "sink"), batch_size=1000, parallelism=1)
+
+    run = run_flow(doc)
+
+    assert run.status == "failed"
+    assert "a.csv line 2502" in run.message  # header + 2500 rows before it
+    assert "notanumber" in run.message
+    assert run.flow.status == "failed"
+    split = Split.objects.get(run=run)
+    assert split.status == "failed" and "line 2502" in split.error
+    # The two batches read before the bad one stay landed and committed.
+    landed = LandedBatch.objects.filter(split__run=run)
+    assert sum(b.records for b in landed) == 2000
+    assert all(os.path.exists(b.path) for b in landed)
+    assert not (dirs.out / "sink").exists()
+
+
+def test_empty_directory_finishes_without_writing(worker, dirs):
+    doc = spec("empty", str(dirs.data), str(dirs.out / "sink"))
+    del doc["format"]["schema"]
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert "no input files" in run.message
+    assert not (dirs.out / "sink").exists()
+
+
+def test_empty_files_with_a_schema_give_an_empty_sink(worker, dirs):
+    (dirs.data / "empty.csv").write_text("")
+    (dirs.data / "header-only.csv").write_text("id,sensor,temperature\n")
+    doc = spec("empties", str(dirs.data), str(dirs.out / "sink"))
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert read_parquet_rows(dirs.out / "sink") == []
+    assert run.rows_written == 0
+
+
+def test_file_deleted_after_discovery_fails_its_split_clearly(worker, dirs, monkeypatch):
+    # The deletion must fall between discovery and reading, so discovery is wrapped to
+    # delete the file right after it has listed it; everything else runs for real.
+    import connectors.files.enumerator as enumerator
+
+    write_csv(dirs.data / "stays.csv", range(100))
+    write_csv(dirs.data / "goes.csv", range(100, 200))
+    discover = enumerator.StaticFileEnumerator._discover
+
+    def discover_then_delete(self):
+        splits = discover(self)
+        (dirs.data / "goes.csv").unlink()
+        return splits
+
+    monkeypatch.setattr(enumerator.StaticFileEnumerator, "_discover", discover_then_delete)
+    doc = spec("vanish", str(dirs.data), str(dirs.out / "sink"))
+
+    run = run_flow(doc)
+
+    assert run.status == "failed"
+    assert "goes.csv" in run.message and "deleted after it was discovered" in run.message
+
+
+def test_file_deleted_after_discovery_is_a_dead_letter_when_skipping(worker, dirs, monkeypatch):
+    import connectors.files.enumerator as enumerator
+
+    sent = write_csv(dirs.data / "stays.csv", range(100))
+    write_csv(dirs.data / "goes.csv", range(100, 200))
+    discover = enumerator.StaticFileEnumerator._discover
+
+    def discover_then_delete(self):
+        splits = discover(self)
+        (dirs.data / "goes.csv").unlink()
+        return splits
+
+    monkeypatch.setattr(enumerator.StaticFileEnumerator, "_discover", discover_then_delete)
+    doc = spec("vanish-skip", str(dirs.data), str(dirs.out / "sink"), skip_errors=True)
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    assert DeadLetter.objects.get(run=run).error == "the file was deleted after it was discovered"
