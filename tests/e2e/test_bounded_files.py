@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gzip
 
+import pytest
+
 from dataflow.models import Assignment, LandedBatch, Split
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
 
@@ -75,3 +77,31 @@ def test_transform_runs_spark_sql_and_writes_csv(worker, dirs):
     rows = sorted(ln for ln in lines if ln != "sensor,n")
     assert rows == sorted(f"s{k},100" for k in range(7))
     assert run.rows_written == 7
+
+
+def test_transform_that_does_not_fit_the_data_fails_with_sparks_reason(worker, dirs, settings):
+    settings.DATAFLOW_KEEP_LANDED = True
+    write_csv(dirs.data / "a.csv", range(100))
+    doc = spec("bad-sql", str(dirs.data), str(dirs.out / "sink"))
+    doc["transform"]["sql"] = "SELECT no_such_column FROM source"
+
+    run = run_flow(doc)
+
+    assert run.status == "failed"
+    assert run.message.startswith("transform failed:") and "no_such_column" in run.message
+    assert run.transform_attempts == 1  # an analysis error is not retried
+    assert LandedBatch.objects.filter(split__run=run).count() == 1  # what was read is kept
+    assert not (dirs.out / "sink").exists()
+
+
+def test_spark_sql_cannot_read_files_directly(dirs):
+    from pyspark.errors import AnalysisException
+
+    from dataflow.spark import get_spark
+
+    write_csv(dirs.data / "secret.csv", range(3))
+    spark = get_spark()
+
+    assert spark.conf.get("spark.sql.runSQLOnFiles") == "false"
+    with pytest.raises(AnalysisException):
+        spark.sql(f"SELECT * FROM csv.`{dirs.data / 'secret.csv'}`").collect()

@@ -1,0 +1,22 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from dataflow.models import DataFlow
+from dataflow.services.flows import FlowStateError, flow_start
+from source_support.errors import ConfigError
+
+
+class Command(BaseCommand):
+    help = "Starts a run of a flow on the worker fleet (celery worker + beat must be running)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("name")
+
+    def handle(self, *args, name, **options):
+        flow = DataFlow.objects.filter(name=name).first()
+        if flow is None:
+            raise CommandError(f"no flow named {name!r} (see: manage.py flows)")
+        try:
+            run = flow_start(flow=flow)
+        except (ConfigError, FlowStateError) as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"started run {run.pk} of {name}")
