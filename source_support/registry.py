@@ -100,8 +100,9 @@ def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tu
         if name not in spec:
             raise ConfigError(f"{section}.{name}", f"is not a field of {section} ({', '.join(spec)})")
         expected = spec[name]
-        if isinstance(value, bool) and expected in (int, float):
-            raise ConfigError(f"{section}.{name}", f"must be a {expected.__name__}")
+        types = expected if isinstance(expected, tuple) else (expected,)
+        if isinstance(value, bool) and bool not in types:
+            raise ConfigError(f"{section}.{name}", f"must be a {' or '.join(t.__name__ for t in types)}")
         if not isinstance(value, expected):
             names = (
                 expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)

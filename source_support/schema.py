@@ -46,12 +46,16 @@ def parse_ddl(ddl: str, *, field: str = "format.schema") -> pa.Schema:
         name = name.strip("`")
         type_name = type_name.upper()
         if type_name in ("DECIMAL", "NUMERIC", "DEC"):
-            fields.append(pa.field(name, pa.decimal128(int(precision or 10), int(scale or 0))))
+            precision, scale = int(precision or 10), int(scale or 0)
+            if not (1 <= precision <= 38 and scale <= precision):
+                reason = "precision must be 1 to 38, scale at most the precision"
+                raise ConfigError(field, f"column {name!r} DECIMAL({precision},{scale}): {reason}")
+            fields.append(pa.field(name, pa.decimal128(precision, scale)))
         elif type_name in _SIMPLE and (precision is None or type_name == "VARCHAR"):
             fields.append(pa.field(name, _SIMPLE[type_name]))
         else:
             raise ConfigError(field, f"column {name!r} has an unknown type {type_name!r}")
-    names = [f.name for f in fields]
+    names = [f.name.lower() for f in fields]  # Spark resolves names case-insensitively
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ConfigError(field, f"column names repeat: {', '.join(repeated)}")
@@ -108,4 +112,4 @@ def _split_top_level(ddl: str) -> list[str]:
         else:
             current.append(ch)
     parts.append("".join(current))
-    return [p for p in parts if p.strip()] or [""]
+    return parts

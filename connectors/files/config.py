@@ -9,7 +9,7 @@ from typing import Any
 from source_support.errors import ConfigError
 from source_support.registry import Environment, check_fields
 
-FIELDS = {"path": str, "split_size_mb": (int, float), "recursive": bool}
+FIELDS = {"path": str, "split_size_mb": (int, float)}
 DEFAULT_SPLIT_SIZE_MB = 64
 
 

@@ -1,0 +1,277 @@
+"""Directory sinks without Spark: the atomic commit, row counting, and config validation.
+
+``commit_directory`` takes any ``write_to(staging)`` callable, so plain Python writers stand in
+for Spark's; Spark itself is exercised by the end-to-end tests.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from connectors.files.sink import FILE_SINKS, commit_directory, count_rows
+from source_support.errors import ConfigError
+from source_support.registry import Environment
+
+VALIDATORS = {sink.type: sink.validate for sink in FILE_SINKS}
+
+
+def write_parts(parts: dict[str, bytes]):
+    """A write_to that writes ``parts`` (relative path -> bytes) into the staging directory."""
+
+    def write_to(staging: str) -> None:
+        for name, content in parts.items():
+            path = Path(staging) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(content)
+
+    return write_to
+
+
+def tree(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()
+    }
+
+
+@pytest.fixture()
+def out(tmp_path) -> Path:
+    out = tmp_path / "out"
+    out.mkdir()
+    return out.resolve()
+
+
+@pytest.fixture()
+def env(tmp_path, out) -> Environment:
+    return Environment(allowed_roots=(out,), base_dir=tmp_path)
+
+
+# commit_directory
+
+
+def test_commit_creates_the_target_with_what_was_written(out):
+    target = out / "result"
+
+    commit_directory(target, write_parts({"part-0.csv": b"1\n", "_SUCCESS": b""}), run_key="r1")
+
+    assert tree(target) == {"part-0.csv": b"1\n", "_SUCCESS": b""}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_commit_replaces_the_whole_previous_target(out):
+    target = out / "result"
+    commit_directory(target, write_parts({"old-0.csv": b"old\n", "old-1.csv": b"old\n"}), run_key="r1")
+
+    commit_directory(target, write_parts({"new-0.csv": b"new\n"}), run_key="r2")
+
+    assert tree(target) == {"new-0.csv": b"new\n"}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_commit_creates_missing_parent_directories(out):
+    target = out / "a" / "b" / "result"
+
+    commit_directory(target, write_parts({"x": b"1"}), run_key="r1")
+
+    assert tree(target) == {"x": b"1"}
+
+
+def test_a_failing_write_leaves_the_previous_target_intact(out):
+    target = out / "result"
+    commit_directory(target, write_parts({"part-0.csv": b"kept\n"}), run_key="r1")
+
+    def half_written(staging: str) -> None:
+        write_parts({"part-0.csv": b"partial"})(staging)
+        raise RuntimeError("executor lost")
+
+    with pytest.raises(RuntimeError, match="executor lost"):
+        commit_directory(target, half_written, run_key="r2")
+
+    assert tree(target) == {"part-0.csv": b"kept\n"}
+
+
+def test_a_failing_first_write_creates_no_target(out):
+    def failing(staging: str) -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        commit_directory(out / "result", failing, run_key="r1")
+
+    assert not (out / "result").exists()
+
+
+def test_a_rerun_after_a_failed_write_replaces_its_leftover_staging(out):
+    target = out / "result"
+
+    def half_written(staging: str) -> None:
+        write_parts({"stale.csv": b"half"})(staging)
+        raise RuntimeError("crash")
+
+    with pytest.raises(RuntimeError):
+        commit_directory(target, half_written, run_key="r1")
+    commit_directory(target, write_parts({"part-0.csv": b"done\n"}), run_key="r1")
+
+    assert tree(target) == {"part-0.csv": b"done\n"}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_a_rerun_after_a_crash_mid_swap_leaves_only_the_new_target(out):
+    target = out / "result"
+    # A crash after the old target moved aside, before staging moved in.
+    write_parts({"old.csv": b"old\n"})(str(out / ".result.previous-r1"))
+
+    commit_directory(target, write_parts({"new.csv": b"new\n"}), run_key="r1")
+
+    assert tree(target) == {"new.csv": b"new\n"}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_write_to_is_given_a_fresh_staging_directory_beside_the_target(out):
+    target = out / "result"
+    seen: list[Path] = []
+
+    def write_to(staging: str) -> None:
+        seen.append(Path(staging))
+        assert not Path(staging).exists()
+        write_parts({"x": b"1"})(staging)
+
+    commit_directory(target, write_to, run_key="r9")
+
+    assert seen[0].parent == out
+    assert seen[0].name.startswith(".result")
+
+
+# count_rows
+
+
+def test_count_rows_of_parquet_reads_the_footers_of_every_file(out):
+    target = out / "result"
+    (target / "day=1").mkdir(parents=True)
+    pq.write_table(pa.table({"id": range(7)}), target / "part-0.parquet")
+    pq.write_table(pa.table({"id": range(5)}), target / "day=1" / "part-1.parquet")
+    (target / "_SUCCESS").write_bytes(b"")
+    (target / ".part-0.parquet.crc").write_bytes(b"not parquet")
+
+    assert count_rows(target, "parquet") == 12
+
+
+def test_count_rows_of_csv_with_a_header_skips_one_line_per_file(out):
+    target = out / "result"
+    write_parts(
+        {
+            "part-0.csv": b"id\n1\n2\n3\n",
+            "part-1.csv": b"id\n4\n",
+            "part-2.csv": b"id\n",
+            "part-3.csv.gz": gzip.compress(b"id\n5\n6\n"),
+            "_SUCCESS": b"",
+        }
+    )(str(target))
+
+    assert count_rows(target, "csv", header=True) == 6
+    assert count_rows(target, "csv", header=False) == 10
+
+
+def test_count_rows_of_an_empty_csv_file_with_a_header_is_zero(out):
+    target = out / "result"
+    write_parts({"part-0.csv": b""})(str(target))
+
+    assert count_rows(target, "csv", header=True) == 0
+
+
+def test_count_rows_of_json_lines_counts_lines(out):
+    target = out / "result"
+    write_parts(
+        {
+            "part-0.json": b'{"id":1}\n{"id":2}\n',
+            "part-1.json.gz": gzip.compress(b'{"id":3}\n'),
+            ".part-0.json.crc": b"x\ny\n",
+        }
+    )(str(target))
+
+    assert count_rows(target, "json") == 3
+
+
+# Validators
+
+
+def test_validate_resolves_a_relative_path_and_fills_default_compression(tmp_path, out, env):
+    assert VALIDATORS["parquet"]({"path": "out/result"}, env) == {
+        "path": str(out / "result"),
+        "compression": "snappy",
+    }
+    assert VALIDATORS["csv"]({"path": str(out / "r"), "header": False, "delimiter": ";"}, env) == {
+        "path": str(out / "r"),
+        "header": False,
+        "delimiter": ";",
+        "compression": "none",
+    }
+    assert VALIDATORS["json"]({"path": str(out / "r"), "compression": "gzip"}, env)["compression"] == "gzip"
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "json"])
+@pytest.mark.parametrize("config", [{}, {"path": ""}])
+def test_validate_requires_a_path(env, kind, config):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS[kind](config, env)
+
+    assert excinfo.value.field == "sink.path"
+
+
+@pytest.mark.parametrize("path", ["/tmp/elsewhere", "out/../escaped", "../../out"])
+def test_validate_refuses_a_path_outside_the_allowed_roots(env, path):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["parquet"]({"path": path}, env)
+
+    assert excinfo.value.field == "sink.path"
+    assert "outside the allowed roots" in excinfo.value.reason
+
+
+@pytest.mark.parametrize("path", ["out", "out/", "out/sub/.."])
+def test_validate_refuses_an_allowed_root_itself(env, path):
+    # Committing swaps the whole directory, so writing to a root would replace the root.
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["csv"]({"path": path}, env)
+
+    assert excinfo.value.field == "sink.path"
+    assert "not the root" in excinfo.value.reason
+
+
+@pytest.mark.parametrize("compression", ["brotli", "GZIP", ""])
+def test_validate_refuses_an_unknown_compression(out, env, compression):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["parquet"]({"path": str(out / "r"), "compression": compression}, env)
+
+    assert excinfo.value.field == "sink.compression"
+
+
+def test_validate_refuses_csv_options_on_other_sinks(out, env):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["parquet"]({"path": str(out / "r"), "header": True}, env)
+
+    assert excinfo.value.field == "sink.header"
+
+
+def test_validate_refuses_a_delimiter_longer_than_one_character(out, env):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["csv"]({"path": str(out / "r"), "delimiter": "::"}, env)
+
+    assert excinfo.value.field == "sink.delimiter"
+
+
+@pytest.mark.parametrize("partition_by", [["day", 3], "day"])
+def test_validate_refuses_partition_by_that_is_not_a_list_of_names(out, env, partition_by):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["parquet"]({"path": str(out / "r"), "partition_by": partition_by}, env)
+
+    assert excinfo.value.field == "sink.partition_by"
+
+
+def test_validate_refuses_a_header_that_is_not_a_boolean(out, env):
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS["csv"]({"path": str(out / "r"), "header": "yes"}, env)
+
+    assert excinfo.value.field == "sink.header"

@@ -1,0 +1,414 @@
+"""RunCoordinator and the Redis contexts, against the real Redis at REDIS_URL."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+import redis
+
+from connectors.files.split import FileSplit, FileSplitSerializer
+from source_support.api import SourceEvent
+from source_support.coordination import RedisEnumeratorContext, RedisReaderContext, RunCoordinator
+
+SHORT_LEASE_MS = 300
+
+
+@pytest.fixture()
+def client() -> redis.Redis:
+    client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def make_coordinator(client):
+    """Coordinators of fresh runs (a uuid run key each), purged after the test."""
+    made: list[RunCoordinator] = []
+
+    def make(run_key: str | None = None, **kwargs) -> RunCoordinator:
+        coordinator = RunCoordinator(client, run_key or uuid.uuid4().hex, **kwargs)
+        made.append(coordinator)
+        return coordinator
+
+    yield make
+    for coordinator in made:
+        coordinator.purge()
+
+
+@pytest.fixture()
+def coordinator(make_coordinator) -> RunCoordinator:
+    return make_coordinator()
+
+
+def run_keys(client: redis.Redis, coordinator: RunCoordinator) -> set[str]:
+    return {k.decode() for k in client.scan_iter(match=coordinator.prefix + "*")}
+
+
+# Reader instances
+
+
+def test_acquire_reader_gives_a_token_and_refuses_a_second_instance(coordinator):
+    token = coordinator.acquire_reader(0, None, "host-a")
+
+    assert token
+    assert coordinator.acquire_reader(0, None, "host-b") is None
+    assert coordinator.live_readers(1) == {0: token}
+
+
+def test_subtasks_are_acquired_independently(coordinator):
+    first = coordinator.acquire_reader(0, None)
+    second = coordinator.acquire_reader(1, None)
+
+    assert first and second and first != second
+    assert coordinator.live_readers(3) == {0: first, 1: second}
+
+
+def test_acquire_with_its_own_token_keeps_the_subtask(coordinator):
+    token = coordinator.acquire_reader(2, None)
+
+    assert coordinator.acquire_reader(2, token) == token
+    assert coordinator.acquire_reader(2, "someone-else") is None
+    assert coordinator.live_readers(3) == {2: token}
+
+
+def test_acquire_with_a_token_does_not_take_a_free_subtask(coordinator):
+    assert coordinator.acquire_reader(0, "stale-token") is None
+    assert coordinator.live_readers(1) == {}
+
+
+def test_acquire_registers_the_reader_and_its_location(coordinator):
+    coordinator.acquire_reader(0, None, "host-a:1")
+    coordinator.acquire_reader(3, None, "host-b:2")
+
+    assert coordinator.reader_locations() == {0: "host-a:1", 3: "host-b:2"}
+    assert coordinator.pop_registrations() == [0, 3]
+    assert coordinator.pop_registrations() == []
+
+
+def test_a_lease_expires_after_lease_ms_without_heartbeats(make_coordinator):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+    lost = coordinator.acquire_reader(0, None)
+
+    time.sleep(SHORT_LEASE_MS / 1000 * 2)
+
+    assert coordinator.live_readers(1) == {}
+    assert coordinator.heartbeat(0, lost) is False
+    successor = coordinator.acquire_reader(0, None)
+    assert successor and successor != lost
+    assert coordinator.acquire_reader(0, lost) is None
+
+
+def test_heartbeats_keep_a_lease_past_its_first_expiry(make_coordinator, client):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+    token = coordinator.acquire_reader(0, None)
+
+    for _ in range(12):
+        time.sleep(0.05)
+        assert coordinator.heartbeat(0, token) is True
+
+    assert coordinator.live_readers(1) == {0: token}
+    assert client.pttl(coordinator.key("reader", 0)) > SHORT_LEASE_MS / 2
+
+
+def test_a_heartbeat_with_another_token_does_not_renew(make_coordinator, client):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+    token = coordinator.acquire_reader(0, None)
+    client.pexpire(coordinator.key("reader", 0), 50)
+
+    assert coordinator.heartbeat(0, "impostor") is False
+    time.sleep(0.2)
+
+    assert coordinator.live_readers(1) == {}
+    assert coordinator.heartbeat(0, token) is False
+
+
+def test_release_frees_the_subtask_for_a_new_instance(coordinator):
+    token = coordinator.acquire_reader(0, None)
+
+    coordinator.release_reader(0, token, done=False)
+
+    assert coordinator.live_readers(1) == {}
+    assert coordinator.done_readers() == set()
+    assert coordinator.acquire_reader(0, None) is not None
+
+
+def test_release_with_another_token_leaves_the_owner_in_place(coordinator):
+    token = coordinator.acquire_reader(0, None)
+
+    coordinator.release_reader(0, "impostor", done=False)
+
+    assert coordinator.live_readers(1) == {0: token}
+
+
+def test_a_reader_released_as_done_is_done_until_it_is_acquired_again(coordinator):
+    token = coordinator.acquire_reader(1, None)
+
+    coordinator.release_reader(1, token, done=True)
+    assert coordinator.done_readers() == {1}
+
+    coordinator.acquire_reader(1, None)
+    assert coordinator.done_readers() == set()
+
+
+def test_live_readers_looks_only_at_subtasks_below_the_parallelism(coordinator):
+    coordinator.acquire_reader(0, None)
+    coordinator.acquire_reader(5, None)
+
+    assert set(coordinator.live_readers(2)) == {0}
+    assert coordinator.live_readers(0) == {}
+
+
+def test_claim_spawn_succeeds_once_per_subtask_per_lease(make_coordinator):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+
+    assert coordinator.claim_spawn(0) is True
+    assert coordinator.claim_spawn(0) is False
+    assert coordinator.claim_spawn(1) is True
+    time.sleep(SHORT_LEASE_MS / 1000 * 2)
+    assert coordinator.claim_spawn(0) is True
+
+
+# Split requests and assignment notices
+
+
+def test_split_requests_are_popped_once_in_order_without_repeats(coordinator):
+    for subtask in (2, 0, 2, 1, 0):
+        coordinator.request_split(subtask)
+
+    assert coordinator.pop_split_requests() == [2, 0, 1]
+    assert coordinator.pop_split_requests() == []
+
+
+def test_wait_assigned_returns_the_split_ids_notified_since_the_last_call(coordinator):
+    coordinator.notify_assigned(0, ["a@0", "b@0"])
+    coordinator.notify_assigned(0, ["c@0"])
+    coordinator.notify_assigned(1, ["other@0"])
+
+    assert coordinator.wait_assigned(0, 1.0) == ["a@0", "b@0", "c@0"]
+    assert coordinator.wait_assigned(0, 0) == []
+    assert coordinator.wait_assigned(1, 0) == ["other@0"]
+
+
+def test_wait_assigned_without_timeout_does_not_block_and_drains(coordinator):
+    assert coordinator.wait_assigned(0, 0) == []
+
+    coordinator.notify_assigned(0, ["a@0"])
+    assert coordinator.wait_assigned(0, 0) == ["a@0"]
+
+
+def test_wait_assigned_wakes_when_splits_are_assigned_while_it_waits(coordinator):
+    got: list[list[str]] = []
+    waiter = threading.Thread(target=lambda: got.append(coordinator.wait_assigned(0, 30)))
+    waiter.start()
+    time.sleep(0.1)
+
+    coordinator.notify_assigned(0, ["a@0"])
+
+    # A waiter that was not woken would sit out its 30 s timeout.
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+    assert got == [["a@0"]]
+
+
+def test_an_empty_assignment_only_wakes_the_waiter(coordinator, client):
+    got: list[list[str]] = []
+    waiter = threading.Thread(target=lambda: got.append(coordinator.wait_assigned(3, 30)))
+    waiter.start()
+    time.sleep(0.1)
+
+    coordinator.notify_assigned(3, [])
+
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+    assert got == [[]]
+    assert client.llen(coordinator.key("assigned", 3)) == 0
+
+
+def test_no_more_splits_is_signalled_to_one_reader_instance(coordinator):
+    first = coordinator.acquire_reader(0, None)
+    coordinator.signal_no_more_splits(0, first)
+
+    assert coordinator.no_more_splits(0, first) is True
+    assert coordinator.no_more_splits(0, "a-later-instance") is False
+    assert coordinator.no_more_splits(1, first) is False
+
+
+# Source events
+
+
+def test_reader_events_reach_the_enumerator_with_their_origin(coordinator):
+    coordinator.send_event("enumerator", SourceEvent("progress", {"files": 3}), origin=2)
+    coordinator.send_event("enumerator", SourceEvent("hello"), origin=0)
+
+    assert coordinator.pop_events("enumerator") == [
+        (2, SourceEvent("progress", {"files": 3})),
+        (0, SourceEvent("hello", {})),
+    ]
+    assert coordinator.pop_events("enumerator") == []
+
+
+def test_enumerator_events_reach_only_their_reader(coordinator):
+    coordinator.send_event("reader:1", SourceEvent("rescan", {"path": "/d"}))
+
+    assert coordinator.pop_events("reader:0") == []
+    assert coordinator.pop_events("reader:1") == [(None, SourceEvent("rescan", {"path": "/d"}))]
+
+
+# Run-wide flags, the enumerator lock, purge
+
+
+def test_stop_is_seen_by_every_coordinator_of_the_run(make_coordinator):
+    run_key = uuid.uuid4().hex
+    one, other = make_coordinator(run_key), make_coordinator(run_key)
+
+    assert other.is_stopped() is False
+    one.stop()
+
+    assert other.is_stopped() is True
+    assert make_coordinator().is_stopped() is False
+
+
+def test_the_enumerator_lock_is_held_by_one_tick_at_a_time(make_coordinator):
+    run_key = uuid.uuid4().hex
+    tick, other_tick = make_coordinator(run_key), make_coordinator(run_key)
+
+    with tick.enumerator_lock() as held:
+        assert held is True
+        with other_tick.enumerator_lock() as other_held:
+            assert other_held is False
+
+    with other_tick.enumerator_lock() as held_after_release:
+        assert held_after_release is True
+
+
+def test_a_tick_refused_the_lock_marks_the_run_dirty_once(coordinator):
+    assert coordinator.take_dirty() is False
+
+    with coordinator.enumerator_lock() as held:
+        assert held
+        with coordinator.enumerator_lock() as refused:
+            assert refused is False
+        with coordinator.enumerator_lock():
+            pass
+        assert coordinator.take_dirty() is True
+        assert coordinator.take_dirty() is False
+
+
+def test_the_enumerator_lock_is_released_when_the_holder_raises(coordinator):
+    with pytest.raises(RuntimeError), coordinator.enumerator_lock() as held:
+        assert held
+        raise RuntimeError("tick failed")
+
+    with coordinator.enumerator_lock() as held_again:
+        assert held_again is True
+
+
+def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator):
+    run_key = uuid.uuid4().hex
+    old, new = make_coordinator(run_key), make_coordinator(run_key)
+    old_lock = old.enumerator_lock(timeout_ms=100)
+    assert old_lock.__enter__() is True
+    time.sleep(0.3)
+    new_lock = new.enumerator_lock()
+    assert new_lock.__enter__() is True
+
+    old_lock.__exit__(None, None, None)
+
+    with old.enumerator_lock() as held:
+        assert held is False
+    new_lock.__exit__(None, None, None)
+
+
+def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, client):
+    coordinator, neighbour = make_coordinator(), make_coordinator()
+    for c in (coordinator, neighbour):
+        token = c.acquire_reader(0, None, "here")
+        c.request_split(0)
+        c.notify_assigned(0, ["a@0"])
+        c.signal_no_more_splits(0, token)
+        c.send_event("enumerator", SourceEvent("x"), origin=0)
+        c.claim_spawn(0)
+        c.stop()
+    neighbour_keys = run_keys(client, neighbour)
+    assert len(run_keys(client, coordinator)) == len(neighbour_keys) >= 8
+
+    coordinator.purge()
+
+    assert run_keys(client, coordinator) == set()
+    assert run_keys(client, neighbour) == neighbour_keys
+
+
+# The Redis contexts
+
+
+class InMemorySplitStore:
+    """A SplitStore (a Protocol we own) kept in a list, to see what the context records."""
+
+    def __init__(self) -> None:
+        self.recorded: list[tuple[dict[int, list[tuple[str, dict[str, Any], int]]], dict[int, str]]] = []
+
+    def record_assignments(self, assignments, tokens) -> None:
+        self.recorded.append((assignments, dict(tokens)))
+
+    def owned_splits(self, subtask, token):
+        return []
+
+    def reclaim_expired(self, live):
+        return {}
+
+
+def test_enumerator_context_records_assignments_then_wakes_the_readers(coordinator):
+    token = coordinator.acquire_reader(0, None, "host-a")
+    store = InMemorySplitStore()
+    context = RedisEnumeratorContext(
+        coordinator, store, FileSplitSerializer(), parallelism=2, live={0: token}
+    )
+    split = FileSplit("/d/a.csv", 0, 100, 40)
+
+    context.assign_split(split, 0)
+
+    assert store.recorded == [({0: [("/d/a.csv@0", FileSplitSerializer().serialize(split), 40)]}, {0: token})]
+    assert coordinator.wait_assigned(0, 0) == ["/d/a.csv@0"]
+    assert context.registered_readers()[0].location == "host-a"
+    assert context.current_parallelism == 2
+
+
+def test_enumerator_context_refuses_to_assign_to_an_unregistered_reader(coordinator):
+    store = InMemorySplitStore()
+    context = RedisEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=2, live={})
+
+    with pytest.raises(ValueError, match="not registered"):
+        context.assign_split(FileSplit("/d/a.csv", 0, 100, 0), 1)
+
+    assert store.recorded == []
+    assert coordinator.wait_assigned(1, 0) == []
+
+
+def test_enumerator_context_signals_no_more_splits_to_the_live_instance_and_wakes_it(coordinator):
+    token = coordinator.acquire_reader(1, None)
+    context = RedisEnumeratorContext(
+        coordinator, InMemorySplitStore(), FileSplitSerializer(), parallelism=2, live={1: token}
+    )
+
+    context.signal_no_more_splits(1)
+
+    assert coordinator.no_more_splits(1, token) is True
+    assert coordinator.redis.llen(coordinator.key("assigned", 1)) == 1
+
+
+def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
+    ticks: list[str] = []
+    context = RedisReaderContext(coordinator, 4, lambda: ticks.append("tick"))
+
+    context.send_split_request()
+    context.send_source_event_to_coordinator(SourceEvent("done", {"n": 1}))
+
+    assert coordinator.pop_split_requests() == [4]
+    assert coordinator.pop_events("enumerator") == [(4, SourceEvent("done", {"n": 1}))]
+    assert ticks == ["tick", "tick"]
+    assert context.subtask == 4
