@@ -162,6 +162,7 @@ class RunCoordinator:
     # Run-wide flags.
 
     def stop(self) -> None:
+        """Tells every reader of the run to stop; the mark expires after a day."""
         self.redis.set(self.key("stopped"), 1, px=24 * 3600 * 1000)
 
     def is_stopped(self) -> bool:

@@ -309,6 +309,7 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
         DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
         flow_schedule_off(flow=DataFlow.objects.get(pk=run.flow_id))
     coordinator = coordinator_for(run)
+    coordinator.purge()  # readers still in a slice find their lease gone and leave
     coordinator.stop()
     if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
         landing_zone().discard_run(str(run.pk))

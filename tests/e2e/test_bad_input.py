@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from dataflow.models import DeadLetter, LandedBatch, Split
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
 
@@ -81,12 +83,15 @@ def test_empty_files_with_a_schema_give_an_empty_sink(worker, dirs):
     assert run.rows_written == 0
 
 
-def test_file_deleted_after_discovery_fails_its_split_clearly(worker, dirs, monkeypatch):
-    # The deletion must fall between discovery and reading, so discovery is wrapped to
-    # delete the file right after it has listed it; everything else runs for real.
+@pytest.fixture()
+def goes_after_discovery(dirs, monkeypatch):
+    """goes.csv is listed by discovery and deleted right after, before any reader opens it.
+
+    The deletion must fall between discovery and reading, so discovery is wrapped; all the
+    rest runs for real.
+    """
     import connectors.files.enumerator as enumerator
 
-    write_csv(dirs.data / "stays.csv", range(100))
     write_csv(dirs.data / "goes.csv", range(100, 200))
     discover = enumerator.StaticFileEnumerator._discover
 
@@ -96,6 +101,10 @@ def test_file_deleted_after_discovery_fails_its_split_clearly(worker, dirs, monk
         return splits
 
     monkeypatch.setattr(enumerator.StaticFileEnumerator, "_discover", discover_then_delete)
+
+
+def test_file_deleted_after_discovery_fails_its_split_clearly(worker, dirs, goes_after_discovery):
+    write_csv(dirs.data / "stays.csv", range(100))
     doc = spec("vanish", str(dirs.data), str(dirs.out / "sink"))
 
     run = run_flow(doc)
@@ -104,19 +113,8 @@ def test_file_deleted_after_discovery_fails_its_split_clearly(worker, dirs, monk
     assert "goes.csv" in run.message and "deleted after it was discovered" in run.message
 
 
-def test_file_deleted_after_discovery_is_a_dead_letter_when_skipping(worker, dirs, monkeypatch):
-    import connectors.files.enumerator as enumerator
-
+def test_file_deleted_after_discovery_is_a_dead_letter_when_skipping(worker, dirs, goes_after_discovery):
     sent = write_csv(dirs.data / "stays.csv", range(100))
-    write_csv(dirs.data / "goes.csv", range(100, 200))
-    discover = enumerator.StaticFileEnumerator._discover
-
-    def discover_then_delete(self):
-        splits = discover(self)
-        (dirs.data / "goes.csv").unlink()
-        return splits
-
-    monkeypatch.setattr(enumerator.StaticFileEnumerator, "_discover", discover_then_delete)
     doc = spec("vanish-skip", str(dirs.data), str(dirs.out / "sink"), skip_errors=True)
 
     run = run_flow(doc)

@@ -8,7 +8,8 @@ from django.db import close_old_connections
 from tqdm import tqdm
 
 from dataflow.celery import app
-from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow
+from dataflow.management.lookup import flow_named
+from dataflow.models import ACTIVE_RUN_STATUSES
 from dataflow.selectors import run_progress
 from dataflow.services.flows import FlowStateError, flow_start
 from dataflow.services.runs import flow_tick, request_tick
@@ -28,9 +29,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     def handle(self, *args, name, until_done, no_progress, **options):
-        flow = DataFlow.objects.filter(name=name).first()
-        if flow is None:
-            raise CommandError(f"no flow named {name!r} (see: manage.py flows)")
+        flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
         beat = threading.Thread(target=_beat, args=(flow.pk, stop), name="beat", daemon=True)

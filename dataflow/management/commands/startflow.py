@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from dataflow.models import DataFlow
+from dataflow.management.lookup import flow_named
 from dataflow.services.flows import FlowStateError, flow_start
 from source_support.errors import ConfigError
 
@@ -12,9 +12,7 @@ class Command(BaseCommand):
         parser.add_argument("name")
 
     def handle(self, *args, name, **options):
-        flow = DataFlow.objects.filter(name=name).first()
-        if flow is None:
-            raise CommandError(f"no flow named {name!r} (see: manage.py flows)")
+        flow = flow_named(name)
         try:
             run = flow_start(flow=flow)
         except (ConfigError, FlowStateError) as exc:

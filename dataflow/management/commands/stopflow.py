@@ -1,6 +1,6 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 
-from dataflow.models import DataFlow
+from dataflow.management.lookup import flow_named
 from dataflow.services.flows import flow_stop
 
 
@@ -11,8 +11,6 @@ class Command(BaseCommand):
         parser.add_argument("name")
 
     def handle(self, *args, name, **options):
-        flow = DataFlow.objects.filter(name=name).first()
-        if flow is None:
-            raise CommandError(f"no flow named {name!r} (see: manage.py flows)")
+        flow = flow_named(name)
         run = flow_stop(flow=flow)
         self.stdout.write(f"stopped run {run.pk} of {name}" if run else f"{name} is not running")
