@@ -6,6 +6,7 @@ lapsed and whose split went to another reader can no longer move that split's po
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from django.db import transaction
@@ -22,6 +23,8 @@ from dataflow.models import (
     SplitStatus,
 )
 from source_support.api import BadRecord
+
+log = logging.getLogger(__name__)
 
 
 class DjangoRunStore:
@@ -83,6 +86,9 @@ class DjangoRunStore:
             )
             split.save(update_fields=["status", "owner_token", "owner_subtask", "updated_at"])
         return reclaimed
+
+    def load_enumerator_state(self) -> dict[str, Any] | None:
+        return FlowRun.objects.filter(pk=self.run.pk).values_list("enumerator_state", flat=True).first()
 
     def save_enumerator_state(self, state: dict[str, Any], *, pending: int, exhausted: bool) -> None:
         FlowRun.objects.filter(pk=self.run.pk).update(

@@ -33,6 +33,9 @@ SPLIT_REQUEST_RETRY_S = 5.0
 class RunStore(SplitStore, Protocol):
     """Durable state of one run, as the runtime needs it."""
 
+    def load_enumerator_state(self) -> dict[str, Any] | None:
+        """The last saved state, read fresh (None before the first tick)."""
+
     def save_enumerator_state(self, state: dict[str, Any], *, pending: int, exhausted: bool) -> None: ...
 
     def commit_batch(
@@ -66,7 +69,6 @@ def enumerator_tick(
     source: Source,
     coordinator: RunCoordinator,
     store: RunStore,
-    state: dict[str, Any] | None,
     parallelism: int,
     atomic: Callable[[], AbstractContextManager],
 ) -> TickResult | None:
@@ -74,8 +76,9 @@ def enumerator_tick(
 
     Returns None when another tick of the same run holds the lock; that tick then loops
     once more, so the request that caused this call is still served promptly.
-    Assignments and the enumerator's new state are saved in one ``atomic()`` block, and
-    readers are woken only after it: a split is never both pending and assigned.
+    The state is loaded only once the lock is held, and assignments and the new state are
+    saved in one ``atomic()`` block; readers are woken only after it. So a split is never
+    both pending and assigned, whatever number of ticks race.
     """
     serializer = source.split_serializer
     with coordinator.enumerator_lock() as held:
@@ -86,6 +89,7 @@ def enumerator_tick(
             live = coordinator.live_readers(parallelism)
             notices = _BufferedNotices(coordinator)
             with atomic():
+                state = store.load_enumerator_state()
                 context = RedisEnumeratorContext(
                     notices, store, serializer, parallelism=parallelism, live=live
                 )

@@ -34,9 +34,13 @@ def dirs(tmp_path, settings):
     return type("Dirs", (), {"root": tmp_path, "data": data, "out": out, "landing": landing})
 
 
-@pytest.fixture(scope="session")
-def celery_worker_session(django_db_setup, django_db_blocker):
-    """One in-process Celery worker (threads) for the session, on the project's own app."""
+@pytest.fixture(scope="module")
+def celery_worker_module(django_db_setup, django_db_blocker):
+    """An in-process Celery worker (threads) on the project's own app, per test module.
+
+    Not per session: a module that runs its own worker processes (tests/e2e/test_crash.py)
+    must not have this worker take tasks from the same queue.
+    """
     with (
         django_db_blocker.unblock(),
         start_worker(
@@ -52,6 +56,6 @@ def celery_worker_session(django_db_setup, django_db_blocker):
 
 
 @pytest.fixture()
-def worker(celery_worker_session, transactional_db, dirs):
+def worker(celery_worker_module, transactional_db, dirs):
     """A running worker for a test whose rows must be visible to the worker's threads."""
-    return celery_worker_session
+    return celery_worker_module

@@ -104,7 +104,6 @@ def run_tick(*, run_id: int) -> None:
         source=_source_for(run),
         coordinator=coordinator,
         store=DjangoRunStore(run),
-        state=run.enumerator_state,
         parallelism=parallelism,
         atomic=transaction.atomic,
     )

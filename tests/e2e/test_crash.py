@@ -26,7 +26,7 @@ def fleet(dirs, tmp_path):
     fleet.close()
 
 
-def _source(dirs, files: int = 30, rows: int = 4000) -> list[tuple]:
+def _source(dirs, files: int = 60, rows: int = 4000) -> list[tuple]:
     sent = []
     for i in range(files):
         sent += write_csv(dirs.data / f"part-{i:03d}.csv", range(i * rows, (i + 1) * rows))
@@ -48,7 +48,7 @@ def _wait_for_progress(run: FlowRun, at_least: int, fleet: Fleet, timeout: float
 def _worker_holding_a_split(run: FlowRun, fleet: Fleet) -> str:
     """The fleet name of a worker process that is reading a split of ``run`` right now."""
     coordinator = coordinator_for(run)
-    for _ in range(100):
+    for _ in range(400):
         live = coordinator.live_readers(run.spec["parallelism"])
         owners = set(Split.objects.filter(run=run, status="assigned").values_list("owner_token", flat=True))
         for subtask, location in coordinator.reader_locations().items():
@@ -62,7 +62,7 @@ def _worker_holding_a_split(run: FlowRun, fleet: Fleet) -> str:
 
 def test_sigkilled_worker_loses_and_duplicates_nothing(fleet, dirs):
     sent = _source(dirs)
-    flow, _ = flow_apply(spec=spec("crash", str(dirs.data), str(dirs.out / "sink"), batch_size=200))
+    flow, _ = flow_apply(spec=spec("crash", str(dirs.data), str(dirs.out / "sink"), batch_size=100))
     fleet.beat()
     fleet.worker("w1")
     fleet.worker("w2")
