@@ -9,6 +9,7 @@ checkpoints, who was assigned what) is kept by a ``SplitStore`` the runtime prov
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -183,6 +184,41 @@ class RunCoordinator:
         try:
             yield True
         finally:
+            self._release(keys=[key], args=[token])
+
+    # Marks and leases of the run's own jobs (queued ticks, the transform).
+
+    def mark_once(self, name: str, ttl_ms: int) -> bool:
+        """Sets mark ``name`` unless it is set; True if this call set it."""
+        return bool(self.redis.set(self.key(name), 1, nx=True, px=ttl_ms))
+
+    def clear_mark(self, name: str) -> None:
+        self.redis.delete(self.key(name))
+
+    def is_set(self, name: str) -> bool:
+        return bool(self.redis.exists(self.key(name)))
+
+    @contextmanager
+    def held_lease(self, name: str, ttl_ms: int):
+        """Holds lease ``name`` while the block runs, renewed by a thread; yields False if
+        another process holds it. A crash lets it lapse after ``ttl_ms``."""
+        key, token = self.key(name), uuid.uuid4().hex
+        if not self.redis.set(key, token, nx=True, px=ttl_ms):
+            yield False
+            return
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl_ms / 3000):
+                self._renew(keys=[key], args=[token, ttl_ms])
+
+        renewer = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
+        renewer.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            renewer.join()
             self._release(keys=[key], args=[token])
 
     def take_dirty(self) -> bool:

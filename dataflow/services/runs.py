@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
-import uuid
 
 from django.conf import settings
 from django.db import transaction
@@ -50,9 +48,10 @@ FINAL_FLOW_STATUS = {
 }
 
 
-def coordinator_for(run: FlowRun) -> RunCoordinator:
+def coordinator_for(run: FlowRun | int) -> RunCoordinator:
+    run_id = run if isinstance(run, int) else run.pk
     lease_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 1000)
-    return RunCoordinator(get_redis(), str(run.pk), lease_ms=lease_ms)
+    return RunCoordinator(get_redis(), str(run_id), lease_ms=lease_ms)
 
 
 def landing_zone() -> LandingZone:
@@ -78,14 +77,14 @@ def request_tick(*, run_id: int) -> None:
     """Asks for a prompt enumerator tick; at most one waits in the queue per run."""
     from dataflow import tasks
 
-    if get_redis().set(f"adf:run:{run_id}:tick-queued", 1, nx=True, px=30_000):
+    if coordinator_for(run_id).mark_once("tick-queued", 30_000):
         tasks.tick_run.delay(run_id)
 
 
 def run_tick(*, run_id: int) -> None:
     """One enumerator tick: serve split requests, reclaim lapsed leases, start missing
     readers, and hand the run to Spark once every split is finished."""
-    get_redis().delete(f"adf:run:{run_id}:tick-queued")
+    coordinator_for(run_id).clear_mark("tick-queued")
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None:
         return
@@ -171,45 +170,17 @@ def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
 
 def _ensure_transform(run: FlowRun) -> None:
     """Queues the Spark job unless one is running or its retry backoff has not passed."""
-    redis = get_redis()
-    if redis.exists(_transform_lease_key(run.pk)):
+    coordinator = coordinator_for(run)
+    if coordinator.is_set("transform-lease"):
         return
     if run.transform_attempts and run.transform_started_at:
         backoff = min(60, 2**run.transform_attempts)
         if (timezone.now() - run.transform_started_at).total_seconds() < backoff:
             return
-    if redis.set(f"adf:run:{run.pk}:transform-queued", 1, nx=True, px=60_000):
+    if coordinator.mark_once("transform-queued", 60_000):
         from dataflow import tasks
 
         tasks.run_transform.delay(run.pk)
-
-
-def _transform_lease_key(run_id: int) -> str:
-    return f"adf:run:{run_id}:transform-lease"
-
-
-class _Lease:
-    """A Redis lease kept alive by a thread while a long job runs."""
-
-    def __init__(self, key: str, seconds: float) -> None:
-        self.key, self.ms, self.token = key, int(seconds * 1000), uuid.uuid4().hex
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-
-    def __enter__(self) -> bool:
-        if not get_redis().set(self.key, self.token, nx=True, px=self.ms):
-            return False
-        self._thread.start()
-        return True
-
-    def _renew(self) -> None:
-        while not self._stop.wait(self.ms / 3000):
-            get_redis().pexpire(self.key, self.ms)
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        if get_redis().get(self.key) == self.token.encode():
-            get_redis().delete(self.key)
 
 
 def transform(*, run_id: int) -> None:
@@ -219,11 +190,13 @@ def transform(*, run_id: int) -> None:
     error is retried with backoff up to ``MAX_TRANSFORM_ATTEMPTS``, from the same landed
     files, so a retry writes exactly what the first attempt would have.
     """
-    get_redis().delete(f"adf:run:{run_id}:transform-queued")
+    coordinator = coordinator_for(run_id)
+    coordinator.clear_mark("transform-queued")
     run = FlowRun.objects.select_related("flow").filter(pk=run_id, status=RunStatus.TRANSFORMING).first()
     if run is None:
         return
-    with _Lease(_transform_lease_key(run.pk), settings.DATAFLOW_TRANSFORM_LEASE_SECONDS) as held:
+    lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
+    with coordinator.held_lease("transform-lease", lease_ms) as held:
         if not held:
             return
         FlowRun.objects.filter(pk=run.pk).update(

@@ -412,3 +412,19 @@ def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
     assert coordinator.pop_events("enumerator") == [(4, SourceEvent("done", {"n": 1}))]
     assert ticks == ["tick", "tick"]
     assert context.subtask == 4
+
+
+def test_held_lease_is_exclusive_outlives_its_ttl_while_held_and_is_released(coordinator):
+    with coordinator.held_lease("job", 300) as first:
+        with coordinator.held_lease("job", 300) as second:
+            assert (first, second) == (True, False)
+        time.sleep(0.8)  # more than two time-to-lives: the renewing thread keeps it
+        assert coordinator.is_set("job")
+    assert not coordinator.is_set("job")
+
+
+def test_mark_once_is_set_by_one_caller_until_cleared(coordinator):
+    assert coordinator.mark_once("queued", 10_000) is True
+    assert coordinator.mark_once("queued", 10_000) is False
+    coordinator.clear_mark("queued")
+    assert coordinator.mark_once("queued", 10_000) is True
