@@ -1,0 +1,41 @@
+"""The baseline for ``bench/bounded.py``: the same read-transform-write as plain PySpark.
+
+Usage: ``python bench/raw_spark_bounded.py IN_DIR OUT_DIR``. Run as a subprocess so that
+JVM start is part of the measured time, with the same Spark settings ``runflow`` uses
+(``dataflow/spark.py`` and ``dataflow/settings.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import SparkSession
+
+SCHEMA = "id BIGINT, ts TIMESTAMP, sensor STRING, temperature DOUBLE"
+SQL = (
+    "SELECT sensor, count(*) AS n, avg(temperature) AS avg_t, max(ts) AS last_ts FROM source GROUP BY sensor"
+)
+
+
+def main(in_dir: str, out_dir: str) -> None:
+    spark = (
+        SparkSession.builder.appName("raw-spark-bounded")
+        .master("local[*]")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    frame = spark.read.schema(SCHEMA).option("header", True).csv(in_dir)
+    frame.createOrReplaceTempView("source")
+    spark.sql(SQL).write.mode("overwrite").option("compression", "snappy").parquet(out_dir)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: raw_spark_bounded.py IN_DIR OUT_DIR")
+    main(sys.argv[1], sys.argv[2])
