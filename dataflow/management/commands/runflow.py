@@ -68,18 +68,22 @@ class Command(BaseCommand):
 
     def _follow(self, run_id, *, until_done, show):
         bar = tqdm(total=0, unit="split", disable=not show, desc="reading", leave=True)
+        shown = None
         try:
             while True:
                 progress = run_progress(run_id=run_id)
-                bar.total = max(progress.splits_total, 1)
-                bar.n = progress.splits_finished
-                bar.set_postfix(
-                    records=progress.records_read,
-                    errors=progress.errors_count,
-                    refresh=False,
+                now = (
+                    progress.status,
+                    progress.splits_total,
+                    progress.splits_finished,
+                    progress.records_read,
                 )
-                bar.set_description(progress.status)
-                bar.refresh()
+                if now != shown:  # redraw only on change, so a log file gets few lines
+                    shown = now
+                    bar.total = max(progress.splits_total, 1)
+                    bar.n = progress.splits_finished
+                    bar.set_description(progress.status)
+                    bar.set_postfix_str(f"records={progress.records_read} errors={progress.errors_count}")
                 if progress.done and until_done:
                     return progress
                 time.sleep(0.2)
