@@ -146,6 +146,7 @@ class AssignmentAdmin(admin.ModelAdmin):
         "id",
         "split",
         "subtask",
+        "reader_location",
         "start_position",
         "end_position",
         "outcome",

@@ -136,6 +136,8 @@ class Assignment(models.Model):
     split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="assignments")
     subtask = models.IntegerField()
     reader_token = models.CharField(max_length=64)
+    #: host:pid of the process that ran the reader when the split was assigned
+    reader_location = models.CharField(max_length=255, blank=True)
     start_position = models.BigIntegerField()
     end_position = models.BigIntegerField(null=True, blank=True)
     outcome = models.CharField(

@@ -35,27 +35,48 @@ class DjangoRunStore:
         self,
         assignments: dict[int, list[tuple[str, dict[str, Any], int]]],
         tokens: dict[int, str],
+        locations: dict[int, str] | None = None,
     ) -> None:
-        for subtask, rows in assignments.items():
-            token = tokens[subtask]
-            for split_id, payload, position in rows:
-                split, _ = Split.objects.update_or_create(
-                    run=self.run,
-                    split_id=split_id,
-                    defaults={
-                        "payload": payload,
-                        "position": position,
-                        "status": SplitStatus.ASSIGNED,
-                        "owner_subtask": subtask,
-                        "owner_token": token,
-                    },
-                )
-                Assignment.objects.create(
-                    split=split,
-                    subtask=subtask,
-                    reader_token=token,
-                    start_position=position,
-                )
+        """Creates or takes back the splits and records one Assignment each, in bulk.
+
+        Only a new split or one that came back (UNASSIGNED) is assigned: the database's
+        checkpoint, never the enumerator's copy of a split, says where reading goes on.
+        """
+        locations = locations or {}
+        wanted = {
+            split_id: (subtask, payload, position)
+            for subtask, rows in assignments.items()
+            for split_id, payload, position in rows
+        }
+        if not wanted:
+            return
+        known = Split.objects.select_for_update().filter(run=self.run, split_id__in=list(wanted))
+        existing = {split.split_id: split for split in known}
+        fresh, returned = [], []
+        for split_id, (subtask, payload, position) in wanted.items():
+            split = existing.get(split_id)
+            if split is None:
+                split = Split(run=self.run, split_id=split_id, payload=payload, position=position)
+                fresh.append(split)
+            elif split.status == SplitStatus.UNASSIGNED:
+                returned.append(split)
+            else:
+                log.error("split %s is %s; not assigned again", split_id, split.status)
+                continue
+            split.status = SplitStatus.ASSIGNED
+            split.owner_subtask, split.owner_token = subtask, tokens[subtask]
+        Split.objects.bulk_create(fresh)
+        Split.objects.bulk_update(returned, ["status", "owner_subtask", "owner_token"])
+        Assignment.objects.bulk_create(
+            Assignment(
+                split=split,
+                subtask=split.owner_subtask,
+                reader_token=split.owner_token,
+                reader_location=locations.get(split.owner_subtask, ""),
+                start_position=split.position,
+            )
+            for split in fresh + returned
+        )
 
     def owned_splits(self, subtask: int, token: str) -> list[tuple[dict[str, Any], int]]:
         rows = Split.objects.filter(run=self.run, owner_token=token, status=SplitStatus.ASSIGNED).values_list(

@@ -93,8 +93,10 @@ class RunCoordinator:
         pipe.execute()
         return token
 
-    def heartbeat(self, subtask: int, token: str) -> bool:
-        return bool(self._renew(keys=[self.key("reader", subtask)], args=[token, self.lease_ms]))
+    def heartbeat(self, subtask: int, token: str, *, ttl_ms: int | None = None) -> bool:
+        """Renews the reader's lease, for ``ttl_ms`` if given (e.g. while it waits in a queue)."""
+        ttl = ttl_ms or self.lease_ms
+        return bool(self._renew(keys=[self.key("reader", subtask)], args=[token, ttl]))
 
     def release_reader(self, subtask: int, token: str, *, done: bool) -> None:
         if done:
@@ -254,6 +256,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         self.serializer = serializer
         self.parallelism = parallelism
         self.live = live
+        self._queued: dict[int, list[SourceSplit]] = {}
 
     @property
     def current_parallelism(self) -> int:
@@ -264,17 +267,28 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         return {s: ReaderInfo(s, locations.get(s, "")) for s in self.live}
 
     def assign_splits(self, assignment: dict[int, Sequence[SourceSplit]]) -> None:
+        """Queues the assignment; ``flush`` stores every queued one in a single write."""
         unknown = set(assignment) - set(self.live)
         if unknown:
             raise ValueError(f"cannot assign splits to readers that are not registered: {unknown}")
+        for subtask, splits in assignment.items():
+            self._queued.setdefault(subtask, []).extend(splits)
+
+    def flush(self) -> int:
+        """Stores the queued assignments, then notifies their readers; returns how many."""
+        if not self._queued:
+            return 0
         rows = {
             subtask: [(s.split_id, self.serializer.serialize(s), s.offset.position) for s in splits]
-            for subtask, splits in assignment.items()
+            for subtask, splits in self._queued.items()
         }
-        self.store.record_assignments(rows, self.live)
-        for subtask, splits in assignment.items():
+        self.store.record_assignments(rows, self.live, self.coordinator.reader_locations())
+        for subtask, splits in self._queued.items():
             if splits:
                 self.coordinator.notify_assigned(subtask, [s.split_id for s in splits])
+        count = sum(len(splits) for splits in self._queued.values())
+        self._queued = {}
+        return count
 
     def signal_no_more_splits(self, subtask: int) -> None:
         self.coordinator.signal_no_more_splits(subtask, self.live[subtask])

@@ -107,6 +107,7 @@ def enumerator_tick(
                 locations = coordinator.reader_locations() if requests else {}
                 for subtask in requests:
                     enumerator.handle_split_request(subtask, locations.get(subtask, ""))
+                context.flush()
                 state = enumerator.snapshot_state()
                 pending, exhausted = (
                     enumerator.pending_count(),
@@ -169,6 +170,10 @@ class ReaderSettings:
     poll_interval_s: float
     skip_errors: bool
     location: str = ""
+    #: How long the lease of a reader lasts between two slices, while its next slice waits
+    #: in the queue behind other flows' work. It bounds how long a lost continuation
+    #: (its worker died holding the message) keeps the reader's splits.
+    park_seconds: float = 60.0
 
 
 def reader_slice(
@@ -218,6 +223,7 @@ def reader_slice(
                 report.outcome = SliceOutcome.STOPPED
                 return report
             if now >= deadline:
+                coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
                 return report
             if not reader.has_splits():
                 if coordinator.no_more_splits(subtask, token):

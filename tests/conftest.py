@@ -30,6 +30,7 @@ def dirs(tmp_path, settings):
     settings.DATAFLOW_LANDING_ROOT = landing
     settings.DATAFLOW_READER_LEASE_SECONDS = 3
     settings.DATAFLOW_READER_SLICE_SECONDS = 2
+    settings.DATAFLOW_READER_PARK_SECONDS = 8
     settings.DATAFLOW_TICK_SECONDS = 1
     return type("Dirs", (), {"root": tmp_path, "data": data, "out": out, "landing": landing})
 

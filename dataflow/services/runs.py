@@ -150,6 +150,7 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
             slice_seconds=settings.DATAFLOW_READER_SLICE_SECONDS,
             poll_interval_s=spec["poll_interval_ms"] / 1000,
             skip_errors=spec["skip_errors"],
+            park_seconds=settings.DATAFLOW_READER_PARK_SECONDS,
             location=f"{socket.gethostname()}:{os.getpid()}",
         ),
         on_split_request=lambda: request_tick(run_id=run_id),

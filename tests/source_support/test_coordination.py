@@ -352,7 +352,7 @@ class InMemorySplitStore:
     def __init__(self) -> None:
         self.recorded: list[tuple[dict[int, list[tuple[str, dict[str, Any], int]]], dict[int, str]]] = []
 
-    def record_assignments(self, assignments, tokens) -> None:
+    def record_assignments(self, assignments, tokens, locations=None) -> None:
         self.recorded.append((assignments, dict(tokens)))
 
     def owned_splits(self, subtask, token):
@@ -362,7 +362,7 @@ class InMemorySplitStore:
         return {}
 
 
-def test_enumerator_context_records_assignments_then_wakes_the_readers(coordinator):
+def test_enumerator_context_records_queued_assignments_at_flush_then_wakes_the_readers(coordinator):
     token = coordinator.acquire_reader(0, None, "host-a")
     store = InMemorySplitStore()
     context = RedisEnumeratorContext(
@@ -371,6 +371,8 @@ def test_enumerator_context_records_assignments_then_wakes_the_readers(coordinat
     split = FileSplit("/d/a.csv", 0, 100, 40)
 
     context.assign_split(split, 0)
+    assert store.recorded == [] and coordinator.wait_assigned(0, 0) == []
+    assert context.flush() == 1
 
     assert store.recorded == [({0: [("/d/a.csv@0", FileSplitSerializer().serialize(split), 40)]}, {0: token})]
     assert coordinator.wait_assigned(0, 0) == ["/d/a.csv@0"]
