@@ -105,3 +105,15 @@ def test_spark_sql_cannot_read_files_directly(dirs):
     assert spark.conf.get("spark.sql.runSQLOnFiles") == "false"
     with pytest.raises(AnalysisException):
         spark.sql(f"SELECT * FROM csv.`{dirs.data / 'secret.csv'}`").collect()
+
+
+def test_sequence_source_flow_writes_every_number_once(worker, dirs):
+    doc = spec("numbers", "unused", str(dirs.out / "sink"), parallelism=3, batch_size=700)
+    doc["source"] = {"type": "sequence", "count": 10_000, "splits": 9}
+    doc["format"] = {"type": "csv"}
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert sorted(r[0] for r in read_parquet_rows(dirs.out / "sink")) == list(range(10_000))
+    assert Split.objects.filter(run=run).count() == 9

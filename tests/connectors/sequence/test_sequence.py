@@ -1,0 +1,73 @@
+"""The sequence source: exact ranges, O(1) state, returned splits first."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.sequence.config import validate_sequence_source
+from connectors.sequence.enumerator import NumberSequenceEnumerator
+from connectors.sequence.source import NumberRangeReader
+from source_support.errors import ConfigError
+
+
+class RecordingContext:
+    """An in-memory SplitEnumeratorContext (an interface we own) that records calls."""
+
+    def __init__(self):
+        self.assigned, self.no_more = [], []
+
+    def assign_split(self, split, subtask):
+        self.assigned.append((subtask, split))
+
+    def signal_no_more_splits(self, subtask):
+        self.no_more.append(subtask)
+
+
+def test_ranges_cover_every_number_once_and_then_no_more_splits():
+    context = RecordingContext()
+    enumerator = NumberSequenceEnumerator(context, count=1003, splits=7, state=None)
+
+    for _ in range(8):
+        enumerator.handle_split_request(0)
+
+    ranges = [(s.start, s.end) for _, s in context.assigned]
+    assert [n for start, end in ranges for n in range(start, end)] == list(range(1003))
+    assert context.no_more == [0] and enumerator.is_exhausted()
+
+
+def test_state_stays_small_and_returned_splits_come_first():
+    context = RecordingContext()
+    enumerator = NumberSequenceEnumerator(context, count=10**9, splits=100_000, state=None)
+    enumerator.handle_split_request(0)
+    first = context.assigned[0][1]
+    enumerator.add_splits_back([first.at(first.start + 5)], 0)
+
+    restored = NumberSequenceEnumerator(
+        context, count=10**9, splits=100_000, state=enumerator.snapshot_state()
+    )
+    restored.handle_split_request(1)
+
+    assert len(str(enumerator.snapshot_state())) < 200
+    assert context.assigned[1] == (1, first.at(first.start + 5))
+    assert restored.pending_count() == 99_999
+
+
+def test_reader_emits_the_range_from_the_position_in_batches():
+    context = RecordingContext()
+    NumberSequenceEnumerator(context, count=10, splits=1, state=None).handle_split_request(0)
+    split = context.assigned[0][1].at(3)
+
+    batch = NumberRangeReader().fetch(split, 4)
+
+    assert batch.records.column("value").to_pylist() == [3, 4, 5, 6]
+    assert (batch.start.position, batch.end.position, batch.finished) == (3, 7, False)
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [({}, "source.count"), ({"count": 5, "splits": 6}, "source.splits"), ({"count": 5, "x": 1}, "source.x")],
+)
+def test_bad_sequence_config_names_the_field(config, field):
+    with pytest.raises(ConfigError) as caught:
+        validate_sequence_source(config, None)
+    assert caught.value.field == field
