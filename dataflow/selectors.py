@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
 from dataflow.models import DataFlow, FlowRun, SplitStatus
 
@@ -25,16 +25,20 @@ class RunProgress:
 
 
 def run_progress(*, run_id: int) -> RunProgress:
+    """Where a run is; counters are summed over its splits, so they are live while it runs."""
     run = FlowRun.objects.get(pk=run_id)
     counts = run.splits.aggregate(
-        known=Count("id"), finished=Count("id", filter=Q(status=SplitStatus.FINISHED))
+        known=Count("id"),
+        finished=Count("id", filter=Q(status=SplitStatus.FINISHED)),
+        records=Sum("records_read", default=0),
+        errors=Sum("errors_count", default=0),
     )
     return RunProgress(
         status=run.status,
         splits_total=counts["known"] + run.splits_pending,
         splits_finished=counts["finished"],
-        records_read=run.records_read,
-        errors_count=run.errors_count,
+        records_read=counts["records"],
+        errors_count=counts["errors"],
         rows_written=run.rows_written,
         message=run.message,
     )

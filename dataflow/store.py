@@ -10,7 +10,7 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from dataflow.models import (
@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 class DjangoRunStore:
     def __init__(self, run: FlowRun) -> None:
         self.run = run
+        self._pks: dict[str, int] = {}
 
     def record_assignments(
         self,
@@ -129,55 +130,58 @@ class DjangoRunStore:
         finished: bool,
     ) -> bool:
         with transaction.atomic():
-            owned = Q(
+            # One fenced UPDATE is the whole check: the token still owns the split, and
+            # the batch starts where the checkpoint is (a replayed batch does not).
+            moved = Split.objects.filter(
                 run=self.run,
                 split_id=split_id,
                 owner_token=token,
                 status=SplitStatus.ASSIGNED,
-            )
-            split = Split.objects.select_for_update().filter(owned).first()
-            if split is None or split.position != start:
-                return False
-            if landed_path:
-                LandedBatch.objects.update_or_create(
-                    split=split,
-                    start_position=start,
-                    defaults={
-                        "end_position": end,
-                        "path": landed_path,
-                        "records": records,
-                    },
-                )
-            DeadLetter.objects.bulk_create(
-                [
-                    DeadLetter(
-                        flow_id=self.run.flow_id,
-                        run=self.run,
-                        split_id=split_id,
-                        position=bad.position,
-                        raw=bad.raw,
-                        error=bad.reason,
-                    )
-                    for bad in bad_records
-                ],
-                ignore_conflicts=True,
-            )
-            split.position = end
-            split.records_read = F("records_read") + records
-            split.errors_count = F("errors_count") + len(bad_records)
-            if finished:
-                split.status = SplitStatus.FINISHED
-                Assignment.objects.filter(split=split, reader_token=token).update(
-                    outcome=AssignmentOutcome.FINISHED,
-                    end_position=end,
-                    ended_at=timezone.now(),
-                )
-            split.save()
-            FlowRun.objects.filter(pk=self.run.pk).update(
+                position=start,
+            ).update(
+                position=end,
                 records_read=F("records_read") + records,
                 errors_count=F("errors_count") + len(bad_records),
+                status=SplitStatus.FINISHED if finished else SplitStatus.ASSIGNED,
+                updated_at=timezone.now(),
             )
+            if not moved:
+                return False
+            split_pk = self._split_pk(split_id)
+            if landed_path:
+                LandedBatch.objects.create(
+                    split_id=split_pk,
+                    start_position=start,
+                    end_position=end,
+                    path=landed_path,
+                    records=records,
+                )
+            if bad_records:
+                DeadLetter.objects.bulk_create(
+                    [
+                        DeadLetter(
+                            flow_id=self.run.flow_id,
+                            run=self.run,
+                            split_id=split_id,
+                            position=bad.position,
+                            raw=bad.raw,
+                            error=bad.reason,
+                        )
+                        for bad in bad_records
+                    ],
+                    ignore_conflicts=True,
+                )
+            if finished:
+                Assignment.objects.filter(split_id=split_pk, reader_token=token).update(
+                    outcome=AssignmentOutcome.FINISHED, end_position=end, ended_at=timezone.now()
+                )
         return True
+
+    def _split_pk(self, split_id: str) -> int:
+        pk = self._pks.get(split_id)
+        if pk is None:
+            pk = self._pks[split_id] = Split.objects.get(run=self.run, split_id=split_id).pk
+        return pk
 
     def fail_split(self, split_id: str, token: str, message: str) -> None:
         with transaction.atomic():

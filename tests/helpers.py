@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from dataflow.models import DataFlow, FlowRun
+from dataflow.selectors import run_progress
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs import flow_tick
 
@@ -73,6 +74,11 @@ def wait_for_run(
             return run
         time.sleep(0.2)
     raise AssertionError(f"run {run.pk} still {run.status} after {timeout}s: {run.message}")
+
+
+def live(run: FlowRun) -> int:
+    """Records read so far by a run that may still be going."""
+    return run_progress(run_id=run.pk).records_read
 
 
 def run_flow(doc: dict, *, timeout: float = 120) -> FlowRun:

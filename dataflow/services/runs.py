@@ -12,6 +12,7 @@ import socket
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from dataflow.models import (
@@ -269,6 +270,9 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
     from dataflow.services.flows import flow_schedule_off
 
     with transaction.atomic():
+        totals = Split.objects.filter(run_id=run.pk).aggregate(
+            records=Sum("records_read", default=0), errors=Sum("errors_count", default=0)
+        )
         updated = FlowRun.objects.filter(
             pk=run.pk, status__in=[RunStatus.READING, RunStatus.TRANSFORMING]
         ).update(
@@ -276,6 +280,8 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
             message=message,
             rows_written=rows_written,
             finished_at=timezone.now(),
+            records_read=totals["records"],
+            errors_count=totals["errors"],
         )
         if not updated:
             return

@@ -14,7 +14,7 @@ from dataflow.models import Assignment, FlowRun, Split
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs import coordinator_for
 from tests.e2e.fleet import Fleet
-from tests.helpers import multiset, read_parquet_rows, spec, wait_for_run, write_csv
+from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,12 +37,12 @@ def _wait_for_progress(run: FlowRun, at_least: int, fleet: Fleet, timeout: float
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run.refresh_from_db()
-        if run.records_read >= at_least:
+        if live(run) >= at_least:
             return
         if run.status != "reading":
             raise AssertionError(f"run ended before the crash point: {run.status} {run.message}")
         time.sleep(0.05)
-    raise AssertionError(f"no progress: {run.records_read} records\n{fleet.log('w1')[-3000:]}")
+    raise AssertionError(f"no progress: {live(run)} records\n{fleet.log('w1')[-3000:]}")
 
 
 def _worker_holding_a_split(run: FlowRun, fleet: Fleet) -> str:
@@ -71,7 +71,7 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(fleet, dirs):
     _wait_for_progress(run, len(sent) // 4, fleet)
     victim = _worker_holding_a_split(run, fleet)
     fleet.kill(victim)
-    killed_at = run.records_read
+    killed_at = live(run)
     run = wait_for_run(run, timeout=240)
 
     survivor = "w2" if victim == "w1" else "w1"
@@ -95,7 +95,7 @@ def test_restarted_fleet_resumes_from_checkpoints(fleet, dirs):
     fleet.kill("w1")
     fleet.kill("w2")
     run.refresh_from_db()
-    read_before_restart = run.records_read
+    read_before_restart = live(run)
     fleet.worker("w3")
     fleet.worker("w4")
     run = wait_for_run(run, timeout=240)

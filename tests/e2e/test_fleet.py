@@ -13,7 +13,7 @@ import pytest
 from dataflow.models import Assignment, FlowRun
 from dataflow.services.flows import flow_apply, flow_start
 from tests.e2e.fleet import Fleet
-from tests.helpers import multiset, read_parquet_rows, spec, wait_for_run, write_csv
+from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,17 +55,9 @@ def test_two_flows_share_three_workers_fairly_and_survive_a_sigkill(fleet, dirs)
         run_a.refresh_from_db()
         run_b.refresh_from_db()
         reading = [r for r in (run_a, run_b) if r.status == "reading"]
-        if (
-            len(reading) == 2
-            and 0 < run_a.records_read < len(sent_a)
-            and 0 < run_b.records_read < len(sent_b)
-        ):
+        if len(reading) == 2 and 0 < live(run_a) < len(sent_a) and 0 < live(run_b) < len(sent_b):
             both_reading = True
-        if (
-            both_reading
-            and not killed
-            and run_a.records_read + run_b.records_read > (len(sent_a) + len(sent_b)) // 3
-        ):
+        if both_reading and not killed and live(run_a) + live(run_b) > (len(sent_a) + len(sent_b)) // 3:
             fleet.kill("w2")
             killed = True
         if run_a.status not in ("reading", "transforming") and run_b.status not in (

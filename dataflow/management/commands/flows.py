@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from dataflow.selectors import flow_list
+from dataflow.selectors import flow_list, run_progress
 
 
 class Command(BaseCommand):
@@ -13,10 +13,11 @@ class Command(BaseCommand):
             if run is None:
                 self.stdout.write(f"{flow.name:<28} {flow.status:<10} {'-':>5}")
                 continue
-            written = "-" if run.rows_written is None else run.rows_written
+            progress = run_progress(run_id=run.pk)
+            written = "-" if progress.rows_written is None else progress.rows_written
             self.stdout.write(
                 f"{flow.name:<28} {flow.status:<10} {run.pk:>5} {run.status:<13} "
-                f"{run.records_read:>12} {run.errors_count:>8} {written:>12}"
+                f"{progress.records_read:>12} {progress.errors_count:>8} {written:>12}"
             )
             if run.status == "failed" and run.message:
                 self.stdout.write(f"    {run.message}")
