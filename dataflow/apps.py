@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class DataflowConfig(AppConfig):
@@ -8,3 +9,6 @@ class DataflowConfig(AppConfig):
 
     def ready(self) -> None:
         import connectors  # noqa: F401  (registers every connector)
+        from dataflow.checks import check_landing_zone
+
+        checks.register(check_landing_zone)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 
@@ -22,3 +23,15 @@ def _use_embedded_redis(sender: Celery, **kwargs) -> None:
         from dataflow.redis_client import redis_url
 
         settings.CELERY_BROKER_URL = redis_url(for_kombu=True)
+
+
+@worker_init.connect
+def _refuse_a_landing_zone_that_cannot_work(**kwargs) -> None:
+    """Workers run no Django system checks; run the landing-zone one before taking tasks."""
+    from django.core.checks import Error
+
+    from dataflow.checks import check_landing_zone
+
+    errors = [e for e in check_landing_zone(None) if isinstance(e, Error)]
+    if errors:
+        raise SystemExit("\n".join(f"{e.id}: {e.msg} {e.hint or ''}" for e in errors))

@@ -110,6 +110,12 @@ SPARK_CONF = {
     "spark.sql.shuffle.partitions": os.environ.get("SPARK_SHUFFLE_PARTITIONS", "8"),
     "spark.driver.memory": os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
 }
+# Applied only on a cluster master (not local[...], not Connect); empty: Spark's defaults.
+SPARK_CORES_MAX = os.environ.get("SPARK_CORES_MAX", "")
+SPARK_EXECUTOR_MEMORY = os.environ.get("SPARK_EXECUTOR_MEMORY", "")
+# "1": stop the process's session after its last running job; "0": keep it warm; unset:
+# stop it unless the master is local[...] (an idle worker must not hold a cluster's cores).
+SPARK_STOP_AFTER_JOB = {"1": True, "0": False}.get(os.environ.get("SPARK_STOP_AFTER_JOB", ""))
 
 # Where flows may read and write files, and where readers land batches for Spark.
 DATAFLOW_BASE_DIR = Path(os.environ.get("DATAFLOW_BASE_DIR", BASE_DIR))
@@ -122,6 +128,9 @@ DATAFLOW_ALLOWED_ROOTS = [
     if p
 ]
 DATAFLOW_LANDING_ROOT = Path(os.environ.get("DATAFLOW_LANDING_ROOT", VAR_DIR / "landing"))
+# "1" declares the landing root one filesystem mounted at the same path on every worker and
+# Spark node; required (by a system check) with a cluster master or Spark Connect.
+DATAFLOW_LANDING_SHARED = os.environ.get("DATAFLOW_LANDING_SHARED", "0") == "1"
 DATAFLOW_KEEP_LANDED = os.environ.get("DATAFLOW_KEEP_LANDED", "0") == "1"  # keep after success
 DATAFLOW_LANDING_FSYNC = os.environ.get("DATAFLOW_LANDING_FSYNC", "1") == "1"
 DATAFLOW_READER_LEASE_SECONDS = float(os.environ.get("DATAFLOW_READER_LEASE_SECONDS", "10"))

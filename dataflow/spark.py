@@ -3,54 +3,149 @@
 PySpark is not fork-safe (py4j, gRPC), so the session is made in the process that runs the
 job, on first use. ``warm_up`` starts it in a background thread so that the ~8 s a JVM needs
 to start overlap with the readers' work.
+
+Lifecycle. A job takes its session from ``spark_job()``: a ``newSession()`` of the process
+session (its own temp views, so two transforms in one worker process cannot see each
+other's ``source``), or its own Spark Connect session. With ``local[*]`` the process session
+stays warm for the next job. On a cluster master it is stopped when the last running job of
+the process ends (``SPARK_STOP_AFTER_JOB``, on by default there): an idle Celery worker must
+not hold the cluster's cores. The session is rebuilt when the Spark settings change or when
+Spark stopped it (e.g. after losing its master).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _session = None
+_session_key = None
 _pid = None
+_jobs_running = 0
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def is_local_master(master: str) -> bool:
+    """True for masters that run every executor on this machine (``local``, ``local[4]``...)."""
+    return master == "local" or master.startswith(("local[", "local-cluster["))
+
+
+def runs_beyond_this_process() -> bool:
+    """True when Spark reads the landing zone from other processes or machines."""
+    return bool(settings.SPARK_REMOTE) or not is_local_master(settings.SPARK_MASTER)
+
+
+def stop_after_job() -> bool:
+    """Whether the process session is stopped when its last running job ends."""
+    if settings.SPARK_STOP_AFTER_JOB is not None:
+        return settings.SPARK_STOP_AFTER_JOB
+    return runs_beyond_this_process()
 
 
 def get_spark():
-    """The process-wide SparkSession, made on first call (thread-safe)."""
-    global _session, _pid
+    """The process-wide SparkSession for the current settings, made on first call (thread-safe).
+
+    A session made for other settings, or one Spark has stopped, is replaced.
+    Raises ``ConnectionError`` when the cluster master or Connect server does not answer.
+    """
     with _lock:
-        if _session is None or _pid != os.getpid():
-            _session = _build()
-            _pid = os.getpid()
-        return _session
+        return _current()
+
+
+@contextmanager
+def spark_job() -> Iterator:
+    """A session for one job, with temp views of its own.
+
+    When the job ends, a Connect session is released; the process session is stopped if
+    ``stop_after_job()`` and no other job of this process is running.
+    """
+    global _jobs_running
+    with _lock:
+        root = None if settings.SPARK_REMOTE else _current()
+        _jobs_running += 1
+    try:
+        if settings.SPARK_REMOTE:
+            _check_can_start()
+            session = _connect_builder().create()
+        else:
+            session = root.newSession()
+            for key, value in _conf().items():
+                if key.startswith("spark.sql."):
+                    session.conf.set(key, value)
+        try:
+            yield session
+        finally:
+            if settings.SPARK_REMOTE:
+                session.stop()
+    finally:
+        with _lock:
+            _jobs_running -= 1
+            if _jobs_running == 0 and stop_after_job():
+                _stop_current()
 
 
 def warm_up() -> threading.Thread:
     """Starts the session in the background; the returned thread ends when it is ready."""
-    thread = threading.Thread(target=get_spark, name="spark-warm-up", daemon=True)
+    thread = threading.Thread(target=_warm_up, name="spark-warm-up", daemon=True)
     thread.start()
     return thread
 
 
 def stop_spark() -> None:
-    global _session
     with _lock:
-        if _session is not None:
+        _stop_current()
+
+
+def _warm_up() -> None:
+    try:
+        get_spark()
+    except Exception as exc:  # noqa: BLE001 - the job itself reports the failure on its run
+        log.warning("Spark warm-up failed: %s", exc)
+
+
+def _current():
+    global _session, _session_key, _pid
+    key = (settings.SPARK_REMOTE, settings.SPARK_MASTER, tuple(sorted(_conf().items())))
+    if _session is not None and _pid != os.getpid():
+        _session = None  # made by the parent before a fork: not ours to stop
+    if _session is not None and (_session_key != key or _is_stopped(_session)):
+        _stop_current()
+    if _session is None:
+        _session = _build()
+        _session_key, _pid = key, os.getpid()
+    return _session
+
+
+def _stop_current() -> None:
+    global _session
+    if _session is not None and _pid == os.getpid():
+        try:
             _session.stop()
-            _session = None
+        except Exception as exc:  # noqa: BLE001 - a dead session is dropped all the same
+            log.warning("stopping the Spark session failed: %s", exc)
+    _session = None
 
 
-def _build():
-    from pyspark.sql import SparkSession
+def _is_stopped(session) -> bool:
+    if settings.SPARK_REMOTE and hasattr(session, "is_stopped"):
+        return session.is_stopped
+    context = getattr(session, "_sc", None)
+    return context is None or context._jsc is None or context._jsc.sc().isStopped()
 
-    builder = SparkSession.builder.appName("activedataflow")
-    if settings.SPARK_REMOTE:
-        builder = builder.remote(settings.SPARK_REMOTE)
-    else:
-        builder = builder.master(settings.SPARK_MASTER)
-        builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+
+def _conf() -> dict[str, str]:
     conf = {
         # A transform may read only the view it is given, never a path of its choosing.
         "spark.sql.runSQLOnFiles": "false",
@@ -58,9 +153,77 @@ def _build():
         "spark.sql.sources.partitionOverwriteMode": "static",
         **settings.SPARK_CONF,
     }
-    for key, value in conf.items():
+    if runs_beyond_this_process() and not settings.SPARK_REMOTE:
+        if settings.SPARK_CORES_MAX:
+            conf["spark.cores.max"] = settings.SPARK_CORES_MAX
+        if settings.SPARK_EXECUTOR_MEMORY:
+            conf["spark.executor.memory"] = settings.SPARK_EXECUTOR_MEMORY
+    if settings.SPARK_REMOTE:
+        # The Connect server's own launch fixes its driver and executors; a client may set
+        # only SQL options of its session.
+        conf = {k: v for k, v in conf.items() if k.startswith("spark.sql.")}
+    return conf
+
+
+def _build():
+    _check_can_start()
+    if settings.SPARK_REMOTE:
+        return _connect_builder().getOrCreate()
+    from pyspark.sql import SparkSession
+
+    master = settings.SPARK_MASTER
+    builder = SparkSession.builder.appName("activedataflow").master(master)
+    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    for key, value in _conf().items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    if not settings.SPARK_REMOTE:
-        session.sparkContext.setLogLevel("WARN")
+    session.sparkContext.setLogLevel("WARN")
+    log.info("Spark session on %s: application %s", master, session.sparkContext.applicationId)
     return session
+
+
+def _check_can_start() -> None:
+    """The start-up checks again (a Celery worker runs no Django system checks), then the
+    master or Connect server must answer."""
+    from dataflow.checks import landing_errors
+
+    problems = landing_errors()
+    if problems:
+        raise ImproperlyConfigured(" ".join(problems))
+    if settings.SPARK_REMOTE:
+        _check_reachable(settings.SPARK_REMOTE, "Spark Connect server")
+    elif settings.SPARK_MASTER.startswith("spark://"):
+        _check_reachable(settings.SPARK_MASTER, "Spark master")
+
+
+def _connect_builder():
+    # The Connect client's own builder: the classic builder would mark the whole process as
+    # remote (SPARK_CONNECT_MODE_ENABLED) and refuse while a classic context is alive.
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    builder = ConnectSession.builder.remote(settings.SPARK_REMOTE)
+    for key, value in _conf().items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def _check_reachable(url: str, what: str) -> None:
+    """Fails fast when no address of ``url`` accepts a TCP connection.
+
+    Spark itself would retry registering with a dead master for a minute, and a Connect
+    client retries for minutes; a clear error lets the run's retry with backoff take over.
+    """
+    default_port = 15002 if url.startswith("sc://") else 7077
+    errors = []
+    for address in urlsplit(url).netloc.split(","):  # spark://host1:7077,host2:7077 (HA)
+        host, _, port = (
+            address.rpartition(":") if address.rfind(":") > address.rfind("]") else (address, "", "")
+        )
+        try:
+            with socket.create_connection(
+                (host.strip("[]"), int(port or default_port)), timeout=CONNECT_TIMEOUT_S
+            ):
+                return
+        except OSError as exc:
+            errors.append(f"{address}: {exc}")
+    raise ConnectionError(f"{what} {url} is unreachable: {'; '.join(errors)}")

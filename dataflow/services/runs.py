@@ -175,14 +175,20 @@ def _ensure_transform(run: FlowRun) -> None:
     coordinator = coordinator_for(run)
     if coordinator.is_set("transform-lease"):
         return
-    if run.transform_attempts and run.transform_started_at:
-        backoff = min(60, 2**run.transform_attempts)
-        if (timezone.now() - run.transform_started_at).total_seconds() < backoff:
-            return
+    if _in_backoff(run):
+        return
     if coordinator.mark_once("transform-queued", 60_000):
         from dataflow import tasks
 
         tasks.run_transform.delay(run.pk)
+
+
+def _in_backoff(run: FlowRun) -> bool:
+    """True while a failed transform attempt waits before the next (2, 4, 8... s, at most 60)."""
+    if not (run.transform_attempts and run.transform_started_at):
+        return False
+    backoff = min(60, 2**run.transform_attempts)
+    return (timezone.now() - run.transform_started_at).total_seconds() < backoff
 
 
 def transform(*, run_id: int) -> None:
@@ -201,6 +207,9 @@ def transform(*, run_id: int) -> None:
     with coordinator.held_lease("transform-lease", lease_ms) as held:
         if not held:
             return
+        run.refresh_from_db()  # a task queued before the last attempt ended must not skip its backoff
+        if run.status != RunStatus.TRANSFORMING or _in_backoff(run):
+            return
         FlowRun.objects.filter(pk=run.pk).update(
             transform_attempts=run.transform_attempts + 1,
             transform_started_at=timezone.now(),
@@ -214,7 +223,7 @@ def transform(*, run_id: int) -> None:
 
 
 def _run_spark_job(run: FlowRun) -> tuple[int | None, str]:
-    from dataflow.spark import get_spark
+    from dataflow.spark import spark_job
 
     spec = run.spec
     if not run.schema_ddl:
@@ -224,14 +233,16 @@ def _run_spark_job(run: FlowRun) -> tuple[int | None, str]:
         .order_by("split_id", "start_position")
         .values_list("path", flat=True)
     )
-    spark = get_spark()
-    if paths:
-        frame = spark.read.schema(run.schema_ddl).parquet(*paths)
-    else:
-        frame = spark.createDataFrame([], run.schema_ddl)
-    frame.createOrReplaceTempView("source")
-    result = spark.sql(spec["transform_sql"])
-    rows = SINKS[spec["sink_type"]].write(result, spec["sink_config"], run_key=str(run.pk))
+    # A session of its own: its view "source" is not another run's, and on a cluster the
+    # application ends with the job (see dataflow/spark.py).
+    with spark_job() as spark:
+        if paths:
+            frame = spark.read.schema(run.schema_ddl).parquet(*paths)
+        else:
+            frame = spark.createDataFrame([], run.schema_ddl)
+        frame.createOrReplaceTempView("source")
+        result = spark.sql(spec["transform_sql"])
+        rows = SINKS[spec["sink_type"]].write(result, spec["sink_config"], run_key=str(run.pk))
     return rows, ""
 
 

@@ -1,0 +1,279 @@
+"""A flow's transform on a real Spark standalone cluster and through a real Spark Connect
+server, both started from the pyspark package and stopped by pid.
+
+The transform runs in the in-process Celery worker (the pytest process), so the Spark
+settings are switched with the ``settings`` fixture; ``dataflow.spark`` rebuilds its session
+when they change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pyspark
+import pytest
+
+import dataflow.spark
+from dataflow.models import LandedBatch
+from dataflow.services import runs
+from dataflow.services.flows import flow_apply, flow_start
+from tests.helpers import Beat, multiset, read_parquet_rows, run_flow, spec, wait_for_run, write_csv
+
+SPARK_HOME = Path(pyspark.__file__).parent  # the pip package is a Spark distribution
+
+
+def _port(preferred: int | None = None) -> int:
+    """``preferred`` if nothing listens there, else a free port."""
+    for candidate in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return s.getsockname()[1]
+    raise AssertionError("no free port")
+
+
+def _get_json(url: str):
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.load(response)
+
+
+def _wait_until(predicate, *, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except OSError:
+            value = None
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class SparkProcesses:
+    """Spark JVMs started by a test (``spark-class`` ends in ``exec java``), stopped by pid."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, args: list[str]) -> None:
+        env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOCAL_DIRS=str(self.log_dir / "tmp"))
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(
+            args, cwd=self.log_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return
+        proc.send_signal(signal.SIGTERM)  # a worker's shutdown hook stops its executors
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+class StandaloneCluster:
+    """One master and one worker (2 cores, 2 GiB) on loopback, started on demand."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.spark = SparkProcesses(log_dir)
+        self.work_dir = log_dir / "work"
+        self.port = _port(7077)
+        self.webui_port = _port(8080)
+        self.url = f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return "master" in self.spark.procs
+
+    def status(self) -> dict:
+        return _get_json(f"http://127.0.0.1:{self.webui_port}/json/")
+
+    def start(self) -> None:
+        if self.running:
+            return
+        spark_class = str(SPARK_HOME / "bin" / "spark-class")
+        self.spark.start(
+            "master",
+            [spark_class, "org.apache.spark.deploy.master.Master",
+             "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)],
+        )  # fmt: skip
+        # The worker starts once the master answers: a worker that finds no master waits
+        # 5-15 s before it tries again.
+        _wait_until(self.status, timeout=60, what="the Spark master")
+        self.spark.start(
+            "worker",
+            [spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
+             "--host", "127.0.0.1", "--webui-port", str(_port()),
+             "--cores", "2", "--memory", "2g", "--work-dir", str(self.work_dir)],
+        )  # fmt: skip
+        _wait_until(lambda: self.status()["aliveworkers"] == 1, timeout=60, what="the Spark worker")
+
+    def stop(self) -> None:
+        self.spark.stop("worker")
+        self.spark.stop("master")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture()
+def on_cluster(cluster, dirs, settings):
+    settings.SPARK_MASTER = cluster.url
+    settings.SPARK_EXECUTOR_MEMORY = "512m"
+    settings.SPARK_CORES_MAX = "2"
+    settings.DATAFLOW_LANDING_SHARED = True  # one machine: the landing root is the same path
+    yield cluster
+    dataflow.spark.stop_spark()
+
+
+def _sources(dirs) -> list[tuple]:
+    sent = []
+    for i in range(3):
+        sent += write_csv(dirs.data / f"part-{i}.csv", range(i * 300, i * 300 + 300))
+    return sent
+
+
+def _flow(name: str, dirs) -> dict:
+    return spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=2, batch_size=100)
+
+
+def test_master_down_when_the_job_starts_fails_the_attempt_and_a_retry_succeeds(worker, dirs, on_cluster):
+    cluster = on_cluster
+    cluster.stop()  # nothing listens on the master's port
+    sent = _sources(dirs)
+    flow, _ = flow_apply(spec=_flow("master-down", dirs))
+
+    with Beat():
+        run = flow_start(flow=flow)
+        _wait_until(
+            lambda: run.refresh_from_db() or run.transform_attempts >= 1 and "unreachable" in run.message,
+            timeout=60,
+            what="the first transform attempt to fail",
+        )
+    # No beat now: nothing queues the next attempt while the master starts.
+
+    assert run.status == "transforming"
+    assert run.transform_attempts < runs.MAX_TRANSFORM_ATTEMPTS
+    assert run.message.startswith(
+        f"transform attempt failed, will retry: Spark master {cluster.url} is unreachable: "
+    ), run.message
+    batches = list(LandedBatch.objects.filter(split__run=run))
+    assert batches and all(Path(b.path).is_file() for b in batches)
+    assert multiset(row for b in batches for row in read_parquet_rows(Path(b.path))) == multiset(sent)
+
+    cluster.start()
+    with Beat():
+        run = wait_for_run(run, timeout=150)
+
+    assert run.status == "succeeded", run.message
+    assert run.transform_attempts >= 2
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+
+
+def test_flow_runs_on_a_standalone_cluster_and_its_application_ends(worker, dirs, on_cluster):
+    cluster = on_cluster
+    cluster.start()
+    before = {app["id"] for app in cluster.status()["completedapps"]}
+    sent = _sources(dirs)
+
+    run = run_flow(_flow("on-cluster", dirs), timeout=150)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    # The session was stopped after the job, so the master lists the application as finished.
+    status = _wait_until(
+        lambda: (s := cluster.status()) and not s["activeapps"] and s,
+        timeout=20,
+        what="the application to finish",
+    )
+    apps = [app for app in status["completedapps"] if app["id"] not in before]
+    assert [(app["name"], app["state"]) for app in apps] == [("activedataflow", "FINISHED")]
+    # ...and its executor ran on the cluster's worker.
+    assert list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
+
+
+@contextmanager
+def connect_server(log_dir: Path):
+    """A Spark Connect server (local[2]) from the pyspark package, stopped by pid."""
+    spark = SparkProcesses(log_dir)
+    port, ui_port = _port(15002), _port()
+    spark.start(
+        "connect",
+        [str(SPARK_HOME / "bin" / "spark-submit"),
+         "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+         "--master", "local[2]", "--driver-memory", "1g",
+         "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+         "--conf", f"spark.connect.grpc.binding.port={port}",
+         "--conf", f"spark.ui.port={ui_port}"],
+    )  # fmt: skip
+    try:
+        _wait_until(
+            lambda: "Spark Connect server started" in spark.log("connect"),
+            timeout=90,
+            what="the Spark Connect server",
+        )
+        yield f"sc://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}/api/v1"
+    finally:
+        spark.close()
+
+
+def test_flow_runs_through_spark_connect(worker, dirs, settings, monkeypatch, tmp_path_factory):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    sessions = []
+    spark_job = dataflow.spark.spark_job
+
+    @contextmanager
+    def recording_spark_job():
+        with spark_job() as session:
+            sessions.append(session)
+            yield session
+
+    monkeypatch.setattr(dataflow.spark, "spark_job", recording_spark_job)
+    sent = _sources(dirs)
+
+    with connect_server(tmp_path_factory.mktemp("spark-connect")) as (remote, api):
+        settings.SPARK_REMOTE = remote
+        settings.DATAFLOW_LANDING_SHARED = True
+        run = run_flow(_flow("via-connect", dirs), timeout=150)
+
+        assert run.status == "succeeded", run.message
+        assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+        assert len(sessions) == 1 and isinstance(sessions[0], ConnectSession)
+        assert sessions[0].is_stopped  # released on the server after the job
+        # The server ran the write, for this client session, into the sink's staging directory.
+        (app,) = _get_json(f"{api}/applications")
+        executions = _get_json(f"{api}/applications/{app['id']}/sql?details=false")
+        writes = [
+            e
+            for e in executions
+            if sessions[0].session_id in e["description"]
+            and f".sink.staging-{run.pk}" in e["planDescription"]
+        ]
+        assert writes and all(e["status"] == "COMPLETED" for e in writes)
