@@ -1,0 +1,236 @@
+"""Coordination benchmark: 100,000 splits, 200 simulated readers, real Redis and PostgreSQL.
+
+``python bench/coordination.py`` (needs DATABASE_URL to a PostgreSQL database and REDIS_URL;
+defaults: postgres://postgres@127.0.0.1:5432/adf_bench and redis://127.0.0.1:6379/12)
+creates a flow over the sequence source with 100,000 splits and starts a run. One process
+drives the enumerator ticks (the real ``enumerator_tick`` with the flow's source, the Redis
+``RunCoordinator`` and the database ``DjangoRunStore``); reader processes run 200 reader
+threads that register, request splits, heartbeat, and finish each split they are given
+through the store's fenced commit, as real readers do, without reading data. Midway,
+20 readers "crash" holding a split (they stop heartbeating), and the ticks must return
+their splits once the leases lapse.
+
+It checks that every split was finished exactly once, then prints as its last line:
+``assignments_per_s=<n> enumerator_tick_s=<s> splits=100000 readers=200``
+where ``assignments_per_s`` = assignments / wall time from the first request to the last
+finish, and ``enumerator_tick_s`` is the slowest tick seen at that size (p50 and the
+lease-expiry tick are printed too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import resource
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/adf_bench")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
+os.environ.setdefault("DATAFLOW_READER_LEASE_SECONDS", "3")
+os.environ["DATAFLOW_LOG_LEVEL"] = "WARNING"
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+
+
+def reader_process(run_id: int, subtasks: list[int], crash: set[int], finished_q) -> None:
+    """Runs one thread per subtask; returns how many splits it finished to ``finished_q``."""
+    setup_django()
+    from django.db import connection
+
+    from connectors.sequence.split import NumberRangeSerializer
+    from dataflow.models import FlowRun
+    from dataflow.services.runs import coordinator_for
+    from dataflow.store import DjangoRunStore
+
+    run = FlowRun.objects.get(pk=run_id)
+    serializer = NumberRangeSerializer()
+    counts = []
+
+    def reader(subtask: int) -> None:
+        coordinator, store = coordinator_for(run), DjangoRunStore(run)
+        done = 0
+        crashed = subtask in crash
+        token = None
+        while token is None:  # a replacement waits for the crashed instance's lease to lapse
+            token = coordinator.acquire_reader(subtask, None, f"bench:{os.getpid()}")
+            if token is None:
+                time.sleep(0.2)
+        try:
+            while not coordinator.no_more_splits(subtask, token):
+                coordinator.request_split(subtask)
+                coordinator.wait_assigned(subtask, 1.0)
+                coordinator.heartbeat(subtask, token)
+                for payload, position in store.owned_splits(subtask, token):
+                    split = serializer.deserialize(payload)
+                    if crashed and done >= 100:
+                        return  # holds this split and goes silent: its lease must lapse
+                    ok = store.commit_batch(
+                        split.split_id,
+                        token,
+                        start=position,
+                        end=split.end,
+                        landed_path=None,
+                        records=split.end - position,
+                        bad_records=[],
+                        finished=True,
+                    )
+                    done += ok
+        finally:
+            counts.append(done)
+            connection.close()
+
+    def crashed_then_replaced(subtask: int) -> None:
+        reader(subtask)  # crashes after 100 splits
+        crash.discard(subtask)
+        reader(subtask)  # a new instance takes the subtask once the lease has lapsed
+
+    threads = [
+        threading.Thread(target=crashed_then_replaced if s in crash else reader, args=(s,)) for s in subtasks
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    finished_q.put(sum(counts))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--splits", type=int, default=100_000)
+    parser.add_argument("--readers", type=int, default=200)
+    parser.add_argument(
+        "--processes", type=int, default=4, help="reader processes (threads split among them)"
+    )
+    parser.add_argument("--crashes", type=int, default=20)
+    args = parser.parse_args()
+
+    ensure_database()
+    setup_django()
+    from django.core.management import call_command
+    from django.db import transaction
+
+    call_command("migrate", verbosity=0)
+    from dataflow.models import DataFlow, FlowRun, Split, SplitStatus
+    from dataflow.redis_client import get_redis
+    from dataflow.services.flows import flow_apply, flow_start
+    from dataflow.services.runs import _source_for, coordinator_for
+    from dataflow.store import DjangoRunStore
+    from source_support.runtime import enumerator_tick
+
+    get_redis().flushdb()
+    DataFlow.objects.filter(name="bench-coordination").delete()
+    flow, _ = flow_apply(
+        spec={
+            "flow": {"name": "bench-coordination", "parallelism": args.readers, "batch_size": 1000},
+            "source": {"type": "sequence", "count": args.splits * 10, "splits": args.splits},
+            "transform": {"sql": "SELECT * FROM source"},
+            "sink": {"type": "parquet", "path": "out/bench-coordination"},
+        }
+    )
+    run = flow_start(flow=flow)
+    source, coordinator, store = _source_for(run), coordinator_for(run), DjangoRunStore(run)
+
+    crash = set(range(0, args.readers, max(1, args.readers // max(1, args.crashes))))
+    crash = set(sorted(crash)[: args.crashes])
+    per_process = [list(range(args.readers))[i :: args.processes] for i in range(args.processes)]
+    finished_q = mp.get_context("spawn").Queue()
+    procs = [
+        mp.get_context("spawn").Process(
+            target=reader_process, args=(run.pk, subtasks, crash & set(subtasks), finished_q)
+        )
+        for subtasks in per_process
+    ]
+    for p in procs:
+        p.start()
+
+    ticks: list[float] = []
+    expiry_ticks: list[float] = []
+    assigned = 0
+    rss_samples = []
+    started = wall = None
+    while any(p.is_alive() for p in procs):
+        began = time.perf_counter()
+        result = enumerator_tick(
+            source=source,
+            coordinator=coordinator,
+            store=store,
+            parallelism=args.readers,
+            atomic=transaction.atomic,
+        )
+        took = time.perf_counter() - began
+        if result is None:
+            continue
+        if result.assigned and started is None:
+            started = began
+        if wall is None:  # after the last finish, ticks only tell readers there is no more
+            assigned += result.assigned
+            ticks.append(took)
+            if len(result.live) < args.readers and started is not None:
+                expiry_ticks.append(took)
+            rss_samples.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+            if (
+                result.exhausted
+                and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists()
+            ):
+                wall = time.perf_counter() - started
+        if not result.assigned:
+            time.sleep(0.002)
+    finished = sum(finished_q.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+
+    splits = Split.objects.filter(run=run)
+    total, done = splits.count(), splits.filter(status=SplitStatus.FINISHED).count()
+    from dataflow.models import Assignment
+
+    expired = Assignment.objects.filter(split__run=run, outcome="expired").count()
+    print(f"splits finished: {done}/{args.splits} (rows {total}); commits by readers: {finished}")
+    print(f"assignments: {assigned} (expired leases returned: {expired}) in {wall:.2f}s")
+    print(
+        f"ticks: {len(ticks)}, p50 {statistics.median(ticks) * 1000:.1f} ms, "
+        f"max {max(ticks) * 1000:.1f} ms; ticks while readers were missing: {len(expiry_ticks)}, "
+        f"max {max(expiry_ticks, default=0) * 1000:.1f} ms"
+    )
+    print(
+        f"tick process max RSS: first tick {rss_samples[0] // 1024} MiB, last {rss_samples[-1] // 1024} MiB"
+    )
+    if done != args.splits or total != args.splits or finished != args.splits:
+        sys.exit(f"FAILED: {done} finished of {args.splits}, {finished} commits")
+    FlowRun.objects.filter(pk=run.pk).update(status="stopped")
+    print(
+        f"assignments_per_s={assigned / wall:.0f} enumerator_tick_s={max(ticks):.3f} "
+        f"splits={args.splits} readers={args.readers}"
+    )
+
+
+def ensure_database() -> None:
+    """Creates the benchmark's PostgreSQL database if it is missing."""
+    import dj_database_url
+    import psycopg
+
+    db = dj_database_url.parse(os.environ["DATABASE_URL"])
+    if "postgresql" not in db["ENGINE"]:
+        sys.exit("bench/coordination.py measures PostgreSQL: set DATABASE_URL to a postgres:// URL")
+    admin = psycopg.connect(
+        host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", autocommit=True
+    )
+    exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone()
+    if not exists:
+        admin.execute(f'CREATE DATABASE "{db["NAME"]}"')
+    admin.close()
+
+
+if __name__ == "__main__":
+    main()
