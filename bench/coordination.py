@@ -7,7 +7,7 @@ drives the enumerator ticks (the real ``enumerator_tick`` with the flow's source
 ``RunCoordinator`` and the database ``DjangoRunStore``); reader processes run 200 reader
 threads that register, request splits, heartbeat, and finish each split they are given
 through the store's fenced commit, as real readers do, without reading data. Midway,
-20 readers "crash" holding a split (they stop heartbeating), and the ticks must return
+20 readers "crash" holding a split after their third (they stop heartbeating), and the ticks must return
 their splits once the leases lapse.
 
 It checks that every split was finished exactly once, then prints as its last line:
@@ -44,8 +44,9 @@ def setup_django() -> None:
     django.setup()
 
 
-def reader_process(run_id: int, subtasks: list[int], crash: set[int], finished_q) -> None:
-    """Runs one thread per subtask; returns how many splits it finished to ``finished_q``."""
+def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: int, finished_q) -> None:
+    """Simulates ``subtasks`` readers on ``threads`` threads (each thread steps through its
+    readers in turn), so 200 readers need no 200 database connections."""
     setup_django()
     from django.db import connection
 
@@ -58,50 +59,59 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], finished_q
     serializer = NumberRangeSerializer()
     counts = []
 
-    def reader(subtask: int) -> None:
+    class Reader:
+        def __init__(self, subtask: int) -> None:
+            self.subtask, self.token, self.done, self.finished = subtask, None, 0, False
+            self.crashes = subtask in crash
+            self.requested_at = 0.0
+
+        def step(self, coordinator, store) -> None:
+            if self.token is None:  # a replacement waits for a crashed instance's lease to lapse
+                self.token = coordinator.acquire_reader(self.subtask, None, f"bench:{os.getpid()}")
+                return
+            if coordinator.no_more_splits(self.subtask, self.token):
+                self.finished = True
+                return
+            coordinator.heartbeat(self.subtask, self.token)
+            coordinator.wait_assigned(self.subtask, 0)
+            owned = store.owned_splits(self.subtask, self.token)
+            if not owned and time.monotonic() - self.requested_at > 1.0:
+                coordinator.request_split(self.subtask)
+                self.requested_at = time.monotonic()
+            for payload, position in owned:
+                split = serializer.deserialize(payload)
+                if self.crashes and self.done >= 3:
+                    self.crashes, self.token = False, None  # goes silent holding the split
+                    return
+                self.done += store.commit_batch(
+                    split.split_id,
+                    self.token,
+                    start=position,
+                    end=split.end,
+                    landed_path=None,
+                    records=split.end - position,
+                    bad_records=[],
+                    finished=True,
+                )
+                self.requested_at = 0.0
+
+    def loop(readers: list[Reader]) -> None:
         coordinator, store = coordinator_for(run), DjangoRunStore(run)
-        done = 0
-        crashed = subtask in crash
-        token = None
-        while token is None:  # a replacement waits for the crashed instance's lease to lapse
-            token = coordinator.acquire_reader(subtask, None, f"bench:{os.getpid()}")
-            if token is None:
-                time.sleep(0.2)
         try:
-            while not coordinator.no_more_splits(subtask, token):
-                coordinator.request_split(subtask)
-                coordinator.wait_assigned(subtask, 1.0)
-                coordinator.heartbeat(subtask, token)
-                for payload, position in store.owned_splits(subtask, token):
-                    split = serializer.deserialize(payload)
-                    if crashed and done >= 100:
-                        return  # holds this split and goes silent: its lease must lapse
-                    ok = store.commit_batch(
-                        split.split_id,
-                        token,
-                        start=position,
-                        end=split.end,
-                        landed_path=None,
-                        records=split.end - position,
-                        bad_records=[],
-                        finished=True,
-                    )
-                    done += ok
+            while not all(r.finished for r in readers):
+                for reader in readers:
+                    if not reader.finished:
+                        reader.step(coordinator, store)
+                time.sleep(0.001)
         finally:
-            counts.append(done)
+            counts.append(sum(r.done for r in readers))
             connection.close()
 
-    def crashed_then_replaced(subtask: int) -> None:
-        reader(subtask)  # crashes after 100 splits
-        crash.discard(subtask)
-        reader(subtask)  # a new instance takes the subtask once the lease has lapsed
-
-    threads = [
-        threading.Thread(target=crashed_then_replaced if s in crash else reader, args=(s,)) for s in subtasks
-    ]
-    for t in threads:
+    readers = [Reader(s) for s in subtasks]
+    workers = [threading.Thread(target=loop, args=(readers[i::threads],)) for i in range(threads)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
     finished_q.put(sum(counts))
 
@@ -114,6 +124,7 @@ def main() -> None:
         "--processes", type=int, default=4, help="reader processes (threads split among them)"
     )
     parser.add_argument("--crashes", type=int, default=20)
+    parser.add_argument("--threads", type=int, default=8, help="threads per reader process")
     args = parser.parse_args()
 
     ensure_database()
@@ -148,7 +159,7 @@ def main() -> None:
     finished_q = mp.get_context("spawn").Queue()
     procs = [
         mp.get_context("spawn").Process(
-            target=reader_process, args=(run.pk, subtasks, crash & set(subtasks), finished_q)
+            target=reader_process, args=(run.pk, subtasks, crash & set(subtasks), args.threads, finished_q)
         )
         for subtasks in per_process
     ]
