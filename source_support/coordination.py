@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -322,7 +321,3 @@ class RedisReaderContext(SourceReaderContext):
     def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
         self.coordinator.send_event("enumerator", event, origin=self._subtask)
         self.on_split_request()
-
-
-def monotonic_deadline(seconds: float) -> float:
-    return time.monotonic() + seconds
