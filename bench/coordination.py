@@ -69,12 +69,12 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
             if self.token is None:  # a replacement waits for a crashed instance's lease to lapse
                 self.token = coordinator.acquire_reader(self.subtask, None, f"bench:{os.getpid()}")
                 return
-            if coordinator.no_more_splits(self.subtask, self.token):
-                self.finished = True
-                return
             coordinator.heartbeat(self.subtask, self.token)
             coordinator.wait_assigned(self.subtask, 0)
             owned = store.owned_splits(self.subtask, self.token)
+            if not owned and coordinator.no_more_splits(self.subtask, self.token):
+                self.finished = True
+                return
             if not owned and time.monotonic() - self.requested_at > 1.0:
                 coordinator.request_split(self.subtask)
                 self.requested_at = time.monotonic()
@@ -198,6 +198,8 @@ def main() -> None:
                 wall = time.perf_counter() - started
         if not result.assigned:
             time.sleep(0.002)
+    if wall is None:
+        sys.exit("FAILED: the readers stopped before every split was finished")
     finished = sum(finished_q.get(timeout=60) for _ in procs)
     for p in procs:
         p.join(timeout=60)

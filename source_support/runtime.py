@@ -227,6 +227,9 @@ def reader_slice(
                 return report
             if not reader.has_splits():
                 if coordinator.no_more_splits(subtask, token):
+                    adopt()  # a split assigned before the signal may not be adopted yet
+                    if reader.has_splits():
+                        continue
                     reader.notify_no_more_splits()
                     coordinator.release_reader(subtask, token, done=True)
                     report.outcome = SliceOutcome.DONE
