@@ -19,13 +19,6 @@ from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run,
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture()
-def fleet(dirs, tmp_path):
-    fleet = Fleet(tmp_path)
-    yield fleet
-    fleet.close()
-
-
 def _source(dirs, files: int = 60, rows: int = 4000) -> list[tuple]:
     sent = []
     for i in range(files):

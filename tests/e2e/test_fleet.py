@@ -12,17 +12,9 @@ import pytest
 
 from dataflow.models import Assignment, FlowRun
 from dataflow.services.flows import flow_apply, flow_start
-from tests.e2e.fleet import Fleet
 from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture()
-def fleet(dirs, tmp_path):
-    fleet = Fleet(tmp_path)
-    yield fleet
-    fleet.close()
 
 
 def _files(directory, count: int, rows: int, first_id: int) -> list[tuple]:
