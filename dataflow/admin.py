@@ -49,18 +49,12 @@ class DataFlowForm(forms.ModelForm):
         return cleaned
 
 
+RUN_COLUMNS = ["id", "status", "records_read", "errors_count", "rows_written", "started_at", "finished_at"]
+
+
 class RunInline(admin.TabularInline):
     model = FlowRun
-    fields = [
-        "id",
-        "status",
-        "records_read",
-        "errors_count",
-        "rows_written",
-        "started_at",
-        "finished_at",
-        "message",
-    ]
+    fields = [*RUN_COLUMNS, "message"]
     readonly_fields = fields
     extra = 0
     can_delete = False
@@ -112,16 +106,7 @@ class SplitInline(admin.TabularInline):
 
 @admin.register(FlowRun)
 class FlowRunAdmin(admin.ModelAdmin):
-    list_display = [
-        "id",
-        "flow",
-        "status",
-        "records_read",
-        "errors_count",
-        "rows_written",
-        "started_at",
-        "finished_at",
-    ]
+    list_display = [RUN_COLUMNS[0], "flow", *RUN_COLUMNS[1:]]
     list_filter = ["status", "flow"]
     readonly_fields = [f.name for f in FlowRun._meta.fields]
     inlines = [SplitInline]

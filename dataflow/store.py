@@ -81,9 +81,13 @@ class DjangoRunStore:
 
     def owned_splits(self, subtask: int, token: str) -> list[tuple[dict[str, Any], int]]:
         rows = Split.objects.filter(run=self.run, owner_token=token, status=SplitStatus.ASSIGNED).values_list(
-            "payload", "position"
+            "pk", "split_id", "payload", "position"
         )
-        return list(rows)
+        owned = []
+        for pk, split_id, payload, position in rows:
+            self._pks[split_id] = pk  # commit_batch needs it; saves a lookup per split
+            owned.append((payload, position))
+        return owned
 
     def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[tuple[dict[str, Any], int]]]:
         stale = Split.objects.filter(run=self.run, status=SplitStatus.ASSIGNED).exclude(

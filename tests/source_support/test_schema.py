@@ -74,48 +74,29 @@ def test_parse_ddl_refuses_names_that_differ_only_in_case():
         parse_ddl("id INT, ID STRING")
 
 
-@pytest.mark.parametrize("ddl", ["", "   ", "\n"])
-def test_parse_ddl_refuses_an_empty_schema(ddl):
+@pytest.mark.parametrize(
+    ("ddl", "fragments"),
+    [
+        ("", ["empty"]),
+        ("   ", ["empty"]),
+        ("\n", ["empty"]),
+        ("id BIGINT, payload BLOB", ["'payload'", "'BLOB'"]),
+        ("id INT(5)", ["'id'"]),
+        ("id", ["expected 'name TYPE'"]),
+        ("id BIGINT NOT NULL", ["expected 'name TYPE'"]),
+        ("1id INT", ["expected 'name TYPE'"]),
+        ("x DECIMAL(39, 2)", ["'x'"]),
+        ("x DECIMAL(0)", ["'x'"]),
+        ("x DECIMAL(5, 6)", ["'x'"]),
+    ],
+)
+def test_parse_ddl_refuses_bad_ddl_naming_the_field_and_the_column(ddl, fragments):
     with pytest.raises(ConfigError) as excinfo:
         parse_ddl(ddl)
 
     assert excinfo.value.field == "format.schema"
-    assert "empty" in excinfo.value.reason
-
-
-def test_parse_ddl_refuses_an_unknown_type_naming_the_column():
-    with pytest.raises(ConfigError) as excinfo:
-        parse_ddl("id BIGINT, payload BLOB")
-
-    assert excinfo.value.field == "format.schema"
-    assert "'payload'" in excinfo.value.reason
-    assert "'BLOB'" in excinfo.value.reason
-
-
-def test_parse_ddl_refuses_a_length_on_a_type_that_has_none():
-    with pytest.raises(ConfigError) as excinfo:
-        parse_ddl("id INT(5)")
-
-    assert excinfo.value.field == "format.schema"
-    assert "'id'" in excinfo.value.reason
-
-
-@pytest.mark.parametrize("ddl", ["id", "id BIGINT NOT NULL", "1id INT"])
-def test_parse_ddl_refuses_a_column_it_cannot_read(ddl):
-    with pytest.raises(ConfigError) as excinfo:
-        parse_ddl(ddl)
-
-    assert excinfo.value.field == "format.schema"
-    assert "expected 'name TYPE'" in excinfo.value.reason
-
-
-@pytest.mark.parametrize("ddl", ["x DECIMAL(39, 2)", "x DECIMAL(0)", "x DECIMAL(5, 6)"])
-def test_parse_ddl_refuses_a_decimal_spark_cannot_hold(ddl):
-    with pytest.raises(ConfigError) as excinfo:
-        parse_ddl(ddl)
-
-    assert excinfo.value.field == "format.schema"
-    assert "'x'" in excinfo.value.reason
+    for fragment in fragments:
+        assert fragment in excinfo.value.reason
 
 
 def test_parse_ddl_refuses_repeated_column_names_naming_them():
