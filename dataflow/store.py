@@ -6,11 +6,14 @@ lapsed and whose split went to another reader can no longer move that split's po
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from dataflow.models import (
@@ -22,7 +25,8 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
-from source_support.api import BadRecord
+from source_support.coordination import AssignedSplit
+from source_support.runtime import BatchCommit
 
 log = logging.getLogger(__name__)
 
@@ -30,87 +34,97 @@ log = logging.getLogger(__name__)
 class DjangoRunStore:
     def __init__(self, run: FlowRun) -> None:
         self.run = run
-        self._pks: dict[str, int] = {}
 
     def record_assignments(
         self,
-        assignments: dict[int, list[tuple[str, dict[str, Any], int]]],
+        assignments: dict[int, list[AssignedSplit]],
         tokens: dict[int, str],
-        locations: dict[int, str] | None = None,
-    ) -> None:
+        locations: dict[int, str],
+    ) -> dict[int, list[AssignedSplit]]:
         """Creates or takes back the splits and records one Assignment each, in bulk.
 
         Only a new split or one that came back (UNASSIGNED) is assigned: the database's
         checkpoint, never the enumerator's copy of a split, says where reading goes on.
         """
-        locations = locations or {}
-        wanted = {
-            split_id: (subtask, payload, position)
-            for subtask, rows in assignments.items()
-            for split_id, payload, position in rows
-        }
+        wanted = {row[0]: (subtask, row) for subtask, rows in assignments.items() for row in rows}
         if not wanted:
-            return
-        known = Split.objects.select_for_update().filter(run=self.run, split_id__in=list(wanted))
-        existing = {split.split_id: split for split in known}
-        fresh, returned = [], []
-        for split_id, (subtask, payload, position) in wanted.items():
-            split = existing.get(split_id)
-            if split is None:
-                split = Split(run=self.run, split_id=split_id, payload=payload, position=position)
-                fresh.append(split)
-            elif split.status == SplitStatus.UNASSIGNED:
-                returned.append(split)
-            else:
-                log.error("split %s is %s; not assigned again", split_id, split.status)
-                continue
-            split.status = SplitStatus.ASSIGNED
-            split.owner_subtask, split.owner_token = subtask, tokens[subtask]
-        Split.objects.bulk_create(fresh)
-        Split.objects.bulk_update(returned, ["status", "owner_subtask", "owner_token"])
-        Assignment.objects.bulk_create(
-            Assignment(
-                split=split,
-                subtask=split.owner_subtask,
-                reader_token=split.owner_token,
-                reader_location=locations.get(split.owner_subtask, ""),
-                start_position=split.position,
-            )
-            for split in fresh + returned
+            return {}
+        rows = json.dumps(
+            [
+                {"split_id": split_id, "payload": payload, "position": position}
+                | {"subtask": subtask, "token": tokens[subtask]}
+                for subtask, (split_id, payload, position) in wanted.values()
+            ]
         )
+        table, now = Split._meta.db_table, _now()
+        with connection.cursor() as cursor:
+            # New splits are inserted; a split that exists is skipped here...
+            cursor.execute(
+                f"INSERT INTO {table} (run_id, split_id, payload, position, status, owner_subtask,"
+                " owner_token, records_read, errors_count, error, updated_at)"
+                f" SELECT %s, v.split_id, v.payload, v.position, '{SplitStatus.ASSIGNED}', v.subtask,"
+                f" v.token, 0, 0, '', %s FROM {_json_rows(_ASSIGNED_COLUMNS)} AS v WHERE true"
+                " ON CONFLICT (run_id, split_id) DO NOTHING RETURNING id, split_id, position",
+                [self.run.pk, now, rows],
+            )
+            assigned = cursor.fetchall()
+            # ... and taken back only if it came back from a reader (UNASSIGNED).
+            if len(assigned) < len(wanted):
+                cursor.execute(
+                    f"UPDATE {table} SET status = '{SplitStatus.ASSIGNED}', owner_subtask = v.subtask,"
+                    f" owner_token = v.token, updated_at = %s FROM {_json_rows(_ASSIGNED_COLUMNS)} AS v"
+                    f" WHERE run_id = %s AND {table}.split_id = v.split_id"
+                    f" AND status = '{SplitStatus.UNASSIGNED}' RETURNING id, {table}.split_id, {table}.position",
+                    [now, rows, self.run.pk],
+                )
+                assigned += cursor.fetchall()
+            if len(assigned) < len(wanted):
+                refused = set(wanted) - {split_id for _, split_id, _ in assigned}
+                log.error("splits out with a reader or ended, not assigned again: %s", sorted(refused)[:10])
+            out: dict[int, list[AssignedSplit]] = {}
+            journal = []
+            for pk, split_id, position in assigned:
+                subtask, (_, payload, _) = wanted[split_id]
+                out.setdefault(subtask, []).append((split_id, payload, position))
+                journal.append(
+                    {"split": pk, "subtask": subtask, "token": tokens[subtask]}
+                    | {"location": locations.get(subtask, ""), "position": position}
+                )
+            cursor.execute(
+                f"INSERT INTO {Assignment._meta.db_table} (split_id, subtask, reader_token,"
+                " reader_location, start_position, outcome, assigned_at)"
+                f" SELECT v.split, v.subtask, v.token, v.location, v.position, '{AssignmentOutcome.ACTIVE}', %s"
+                f" FROM {_json_rows(_JOURNAL_COLUMNS)} AS v",
+                [now, json.dumps(journal)],
+            )
+        return out
 
-    def owned_splits(self, subtask: int, token: str) -> list[tuple[dict[str, Any], int]]:
-        rows = Split.objects.filter(run=self.run, owner_token=token, status=SplitStatus.ASSIGNED).values_list(
-            "pk", "split_id", "payload", "position"
-        )
-        owned = []
-        for pk, split_id, payload, position in rows:
-            self._pks[split_id] = pk  # commit_batch needs it; saves a lookup per split
-            owned.append((payload, position))
-        return owned
+    def owned_splits(self, subtask: int, token: str) -> list[AssignedSplit]:
+        rows = Split.objects.filter(run=self.run, owner_token=token, status=SplitStatus.ASSIGNED)
+        return list(rows.values_list("split_id", "payload", "position"))
 
-    def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[tuple[dict[str, Any], int]]]:
-        stale = Split.objects.filter(run=self.run, status=SplitStatus.ASSIGNED).exclude(
-            owner_token__in=list(live.values())
+    def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[AssignedSplit]]:
+        """Takes back, in three statements, every split held by a token that is not live."""
+        stale = list(
+            Split.objects.select_for_update()
+            .filter(run=self.run, status=SplitStatus.ASSIGNED)
+            .exclude(owner_token__in=list(live.values()))
+            .values_list("pk", "owner_subtask", "split_id", "payload", "position")
         )
-        reclaimed: dict[int, list[tuple[dict[str, Any], int]]] = {}
-        for split in stale.select_for_update():
-            reclaimed.setdefault(split.owner_subtask, []).append((split.payload, split.position))
-            Assignment.objects.filter(
-                split=split,
-                reader_token=split.owner_token,
-                outcome=AssignmentOutcome.ACTIVE,
-            ).update(
-                outcome=AssignmentOutcome.EXPIRED,
-                end_position=split.position,
-                ended_at=timezone.now(),
-            )
-            split.status, split.owner_token, split.owner_subtask = (
-                SplitStatus.UNASSIGNED,
-                "",
-                None,
-            )
-            split.save(update_fields=["status", "owner_token", "owner_subtask", "updated_at"])
+        if not stale:
+            return {}
+        pks = [row[0] for row in stale]
+        Assignment.objects.filter(split_id__in=pks, outcome=AssignmentOutcome.ACTIVE).update(
+            outcome=AssignmentOutcome.EXPIRED,
+            end_position=Subquery(Split.objects.filter(pk=OuterRef("split_id")).values("position")[:1]),
+            ended_at=timezone.now(),
+        )
+        Split.objects.filter(pk__in=pks).update(
+            status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
+        )
+        reclaimed: dict[int, list[AssignedSplit]] = {}
+        for _, subtask, split_id, payload, position in stale:
+            reclaimed.setdefault(subtask, []).append((split_id, payload, position))
         return reclaimed
 
     def load_enumerator_state(self) -> dict[str, Any] | None:
@@ -121,71 +135,72 @@ class DjangoRunStore:
             enumerator_state=state, splits_pending=pending, enumeration_done=exhausted
         )
 
-    def commit_batch(
-        self,
-        split_id: str,
-        token: str,
-        *,
-        start: int,
-        end: int,
-        landed_path: str | None,
-        records: int,
-        bad_records: list[BadRecord],
-        finished: bool,
-    ) -> bool:
+    def commit_batches(self, token: str, commits: Sequence[BatchCommit]) -> set[str]:
+        """One transaction for any number of batches: one fenced UPDATE moves every split
+        whose token and checkpoint match, then the landed files, dead letters and finished
+        assignments of the splits that moved are written in bulk."""
+        moves = _merge_per_split(commits)
         with transaction.atomic():
-            # One fenced UPDATE is the whole check: the token still owns the split, and
-            # the batch starts where the checkpoint is (a replayed batch does not).
-            moved = Split.objects.filter(
-                run=self.run,
-                split_id=split_id,
-                owner_token=token,
-                status=SplitStatus.ASSIGNED,
-                position=start,
-            ).update(
-                position=end,
-                records_read=F("records_read") + records,
-                errors_count=F("errors_count") + len(bad_records),
-                status=SplitStatus.FINISHED if finished else SplitStatus.ASSIGNED,
-                updated_at=timezone.now(),
-            )
+            moved = self._advance(token, moves)
             if not moved:
-                return False
-            split_pk = self._split_pk(split_id)
-            if landed_path:
-                LandedBatch.objects.create(
-                    split_id=split_pk,
-                    start_position=start,
-                    end_position=end,
-                    path=landed_path,
-                    records=records,
+                return set()
+            LandedBatch.objects.bulk_create(
+                LandedBatch(
+                    split_id=moved[c.split_id],
+                    start_position=c.start,
+                    end_position=c.end,
+                    path=c.landed_path,
+                    records=c.records,
                 )
-            if bad_records:
-                DeadLetter.objects.bulk_create(
-                    [
-                        DeadLetter(
-                            flow_id=self.run.flow_id,
-                            run=self.run,
-                            split_id=split_id,
-                            position=bad.position,
-                            raw=bad.raw,
-                            error=bad.reason,
-                        )
-                        for bad in bad_records
-                    ],
-                    ignore_conflicts=True,
-                )
+                for c in commits
+                if c.landed_path and c.split_id in moved
+            )
+            DeadLetter.objects.bulk_create(
+                [
+                    DeadLetter(
+                        flow_id=self.run.flow_id,
+                        run=self.run,
+                        split_id=c.split_id,
+                        position=bad.position,
+                        raw=bad.raw,
+                        error=bad.reason,
+                    )
+                    for c in commits
+                    if c.split_id in moved
+                    for bad in c.bad_records
+                ],
+                ignore_conflicts=True,
+            )
+            finished = [(moved[m.split_id], m.end_at) for m in moves if m.finished and m.split_id in moved]
             if finished:
-                Assignment.objects.filter(split_id=split_pk, reader_token=token).update(
-                    outcome=AssignmentOutcome.FINISHED, end_position=end, ended_at=timezone.now()
-                )
-        return True
+                self._finish_assignments(token, finished)
+        return set(moved)
 
-    def _split_pk(self, split_id: str) -> int:
-        pk = self._pks.get(split_id)
-        if pk is None:
-            pk = self._pks[split_id] = Split.objects.get(run=self.run, split_id=split_id).pk
-        return pk
+    def _advance(self, token: str, moves: list[_Move]) -> dict[str, int]:
+        """The fenced UPDATE: split_id -> pk of each split that moved."""
+        table = Split._meta.db_table
+        sql = (
+            f"UPDATE {table} SET position = v.end_at, records_read = records_read + v.records,"
+            " errors_count = errors_count + v.errors,"
+            f" status = CASE WHEN v.finished THEN '{SplitStatus.FINISHED}' ELSE '{SplitStatus.ASSIGNED}' END,"
+            f" updated_at = %s FROM {_json_rows(_MOVE_COLUMNS)} AS v"
+            f" WHERE run_id = %s AND owner_token = %s AND status = '{SplitStatus.ASSIGNED}'"
+            f" AND {table}.split_id = v.split_id AND position = v.start_at RETURNING id, {table}.split_id"
+        )
+        rows = json.dumps([asdict(m) for m in moves])
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [_now(), rows, self.run.pk, token])
+            return {split_id: pk for pk, split_id in cursor.fetchall()}
+
+    def _finish_assignments(self, token: str, finished: list[tuple[int, int]]) -> None:
+        sql = (
+            f"UPDATE {Assignment._meta.db_table} SET outcome = '{AssignmentOutcome.FINISHED}',"
+            f" end_position = v.end_at, ended_at = %s FROM {_json_rows(_FINISH_COLUMNS)} AS v"
+            f" WHERE split_id = v.split AND reader_token = %s AND outcome = '{AssignmentOutcome.ACTIVE}'"
+        )
+        rows = json.dumps([{"split": pk, "end_at": end} for pk, end in finished])
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [_now(), rows, token])
 
     def fail_split(self, split_id: str, token: str, message: str) -> None:
         with transaction.atomic():
@@ -199,3 +214,73 @@ class DjangoRunStore:
                 Assignment.objects.filter(
                     split__run=self.run, split__split_id=split_id, reader_token=token
                 ).update(outcome=AssignmentOutcome.FAILED, ended_at=timezone.now())
+
+
+def _now() -> Any:
+    """The current time as the database takes it in raw SQL."""
+    return connection.ops.adapt_datetimefield_value(timezone.now())
+
+
+_ASSIGNED_COLUMNS = {
+    "split_id": "text",
+    "payload": "json",
+    "position": "bigint",
+    "subtask": "integer",
+    "token": "text",
+}
+_JOURNAL_COLUMNS = {
+    "split": "bigint",
+    "subtask": "integer",
+    "token": "text",
+    "location": "text",
+    "position": "bigint",
+}
+_MOVE_COLUMNS = {"split_id": "text", "start_at": "bigint", "end_at": "bigint", "records": "bigint"} | {
+    "errors": "bigint",
+    "finished": "boolean",
+}
+_FINISH_COLUMNS = {"split": "bigint", "end_at": "bigint"}
+
+
+def _json_rows(columns: dict[str, str]) -> str:
+    """A subquery with one row per element of a JSON array passed as one parameter.
+
+    The coordination hot path writes rows per split; one JSON parameter keeps each
+    statement's text the same whatever the number of rows (psycopg re-parses a statement
+    with many placeholders every time) and works on PostgreSQL and on SQLite >= 3.38.
+    """
+    elements = "jsonb_array_elements(%s::jsonb)" if connection.vendor == "postgresql" else "json_each(%s)"
+    values = ", ".join(
+        f"value->'{name}' AS {name}" if kind == "json" else f"CAST(value->>'{name}' AS {kind}) AS {name}"
+        for name, kind in columns.items()
+    )
+    return f"(SELECT {values} FROM {elements})"
+
+
+@dataclass
+class _Move:
+    """A split's batches of one commit, merged: where it starts and where it ends up."""
+
+    split_id: str
+    start_at: int
+    end_at: int
+    records: int
+    errors: int
+    finished: bool
+
+
+def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
+    """One move per split (an UPDATE ... FROM changes a row once), from its consecutive
+    batches in order."""
+    moves: dict[str, _Move] = {}
+    for c in commits:
+        move = moves.get(c.split_id)
+        if move is None:
+            moves[c.split_id] = _Move(c.split_id, c.start, c.end, c.records, len(c.bad_records), c.finished)
+            continue
+        if c.start != move.end_at:
+            raise ValueError(f"split {c.split_id}: batch at {c.start} does not follow {move.end_at}")
+        move.end_at, move.finished = c.end, c.finished
+        move.records += c.records
+        move.errors += len(c.bad_records)
+    return list(moves.values())

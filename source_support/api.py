@@ -102,6 +102,22 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None: ...
 
 
+#: The most splits one request is answered with (see ``splits_per_request``).
+MAX_SPLITS_PER_REQUEST = 64
+
+
+def splits_per_request(pending: int, parallelism: int) -> int:
+    """How many splits to give a reader that asks: its share of half the backlog.
+
+    Flink's file enumerator answers a request with one split; with many small splits the
+    round trips then cost more than the reading. Handing out ``pending / (2 x readers)``
+    at a time (factoring, a self-scheduling rule for parallel loops) makes a large backlog
+    cost few requests, while no reader takes more than half of a fair share and the last
+    splits still go one by one, so the readers finish together.
+    """
+    return max(1, min(MAX_SPLITS_PER_REQUEST, pending // (2 * max(1, parallelism))))
+
+
 class SplitEnumerator(ABC, Generic[SplitT]):
     """Discovers splits and hands them to readers on request (Flink ``SplitEnumerator``).
 

@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import redis
@@ -41,20 +42,42 @@ return 0
 """
 
 
+#: A split as assigned: (split_id, serialized split, checkpointed position).
+AssignedSplit = tuple[str, dict[str, Any], int]
+
+
+def decode_notices(raw: Sequence[bytes]) -> list[AssignedSplit]:
+    """The splits in assignment notices; an empty notice is only a wake-up."""
+    return [tuple(json.loads(notice)) for notice in raw if notice]
+
+
+@dataclass
+class PassInputs:
+    live: dict[int, str]
+    #: True if a reader seen by the last pass has no lease any more (or no pass ran yet)
+    readers_gone: bool
+    registrations: list[int]
+    events: list[tuple[int | None, SourceEvent]]
+    #: subtasks of live readers that asked for splits, each once, in order
+    requests: list[int]
+
+
 class SplitStore(Protocol):
     """Durable split state: what was assigned to whom, and how far each split was read."""
 
     def record_assignments(
         self,
-        assignments: dict[int, list[tuple[str, dict[str, Any], int]]],
+        assignments: dict[int, list[AssignedSplit]],
         tokens: dict[int, str],
-    ) -> None:
-        """Persists (split_id, payload, position) triples as owned by each subtask's token."""
+        locations: dict[int, str],
+    ) -> dict[int, list[AssignedSplit]]:
+        """Persists the splits as owned by each subtask's token; returns those it assigned,
+        each with its stored checkpoint (a split that is out with a reader is refused)."""
 
-    def owned_splits(self, subtask: int, token: str) -> list[tuple[dict[str, Any], int]]:
-        """The (payload, checkpointed position) of each unfinished split this token owns."""
+    def owned_splits(self, subtask: int, token: str) -> list[AssignedSplit]:
+        """Each unfinished split this token owns, at its checkpoint."""
 
-    def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[tuple[dict[str, Any], int]]]:
+    def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[AssignedSplit]]:
         """Ends assignments whose reader is not in ``live``; returns their splits by subtask."""
 
 
@@ -82,11 +105,7 @@ class RunCoordinator:
         if not self.redis.set(key, token, nx=True, px=self.lease_ms):
             return None
         pipe = self.redis.pipeline()
-        pipe.hset(
-            self.key("readers"),
-            subtask,
-            json.dumps({"token": token, "location": location}),
-        )
+        pipe.hset(self.key("locations"), subtask, location)
         pipe.srem(self.key("done"), subtask)
         pipe.rpush(self.key("registrations"), subtask)
         pipe.execute()
@@ -107,15 +126,38 @@ class RunCoordinator:
         tokens = self.redis.mget(keys) if keys else []
         return {i: t.decode() for i, t in enumerate(tokens) if t is not None}
 
+    def collect_pass(self, parallelism: int) -> PassInputs:
+        """What an enumerator pass works on, taken from Redis in one round trip: the live
+        readers, and the registrations, source events and split requests since the last
+        pass (taken off their queues)."""
+        pipe = self.redis.pipeline()
+        pipe.mget([self.key("reader", i) for i in range(parallelism)])
+        pipe.get(self.key("live-at-last-pass"))
+        queues = [self.key("registrations"), self.key("events", "enumerator"), self.key("requests")]
+        for key in queues:
+            pipe.lrange(key, 0, -1)
+        pipe.delete(*queues)
+        tokens, last, registrations, events, requests, _ = pipe.execute()
+        live = {i: t.decode() for i, t in enumerate(tokens) if t is not None}
+        return PassInputs(
+            live=live,
+            readers_gone=last is None or not set(json.loads(last)) <= set(live.values()),
+            registrations=[int(s) for s in registrations],
+            events=[self._decode_event(raw) for raw in events],
+            requests=[s for s in dict.fromkeys(int(s) for s in requests) if s in live],
+        )
+
+    def remember_live(self, live: dict[int, str]) -> None:
+        """Records the readers a pass saw (after its assignments are committed): the next
+        pass looks for expired leases only if one of them is gone."""
+        self.redis.set(self.key("live-at-last-pass"), json.dumps(sorted(live.values())), px=24 * 3600 * 1000)
+
     def reader_locations(self) -> dict[int, str]:
-        raw = self.redis.hgetall(self.key("readers"))
-        return {int(k): json.loads(v).get("location", "") for k, v in raw.items()}
+        raw = self.redis.hgetall(self.key("locations"))
+        return {int(k): v.decode() for k, v in raw.items()}
 
     def done_readers(self) -> set[int]:
         return {int(s) for s in self.redis.smembers(self.key("done"))}
-
-    def pop_registrations(self) -> list[int]:
-        return [int(s) for s in self._drain(self.key("registrations"))]
 
     def claim_spawn(self, subtask: int) -> bool:
         """True at most once per lease period per subtask, so a queued reader is not doubled."""
@@ -126,20 +168,25 @@ class RunCoordinator:
     def request_split(self, subtask: int) -> None:
         self.redis.rpush(self.key("requests"), subtask)
 
-    def pop_split_requests(self) -> list[int]:
-        return list(dict.fromkeys(int(s) for s in self._drain(self.key("requests"))))
+    def push_back_split_requests(self, subtasks: Sequence[int]) -> None:
+        """Returns requests a pass did not serve to the head of the queue, for the next pass."""
+        pipe = self.redis.pipeline()
+        pipe.lpush(self.key("requests"), *reversed(subtasks))
+        pipe.set(self.key("enum-dirty"), 1)
+        pipe.execute()
 
-    def notify_assigned(self, subtask: int, split_ids: Sequence[str]) -> None:
-        """Wakes the subtask's reader; an empty list only wakes it (e.g. no more splits)."""
-        self.redis.rpush(self.key("assigned", subtask), *(split_ids or [""]))
+    def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
+        """Hands the reader its new splits (payload and checkpoint as stored), waking it;
+        an empty list only wakes it (e.g. no more splits)."""
+        notices = [json.dumps(split) for split in splits] or [""]
+        self.redis.rpush(self.key("assigned", subtask), *notices)
 
-    def wait_assigned(self, subtask: int, timeout_s: float) -> list[str]:
-        """Split ids assigned since the last call, waiting up to ``timeout_s`` for the first."""
+    def wait_assigned(self, subtask: int, timeout_s: float) -> list[AssignedSplit]:
+        """Splits assigned since the last call, waiting up to ``timeout_s`` for the first."""
         key = self.key("assigned", subtask)
         first = self.redis.blpop([key], timeout=max(timeout_s, 0.01)) if timeout_s > 0 else None
         rest = self._drain(key)
-        ids = ([first[1]] if first else []) + rest
-        return [i.decode() for i in ids if i]
+        return decode_notices(([first[1]] if first else []) + rest)
 
     def signal_no_more_splits(self, subtask: int, token: str) -> None:
         self.redis.set(self.key("nomore", subtask), token, px=24 * 3600 * 1000)
@@ -155,11 +202,12 @@ class RunCoordinator:
         self.redis.rpush(self.key("events", target), json.dumps(body))
 
     def pop_events(self, target: str) -> list[tuple[int | None, SourceEvent]]:
-        out = []
-        for raw in self._drain(self.key("events", target)):
-            body = json.loads(raw)
-            out.append((body["origin"], SourceEvent(body["kind"], body["payload"])))
-        return out
+        return [self._decode_event(raw) for raw in self._drain(self.key("events", target))]
+
+    @staticmethod
+    def _decode_event(raw: bytes) -> tuple[int | None, SourceEvent]:
+        body = json.loads(raw)
+        return body["origin"], SourceEvent(body["kind"], body["payload"])
 
     # Run-wide flags.
 
@@ -256,13 +304,22 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         self.parallelism = parallelism
         self.live = live
         self._queued: dict[int, list[SourceSplit]] = {}
+        #: How many splits were assigned since the last ``flush``.
+        self.queued = 0
+        self._locations: dict[int, str] | None = None
 
     @property
     def current_parallelism(self) -> int:
         return self.parallelism
 
+    def locations(self) -> dict[int, str]:
+        """Where each reader runs, read from Redis once per tick."""
+        if self._locations is None:
+            self._locations = self.coordinator.reader_locations()
+        return self._locations
+
     def registered_readers(self) -> dict[int, ReaderInfo]:
-        locations = self.coordinator.reader_locations()
+        locations = self.locations()
         return {s: ReaderInfo(s, locations.get(s, "")) for s in self.live}
 
     def assign_splits(self, assignment: dict[int, Sequence[SourceSplit]]) -> None:
@@ -272,6 +329,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
             raise ValueError(f"cannot assign splits to readers that are not registered: {unknown}")
         for subtask, splits in assignment.items():
             self._queued.setdefault(subtask, []).extend(splits)
+            self.queued += len(splits)
 
     def flush(self) -> int:
         """Stores the queued assignments, then notifies their readers; returns how many."""
@@ -280,14 +338,14 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         rows = {
             subtask: [(s.split_id, self.serializer.serialize(s), s.offset.position) for s in splits]
             for subtask, splits in self._queued.items()
+            if splits
         }
-        self.store.record_assignments(rows, self.live, self.coordinator.reader_locations())
-        for subtask, splits in self._queued.items():
+        self._queued, self.queued = {}, 0
+        assigned = self.store.record_assignments(rows, self.live, self.locations())
+        for subtask, splits in assigned.items():
             if splits:
-                self.coordinator.notify_assigned(subtask, [s.split_id for s in splits])
-        count = sum(len(splits) for splits in self._queued.values())
-        self._queued = {}
-        return count
+                self.coordinator.notify_assigned(subtask, splits)
+        return sum(len(splits) for splits in assigned.values())
 
     def signal_no_more_splits(self, subtask: int) -> None:
         self.coordinator.signal_no_more_splits(subtask, self.live[subtask])

@@ -11,15 +11,17 @@ A crash before the commit replays the same positions into the same file name.
 
 from __future__ import annotations
 
+import copy
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from source_support.api import BadRecord, RecordBatch, Source
 from source_support.coordination import (
+    AssignedSplit,
     RedisEnumeratorContext,
     RedisReaderContext,
     RunCoordinator,
@@ -28,6 +30,22 @@ from source_support.coordination import (
 from source_support.landing import LandingZone
 
 SPLIT_REQUEST_RETRY_S = 5.0
+#: A pass of the enumerator assigns at most this many splits; requests beyond it wait for
+#: the next pass, so one transaction stays small however many readers ask at once.
+MAX_SPLITS_PER_PASS = 2_000
+
+
+@dataclass(frozen=True)
+class BatchCommit:
+    """One landed batch of one split, as a reader commits it."""
+
+    split_id: str
+    start: int
+    end: int
+    landed_path: str | None
+    records: int
+    bad_records: list[BadRecord]
+    finished: bool
 
 
 class RunStore(SplitStore, Protocol):
@@ -38,19 +56,10 @@ class RunStore(SplitStore, Protocol):
 
     def save_enumerator_state(self, state: dict[str, Any], *, pending: int, exhausted: bool) -> None: ...
 
-    def commit_batch(
-        self,
-        split_id: str,
-        token: str,
-        *,
-        start: int,
-        end: int,
-        landed_path: str | None,
-        records: int,
-        bad_records: list[BadRecord],
-        finished: bool,
-    ) -> bool:
-        """Moves the split's checkpoint to ``end`` if ``token`` still owns it."""
+    def commit_batches(self, token: str, commits: Sequence[BatchCommit]) -> set[str]:
+        """Moves each split's checkpoint past its batches, in one transaction, where
+        ``token`` still owns the split and the first batch starts at the checkpoint;
+        returns the ids of the splits that moved."""
 
     def fail_split(self, split_id: str, token: str, message: str) -> None: ...
 
@@ -62,6 +71,10 @@ class TickResult:
     exhausted: bool
     live: dict[int, str]
     assigned: int
+    #: The longest single pass (a tick loops while requests keep arriving).
+    slowest_pass_s: float = 0.0
+    #: Requests arrived that this tick left to the next one (its time budget ran out).
+    more: bool = False
 
 
 def enumerator_tick(
@@ -71,22 +84,27 @@ def enumerator_tick(
     store: RunStore,
     parallelism: int,
     atomic: Callable[[], AbstractContextManager],
+    budget_s: float | None = None,
 ) -> TickResult | None:
-    """Runs the enumerator once over what readers asked and what expired.
+    """Runs the enumerator over what readers asked and what expired, in passes.
 
-    Returns None when another tick of the same run holds the lock; that tick then loops
-    once more, so the request that caused this call is still served promptly.
-    The state is loaded only once the lock is held, and assignments and the new state are
-    saved in one ``atomic()`` block; readers are woken only after it. So a split is never
-    both pending and assigned, whatever number of ticks race.
+    Returns None when another tick of the same run holds the lock; that tick then makes
+    one more pass, so the request that caused this call is still served promptly. Passes
+    go on while requests keep arriving, for at most ``budget_s`` if given; the result then
+    says whether requests were left for another tick (``more``).
+    Each pass loads the state only once the lock is held, and saves assignments and the
+    new state in one ``atomic()`` block; readers are woken only after it. So a split is
+    never both pending and assigned, whatever number of ticks race.
     """
     serializer = source.split_serializer
     with coordinator.enumerator_lock() as held:
         if not held:
             return None
-        assigned = 0
+        assigned, slowest, started = 0, 0.0, time.perf_counter()
         while True:
-            live = coordinator.live_readers(parallelism)
+            began = time.perf_counter()
+            inputs = coordinator.collect_pass(parallelism)
+            live = inputs.live
             notices = _BufferedNotices(coordinator)
             with atomic():
                 state = store.load_enumerator_state()
@@ -95,18 +113,20 @@ def enumerator_tick(
                 )
                 enumerator = source.create_enumerator(context, state)
                 enumerator.start()
-                for subtask in coordinator.pop_registrations():
+                for subtask in inputs.registrations:
                     if subtask in live:
                         enumerator.add_reader(subtask)
-                for subtask, rows in store.reclaim_expired(live).items():
-                    splits = [serializer.deserialize(p).at(pos) for p, pos in rows]
-                    enumerator.add_splits_back(splits, subtask)
-                for origin, event in coordinator.pop_events("enumerator"):
+                if inputs.readers_gone:
+                    for subtask, rows in store.reclaim_expired(live).items():
+                        splits = [serializer.deserialize(payload).at(pos) for _, payload, pos in rows]
+                        enumerator.add_splits_back(splits, subtask)
+                for origin, event in inputs.events:
                     enumerator.handle_source_event(origin, event)
-                requests = [s for s in coordinator.pop_split_requests() if s in live]
-                locations = coordinator.reader_locations() if requests else {}
-                for subtask in requests:
-                    enumerator.handle_split_request(subtask, locations.get(subtask, ""))
+                for served, subtask in enumerate(inputs.requests):
+                    if context.queued >= MAX_SPLITS_PER_PASS:
+                        coordinator.push_back_split_requests(inputs.requests[served:])
+                        break
+                    enumerator.handle_split_request(subtask, context.locations().get(subtask, ""))
                 context.flush()
                 state = enumerator.snapshot_state()
                 pending, exhausted = (
@@ -115,36 +135,39 @@ def enumerator_tick(
                 )
                 store.save_enumerator_state(state, pending=pending, exhausted=exhausted)
                 enumerator.close()
+            notices.remember_live(live)
             assigned += notices.flush()
+            slowest = max(slowest, time.perf_counter() - began)
+            if budget_s is not None and time.perf_counter() - started >= budget_s:
+                more = coordinator.is_set("enum-dirty")
+                return TickResult(state, pending, exhausted, live, assigned, slowest, more)
             if not coordinator.take_dirty():
-                return TickResult(state, pending, exhausted, live, assigned)
+                return TickResult(state, pending, exhausted, live, assigned, slowest)
 
 
 class _BufferedNotices:
-    """Holds back reader wake-ups until the assignments they announce are committed."""
+    """Holds back what a pass tells readers until its assignments are committed, then
+    sends it all in one pipeline."""
+
+    BUFFERED = ("notify_assigned", "signal_no_more_splits", "send_event", "remember_live")
 
     def __init__(self, coordinator: RunCoordinator) -> None:
         self.coordinator = coordinator
-        self.calls: list[tuple[Callable, tuple]] = []
+        self.calls: list[tuple[str, tuple]] = []
 
     def __getattr__(self, name: str):
+        if name in self.BUFFERED:
+            return lambda *args: self.calls.append((name, args))
         return getattr(self.coordinator, name)
 
-    def notify_assigned(self, subtask: int, split_ids) -> None:
-        self.calls.append((self.coordinator.notify_assigned, (subtask, list(split_ids))))
-
-    def signal_no_more_splits(self, subtask: int, token: str) -> None:
-        self.calls.append((self.coordinator.signal_no_more_splits, (subtask, token)))
-
-    def send_event(self, *args) -> None:
-        self.calls.append((self.coordinator.send_event, args))
-
     def flush(self) -> int:
-        assigned = 0
-        for call, args in self.calls:
-            call(*args)
-            if call == self.coordinator.notify_assigned:
-                assigned += len(args[1])
+        """Sends what was buffered; returns how many splits were announced."""
+        pipelined = copy.copy(self.coordinator)
+        pipelined.redis = self.coordinator.redis.pipeline(transaction=False)
+        for name, args in self.calls:
+            getattr(pipelined, name)(*args)
+        pipelined.redis.execute()
+        assigned = sum(len(args[1]) for name, args in self.calls if name == "notify_assigned")
         self.calls.clear()
         return assigned
 
@@ -174,6 +197,12 @@ class ReaderSettings:
     #: in the queue behind other flows' work. It bounds how long a lost continuation
     #: (its worker died holding the message) keeps the reader's splits.
     park_seconds: float = 60.0
+    #: A batch that ends its split is committed with the next ones, at most this long
+    #: after it: many small splits cost one transaction. A batch in the middle of a split
+    #: is committed at once (with any that wait), so a long split's checkpoint keeps up.
+    commit_interval_s: float = 0.5
+    #: ... or once this many batches wait, whichever comes first.
+    max_batches_per_commit: int = 256
 
 
 def reader_slice(
@@ -200,18 +229,27 @@ def reader_slice(
     context = RedisReaderContext(coordinator, subtask, on_split_request)
     reader = source.create_reader(context)
     serializer = source.split_serializer
+    commits = _Commits(store, token, settings)
     heartbeat_every = coordinator.lease_ms / 3000
     deadline = time.monotonic() + settings.slice_seconds
     last_beat = time.monotonic()
     requested_at: float | None = None
 
-    def adopt() -> None:
+    def adopt(splits: Iterable[AssignedSplit]) -> None:
         held = {s.split_id for s in reader.snapshot_state()}
-        fresh = [serializer.deserialize(p).at(pos) for p, pos in store.owned_splits(subtask, token)]
-        reader.add_splits(s for s in fresh if s.split_id not in held)
+        fresh = [serializer.deserialize(p).at(pos) for split_id, p, pos in splits if split_id not in held]
+        reader.add_splits(fresh)
+
+    def adopt_stored() -> None:
+        """Takes what the store says this reader owns (after a commit, so a split that is
+        finished but not yet committed is not read twice)."""
+        for split_id in commits.flush():
+            reader.remove_split(split_id)
+        coordinator.wait_assigned(subtask, 0)  # what the notices say, the store says too
+        adopt(store.owned_splits(subtask, token))
 
     try:
-        adopt()
+        adopt_stored()
         while True:
             now = time.monotonic()
             if now - last_beat >= heartbeat_every:
@@ -220,14 +258,20 @@ def reader_slice(
                     return report
                 last_beat = now
             if coordinator.is_stopped():
+                commits.flush()
                 report.outcome = SliceOutcome.STOPPED
                 return report
             if now >= deadline:
+                commits.flush()
                 coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
                 return report
+            if commits.due(now) or (commits and not reader.has_splits()):
+                for split_id in commits.flush():
+                    reader.remove_split(split_id)
+                continue
             if not reader.has_splits():
                 if coordinator.no_more_splits(subtask, token):
-                    adopt()  # a split assigned before the signal may not be adopted yet
+                    adopt_stored()  # a split assigned before the signal may not be adopted yet
                     if reader.has_splits():
                         continue
                     reader.notify_no_more_splits()
@@ -235,16 +279,18 @@ def reader_slice(
                     report.outcome = SliceOutcome.DONE
                     return report
                 if requested_at is None or now - requested_at > SPLIT_REQUEST_RETRY_S:
+                    if requested_at is not None:
+                        adopt_stored()  # in case a notice was lost
                     context.send_split_request()
                     requested_at = now
-                coordinator.wait_assigned(subtask, min(settings.poll_interval_s, deadline - now))
-                adopt()
+                adopt(coordinator.wait_assigned(subtask, min(settings.poll_interval_s, deadline - now)))
                 continue
             batch = reader.poll()
             if batch is None:
                 time.sleep(settings.poll_interval_s)
                 continue
             if batch.bad_records and not settings.skip_errors:
+                commits.flush()
                 first = batch.bad_records[0]
                 where = reader.describe(batch.split_id, first.position)
                 raw = f": {first.raw[:200]!r}" if first.raw else ""
@@ -252,8 +298,7 @@ def reader_slice(
                 coordinator.stop()
                 report.outcome = SliceOutcome.STOPPED
                 return report
-            if not _land_and_commit(batch, store, landing, run_key, token):
-                reader.remove_split(batch.split_id)  # the split went to another reader
+            commits.add(batch, _land(batch, landing, run_key), now)
             report.batches += 1
             report.records += batch.records.num_rows
             if batch.finished:
@@ -262,20 +307,53 @@ def reader_slice(
         reader.close()
 
 
-def _land_and_commit(
-    batch: RecordBatch, store: RunStore, landing: LandingZone, run_key: str, token: str
-) -> bool:
-    path = None
-    if batch.records.num_rows:
-        path = landing.batch_path(run_key, batch.split_id, batch.start.position)
-        landing.land(path, batch.records)
-    return store.commit_batch(
-        batch.split_id,
-        token,
-        start=batch.start.position,
-        end=batch.end.position,
-        landed_path=str(path) if path else None,
-        records=batch.records.num_rows,
-        bad_records=batch.bad_records,
-        finished=batch.finished,
-    )
+class _Commits:
+    """Landed batches waiting for their commit, which ``flush`` makes in one transaction."""
+
+    def __init__(self, store: RunStore, token: str, settings: ReaderSettings) -> None:
+        self.store, self.token, self.settings = store, token, settings
+        self.waiting: list[BatchCommit] = []
+        self.since = 0.0
+
+    def __bool__(self) -> bool:
+        return bool(self.waiting)
+
+    def add(self, batch: RecordBatch, landed_path: str | None, now: float) -> None:
+        if not self.waiting:
+            self.since = now
+        self.waiting.append(
+            BatchCommit(
+                batch.split_id,
+                batch.start.position,
+                batch.end.position,
+                landed_path,
+                batch.records.num_rows,
+                batch.bad_records,
+                batch.finished,
+            )
+        )
+
+    def due(self, now: float) -> bool:
+        return bool(self.waiting) and (
+            not self.waiting[-1].finished
+            or now - self.since >= self.settings.commit_interval_s
+            or len(self.waiting) >= self.settings.max_batches_per_commit
+        )
+
+    def flush(self) -> set[str]:
+        """Commits what waits; returns the splits that were refused (they went to another
+        reader), which the reader must drop."""
+        if not self.waiting:
+            return set()
+        waiting, self.waiting = self.waiting, []
+        moved = self.store.commit_batches(self.token, waiting)
+        return {c.split_id for c in waiting} - moved
+
+
+def _land(batch: RecordBatch, landing: LandingZone, run_key: str) -> str | None:
+    """Writes the batch's records under a name fixed by (split, start position)."""
+    if not batch.records.num_rows:
+        return None
+    path = landing.batch_path(run_key, batch.split_id, batch.start.position)
+    landing.land(path, batch.records)
+    return str(path)

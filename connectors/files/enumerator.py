@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
-from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 from source_support.registry import Environment
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip")
@@ -49,7 +49,9 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
         if self.pending:
-            self.context.assign_split(self.pending.pop(0), subtask)
+            count = splits_per_request(len(self.pending), self.context.current_parallelism)
+            given, self.pending = self.pending[:count], self.pending[count:]
+            self.context.assign_splits({subtask: given})
         elif self.discovered:
             self.context.signal_no_more_splits(subtask)
 

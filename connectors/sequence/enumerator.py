@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from connectors.sequence.split import NumberRangeSerializer, NumberRangeSplit
-from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 
 
 class NumberSequenceEnumerator(SplitEnumerator[NumberRangeSplit]):
@@ -33,13 +33,15 @@ class NumberSequenceEnumerator(SplitEnumerator[NumberRangeSplit]):
         return NumberRangeSplit(index, start, (index + 1) * self.count // self.splits, start)
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        if self.returned:
-            self.context.assign_split(self.returned.pop(0), subtask)
-        elif self.next_index < self.splits:
-            self.context.assign_split(self.split(self.next_index), subtask)
-            self.next_index += 1
-        else:
+        if self.is_exhausted():
             self.context.signal_no_more_splits(subtask)
+            return
+        count = splits_per_request(self.pending_count(), self.context.current_parallelism)
+        given, self.returned = self.returned[:count], self.returned[count:]
+        fresh = min(count - len(given), self.splits - self.next_index)
+        given += [self.split(i) for i in range(self.next_index, self.next_index + fresh)]
+        self.next_index += fresh
+        self.context.assign_splits({subtask: given})
 
     def add_splits_back(self, splits: Sequence[NumberRangeSplit], subtask: int) -> None:
         self.returned[:0] = list(splits)

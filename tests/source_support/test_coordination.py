@@ -86,8 +86,8 @@ def test_acquire_registers_the_reader_and_its_location(coordinator):
     coordinator.acquire_reader(3, None, "host-b:2")
 
     assert coordinator.reader_locations() == {0: "host-a:1", 3: "host-b:2"}
-    assert coordinator.pop_registrations() == [0, 3]
-    assert coordinator.pop_registrations() == []
+    assert coordinator.collect_pass(4).registrations == [0, 3]
+    assert coordinator.collect_pass(4).registrations == []
 
 
 def test_a_lease_expires_after_lease_ms_without_heartbeats(make_coordinator):
@@ -176,43 +176,79 @@ def test_claim_spawn_succeeds_once_per_subtask_per_lease(make_coordinator):
 # Split requests and assignment notices
 
 
-def test_split_requests_are_popped_once_in_order_without_repeats(coordinator):
-    for subtask in (2, 0, 2, 1, 0):
+def test_a_pass_takes_requests_of_live_readers_once_in_order_without_repeats(coordinator):
+    for subtask in (0, 1, 2):
+        coordinator.acquire_reader(subtask, None)
+    for subtask in (2, 0, 2, 5, 1, 0):
         coordinator.request_split(subtask)
 
-    assert coordinator.pop_split_requests() == [2, 0, 1]
-    assert coordinator.pop_split_requests() == []
+    assert coordinator.collect_pass(6).requests == [2, 0, 1]
+    assert coordinator.collect_pass(6).requests == []
 
 
-def test_wait_assigned_returns_the_split_ids_notified_since_the_last_call(coordinator):
-    coordinator.notify_assigned(0, ["a@0", "b@0"])
-    coordinator.notify_assigned(0, ["c@0"])
-    coordinator.notify_assigned(1, ["other@0"])
+def test_a_pass_knows_whether_a_reader_of_the_last_pass_is_gone(make_coordinator):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+    assert coordinator.collect_pass(2).readers_gone is True  # nothing known yet
+    first = coordinator.acquire_reader(0, None)
+    coordinator.remember_live(coordinator.collect_pass(2).live)
 
-    assert coordinator.wait_assigned(0, 1.0) == ["a@0", "b@0", "c@0"]
+    second = coordinator.acquire_reader(1, None)
+    coordinator.heartbeat(0, first)
+    assert coordinator.collect_pass(2).readers_gone is False  # one came, none left
+    coordinator.remember_live({0: first, 1: second})
+
+    time.sleep(SHORT_LEASE_MS / 1000 * 2)
+    assert coordinator.collect_pass(2).readers_gone is True
+
+
+def _assigned(split_id: str, position: int = 0) -> tuple[str, dict[str, Any], int]:
+    return (split_id, {"path": f"/d/{split_id}"}, position)
+
+
+def test_wait_assigned_returns_the_splits_notified_since_the_last_call(coordinator):
+    coordinator.notify_assigned(0, [_assigned("a"), _assigned("b", 7)])
+    coordinator.notify_assigned(0, [_assigned("c")])
+    coordinator.notify_assigned(1, [_assigned("other")])
+
+    assert coordinator.wait_assigned(0, 1.0) == [_assigned("a"), _assigned("b", 7), _assigned("c")]
     assert coordinator.wait_assigned(0, 0) == []
-    assert coordinator.wait_assigned(1, 0) == ["other@0"]
+    assert coordinator.wait_assigned(1, 0) == [_assigned("other")]
 
 
 def test_wait_assigned_without_timeout_does_not_block_and_drains(coordinator):
     assert coordinator.wait_assigned(0, 0) == []
 
-    coordinator.notify_assigned(0, ["a@0"])
-    assert coordinator.wait_assigned(0, 0) == ["a@0"]
+    coordinator.notify_assigned(0, [_assigned("a")])
+    assert coordinator.wait_assigned(0, 0) == [_assigned("a")]
 
 
 def test_wait_assigned_wakes_when_splits_are_assigned_while_it_waits(coordinator):
-    got: list[list[str]] = []
+    got: list[list] = []
     waiter = threading.Thread(target=lambda: got.append(coordinator.wait_assigned(0, 30)))
     waiter.start()
     time.sleep(0.1)
 
-    coordinator.notify_assigned(0, ["a@0"])
+    coordinator.notify_assigned(0, [_assigned("a")])
 
     # A waiter that was not woken would sit out its 30 s timeout.
     waiter.join(timeout=10)
     assert not waiter.is_alive()
-    assert got == [["a@0"]]
+    assert got == [[_assigned("a")]]
+
+
+def test_push_back_split_requests_serves_them_first_in_the_next_pass(coordinator):
+    for subtask in (1, 2, 3, 4):
+        coordinator.acquire_reader(subtask, None)
+    for subtask in (1, 2, 3):
+        coordinator.request_split(subtask)
+    served, rest = coordinator.collect_pass(5).requests[:1], [2, 3]
+    coordinator.request_split(4)
+
+    coordinator.push_back_split_requests(rest)
+
+    assert served == [1]
+    assert coordinator.take_dirty() is True
+    assert coordinator.collect_pass(5).requests == [2, 3, 4]
 
 
 def test_an_empty_assignment_only_wakes_the_waiter(coordinator, client):
@@ -329,7 +365,7 @@ def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, clien
     for c in (coordinator, neighbour):
         token = c.acquire_reader(0, None, "here")
         c.request_split(0)
-        c.notify_assigned(0, ["a@0"])
+        c.notify_assigned(0, [_assigned("a")])
         c.signal_no_more_splits(0, token)
         c.send_event("enumerator", SourceEvent("x"), origin=0)
         c.claim_spawn(0)
@@ -347,13 +383,16 @@ def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, clien
 
 
 class InMemorySplitStore:
-    """A SplitStore (a Protocol we own) kept in a list, to see what the context records."""
+    """A SplitStore (a Protocol we own) kept in a list, to see what the context records.
+    It assigns what it is given, except split ids in ``refuse`` (as if out with a reader)."""
 
-    def __init__(self) -> None:
+    def __init__(self, refuse: set[str] = frozenset()) -> None:
         self.recorded: list[tuple[dict[int, list[tuple[str, dict[str, Any], int]]], dict[int, str]]] = []
+        self.refuse = refuse
 
-    def record_assignments(self, assignments, tokens, locations=None) -> None:
+    def record_assignments(self, assignments, tokens, locations):
         self.recorded.append((assignments, dict(tokens)))
+        return {s: [row for row in rows if row[0] not in self.refuse] for s, rows in assignments.items()}
 
     def owned_splits(self, subtask, token):
         return []
@@ -372,12 +411,26 @@ def test_enumerator_context_records_queued_assignments_at_flush_then_wakes_the_r
 
     context.assign_split(split, 0)
     assert store.recorded == [] and coordinator.wait_assigned(0, 0) == []
+    assert context.queued == 1
     assert context.flush() == 1
 
-    assert store.recorded == [({0: [("/d/a.csv@0", FileSplitSerializer().serialize(split), 40)]}, {0: token})]
-    assert coordinator.wait_assigned(0, 0) == ["/d/a.csv@0"]
+    row = ("/d/a.csv@0", FileSplitSerializer().serialize(split), 40)
+    assert store.recorded == [({0: [row]}, {0: token})]
+    assert coordinator.wait_assigned(0, 0) == [row]
     assert context.registered_readers()[0].location == "host-a"
     assert context.current_parallelism == 2
+    assert context.queued == 0
+
+
+def test_enumerator_context_announces_only_what_the_store_assigned(coordinator):
+    token = coordinator.acquire_reader(0, None)
+    store = InMemorySplitStore(refuse={"/d/a.csv@0"})
+    context = RedisEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=1, live={0: token})
+
+    context.assign_splits({0: [FileSplit("/d/a.csv", 0, 100, 0), FileSplit("/d/b.csv", 0, 100, 0)]})
+
+    assert context.flush() == 1
+    assert [split_id for split_id, _, _ in coordinator.wait_assigned(0, 0)] == ["/d/b.csv@0"]
 
 
 def test_enumerator_context_refuses_to_assign_to_an_unregistered_reader(coordinator):
@@ -410,8 +463,10 @@ def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
     context.send_split_request()
     context.send_source_event_to_coordinator(SourceEvent("done", {"n": 1}))
 
-    assert coordinator.pop_split_requests() == [4]
-    assert coordinator.pop_events("enumerator") == [(4, SourceEvent("done", {"n": 1}))]
+    coordinator.acquire_reader(4, None)
+    inputs = coordinator.collect_pass(5)
+    assert inputs.requests == [4]
+    assert inputs.events == [(4, SourceEvent("done", {"n": 1}))]
     assert ticks == ["tick", "tick"]
     assert context.subtask == 4
 

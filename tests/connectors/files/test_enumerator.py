@@ -5,7 +5,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -13,41 +12,9 @@ import pytest
 from connectors.files.config import validate_files_source
 from connectors.files.enumerator import StaticFileEnumerator, list_files
 from connectors.files.split import WHOLE_FILE, FileSplit
-from source_support.api import ReaderInfo, SourceEvent, SplitEnumeratorContext
 from source_support.errors import ConfigError
 from source_support.registry import Environment
-
-
-class RecordingContext(SplitEnumeratorContext[FileSplit]):
-    """An in-memory SplitEnumeratorContext.
-
-    SplitEnumeratorContext is a pure-Python interface we own, so a fake of it tests the
-    enumerator's decisions without Redis; the Redis implementation has its own tests in
-    tests/source_support/test_coordination.py.
-    """
-
-    def __init__(self, parallelism: int = 2) -> None:
-        self.parallelism = parallelism
-        self.assigned: list[tuple[int, FileSplit]] = []
-        self.no_more: list[int] = []
-        self.events: list[tuple[int, SourceEvent]] = []
-
-    @property
-    def current_parallelism(self) -> int:
-        return self.parallelism
-
-    def registered_readers(self) -> dict[int, ReaderInfo]:
-        return {i: ReaderInfo(i) for i in range(self.parallelism)}
-
-    def assign_splits(self, assignment: dict[int, Sequence[FileSplit]]) -> None:
-        for subtask, splits in assignment.items():
-            self.assigned.extend((subtask, s) for s in splits)
-
-    def signal_no_more_splits(self, subtask: int) -> None:
-        self.no_more.append(subtask)
-
-    def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
-        self.events.append((subtask, event))
+from tests.source_support.fakes import RecordingContext
 
 
 @pytest.fixture()

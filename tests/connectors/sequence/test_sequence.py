@@ -7,20 +7,9 @@ import pytest
 from connectors.sequence.config import validate_sequence_source
 from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.source import NumberRangeReader
+from source_support.api import MAX_SPLITS_PER_REQUEST
 from source_support.errors import ConfigError
-
-
-class RecordingContext:
-    """An in-memory SplitEnumeratorContext (an interface we own) that records calls."""
-
-    def __init__(self):
-        self.assigned, self.no_more = [], []
-
-    def assign_split(self, split, subtask):
-        self.assigned.append((subtask, split))
-
-    def signal_no_more_splits(self, subtask):
-        self.no_more.append(subtask)
+from tests.source_support.fakes import RecordingContext
 
 
 def test_ranges_cover_every_number_once_and_then_no_more_splits():
@@ -48,8 +37,22 @@ def test_state_stays_small_and_returned_splits_come_first():
     restored.handle_split_request(1)
 
     assert len(str(enumerator.snapshot_state())) < 200
-    assert context.assigned[1] == (1, first.at(first.start + 5))
-    assert restored.pending_count() == 99_999
+    second = context.requests[1]
+    assert second[0] == first.at(first.start + 5)
+    assert restored.pending_count() == 100_000 - len(context.assigned) + 1
+
+
+def test_a_large_backlog_goes_out_in_shares_and_every_split_exactly_once():
+    context = RecordingContext(parallelism=4)
+    enumerator = NumberSequenceEnumerator(context, count=10_000, splits=1_000, state=None)
+
+    while not enumerator.is_exhausted():
+        enumerator.handle_split_request(len(context.requests) % 4)
+
+    sizes = [len(given) for given in context.requests]
+    assert sizes[0] == MAX_SPLITS_PER_REQUEST and sizes[-1] == 1
+    assert sizes == sorted(sizes, reverse=True)
+    assert sorted(s.index for _, s in context.assigned) == list(range(1_000))
 
 
 def test_reader_emits_the_range_from_the_position_in_batches():

@@ -1,0 +1,156 @@
+"""DjangoRunStore on the real PostgreSQL: assignments, fenced commits of many splits at
+once, and leases taken back. (SQLite runs the same statements in tests/e2e/test_quickstart.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from dataflow.models import Assignment, DeadLetter, FlowRun, LandedBatch, Split
+from dataflow.services.flows import flow_apply
+from dataflow.store import DjangoRunStore
+from source_support.api import BadRecord
+from source_support.runtime import BatchCommit
+
+pytestmark = pytest.mark.django_db
+
+TOKENS = {0: "token-a", 1: "token-b"}
+
+
+@pytest.fixture()
+def store(dirs) -> DjangoRunStore:
+    flow, _ = flow_apply(
+        spec={
+            "flow": {"name": "store"},
+            "source": {"type": "sequence", "count": 1000, "splits": 10},
+            "transform": {"sql": "SELECT * FROM source"},
+            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
+        }
+    )
+    return DjangoRunStore(FlowRun.objects.create(flow=flow))
+
+
+def row(index: int, position: int = 0) -> tuple[str, dict, int]:
+    return (f"range-{index}", {"index": index, "start": index * 100, "end": index * 100 + 100}, position)
+
+
+def done(split_id: str, start: int, end: int, **kw) -> BatchCommit:
+    return BatchCommit(
+        split_id, start, end, kw.get("path"), end - start, kw.get("bad", []), kw.get("finished", True)
+    )
+
+
+def test_new_splits_are_stored_with_one_active_assignment_each(store):
+    assigned = store.record_assignments({0: [row(0), row(1)], 1: [row(2)]}, TOKENS, {0: "host:1"})
+
+    assert assigned == {0: [row(0), row(1)], 1: [row(2)]}
+    splits = {s.split_id: s for s in Split.objects.filter(run=store.run)}
+    assert splits["range-0"].payload == row(0)[1]
+    assert (splits["range-2"].owner_subtask, splits["range-2"].owner_token) == (1, "token-b")
+    assert {
+        (a.split.split_id, a.subtask, a.reader_location, a.outcome)
+        for a in Assignment.objects.filter(split__run=store.run)
+    } == {
+        ("range-0", 0, "host:1", "active"),
+        ("range-1", 0, "host:1", "active"),
+        ("range-2", 1, "", "active"),
+    }
+    assert store.owned_splits(0, "token-a") == [row(0), row(1)]
+
+
+def test_a_split_out_with_a_reader_is_not_assigned_again(store):
+    store.record_assignments({0: [row(0)]}, TOKENS, {})
+
+    assert store.record_assignments({1: [row(0), row(1)]}, TOKENS, {}) == {1: [row(1)]}
+    assert Split.objects.get(run=store.run, split_id="range-0").owner_token == "token-a"
+    assert Assignment.objects.filter(split__run=store.run, split__split_id="range-0").count() == 1
+
+
+def test_a_returned_split_goes_on_from_the_stored_checkpoint(store):
+    store.record_assignments({0: [row(0), row(1)]}, TOKENS, {})
+    assert store.commit_batches("token-a", [done("range-0", 0, 70, finished=False)]) == {"range-0"}
+
+    reclaimed = store.reclaim_expired({1: "token-b"})  # reader 0 is gone
+
+    assert reclaimed == {0: [row(0, 70), row(1, 0)]}
+    expired = Assignment.objects.get(split__run=store.run, split__split_id="range-0", outcome="expired")
+    assert expired.end_position == 70
+    # The enumerator's copy says 0; the stored checkpoint (70) wins.
+    assert store.record_assignments({1: [row(0, 0)]}, TOKENS, {}) == {1: [row(0, 70)]}
+    assert (
+        Assignment.objects.get(
+            split__run=store.run, split__split_id="range-0", outcome="active"
+        ).start_position
+        == 70
+    )
+
+
+def test_one_commit_moves_many_splits_and_merges_the_batches_of_one(store, tmp_path):
+    store.record_assignments({0: [row(0), row(1), row(2)]}, TOKENS, {})
+    bad = BadRecord(position=30, raw="x,y", reason="not a number")
+    commits = [
+        done("range-0", 0, 40, path="a-0", finished=False),
+        done("range-0", 40, 100, path="a-40", bad=[bad]),
+        done("range-1", 0, 100, path="b-0"),
+        done("range-2", 0, 50, path="c-0", finished=False),
+    ]
+
+    assert store.commit_batches("token-a", commits) == {"range-0", "range-1", "range-2"}
+
+    splits = {s.split_id: s for s in Split.objects.filter(run=store.run)}
+    assert [
+        (splits[i].status, splits[i].position, splits[i].records_read)
+        for i in ("range-0", "range-1", "range-2")
+    ] == [
+        ("finished", 100, 100),
+        ("finished", 100, 100),
+        ("assigned", 50, 50),
+    ]
+    assert splits["range-0"].errors_count == 1
+    assert sorted(LandedBatch.objects.filter(split__run=store.run).values_list("path", flat=True)) == [
+        "a-0",
+        "a-40",
+        "b-0",
+        "c-0",
+    ]
+    assert list(DeadLetter.objects.filter(run=store.run).values_list("split_id", "position")) == [
+        ("range-0", 30)
+    ]
+    outcomes = dict(Assignment.objects.filter(split__run=store.run).values_list("split__split_id", "outcome"))
+    assert outcomes == {"range-0": "finished", "range-1": "finished", "range-2": "active"}
+    assert Assignment.objects.get(split__run=store.run, split__split_id="range-1").end_position == 100
+
+
+def test_a_commit_moves_only_splits_the_token_owns_at_their_checkpoint(store):
+    store.record_assignments({0: [row(0), row(1)], 1: [row(2)]}, TOKENS, {})
+    store.commit_batches("token-a", [done("range-0", 0, 50, finished=False)])
+
+    moved = store.commit_batches(
+        "token-a",
+        [
+            done("range-0", 0, 50, path="replayed", finished=False),  # replay of a committed batch
+            done("range-1", 0, 100, path="mine"),
+            done("range-2", 0, 100, path="not-mine"),  # owned by token-b
+        ],
+    )
+
+    assert moved == {"range-1"}
+    assert list(LandedBatch.objects.filter(split__run=store.run).values_list("path", flat=True)) == ["mine"]
+    assert Split.objects.get(run=store.run, split_id="range-2").position == 0
+    assert Split.objects.get(run=store.run, split_id="range-0").records_read == 50
+
+
+def test_batches_of_a_split_that_do_not_follow_each_other_are_refused(store):
+    store.record_assignments({0: [row(0)]}, TOKENS, {})
+
+    with pytest.raises(ValueError, match="does not follow"):
+        store.commit_batches("token-a", [done("range-0", 0, 40, finished=False), done("range-0", 50, 100)])
+
+
+def test_reclaim_takes_back_only_splits_of_readers_that_are_gone(store):
+    store.record_assignments({0: [row(0)], 1: [row(1)]}, TOKENS, {})
+    store.commit_batches("token-a", [done("range-0", 0, 100)])
+
+    assert store.reclaim_expired(TOKENS) == {}
+    assert store.reclaim_expired({0: "token-a"}) == {1: [row(1)]}
+    assert Split.objects.get(run=store.run, split_id="range-0").status == "finished"
+    assert Split.objects.get(run=store.run, split_id="range-1").status == "unassigned"

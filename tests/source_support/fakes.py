@@ -1,0 +1,39 @@
+"""An in-memory SplitEnumeratorContext, for testing enumerators' decisions.
+
+SplitEnumeratorContext is a pure-Python interface we own, so a fake of it tests an
+enumerator without Redis; the Redis implementation has its own tests in
+tests/source_support/test_coordination.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from source_support.api import ReaderInfo, SourceEvent, SourceSplit, SplitEnumeratorContext
+
+
+class RecordingContext(SplitEnumeratorContext):
+    def __init__(self, parallelism: int = 2) -> None:
+        self.parallelism = parallelism
+        self.assigned: list[tuple[int, SourceSplit]] = []
+        self.requests: list[list[SourceSplit]] = []  # what each assign_splits call gave
+        self.no_more: list[int] = []
+        self.events: list[tuple[int, SourceEvent]] = []
+
+    @property
+    def current_parallelism(self) -> int:
+        return self.parallelism
+
+    def registered_readers(self) -> dict[int, ReaderInfo]:
+        return {i: ReaderInfo(i) for i in range(self.parallelism)}
+
+    def assign_splits(self, assignment: dict[int, Sequence[SourceSplit]]) -> None:
+        for subtask, splits in assignment.items():
+            self.assigned.extend((subtask, s) for s in splits)
+            self.requests.append(list(splits))
+
+    def signal_no_more_splits(self, subtask: int) -> None:
+        self.no_more.append(subtask)
+
+    def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
+        self.events.append((subtask, event))
