@@ -9,7 +9,14 @@ from source_support.api import MAX_SPLITS_PER_REQUEST, splits_per_request
 
 @pytest.mark.parametrize(
     ("pending", "readers", "share"),
-    [(100_000, 200, MAX_SPLITS_PER_REQUEST), (4_000, 200, 10), (399, 200, 1), (1, 1, 1), (0, 4, 1), (20, 2, 5)],
+    [
+        (100_000, 200, MAX_SPLITS_PER_REQUEST),
+        (4_000, 200, 10),
+        (399, 200, 1),
+        (1, 1, 1),
+        (0, 4, 1),
+        (20, 2, 5),
+    ],
 )
 def test_a_request_gets_its_share_of_half_the_backlog(pending, readers, share):
     assert splits_per_request(pending, readers) == share

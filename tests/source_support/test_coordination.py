@@ -425,7 +425,9 @@ def test_enumerator_context_records_queued_assignments_at_flush_then_wakes_the_r
 def test_enumerator_context_announces_only_what_the_store_assigned(coordinator):
     token = coordinator.acquire_reader(0, None)
     store = InMemorySplitStore(refuse={"/d/a.csv@0"})
-    context = RedisEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=1, live={0: token})
+    context = RedisEnumeratorContext(
+        coordinator, store, FileSplitSerializer(), parallelism=1, live={0: token}
+    )
 
     context.assign_splits({0: [FileSplit("/d/a.csv", 0, 100, 0), FileSplit("/d/b.csv", 0, 100, 0)]})
 
