@@ -36,6 +36,7 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/adf_be
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 os.environ.setdefault("DATAFLOW_READER_LEASE_SECONDS", "3")
+os.environ.setdefault("DJANGO_DEBUG", "0")
 os.environ["DATAFLOW_LOG_LEVEL"] = "WARNING"
 
 

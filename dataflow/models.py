@@ -104,13 +104,14 @@ class SplitStatus(models.TextChoices):
 class Split(models.Model):
     """A split once it has been assigned: its payload and checkpoint (how far it was read)."""
 
-    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="splits")
+    # No index of its own: unique_split_per_run (run, split_id) serves lookups by run.
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="splits", db_index=False)
     split_id = models.CharField(max_length=1024)
     payload = models.JSONField()
     position = models.BigIntegerField(default=0)
     status = models.CharField(max_length=20, choices=SplitStatus.choices, default=SplitStatus.ASSIGNED)
     owner_subtask = models.IntegerField(null=True, blank=True)
-    owner_token = models.CharField(max_length=64, blank=True, db_index=True)
+    owner_token = models.CharField(max_length=64, blank=True)
     records_read = models.BigIntegerField(default=0)
     errors_count = models.BigIntegerField(default=0)
     error = models.TextField(blank=True)
@@ -119,7 +120,9 @@ class Split(models.Model):
     class Meta:
         ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["run", "split_id"], name="unique_split_per_run")]
-        indexes = [models.Index(fields=["run", "status"])]
+        # One index serves a run's splits by status and a reader's own (status, token):
+        # every index is written again each time a split is assigned or finished.
+        indexes = [models.Index(fields=["run", "status", "owner_token"], name="split_run_status_owner")]
 
     def __str__(self) -> str:
         return self.split_id
@@ -152,13 +155,13 @@ class Assignment(models.Model):
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["outcome", "subtask"])]
 
 
 class LandedBatch(models.Model):
     """A Parquet file in the landing zone, committed with the checkpoint that covers it."""
 
-    split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="landed")
+    # No index of its own: one_batch_per_position (split, start_position) serves it.
+    split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="landed", db_index=False)
     start_position = models.BigIntegerField()
     end_position = models.BigIntegerField()
     path = models.CharField(max_length=2048)

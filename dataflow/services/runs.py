@@ -34,6 +34,7 @@ from source_support.runtime import (
     ReaderSettings,
     SliceOutcome,
     SliceReport,
+    TickResult,
     enumerator_tick,
     reader_slice,
 )
@@ -74,6 +75,12 @@ def _source_for(run: FlowRun):
     )
 
 
+#: How long a tick may go on serving requests that keep arriving: a queued (Celery) tick,
+#: and one run inline by a reader that asked for splits.
+TICK_BUDGET_S = 5.0
+INLINE_TICK_BUDGET_S = 1.0
+
+
 def request_tick(*, run_id: int) -> None:
     """Asks for a prompt enumerator tick; at most one waits in the queue per run."""
     from dataflow import tasks
@@ -100,15 +107,11 @@ def run_tick(*, run_id: int) -> None:
         return
     coordinator = coordinator_for(run)
     parallelism = run.spec["parallelism"]
-    result = enumerator_tick(
-        source=_source_for(run),
-        coordinator=coordinator,
-        store=DjangoRunStore(run),
-        parallelism=parallelism,
-        atomic=transaction.atomic,
-    )
+    result = _enumerate(run, _source_for(run), budget_s=TICK_BUDGET_S)
     if result is None:
         return
+    if result.more:
+        request_tick(run_id=run.pk)
     done = coordinator.done_readers()
     for subtask in range(parallelism):
         wanted = subtask not in done or result.pending > 0
@@ -122,6 +125,26 @@ def run_tick(*, run_id: int) -> None:
             coordinator.stop()  # readers still waiting for splits can go
             run.refresh_from_db()
             _ensure_transform(run)
+
+
+def _enumerate(run: FlowRun, source, *, budget_s: float) -> TickResult | None:
+    return enumerator_tick(
+        source=source,
+        coordinator=coordinator_for(run),
+        store=DjangoRunStore(run),
+        parallelism=run.spec["parallelism"],
+        atomic=transaction.atomic,
+        budget_s=budget_s,
+    )
+
+
+def serve_split_requests(run: FlowRun, source) -> None:
+    """Runs the enumerator in the thread of a reader that just asked for splits, so the
+    request does not wait for a free worker slot behind other readers. If another tick is
+    at work, that tick serves the request; what a short budget leaves goes to a queued tick."""
+    result = _enumerate(run, source, budget_s=INLINE_TICK_BUDGET_S)
+    if result is not None and result.more:
+        request_tick(run_id=run.pk)
 
 
 def flow_tick(*, flow_id: int) -> None:
@@ -139,8 +162,9 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
     if run is None:
         return SliceReport(SliceOutcome.STOPPED, token)
     spec = run.spec
+    source = _source_for(run)
     report = reader_slice(
-        source=_source_for(run),
+        source=source,
         coordinator=coordinator_for(run),
         store=DjangoRunStore(run),
         landing=landing_zone(),
@@ -154,7 +178,7 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
             park_seconds=settings.DATAFLOW_READER_PARK_SECONDS,
             location=f"{socket.gethostname()}:{os.getpid()}",
         ),
-        on_split_request=lambda: request_tick(run_id=run_id),
+        on_split_request=lambda: serve_split_requests(run, source),
     )
     if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
         request_tick(run_id=run_id)
