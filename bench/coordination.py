@@ -155,13 +155,13 @@ def main() -> None:
     parser.add_argument("--profile", metavar="FILE", help="write a cProfile of the tick loop to FILE")
     args = parser.parse_args()
 
-    ensure_database()
+    fresh_database()
     setup_django()
     from django.core.management import call_command
     from django.db import transaction
 
     call_command("migrate", verbosity=0)
-    from dataflow.models import DataFlow, FlowRun, Split, SplitStatus
+    from dataflow.models import FlowRun, Split, SplitStatus
     from dataflow.redis_client import get_redis
     from dataflow.services.flows import flow_apply, flow_start
     from dataflow.services.runs import _source_for, coordinator_for
@@ -169,7 +169,6 @@ def main() -> None:
     from source_support.runtime import enumerator_tick
 
     get_redis().flushdb()
-    DataFlow.objects.filter(name="bench-coordination").delete()
     flow, _ = flow_apply(
         spec={
             "flow": {"name": "bench-coordination", "parallelism": args.readers, "batch_size": 1000},
@@ -252,7 +251,11 @@ def main() -> None:
         f"max {max(ticks) * 1000:.1f} ms; slowest call {max(calls) * 1000:.1f} ms; "
         f"ticks while readers were missing: {len(expiry_ticks)}, max {max(expiry_ticks, default=0) * 1000:.1f} ms"
     )
-    print(f"tick process RSS: first tick {rss_samples[0]:.0f} MiB, last {rss_samples[-1]:.0f} MiB")
+    middle = rss_samples[len(rss_samples) // 2]
+    print(
+        f"tick process RSS: after the first tick {rss_samples[0]:.0f} MiB, "
+        f"halfway {middle:.0f} MiB, after the last {rss_samples[-1]:.0f} MiB"
+    )
     if done != args.splits or total != args.splits or finished != args.splits:
         sys.exit(f"FAILED: {done} finished of {args.splits}, {finished} commits")
     FlowRun.objects.filter(pk=run.pk).update(status="stopped")
@@ -267,8 +270,9 @@ def current_rss_mib() -> float:
         return int(statm.read().split()[1]) * resource.getpagesize() / 2**20
 
 
-def ensure_database() -> None:
-    """Creates the benchmark's PostgreSQL database if it is missing."""
+def fresh_database() -> None:
+    """Creates the benchmark's PostgreSQL database anew, as a new deployment starts: no
+    rows or planner statistics left from an earlier run."""
     import dj_database_url
     import psycopg
 
@@ -278,9 +282,8 @@ def ensure_database() -> None:
     admin = psycopg.connect(
         host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"], dbname="postgres", autocommit=True
     )
-    exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [db["NAME"]]).fetchone()
-    if not exists:
-        admin.execute(f'CREATE DATABASE "{db["NAME"]}"')
+    admin.execute(f'DROP DATABASE IF EXISTS "{db["NAME"]}" WITH (FORCE)')
+    admin.execute(f'CREATE DATABASE "{db["NAME"]}"')
     admin.close()
 
 

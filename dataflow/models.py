@@ -140,7 +140,8 @@ class Assignment(models.Model):
 
     split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="assignments")
     subtask = models.IntegerField()
-    reader_token = models.CharField(max_length=64)
+    #: Indexed: a reader's commit closes its assignments by token (see store.commit_batches).
+    reader_token = models.CharField(max_length=64, db_index=True)
     #: host:pid of the process that ran the reader when the split was assigned
     reader_location = models.CharField(max_length=255, blank=True)
     start_position = models.BigIntegerField()
