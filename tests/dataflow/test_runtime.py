@@ -10,7 +10,7 @@ from django.db import connection, transaction
 
 from dataflow.models import FlowRun, LandedBatch, Split
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import _source_for, coordinator_for, landing_zone
+from dataflow.services.runs import _source_for, coordinator_for, landing_zone, read_slice
 from dataflow.store import DjangoRunStore
 from source_support.runtime import ReaderSettings, SliceOutcome, enumerator_tick, reader_slice
 
@@ -100,3 +100,16 @@ def test_a_batch_in_the_middle_of_a_split_is_committed_at_once(dirs):
     assert store.commits == [1] * 10  # each checkpoint as soon as its batch landed
     split = Split.objects.get(run=run)
     assert (split.status, split.position, split.records_read) == ("finished", 1000, 1000)
+
+
+def test_a_reader_serves_its_own_split_requests_when_no_tick_runs(dirs, settings):
+    # No Celery worker runs here: the queued ticks are never taken, so every split this
+    # reader reads was assigned by the enumerator it ran itself when it asked.
+    settings.DATAFLOW_READER_SLICE_SECONDS = 60
+    run = sequence_run(dirs, count=1000, splits=20, batch_size=100)
+
+    report = read_slice(run_id=run.pk, subtask=0, token=None)
+
+    assert report.outcome == SliceOutcome.DONE
+    assert report.records == 1000
+    assert Split.objects.filter(run=run, status="finished").count() == 20
