@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,24 +40,23 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         self.env = env
         serializer = FileSplitSerializer()
         self.discovered = bool(state and state.get("discovered"))
-        self.pending = [serializer.deserialize(s) for s in (state or {}).get("pending", [])]
+        self.pending = deque(serializer.deserialize(s) for s in (state or {}).get("pending", []))
         self.files_found = (state or {}).get("files_found", 0)
 
     def start(self) -> None:
         if not self.discovered:
-            self.pending = self._discover()
+            self.pending = deque(self._discover())
             self.discovered = True
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
         if self.pending:
             count = splits_per_request(len(self.pending), self.context.current_parallelism)
-            given, self.pending = self.pending[:count], self.pending[count:]
-            self.context.assign_splits({subtask: given})
+            self.context.assign_splits({subtask: [self.pending.popleft() for _ in range(count)]})
         elif self.discovered:
             self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
-        self.pending[:0] = list(splits)
+        self.pending.extendleft(reversed(splits))
 
     def add_reader(self, subtask: int) -> None:
         """Readers ask for splits themselves; nothing is pushed on registration."""

@@ -117,7 +117,7 @@ def test_a_gzip_file_is_one_compressed_split_whatever_its_size(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert enum.pending == [FileSplit(str(path), 0, WHOLE_FILE, 0, compressed=True)]
+    assert list(enum.pending) == [FileSplit(str(path), 0, WHOLE_FILE, 0, compressed=True)]
 
 
 def test_a_large_file_is_cut_into_ranges_of_split_size(data, env):
@@ -125,7 +125,7 @@ def test_a_large_file_is_cut_into_ranges_of_split_size(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert enum.pending == [
+    assert list(enum.pending) == [
         FileSplit(str(path), 0, 1000, 0),
         FileSplit(str(path), 1000, 2000, 1000),
         FileSplit(str(path), 2000, WHOLE_FILE, 2000),
