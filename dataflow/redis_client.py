@@ -32,5 +32,13 @@ def _embedded_socket() -> str:
 
 @lru_cache(maxsize=1)
 def get_redis() -> redis.Redis:
-    """A process-wide client (redis-py pools connections and is thread-safe)."""
-    return redis.Redis.from_url(redis_url(), health_check_interval=30)
+    """A process-wide client (redis-py pools connections and is thread-safe).
+
+    A call that gets no answer within ``REDIS_SOCKET_TIMEOUT`` raises instead of hanging (a
+    network partition drops packets silently); the next call opens a fresh connection.
+    """
+    url = redis_url()
+    options = {"socket_timeout": settings.REDIS_SOCKET_TIMEOUT}
+    if not url.startswith("unix://"):
+        options.update(socket_connect_timeout=settings.REDIS_SOCKET_TIMEOUT, socket_keepalive=True)
+    return redis.Redis.from_url(url, health_check_interval=30, **options)

@@ -139,6 +139,17 @@ DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECO
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
 
+# Seconds a Redis call may go unanswered before its connection counts as lost. Without it a
+# network partition that drops packets hangs the call forever, and with it a reader or the
+# worker's broker connection, so the worker never comes back. It must outlast the longest
+# blocking read, a reader's wait for splits (at most one slice): one slice plus 5 s by default.
+REDIS_SOCKET_TIMEOUT = float(os.environ.get("REDIS_SOCKET_TIMEOUT") or DATAFLOW_READER_SLICE_SECONDS + 5)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_timeout": REDIS_SOCKET_TIMEOUT,
+    "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
+    "socket_keepalive": True,
+}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -128,7 +128,10 @@ class DjangoRunStore:
         return reclaimed
 
     def load_enumerator_state(self) -> dict[str, Any] | None:
-        return FlowRun.objects.filter(pk=self.run.pk).values_list("enumerator_state", flat=True).first()
+        """The state, with the run's row locked until the transaction ends: two ticks that
+        both believe they hold the Redis lock (one lost Redis) still run one at a time."""
+        runs = FlowRun.objects.select_for_update().filter(pk=self.run.pk)
+        return runs.values_list("enumerator_state", flat=True).first()
 
     def save_enumerator_state(self, state: dict[str, Any], *, pending: int, exhausted: bool) -> None:
         FlowRun.objects.filter(pk=self.run.pk).update(

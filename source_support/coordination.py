@@ -9,6 +9,7 @@ checkpoints, who was assigned what) is kept by a ``SplitStore`` the runtime prov
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,6 +27,8 @@ from source_support.api import (
     SplitEnumeratorContext,
     SplitSerializer,
 )
+
+log = logging.getLogger(__name__)
 
 # Renew or release a key only while it still holds our token.
 _RENEW = """
@@ -100,7 +103,10 @@ class RunCoordinator:
         """Takes (or, with ``token``, keeps) the subtask; None if another instance holds it."""
         key = self.key("reader", subtask)
         if token is not None:
-            return token if self._renew(keys=[key], args=[token, self.lease_ms]) else None
+            if not self._renew(keys=[key], args=[token, self.lease_ms]):
+                return None
+            self.redis.hset(self.key("locations"), subtask, location)  # a slice may run elsewhere
+            return token
         token = uuid.uuid4().hex
         if not self.redis.set(key, token, nx=True, px=self.lease_ms):
             return None
@@ -219,21 +225,19 @@ class RunCoordinator:
         return bool(self.redis.exists(self.key("stopped")))
 
     @contextmanager
-    def enumerator_lock(self, timeout_ms: int = 60_000):
+    def enumerator_lock(self):
         """Holds the run's enumerator lock, yielding False when another tick has it.
 
+        The lock lives for a reader lease and is renewed while held, so a tick whose
+        process dies or loses Redis frees it as soon as a lost reader's splits could go
+        elsewhere. (Ticks are also serialized by the store, which locks the run's state.)
         A tick that finds the lock taken leaves a ``dirty`` mark; the holder loops once
         more before it lets go, so no request waits for the next periodic tick.
         """
-        key, token = self.key("enum-lock"), uuid.uuid4().hex
-        if not self.redis.set(key, token, nx=True, px=timeout_ms):
-            self.redis.set(self.key("enum-dirty"), 1)
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            self._release(keys=[key], args=[token])
+        with self.held_lease("enum-lock", self.lease_ms) as held:
+            if not held:
+                self.redis.set(self.key("enum-dirty"), 1)
+            yield held
 
     # Marks and leases of the run's own jobs (queued ticks, the transform).
 
@@ -259,7 +263,10 @@ class RunCoordinator:
 
         def renew() -> None:
             while not stop.wait(ttl_ms / 3000):
-                self._renew(keys=[key], args=[token, ttl_ms])
+                try:
+                    self._renew(keys=[key], args=[token, ttl_ms])
+                except redis.RedisError as error:  # the lease lapses unless Redis comes back
+                    log.warning("could not renew %s: %s", key, error)
 
         renewer = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
         renewer.start()

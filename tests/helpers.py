@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from dataflow.models import DataFlow, FlowRun
+from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors import run_progress
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs import flow_tick
@@ -95,3 +95,30 @@ def read_parquet_rows(path: Path) -> list[tuple]:
 
 def multiset(rows) -> Counter:
     return Counter(rows)
+
+
+def committed_overlaps_and_gaps(run: FlowRun) -> list[str]:
+    """Where the committed batches of ``run`` do not tile its splits, one line each.
+
+    Empty when every record was committed exactly once: each split's landed batches run
+    without overlap or gap from where its first reader started, and hold its ``records_read``.
+    """
+    batches: dict[int, list[LandedBatch]] = {}
+    for batch in LandedBatch.objects.filter(split__run=run).order_by("start_position"):
+        batches.setdefault(batch.split_id, []).append(batch)
+    problems = []
+    for split in Split.objects.filter(run=run):
+        position = split.assignments.order_by("id").values_list("start_position", flat=True)[0]
+        for batch in batches.get(split.pk, []):
+            if batch.start_position != position:
+                problems.append(
+                    f"{split.split_id}: batch [{batch.start_position}, {batch.end_position}) after {position}"
+                )
+            position = batch.end_position
+        landed = sum(b.records for b in batches.get(split.pk, []))
+        if position > split.position or landed != split.records_read:
+            problems.append(
+                f"{split.split_id}: landed up to {position} ({landed} records), "
+                f"checkpoint {split.position} ({split.records_read} records)"
+            )
+    return problems

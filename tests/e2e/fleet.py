@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
 from django.db import connection
+
+from dataflow.celery import app as celery_app
+from dataflow.models import FlowRun
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +39,19 @@ def fleet_env() -> dict[str, str]:
     return env
 
 
+def _node(name: str) -> str:
+    """The Celery node name of fleet worker ``name`` (started with ``-n name@%h``)."""
+    return f"{name}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class ReaderSlice:
+    task_id: str
+    subtask: int
+    token: str | None  # None: the slice's reader instance is new
+    started_at: float  # time.time()
+
+
 class Fleet:
     """Worker and beat processes of one test; every process is killed at the end."""
 
@@ -40,12 +59,12 @@ class Fleet:
         self.log_dir = log_dir
         self.procs: dict[str, subprocess.Popen] = {}
 
-    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _start(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "dataflow", *args],
             cwd=ROOT,
-            env=fleet_env(),
+            env={**fleet_env(), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -53,13 +72,15 @@ class Fleet:
         self.procs[name] = proc
         return proc
 
-    def worker(self, name: str, concurrency: int = 4) -> subprocess.Popen:
+    def worker(self, name: str, concurrency: int = 4, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A worker process; ``env`` overrides the fleet's environment (e.g. its REDIS_URL)."""
         return self._start(
             name,
             [
                 "worker", "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
             ],
+            env,
         )  # fmt: skip
 
     def beat(self) -> subprocess.Popen:
@@ -80,6 +101,27 @@ class Fleet:
 
     def name_of(self, pid: int) -> str | None:
         return next((name for name, proc in self.procs.items() if proc.pid == pid), None)
+
+    def wait_ready(self, *names: str, timeout: float = 60) -> None:
+        """Waits until workers ``names`` answer a ping (they consume from the broker)."""
+        nodes = {_node(name) for name in names}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            replies = celery_app.control.ping(destination=list(nodes), timeout=1)
+            if nodes <= {node for reply in replies for node in reply}:
+                return
+        raise AssertionError(f"workers {names} did not answer within {timeout}s")
+
+    def reader_slices(self, name: str, run: FlowRun) -> list[ReaderSlice]:
+        """The reader slices of ``run`` that worker ``name`` is running right now, as Celery's
+        ``inspect active`` reports them (a reader's slices may run in any worker)."""
+        node = _node(name)
+        active = celery_app.control.inspect(destination=[node], timeout=2, limit=1).active() or {}
+        return [
+            ReaderSlice(task["id"], task["args"][1], task["args"][2], task["time_start"])
+            for task in active.get(node, [])
+            if task["name"] == "dataflow.tasks.read_splits" and task["args"][0] == run.pk
+        ]
 
     def log(self, name: str) -> str:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")

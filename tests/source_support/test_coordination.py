@@ -344,12 +344,12 @@ def test_the_enumerator_lock_is_released_when_the_holder_raises(coordinator):
         assert held_again is True
 
 
-def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator):
+def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator, client):
     run_key = uuid.uuid4().hex
-    old, new = make_coordinator(run_key), make_coordinator(run_key)
-    old_lock = old.enumerator_lock(timeout_ms=100)
+    old, new = make_coordinator(run_key, lease_ms=300), make_coordinator(run_key, lease_ms=300)
+    old_lock = old.enumerator_lock()
     assert old_lock.__enter__() is True
-    time.sleep(0.3)
+    client.delete(old.key("enum-lock"))  # as if it lapsed while its holder had no Redis
     new_lock = new.enumerator_lock()
     assert new_lock.__enter__() is True
 
@@ -358,6 +358,19 @@ def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator):
     with old.enumerator_lock() as held:
         assert held is False
     new_lock.__exit__(None, None, None)
+
+
+def test_the_enumerator_lock_lives_a_lease_and_is_renewed_while_held(make_coordinator, client):
+    coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
+
+    with coordinator.enumerator_lock() as held:
+        assert held is True
+        assert 0 < client.pttl(coordinator.key("enum-lock")) <= SHORT_LEASE_MS
+        time.sleep(SHORT_LEASE_MS / 1000 * 3)
+        with coordinator.enumerator_lock() as other:
+            assert other is False
+
+    assert not coordinator.is_set("enum-lock")
 
 
 def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, client):
