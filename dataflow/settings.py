@@ -64,6 +64,9 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'dataflow.sqlite3'}"),
         conn_max_age=0,
+        # "1" behind pgbouncer in transaction mode, which cannot keep a cursor across
+        # transactions (Django's docs, "Transaction pooling and server-side cursors").
+        disable_server_side_cursors=os.environ.get("DATABASE_DISABLE_SERVER_SIDE_CURSORS") == "1",
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
