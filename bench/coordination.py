@@ -2,7 +2,8 @@
 
 ``python bench/coordination.py`` (needs DATABASE_URL to a PostgreSQL database and REDIS_URL;
 defaults: postgres://postgres@127.0.0.1:5432/adf_bench and redis://127.0.0.1:6379/12)
-creates a flow over the sequence source with 100,000 splits and starts a run. One process
+creates a flow over the sequence source with 100,000 splits (``--source files``: 100,000
+small CSV files, one split each) and starts a run. One process
 drives the enumerator ticks (the real ``enumerator_tick`` with the flow's source, the Redis
 ``RunCoordinator`` and the database ``DjangoRunStore``); reader processes run 200 reader
 threads that register, request splits, heartbeat, and finish each split they are given
@@ -37,6 +38,7 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/12")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 os.environ.setdefault("DATAFLOW_READER_LEASE_SECONDS", "3")
 os.environ.setdefault("DJANGO_DEBUG", "0")
+os.environ.setdefault("DATAFLOW_ALLOWED_ROOTS", f"{REPO / 'var'}:{REPO / 'out'}")
 os.environ["DATAFLOW_LOG_LEVEL"] = "WARNING"
 
 
@@ -74,7 +76,10 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
 
         def adopt(self, rows) -> None:
             for split_id, payload, position in rows:
-                self.held.setdefault(split_id, (payload["end"], position))
+                # where reading the split would end (a files split: its byte range, or one
+                # byte on for a whole small file; nothing is read)
+                end = payload["end"] if payload.get("end", -1) > 0 else position + 1
+                self.held.setdefault(split_id, (end, position))
 
         def step(self) -> bool:
             """One turn; True if the reader now waits for a notice."""
@@ -146,6 +151,13 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--splits", type=int, default=100_000)
+    parser.add_argument(
+        "--source",
+        choices=["sequence", "files"],
+        default="sequence",
+        help="sequence: Flink's NumberSequenceSource; files: one small CSV file per split, "
+        "discovered by the files enumerator (the files are made once under var/bench-files)",
+    )
     parser.add_argument("--readers", type=int, default=200)
     parser.add_argument(
         "--processes", type=int, default=4, help="reader processes (threads split among them)"
@@ -172,7 +184,8 @@ def main() -> None:
     flow, _ = flow_apply(
         spec={
             "flow": {"name": "bench-coordination", "parallelism": args.readers, "batch_size": 1000},
-            "source": {"type": "sequence", "count": args.splits * 10, "splits": args.splits},
+            "source": source_spec(args),
+            **({"format": {"type": "csv", "schema": "id BIGINT"}} if args.source == "files" else {}),
             "transform": {"sql": "SELECT * FROM source"},
             "sink": {"type": "parquet", "path": "out/bench-coordination"},
         }
@@ -263,6 +276,19 @@ def main() -> None:
         f"assignments_per_s={assigned / wall:.0f} enumerator_tick_s={max(ticks):.3f} "
         f"splits={args.splits} readers={args.readers}"
     )
+
+
+def source_spec(args) -> dict:
+    if args.source == "sequence":
+        return {"type": "sequence", "count": args.splits * 10, "splits": args.splits}
+    root = REPO / "var" / "bench-files" / str(args.splits)
+    if not (root / "done").exists():
+        for i in range(args.splits):
+            folder = root / f"{i // 1000:04d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / f"{i:07d}.csv").write_text(f"id\n{i}\n")
+        (root / "done").touch()
+    return {"type": "files", "path": f"{root}/*/*.csv"}
 
 
 def current_rss_mib() -> float:

@@ -39,42 +39,44 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         self.split_size = split_size
         self.splittable = splittable
         self.env = env
-        serializer = FileSplitSerializer()
+        self.serializer = FileSplitSerializer()
         self.discovered = bool(state and state.get("discovered"))
-        self.pending = deque(serializer.deserialize(s) for s in (state or {}).get("pending", []))
+        #: Pending splits kept as their state form: only those handed out are decoded, and
+        #: a snapshot encodes none, so a pass over a large backlog stays cheap.
+        self.queue: deque[dict[str, Any]] = deque((state or {}).get("pending", []))
         self.files_found = (state or {}).get("files_found", 0)
+
+    @property
+    def pending(self) -> list[FileSplit]:
+        return [self.serializer.deserialize(s) for s in self.queue]
 
     def start(self) -> None:
         if not self.discovered:
-            self.pending = deque(self._discover())
+            self.queue = deque(self.serializer.serialize(s) for s in self._discover())
             self.discovered = True
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        if self.pending:
-            count = splits_per_request(len(self.pending), self.context.current_parallelism)
-            self.context.assign_splits({subtask: [self.pending.popleft() for _ in range(count)]})
+        if self.queue:
+            count = splits_per_request(len(self.queue), self.context.current_parallelism)
+            given = [self.serializer.deserialize(self.queue.popleft()) for _ in range(count)]
+            self.context.assign_splits({subtask: given})
         elif self.discovered:
             self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
-        self.pending.extendleft(reversed(splits))
+        self.queue.extendleft(self.serializer.serialize(s) for s in reversed(splits))
 
     def add_reader(self, subtask: int) -> None:
         """Readers ask for splits themselves; nothing is pushed on registration."""
 
     def snapshot_state(self) -> dict[str, Any]:
-        serializer = FileSplitSerializer()
-        return {
-            "discovered": self.discovered,
-            "files_found": self.files_found,
-            "pending": [serializer.serialize(s) for s in self.pending],
-        }
+        return {"discovered": self.discovered, "files_found": self.files_found, "pending": list(self.queue)}
 
     def is_exhausted(self) -> bool:
-        return self.discovered and not self.pending
+        return self.discovered and not self.queue
 
     def pending_count(self) -> int:
-        return len(self.pending)
+        return len(self.queue)
 
     def _discover(self) -> list[FileSplit]:
         splits: list[FileSplit] = []
