@@ -90,6 +90,8 @@ class DjangoRunStore:
                     {"split": pk, "subtask": subtask, "token": tokens[subtask]}
                     | {"location": locations.get(subtask, ""), "position": position}
                 )
+            if not journal:
+                return {}
             cursor.execute(
                 f"INSERT INTO {Assignment._meta.db_table} (split_id, subtask, reader_token,"
                 " reader_location, start_position, outcome, assigned_at)"

@@ -240,11 +240,14 @@ def reader_slice(
         fresh = [serializer.deserialize(p).at(pos) for split_id, p, pos in splits if split_id not in held]
         reader.add_splits(fresh)
 
+    def commit() -> None:
+        for split_id in commits.flush():
+            reader.remove_split(split_id)  # it went to another reader
+
     def adopt_stored() -> None:
         """Takes what the store says this reader owns (after a commit, so a split that is
         finished but not yet committed is not read twice)."""
-        for split_id in commits.flush():
-            reader.remove_split(split_id)
+        commit()
         coordinator.wait_assigned(subtask, 0)  # what the notices say, the store says too
         adopt(store.owned_splits(subtask, token))
 
@@ -258,16 +261,15 @@ def reader_slice(
                     return report
                 last_beat = now
             if coordinator.is_stopped():
-                commits.flush()
+                commit()
                 report.outcome = SliceOutcome.STOPPED
                 return report
             if now >= deadline:
-                commits.flush()
+                commit()
                 coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
                 return report
             if commits.due(now) or (commits and not reader.has_splits()):
-                for split_id in commits.flush():
-                    reader.remove_split(split_id)
+                commit()
                 continue
             if not reader.has_splits():
                 if coordinator.no_more_splits(subtask, token):
@@ -290,7 +292,7 @@ def reader_slice(
                 time.sleep(settings.poll_interval_s)
                 continue
             if batch.bad_records and not settings.skip_errors:
-                commits.flush()
+                commit()
                 first = batch.bad_records[0]
                 where = reader.describe(batch.split_id, first.position)
                 raw = f": {first.raw[:200]!r}" if first.raw else ""
