@@ -7,12 +7,15 @@ processes, usually on other machines, so the path must name the same files there
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.conf import settings
 from django.core.checks import Error
 
 from dataflow.spark import is_local_master
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/")  # s3a://bucket/x (a Path keeps "s3a:/bucket/x")
 
 
 def landing_errors() -> list[str]:
@@ -28,7 +31,16 @@ def check_landing_zone(app_configs=None, **kwargs) -> list[Error]:
 def _landing_problems() -> list[tuple[str, str]]:
     root = Path(settings.DATAFLOW_LANDING_ROOT)
     problems = []
-    if not root.is_absolute():
+    if _URL.match(str(root)):
+        problems.append(
+            (
+                "dataflow.E003",
+                f"DATAFLOW_LANDING_ROOT={settings.DATAFLOW_LANDING_ROOT} names object storage, which "
+                'is not supported as a landing zone yet (README, "Object storage"). Mount one '
+                "shared filesystem at the same path on every Celery worker and Spark node instead.",
+            )
+        )
+    elif not root.is_absolute():
         problems.append(
             (
                 "dataflow.E001",

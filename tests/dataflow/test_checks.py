@@ -69,6 +69,16 @@ def test_relative_landing_root_is_refused(landing, shared):
     assert "DATAFLOW_LANDING_ROOT=var/landing is a relative path" in errors[0].msg
 
 
+@pytest.mark.parametrize("url", ["s3a://bucket/landing", "gs://bucket/landing"])
+def test_an_object_storage_landing_root_is_refused_as_not_supported(landing, url):
+    landing.DATAFLOW_LANDING_ROOT = Path(url)
+
+    errors = check_landing_zone()
+
+    assert [e.id for e in errors] == ["dataflow.E003"]
+    assert "object storage, which is not supported" in errors[0].msg
+
+
 def test_manage_py_check_refuses_to_start(landing):
     landing.SPARK_MASTER = "spark://spark-master:7077"
 
