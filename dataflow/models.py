@@ -128,6 +128,20 @@ class Split(models.Model):
         return self.split_id
 
 
+class PendingSplit(models.Model):
+    """A discovered split that waits for a reader: the enumerator's backlog, in ``seq``
+    order, kept here so that a tick reads and writes only the splits it hands out."""
+
+    # No index of its own: one_pending_split_per_seq (run, seq) serves it.
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="backlog", db_index=False)
+    seq = models.BigIntegerField()
+    payload = models.JSONField()
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="one_pending_split_per_seq")]
+
+
 class AssignmentOutcome(models.TextChoices):
     ACTIVE = "active"
     FINISHED = "finished"

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import OuterRef, Subquery
+from django.db.models import Max, Min, OuterRef, Subquery
 from django.utils import timezone
 
 from dataflow.models import (
@@ -22,6 +22,7 @@ from dataflow.models import (
     DeadLetter,
     FlowRun,
     LandedBatch,
+    PendingSplit,
     Split,
     SplitStatus,
 )
@@ -128,6 +129,30 @@ class DjangoRunStore:
         for _, subtask, split_id, payload, position in stale:
             reclaimed.setdefault(subtask, []).append((split_id, payload, position))
         return reclaimed
+
+    def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
+        if not payloads:
+            return
+        ends = PendingSplit.objects.filter(run=self.run).aggregate(first=Min("seq"), last=Max("seq"))
+        if front:
+            start = (ends["first"] if ends["first"] is not None else 0) - len(payloads)
+        else:
+            start = ends["last"] + 1 if ends["last"] is not None else 0
+        rows = json.dumps([{"seq": start + i, "payload": payload} for i, payload in enumerate(payloads)])
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {PendingSplit._meta.db_table} (run_id, seq, payload) SELECT %s, v.seq,"
+                f" v.payload FROM {_json_rows(_BACKLOG_COLUMNS, len(payloads))} AS v",
+                [self.run.pk, rows],
+            )
+
+    def backlog_head(self, count: int) -> list[tuple[int, dict[str, Any]]]:
+        return list(
+            PendingSplit.objects.filter(run=self.run).order_by("seq").values_list("pk", "payload")[:count]
+        )
+
+    def backlog_remove(self, keys: Sequence[int]) -> None:
+        PendingSplit.objects.filter(pk__in=keys).delete()
 
     def load_enumerator_state(self) -> dict[str, Any] | None:
         """The state, with the run's row locked until the transaction ends: two ticks that
@@ -245,6 +270,7 @@ _MOVE_COLUMNS = {"split_id": "text", "start_at": "bigint", "end_at": "bigint", "
     "finished": "boolean",
 }
 _FINISH_COLUMNS = {"split": "bigint", "end_at": "bigint"}
+_BACKLOG_COLUMNS = {"seq": "bigint", "payload": "json"}
 
 
 def _json_rows(columns: dict[str, str], count: int) -> str:

@@ -79,6 +79,23 @@ class SourceEvent:
     payload: dict[str, Any] = field(default_factory=dict)
 
 
+class SplitBacklog(ABC, Generic[SplitT]):
+    """Discovered splits that wait for a reader, in order, kept by the runtime outside the
+    enumerator's state (Flink's ``FileSplitAssigner``, with its queue in the store): a
+    tick then reads and writes only the splits it hands out, however long the backlog."""
+
+    @abstractmethod
+    def append(self, splits: Sequence[SplitT]) -> None: ...
+
+    @abstractmethod
+    def prepend(self, splits: Sequence[SplitT]) -> None:
+        """Puts splits at the head, in order (splits that came back go first)."""
+
+    @abstractmethod
+    def take(self, count: int) -> list[SplitT]:
+        """Removes and returns up to ``count`` splits from the head."""
+
+
 class SplitEnumeratorContext(ABC, Generic[SplitT]):
     """What an enumerator may do to the running readers (Flink ``SplitEnumeratorContext``)."""
 
@@ -100,6 +117,11 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
     @abstractmethod
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None: ...
+
+    @abstractmethod
+    def backlog(self) -> SplitBacklog[SplitT]:
+        """The run's durable queue of splits waiting for readers (not Flink's: an
+        enumerator here is rebuilt each tick, so a large queue must not live in its state)."""
 
 
 #: The most splits one request is answered with (see ``splits_per_request``).

@@ -24,6 +24,7 @@ from source_support.api import (
     SourceEvent,
     SourceReaderContext,
     SourceSplit,
+    SplitBacklog,
     SplitEnumeratorContext,
     SplitSerializer,
 )
@@ -82,6 +83,15 @@ class SplitStore(Protocol):
 
     def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[AssignedSplit]]:
         """Ends assignments whose reader is not in ``live``; returns their splits by subtask."""
+
+    def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
+        """Queues serialized splits at the tail (or, in order, at the head)."""
+
+    def backlog_head(self, count: int) -> list[tuple[int, dict[str, Any]]]:
+        """Up to ``count`` (key, serialized split) pairs from the head, left in place."""
+
+    def backlog_remove(self, keys: Sequence[int]) -> None:
+        """Removes the splits of those keys (they were handed out)."""
 
 
 class RunCoordinator:
@@ -313,6 +323,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         self._queued: dict[int, list[SourceSplit]] = {}
         #: How many splits were assigned since the last ``flush``.
         self.queued = 0
+        self._backlog: StoreBacklog | None = None
         self._locations: dict[int, str] | None = None
 
     @property
@@ -340,6 +351,8 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
 
     def flush(self) -> int:
         """Stores the queued assignments, then notifies their readers; returns how many."""
+        if self._backlog is not None:
+            self._backlog.flush()
         if not self._queued:
             return 0
         rows = {
@@ -354,12 +367,55 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
                 self.coordinator.notify_assigned(subtask, splits)
         return sum(len(splits) for splits in assigned.values())
 
+    def backlog(self) -> StoreBacklog:
+        if self._backlog is None:
+            self._backlog = StoreBacklog(self.store, self.serializer)
+        return self._backlog
+
     def signal_no_more_splits(self, subtask: int) -> None:
         self.coordinator.signal_no_more_splits(subtask, self.live[subtask])
         self.coordinator.notify_assigned(subtask, [])
 
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
         self.coordinator.send_event(f"reader:{subtask}", event)
+
+
+class StoreBacklog(SplitBacklog):
+    """The backlog in the ``SplitStore``, written in the tick's transaction.
+
+    Takes are served from a block read once per pass and removed from the store together
+    at ``flush``, so a pass that answers many requests makes two statements, not two per
+    request.
+    """
+
+    BLOCK = 2_000
+
+    def __init__(self, store: SplitStore, serializer: SplitSerializer) -> None:
+        self.store, self.serializer = store, serializer
+        self._block: list[tuple[int, dict[str, Any]]] = []  # (key, payload) read, not yet taken
+        self._taken: list[int] = []
+
+    def append(self, splits: Sequence[SourceSplit]) -> None:
+        self.flush()
+        self.store.backlog_add([self.serializer.serialize(s) for s in splits], front=False)
+
+    def prepend(self, splits: Sequence[SourceSplit]) -> None:
+        self.flush()
+        self.store.backlog_add([self.serializer.serialize(s) for s in splits], front=True)
+
+    def take(self, count: int) -> list[SourceSplit]:
+        if len(self._block) < count:
+            self.flush()
+            self._block = self.store.backlog_head(max(count, self.BLOCK))
+        given, self._block = self._block[:count], self._block[count:]
+        self._taken += [key for key, _ in given]
+        return [self.serializer.deserialize(payload) for _, payload in given]
+
+    def flush(self) -> None:
+        """Removes what was taken from the store, and forgets what was read ahead."""
+        if self._taken:
+            self.store.backlog_remove(self._taken)
+        self._block, self._taken = [], []
 
 
 class RedisReaderContext(SourceReaderContext):

@@ -77,6 +77,28 @@ class TickResult:
     more: bool = False
 
 
+def enumerator_start(
+    *,
+    source: Source,
+    coordinator: RunCoordinator,
+    store: RunStore,
+    parallelism: int,
+) -> None:
+    """Starts the run's enumerator once, when the run starts (Flink starts it in the
+    JobManager when the job starts): a static source discovers its splits here, so ticks
+    only hand them out. Call it in the transaction that creates the run."""
+    context = RedisEnumeratorContext(
+        coordinator, store, source.split_serializer, parallelism=parallelism, live={}
+    )
+    enumerator = source.create_enumerator(context, store.load_enumerator_state())
+    enumerator.start()
+    context.flush()
+    store.save_enumerator_state(
+        enumerator.snapshot_state(), pending=enumerator.pending_count(), exhausted=enumerator.is_exhausted()
+    )
+    enumerator.close()
+
+
 def enumerator_tick(
     *,
     source: Source,

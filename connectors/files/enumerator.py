@@ -5,12 +5,11 @@ from __future__ import annotations
 import glob
 import os
 import stat
-from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
+from connectors.files.split import WHOLE_FILE, FileSplit
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 from source_support.registry import Environment
 
@@ -20,8 +19,10 @@ COMPRESSED_SUFFIXES = (".gz", ".gzip")
 class StaticFileEnumerator(SplitEnumerator[FileSplit]):
     """Flink's static ``FileSourceEnumerator``: one discovery, then a queue of splits.
 
-    Splits that come back from a failed reader go to the front of the queue so they are
-    finished first; a reader that asks when the queue is empty is told there are no more.
+    The queue is the run's backlog (``SplitEnumeratorContext.backlog``), so the state is a
+    count and a tick touches only the splits it hands out. Splits that come back from a
+    failed reader go to the head so they are finished first; a reader that asks when the
+    queue is empty is told there are no more.
     """
 
     def __init__(
@@ -39,44 +40,42 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         self.split_size = split_size
         self.splittable = splittable
         self.env = env
-        self.serializer = FileSplitSerializer()
         self.discovered = bool(state and state.get("discovered"))
-        #: Pending splits kept as their state form: only those handed out are decoded, and
-        #: a snapshot encodes none, so a pass over a large backlog stays cheap.
-        self.queue: deque[dict[str, Any]] = deque((state or {}).get("pending", []))
+        self.pending = (state or {}).get("pending", 0)
         self.files_found = (state or {}).get("files_found", 0)
-
-    @property
-    def pending(self) -> list[FileSplit]:
-        return [self.serializer.deserialize(s) for s in self.queue]
 
     def start(self) -> None:
         if not self.discovered:
-            self.queue = deque(self.serializer.serialize(s) for s in self._discover())
-            self.discovered = True
+            splits = self._discover()
+            self.context.backlog().append(splits)
+            self.pending, self.discovered = len(splits), True
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        if self.queue:
-            count = splits_per_request(len(self.queue), self.context.current_parallelism)
-            given = [self.serializer.deserialize(self.queue.popleft()) for _ in range(count)]
-            self.context.assign_splits({subtask: given})
-        elif self.discovered:
+        if self.pending:
+            count = splits_per_request(self.pending, self.context.current_parallelism)
+            given = self.context.backlog().take(count)
+            self.pending = self.pending - len(given) if given else 0  # 0: the backlog ran dry first
+            if given:
+                self.context.assign_splits({subtask: given})
+                return
+        if self.discovered:
             self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
-        self.queue.extendleft(self.serializer.serialize(s) for s in reversed(splits))
+        self.context.backlog().prepend(splits)
+        self.pending += len(splits)
 
     def add_reader(self, subtask: int) -> None:
         """Readers ask for splits themselves; nothing is pushed on registration."""
 
     def snapshot_state(self) -> dict[str, Any]:
-        return {"discovered": self.discovered, "files_found": self.files_found, "pending": list(self.queue)}
+        return {"discovered": self.discovered, "files_found": self.files_found, "pending": self.pending}
 
     def is_exhausted(self) -> bool:
-        return self.discovered and not self.queue
+        return self.discovered and not self.pending
 
     def pending_count(self) -> int:
-        return len(self.queue)
+        return self.pending
 
     def _discover(self) -> list[FileSplit]:
         splits: list[FileSplit] = []

@@ -50,6 +50,8 @@ def flow_start(*, flow: DataFlow) -> FlowRun:
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
     and with FlowStateError if a run is already active.
     """
+    from dataflow.services.runs import request_tick, run_prepare
+
     spec = flow_spec_of(flow)
     values = flow_spec_validate(spec)
     schema_ddl = _resolve_schema(values)
@@ -58,11 +60,10 @@ def flow_start(*, flow: DataFlow) -> FlowRun:
         if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
             raise FlowStateError(f"flow {flow.name!r} is already running")
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl)
+        run_prepare(run)
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
         _schedule_ticks(flow, enabled=True)
-    from dataflow.services.runs import request_tick
-
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 

@@ -35,6 +35,7 @@ from source_support.runtime import (
     SliceOutcome,
     SliceReport,
     TickResult,
+    enumerator_start,
     enumerator_tick,
     reader_slice,
 )
@@ -135,6 +136,16 @@ def _enumerate(run: FlowRun, source, *, budget_s: float) -> TickResult | None:
         parallelism=run.spec["parallelism"],
         atomic=transaction.atomic,
         budget_s=budget_s,
+    )
+
+
+def run_prepare(run: FlowRun) -> None:
+    """Discovers the run's splits as it starts (inside the transaction that creates it)."""
+    enumerator_start(
+        source=_source_for(run),
+        coordinator=coordinator_for(run),
+        store=DjangoRunStore(run),
+        parallelism=run.spec["parallelism"],
     )
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from connectors.files.split import FileSplit, FileSplitSerializer
 from dataflow.models import Assignment, DeadLetter, FlowRun, LandedBatch, Split
 from dataflow.services.flows import flow_apply
 from dataflow.store import DjangoRunStore
 from source_support.api import BadRecord
+from source_support.coordination import StoreBacklog
 from source_support.runtime import BatchCommit
 
 pytestmark = pytest.mark.django_db
@@ -154,3 +156,36 @@ def test_reclaim_takes_back_only_splits_of_readers_that_are_gone(store):
     assert store.reclaim_expired({0: "token-a"}) == {1: [row(1)]}
     assert Split.objects.get(run=store.run, split_id="range-0").status == "finished"
     assert Split.objects.get(run=store.run, split_id="range-1").status == "unassigned"
+
+
+def test_the_backlog_keeps_splits_in_order_with_returned_ones_first(store):
+    store.backlog_add([{"n": 1}, {"n": 2}], front=False)
+    store.backlog_add([{"n": 3}], front=False)
+    head = store.backlog_head(1)
+    store.backlog_remove([key for key, _ in head])
+
+    store.backlog_add([{"n": "back-a"}, {"n": "back-b"}], front=True)
+
+    assert [payload for _, payload in head] == [{"n": 1}]
+    assert [payload for _, payload in store.backlog_head(10)] == [
+        {"n": "back-a"},
+        {"n": "back-b"},
+        {"n": 2},
+        {"n": 3},
+    ]
+
+
+def test_a_pass_takes_from_the_backlog_in_two_statements_however_many_requests(
+    store, django_assert_num_queries
+):
+    backlog = StoreBacklog(store, FileSplitSerializer())
+    backlog.append([FileSplit(f"/d/{i}.csv", 0, 10, 0) for i in range(100)])
+
+    with django_assert_num_queries(2):
+        taken = [backlog.take(3) for _ in range(30)]
+        backlog.flush()
+
+    assert [s.path for given in taken for s in given] == [f"/d/{i}.csv" for i in range(90)]
+    assert [payload["path"] for _, payload in store.backlog_head(100)] == [
+        f"/d/{i}.csv" for i in range(90, 100)
+    ]

@@ -7,9 +7,24 @@ tests/source_support/test_coordination.py.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 
-from source_support.api import ReaderInfo, SourceEvent, SourceSplit, SplitEnumeratorContext
+from source_support.api import ReaderInfo, SourceEvent, SourceSplit, SplitBacklog, SplitEnumeratorContext
+
+
+class MemoryBacklog(SplitBacklog):
+    def __init__(self) -> None:
+        self.queue: deque[SourceSplit] = deque()
+
+    def append(self, splits: Sequence[SourceSplit]) -> None:
+        self.queue.extend(splits)
+
+    def prepend(self, splits: Sequence[SourceSplit]) -> None:
+        self.queue.extendleft(reversed(splits))
+
+    def take(self, count: int) -> list[SourceSplit]:
+        return [self.queue.popleft() for _ in range(min(count, len(self.queue)))]
 
 
 class RecordingContext(SplitEnumeratorContext):
@@ -19,6 +34,7 @@ class RecordingContext(SplitEnumeratorContext):
         self.requests: list[list[SourceSplit]] = []  # what each assign_splits call gave
         self.no_more: list[int] = []
         self.events: list[tuple[int, SourceEvent]] = []
+        self.queue = MemoryBacklog()  # a store's backlog outlives the enumerator: share the context
 
     @property
     def current_parallelism(self) -> int:
@@ -37,3 +53,11 @@ class RecordingContext(SplitEnumeratorContext):
 
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
         self.events.append((subtask, event))
+
+    def backlog(self) -> MemoryBacklog:
+        return self.queue
+
+    @property
+    def pending(self) -> list[SourceSplit]:
+        """What waits in the backlog, head first."""
+        return list(self.queue.queue)

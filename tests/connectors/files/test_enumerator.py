@@ -67,8 +67,8 @@ def test_a_directory_means_its_files_sorted_by_path(data, env):
 
     enum = started(data, env)
 
-    assert [s.path for s in enum.pending] == [str(data / n) for n in ("a.csv", "b.csv", "c.json")]
-    assert all((s.start, s.end, s.position) == (0, WHOLE_FILE, 0) for s in enum.pending)
+    assert [s.path for s in enum.context.pending] == [str(data / n) for n in ("a.csv", "b.csv", "c.json")]
+    assert all((s.start, s.end, s.position) == (0, WHOLE_FILE, 0) for s in enum.context.pending)
 
 
 def test_a_glob_selects_matching_files(data, env):
@@ -77,7 +77,7 @@ def test_a_glob_selects_matching_files(data, env):
 
     enum = started(data / "*.csv", env)
 
-    assert [s.path for s in enum.pending] == [str(data / "a.csv"), str(data / "b.csv")]
+    assert [s.path for s in enum.context.pending] == [str(data / "a.csv"), str(data / "b.csv")]
 
 
 def test_a_recursive_glob_finds_files_in_subdirectories(data, env):
@@ -86,7 +86,7 @@ def test_a_recursive_glob_finds_files_in_subdirectories(data, env):
 
     enum = started(data / "**" / "*.csv", env)
 
-    assert [s.path for s in enum.pending] == [str(data / "2024" / "01" / "deep.csv"), str(data / "top.csv")]
+    assert [s.path for s in enum.context.pending] == [str(data / "2024" / "01" / "deep.csv"), str(data / "top.csv")]
 
 
 def test_hidden_and_marker_files_are_skipped(data, env):
@@ -97,7 +97,7 @@ def test_hidden_and_marker_files_are_skipped(data, env):
 
     enum = started(data, env)
 
-    assert [Path(s.path).name for s in enum.pending] == ["part-0.csv"]
+    assert [Path(s.path).name for s in enum.context.pending] == ["part-0.csv"]
     assert enum.files_found == 1
 
 
@@ -107,7 +107,7 @@ def test_empty_files_are_counted_but_get_no_split(data, env):
 
     enum = started(data, env)
 
-    assert [Path(s.path).name for s in enum.pending] == ["full.csv"]
+    assert [Path(s.path).name for s in enum.context.pending] == ["full.csv"]
     assert enum.files_found == 2
 
 
@@ -117,7 +117,7 @@ def test_a_gzip_file_is_one_compressed_split_whatever_its_size(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert list(enum.pending) == [FileSplit(str(path), 0, WHOLE_FILE, 0, compressed=True)]
+    assert list(enum.context.pending) == [FileSplit(str(path), 0, WHOLE_FILE, 0, compressed=True)]
 
 
 def test_a_large_file_is_cut_into_ranges_of_split_size(data, env):
@@ -125,7 +125,7 @@ def test_a_large_file_is_cut_into_ranges_of_split_size(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert list(enum.pending) == [
+    assert list(enum.context.pending) == [
         FileSplit(str(path), 0, 1000, 0),
         FileSplit(str(path), 1000, 2000, 1000),
         FileSplit(str(path), 2000, WHOLE_FILE, 2000),
@@ -137,8 +137,8 @@ def test_a_file_of_exactly_n_split_sizes_has_n_ranges(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert [(s.start, s.end) for s in enum.pending] == [(0, 1000), (1000, 2000), (2000, WHOLE_FILE)]
-    assert all(s.path == str(path) for s in enum.pending)
+    assert [(s.start, s.end) for s in enum.context.pending] == [(0, 1000), (1000, 2000), (2000, WHOLE_FILE)]
+    assert all(s.path == str(path) for s in enum.context.pending)
 
 
 def test_a_file_no_larger_than_split_size_is_one_whole_split(data, env):
@@ -146,7 +146,7 @@ def test_a_file_no_larger_than_split_size_is_one_whole_split(data, env):
 
     enum = started(data, env, split_size=1000)
 
-    assert [(s.start, s.end) for s in enum.pending] == [(0, WHOLE_FILE)]
+    assert [(s.start, s.end) for s in enum.context.pending] == [(0, WHOLE_FILE)]
 
 
 def test_unsplittable_files_are_kept_whole(data, env):
@@ -154,7 +154,7 @@ def test_unsplittable_files_are_kept_whole(data, env):
 
     enum = started(data, env, split_size=1000, splittable=False)
 
-    assert [(s.start, s.end) for s in enum.pending] == [(0, WHOLE_FILE)]
+    assert [(s.start, s.end) for s in enum.context.pending] == [(0, WHOLE_FILE)]
 
 
 def test_split_requests_are_served_in_order_then_told_no_more(data, env):
@@ -208,7 +208,7 @@ def test_splits_added_back_are_assigned_first_at_their_position(data, env):
     enum.handle_split_request(1)
 
     assert context.assigned[1] == (1, taken.at(4))
-    assert [Path(s.path).name for s in enum.pending] == ["b.csv"]
+    assert [Path(s.path).name for s in enum.context.pending] == ["b.csv"]
 
 
 def test_a_split_added_back_after_exhaustion_is_served_again(data, env):
@@ -235,23 +235,30 @@ def test_snapshot_and_restore_keep_the_queue_without_discovering_again(data, env
     state = enum.snapshot_state()
     write(data / "c.csv")  # arrives after discovery: a bounded source does not see it
 
-    restored = enumerator(data, env, split_size=1000, state=state)
+    # The backlog is the run's (in the store), not the enumerator's: the context keeps it.
+    restored = enumerator(data, env, split_size=1000, state=state, context=enum.context)
     restored.start()
 
-    assert restored.pending == enum.pending
-    assert restored.pending[0].position == 600
+    assert [(Path(s.path).name, s.start, s.position) for s in restored.context.pending] == [
+        ("a.csv", 0, 600),
+        ("a.csv", 1000, 1000),
+        ("a.csv", 2000, 2000),
+        ("b.csv", 0, 0),
+    ]
+    assert restored.pending_count() == 4
     assert restored.files_found == 2
     assert restored.snapshot_state() == state
 
 
 def test_a_snapshot_before_start_discovers_on_the_next_start(data, env):
     write(data / "a.csv")
-    state = enumerator(data, env).snapshot_state()
+    before = enumerator(data, env)
+    state = before.snapshot_state()
 
-    restored = enumerator(data, env, state=state)
+    restored = enumerator(data, env, state=state, context=before.context)
     restored.start()
 
-    assert [Path(s.path).name for s in restored.pending] == ["a.csv"]
+    assert [Path(s.path).name for s in restored.context.pending] == ["a.csv"]
 
 
 def test_a_snapshot_round_trips_through_json(data, env):
@@ -261,7 +268,8 @@ def test_a_snapshot_round_trips_through_json(data, env):
 
     state = json.loads(json.dumps(enum.snapshot_state()))
 
-    assert enumerator(data, env, state=state).pending == enum.pending
+    assert state == {"discovered": True, "files_found": 2, "pending": 4}
+    assert enumerator(data, env, state=state, context=enum.context).pending_count() == 4
 
 
 def test_a_symlink_leading_outside_the_allowed_roots_is_skipped(tmp_path, data, env):
@@ -274,7 +282,7 @@ def test_a_symlink_leading_outside_the_allowed_roots_is_skipped(tmp_path, data, 
 
     enum = started(data, env)
 
-    assert [Path(s.path).name for s in enum.pending] == ["inner-link.csv", "inside.csv"]
+    assert [Path(s.path).name for s in enum.context.pending] == ["inner-link.csv", "inside.csv"]
 
 
 def test_list_files_returns_nothing_for_a_path_that_does_not_exist(data, env):
