@@ -86,7 +86,10 @@ def test_a_recursive_glob_finds_files_in_subdirectories(data, env):
 
     enum = started(data / "**" / "*.csv", env)
 
-    assert [s.path for s in enum.context.pending] == [str(data / "2024" / "01" / "deep.csv"), str(data / "top.csv")]
+    assert [s.path for s in enum.context.pending] == [
+        str(data / "2024" / "01" / "deep.csv"),
+        str(data / "top.csv"),
+    ]
 
 
 def test_hidden_and_marker_files_are_skipped(data, env):
