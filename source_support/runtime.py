@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from source_support.api import BadRecord, RecordBatch, Source
+from source_support.api import BadRecord, RecordBatch, Source, SplitEnumerator
 from source_support.coordination import (
     AssignedSplit,
     RedisEnumeratorContext,
@@ -93,10 +93,18 @@ def enumerator_start(
     enumerator = source.create_enumerator(context, store.load_enumerator_state())
     enumerator.start()
     context.flush()
-    store.save_enumerator_state(
-        enumerator.snapshot_state(), pending=enumerator.pending_count(), exhausted=enumerator.is_exhausted()
-    )
+    _save_state(store, enumerator)
     enumerator.close()
+
+
+def _save_state(store: RunStore, enumerator: SplitEnumerator) -> tuple[dict[str, Any], int, bool]:
+    state, pending, exhausted = (
+        enumerator.snapshot_state(),
+        enumerator.pending_count(),
+        enumerator.is_exhausted(),
+    )
+    store.save_enumerator_state(state, pending=pending, exhausted=exhausted)
+    return state, pending, exhausted
 
 
 def enumerator_tick(
@@ -150,12 +158,7 @@ def enumerator_tick(
                         break
                     enumerator.handle_split_request(subtask, context.locations().get(subtask, ""))
                 context.flush()
-                state = enumerator.snapshot_state()
-                pending, exhausted = (
-                    enumerator.pending_count(),
-                    enumerator.is_exhausted(),
-                )
-                store.save_enumerator_state(state, pending=pending, exhausted=exhausted)
+                state, pending, exhausted = _save_state(store, enumerator)
                 enumerator.close()
             notices.remember_live(live)
             assigned += notices.flush()

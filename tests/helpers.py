@@ -76,6 +76,15 @@ def wait_for_run(
     raise AssertionError(f"run {run.pk} still {run.status} after {timeout}s: {run.message}")
 
 
+def wait_until(condition, timeout: float, message) -> None:
+    """Polls ``condition`` until it is true; after ``timeout`` seconds fails with ``message()``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(message())
+        time.sleep(0.1)
+
+
 def live(run: FlowRun) -> int:
     """Records read so far by a run that may still be going."""
     return run_progress(run_id=run.pk).records_read

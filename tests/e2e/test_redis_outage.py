@@ -29,6 +29,7 @@ from tests.helpers import (
     read_parquet_rows,
     spec,
     wait_for_run,
+    wait_until,
     write_csv,
 )
 
@@ -41,8 +42,9 @@ OUTAGE_SECONDS = 30  # as the issue says
 def redis_line():
     """Makes lines to the test's Redis that the test can cut (a ``TcpProxy`` each); all are
     closed at the end."""
-    if not settings.REDIS_URL:
-        pytest.skip("needs REDIS_URL: the proxy forwards TCP, not the embedded server's socket")
+    # The suite runs against a Redis server (REDIS_URL, see tests/conftest.py); the proxy
+    # forwards TCP, so the embedded server's unix socket cannot stand in.
+    assert settings.REDIS_URL, "tests need REDIS_URL"
     proxies: list[TcpProxy] = []
 
     def make() -> TcpProxy:
@@ -52,14 +54,6 @@ def redis_line():
     yield make
     for proxy in proxies:
         proxy.close()
-
-
-def _wait(condition, timeout: float, message) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(message())
-        time.sleep(0.1)
 
 
 def _fresh_slice_with_splits(fleet: Fleet, name: str, run: FlowRun) -> tuple[str, set[str]] | None:
@@ -109,11 +103,13 @@ def test_worker_cut_off_from_redis_for_30s_rejoins_without_duplicating_work(flee
 
     # Cut while "cut" reads splits (one of its readers may be running the enumerator then:
     # the run's enumerator lock lapses with the reader's lease).
-    deadline = time.monotonic() + 60
-    while (reading := _fresh_slice_with_splits(fleet, "cut", run)) is None:
-        assert time.monotonic() < deadline, "worker cut never read a split\n" + fleet.log("cut")[-4000:]
-        time.sleep(0.05)
-    cut_token, cut_splits = reading
+    reading: list[tuple[str, set[str]] | None] = []
+    wait_until(
+        lambda: reading.append(_fresh_slice_with_splits(fleet, "cut", run)) or reading[-1] is not None,
+        60,
+        lambda: "worker cut never read a split\n" + fleet.log("cut")[-4000:],
+    )
+    cut_token, cut_splits = reading[-1]
     cut_line.cut()
     cut_at = time.monotonic()
 
@@ -125,7 +121,7 @@ def test_worker_cut_off_from_redis_for_30s_rejoins_without_duplicating_work(flee
     taken_over = Assignment.objects.filter(split__run=run, split__split_id__in=cut_splits).exclude(
         reader_token=cut_token
     )
-    _wait(
+    wait_until(
         taken_over.exists,
         60,
         lambda: "the other workers did not take over the splits of cut\n" + fleet.log("w1")[-4000:],
@@ -138,7 +134,7 @@ def test_worker_cut_off_from_redis_for_30s_rejoins_without_duplicating_work(flee
     restored_at = timezone.now()
 
     # Only "cut" has Redis now: whatever is read, it reads.
-    _wait(
+    wait_until(
         lambda: _read_since(run, cut_worker.pid, restored_at),
         90,
         lambda: "worker cut did not read again after Redis came back\n" + fleet.log("cut")[-4000:],
