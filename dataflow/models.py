@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -47,6 +49,8 @@ class DataFlow(models.Model):
         default=500, validators=[MinValueValidator(10), MaxValueValidator(600_000)]
     )
     skip_errors = models.BooleanField(default=False)
+    #: With ``skip_errors``: the run fails as soon as more records than this were bad.
+    max_errors = models.PositiveIntegerField(default=1000)
     status = models.CharField(max_length=20, choices=FlowStatus.choices, default=FlowStatus.IDLE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -62,6 +66,9 @@ class FlowRun(models.Model):
     """One execution of a flow: its enumerator state, counters and outcome."""
 
     flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="runs")
+    #: The run's identity outside the database (Redis keys, landing directory): random, so
+    #: a fresh or restored database never meets the keys of an older run with the same id.
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.READING)
     #: The flow's settings as they were when the run started, so an edit never mixes runs.
     spec = models.JSONField(default=dict)
@@ -74,7 +81,11 @@ class FlowRun(models.Model):
     records_read = models.BigIntegerField(default=0)
     errors_count = models.BigIntegerField(default=0)
     rows_written = models.BigIntegerField(null=True, blank=True)
+    #: The fence of the Spark transform: attempt N may publish the sink and end the run only
+    #: while this is still N (a later attempt has taken over otherwise).
     transform_attempts = models.PositiveIntegerField(default=0)
+    #: Reader tasks that ended with an error (a read-only landing zone, a lost database...).
+    reader_failures = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     transform_started_at = models.DateTimeField(null=True, blank=True)
@@ -196,6 +207,8 @@ class DeadLetter(models.Model):
     run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="dead_letters")
     split_id = models.CharField(max_length=1024)
     position = models.BigIntegerField()
+    #: 1-based line of the record in its file, where the source has lines.
+    line = models.BigIntegerField(null=True, blank=True)
     raw = models.TextField()
     error = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)

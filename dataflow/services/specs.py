@@ -24,6 +24,7 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "batch_size": (int, 10_000, (1, 10_000_000)),
     "poll_interval_ms": (int, 500, (10, 600_000)),
     "skip_errors": (bool, False, None),
+    "max_errors": (int, 1000, (0, 2**31 - 1)),
 }
 SECTIONS = ("flow", "source", "format", "transform", "sink")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")

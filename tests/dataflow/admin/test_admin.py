@@ -24,6 +24,7 @@ def _form(dirs, **overrides):
         "parallelism": 2,
         "batch_size": 100,
         "poll_interval_ms": 100,
+        "max_errors": 1000,
         "runs-TOTAL_FORMS": 0,
         "runs-INITIAL_FORMS": 0,
     }
