@@ -133,7 +133,59 @@ def test_to_ddl_quotes_names_and_writes_spark_types():
 
 
 def test_to_ddl_writes_types_it_does_not_know_as_string():
-    assert to_ddl(pa.schema([("tags", pa.list_(pa.string()))])) == "`tags` STRING"
+    assert to_ddl(pa.schema([("at", pa.time32("s")), ("blob", pa.binary())])) == "`at` STRING, `blob` STRING"
+
+
+@pytest.mark.parametrize(
+    ("ddl", "arrow_type"),
+    [
+        (
+            "STRUCT<name: STRING, tags: ARRAY<STRING>>",
+            pa.struct([("name", pa.string()), ("tags", pa.list_(pa.string()))]),
+        ),
+        ("STRUCT<name STRING>", pa.struct([("name", pa.string())])),
+        ("struct<`a b`:int>", pa.struct([("a b", pa.int32())])),
+        ("ARRAY<BIGINT>", pa.list_(pa.int64())),
+        ("MAP<STRING, BIGINT>", pa.map_(pa.string(), pa.int64())),
+        ("ARRAY<DECIMAL(12, 2)>", pa.list_(pa.decimal128(12, 2))),
+        (
+            "MAP<STRING, ARRAY<STRUCT<at: TIMESTAMP, ok: BOOLEAN>>>",
+            pa.map_(
+                pa.string(),
+                pa.list_(pa.struct([("at", pa.timestamp("us", tz="UTC")), ("ok", pa.bool_())])),
+            ),
+        ),
+    ],
+)
+def test_parse_ddl_reads_spark_nested_types(ddl, arrow_type):
+    schema = parse_ddl(f"id BIGINT, v {ddl}, after STRING")
+
+    assert schema == pa.schema([("id", pa.int64()), ("v", arrow_type), ("after", pa.string())])
+    assert parse_ddl(to_ddl(schema)) == schema
+
+
+def test_to_ddl_writes_nested_types_as_spark_reads_them():
+    schema = parse_ddl("user STRUCT<name: STRING, tags: ARRAY<STRING>>, m MAP<STRING, BIGINT>")
+
+    assert to_ddl(schema) == ("`user` STRUCT<`name`: STRING, `tags`: ARRAY<STRING>>, `m` MAP<STRING, BIGINT>")
+
+
+@pytest.mark.parametrize(
+    ("ddl", "fragment"),
+    [
+        ("user STRUCT<name: STRING", "'user'"),
+        ("user STRUCT<name: BLOB>", "'BLOB'"),
+        ("tags ARRAY<>", "'tags'"),
+        ("m MAP<STRING>", "'m'"),
+        ("s STRUCT<a: INT, A: INT>", "'s'"),
+        ("deep " + "ARRAY<" * 40 + "INT" + ">" * 40, "'deep'"),
+    ],
+)
+def test_parse_ddl_refuses_bad_nested_types_naming_the_column(ddl, fragment):
+    with pytest.raises(ConfigError) as excinfo:
+        parse_ddl(ddl)
+
+    assert fragment in excinfo.value.reason
 
 
 def test_parse_ddl_reads_back_what_to_ddl_writes():
@@ -191,9 +243,18 @@ def test_widen_turns_nulls_and_other_types_into_strings():
             ("empty", pa.null()),
             ("big", pa.large_string()),
             ("price", pa.decimal128(5, 2)),
-            ("nested", pa.struct([("x", pa.int64())])),
             ("time", pa.time32("s")),
         ]
     )
 
     assert widen(inferred) == pa.schema([(name, pa.string()) for name in inferred.names])
+
+
+def test_widen_widens_inside_nested_types():
+    inferred = pa.schema(
+        [("user", pa.struct([("name", pa.string()), ("tags", pa.list_(pa.null())), ("n", pa.int8())]))]
+    )
+
+    assert widen(inferred) == pa.schema(
+        [("user", pa.struct([("name", pa.string()), ("tags", pa.list_(pa.string())), ("n", pa.int64())]))]
+    )
