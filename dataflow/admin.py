@@ -7,7 +7,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
-from dataflow.services.flows import FlowStateError, flow_apply, flow_start, flow_stop
+from dataflow.services.flows import FlowStateError, flow_apply, flow_delete, flow_start, flow_stop
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 
@@ -76,6 +76,14 @@ class DataFlowAdmin(admin.ModelAdmin):
         # The one way in: the same service as TOML files and the API.
         saved, _ = flow_apply(spec=form.spec)
         obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        # A plain delete would leave a running flow's readers and its beat tick behind.
+        flow_delete(flow=obj)
+
+    def delete_queryset(self, request, queryset):
+        for flow in queryset:
+            flow_delete(flow=flow)
 
     @admin.action(description="Start the selected flows")
     def start_flows(self, request, queryset):

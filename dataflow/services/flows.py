@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,8 @@ from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
 from source_support.registry import build_source
 from source_support.schema import parse_ddl, to_ddl
+
+log = logging.getLogger(__name__)
 
 
 class FlowStateError(RuntimeError):
@@ -81,6 +84,31 @@ def flow_stop(*, flow: DataFlow) -> FlowRun | None:
 
 def flow_schedule_off(*, flow: DataFlow) -> None:
     _schedule_ticks(flow, enabled=False)
+
+
+def flow_delete(*, flow: DataFlow) -> None:
+    """Deletes the flow with its runs, splits and dead letters: its active run is stopped
+    first (readers leave, its Redis keys are purged), its periodic tick is removed so beat
+    sends nothing more, and the landed files of its runs are removed (its sink is kept)."""
+    from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
+
+    flow_stop(flow=flow)
+    runs = list(flow.runs.all())
+    with transaction.atomic():
+        PeriodicTask.objects.filter(name=f"dataflow-tick:{flow.name}").delete()
+        flow.delete()
+    for run in runs:
+        try:
+            run_landing_dir_remove(run=run)
+        except UnsafeLandingDir as exc:
+            log.warning("flow %s deleted; the landed files of run %s were kept: %s", flow.name, run.pk, exc)
+
+
+def flow_schedule_remove_orphan(*, flow_id: int) -> None:
+    """Removes the periodic tick of a flow that no longer exists (deleted without
+    ``flow_delete``, e.g. by a cascade or a raw query): it would otherwise tick forever."""
+    if not DataFlow.objects.filter(pk=flow_id).exists():
+        PeriodicTask.objects.filter(task="dataflow.tasks.tick_flow", args=json.dumps([flow_id])).delete()
 
 
 def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:

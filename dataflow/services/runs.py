@@ -159,12 +159,17 @@ def serve_split_requests(run: FlowRun, source) -> None:
 
 
 def flow_tick(*, flow_id: int) -> None:
-    """The periodic tick of a flow: ticks its active run, if it has one."""
+    """The periodic tick of a flow: ticks its active run, if it has one; the tick of a
+    flow that no longer exists removes itself from the schedule."""
+    from dataflow.services.flows import flow_schedule_remove_orphan
+
     run = FlowRun.objects.filter(
         flow_id=flow_id, status__in=[RunStatus.READING, RunStatus.TRANSFORMING]
     ).first()
     if run is not None:
         run_tick(run_id=run.pk)
+    else:
+        flow_schedule_remove_orphan(flow_id=flow_id)
 
 
 def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
