@@ -135,6 +135,8 @@ DATAFLOW_LANDING_ROOT = Path(os.environ.get("DATAFLOW_LANDING_ROOT", VAR_DIR / "
 # Spark node; required (by a system check) with a cluster master or Spark Connect.
 DATAFLOW_LANDING_SHARED = os.environ.get("DATAFLOW_LANDING_SHARED", "0") == "1"
 DATAFLOW_KEEP_LANDED = os.environ.get("DATAFLOW_KEEP_LANDED", "0") == "1"  # keep after success
+# `manage.py cleanup` removes what runs that ended longer ago than this left behind.
+DATAFLOW_RETENTION_DAYS = float(os.environ.get("DATAFLOW_RETENTION_DAYS", "7"))
 DATAFLOW_LANDING_FSYNC = os.environ.get("DATAFLOW_LANDING_FSYNC", "1") == "1"
 DATAFLOW_READER_LEASE_SECONDS = float(os.environ.get("DATAFLOW_READER_LEASE_SECONDS", "10"))
 DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECONDS", "60"))

@@ -125,8 +125,12 @@ def cleanup_plan(*, older_than_days: float | None = None, now: datetime | None =
         if run.pk in latest_stopped:
             continue  # it can be resumed
         if run_landing_dir(run).exists():
-            plan.landed_runs.append(run)
-            plan.landed.add(_usage(run_landing_dir(run)))
+            try:
+                plan.landed.add(_usage(_checked_landing_dir(run)))
+            except UnsafeLandingDir as exc:
+                log.warning("cleanup: %s", exc)
+            else:
+                plan.landed_runs.append(run)
         if latest_run.get(run.flow_id) != run.pk:
             plan.deleted_runs.append(run)
     ids = [run.pk for run in plan.deleted_runs]
