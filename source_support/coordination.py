@@ -38,6 +38,19 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+# Renew a job's lease, or take it back if it vanished (Redis restarted empty, key deleted):
+# 1 held, 0 another holder has it.
+_RENEW_OR_RETAKE = """
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] then
+  return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+if not holder then
+  redis.call('set', KEYS[1], ARGV[1], 'px', ARGV[2])
+  return 1
+end
+return 0
+"""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
@@ -97,12 +110,17 @@ class SplitStore(Protocol):
 class RunCoordinator:
     """Redis keys and operations of one run of one flow."""
 
-    def __init__(self, client: redis.Redis, run_key: str, *, lease_ms: int = 10_000) -> None:
+    def __init__(
+        self, client: redis.Redis, run_key: str, *, lease_ms: int = 10_000, namespace: str = "adf"
+    ) -> None:
         self.redis = client
-        self.prefix = f"adf:run:{run_key}:"
+        # ``run_key`` must never repeat (a run's random uid, not its database id): a fresh or
+        # restored database next to an old Redis must not meet an older run's marks.
+        self.prefix = f"{namespace}:run:{run_key}:"
         self.lease_ms = lease_ms
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
+        self._renew_or_retake = client.register_script(_RENEW_OR_RETAKE)
 
     def key(self, *parts: object) -> str:
         return self.prefix + ":".join(str(p) for p in parts)
@@ -255,6 +273,11 @@ class RunCoordinator:
         """Sets mark ``name`` unless it is set; True if this call set it."""
         return bool(self.redis.set(self.key(name), 1, nx=True, px=ttl_ms))
 
+    def first_seen(self, name: str, now: float) -> float:
+        """The time mark ``name`` was first set (to ``now`` if it is not set yet)."""
+        self.redis.set(self.key(name), now, nx=True)
+        return float(self.redis.get(self.key(name)) or now)
+
     def clear_mark(self, name: str) -> None:
         self.redis.delete(self.key(name))
 
@@ -264,7 +287,12 @@ class RunCoordinator:
     @contextmanager
     def held_lease(self, name: str, ttl_ms: int):
         """Holds lease ``name`` while the block runs, renewed by a thread; yields False if
-        another process holds it. A crash lets it lapse after ``ttl_ms``."""
+        another process holds it. A crash lets it lapse after ``ttl_ms``.
+
+        A lease that vanished (Redis restarted empty, the key deleted) is taken back if no
+        one else took it. A lease only keeps a second process from starting the same work;
+        whatever publishes must also be fenced in the database.
+        """
         key, token = self.key(name), uuid.uuid4().hex
         if not self.redis.set(key, token, nx=True, px=ttl_ms):
             yield False
@@ -272,11 +300,16 @@ class RunCoordinator:
         stop = threading.Event()
 
         def renew() -> None:
+            warned = False
             while not stop.wait(ttl_ms / 3000):
                 try:
-                    self._renew(keys=[key], args=[token, ttl_ms])
+                    held = self._renew_or_retake(keys=[key], args=[token, ttl_ms])
                 except redis.RedisError as error:  # the lease lapses unless Redis comes back
                     log.warning("could not renew %s: %s", key, error)
+                    continue
+                if not held and not warned:
+                    log.warning("lease %s was taken by another process", key)
+                    warned = True
 
         renewer = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
         renewer.start()

@@ -7,9 +7,11 @@ from the same landed data, so the target never holds a partial or doubled result
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +32,14 @@ def _validator(kind: str):
         check_fields("sink", config, fields)
         if not config.get("path"):
             raise ConfigError("sink.path", "is required: the directory to write")
-        target = env.resolve_path(config["path"], "sink.path")
-        if target in env.allowed_roots:
+        target = env.resolve_path(config["path"], "sink.path")  # symlinks resolved
+        if target in env.real_roots():
             raise ConfigError("sink.path", "must be a directory below an allowed root, not the root")
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise ConfigError(
+                "sink.path",
+                f"{target} is an existing file; a sink is a directory that each run replaces whole",
+            )
         compression = config.get("compression", "snappy" if kind == "parquet" else "none")
         if compression not in COMPRESSIONS:
             raise ConfigError("sink.compression", f"must be one of {', '.join(sorted(COMPRESSIONS))}")
@@ -46,7 +53,7 @@ def _validator(kind: str):
 
 
 def _writer(kind: str):
-    def write(df, config: dict[str, Any], *, run_key: str) -> int:
+    def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish) -> bool:
         target = Path(config["path"])
 
         def write_to(staging: str) -> None:
@@ -62,24 +69,60 @@ def _writer(kind: str):
             else:
                 writer.json(staging)
 
-        commit_directory(target, write_to, run_key=run_key)
-        return count_rows(target, kind, header=kind == "csv" and config.get("header", True))
+        def count(staging: Path) -> int:
+            return count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
+
+        return commit_directory(target, write_to, count, attempt_key=attempt_key, publish=publish)
 
     return write
 
 
-def commit_directory(target: Path, write_to, *, run_key: str) -> None:
-    """Writes through ``write_to(staging)``, then swaps the staging directory into ``target``."""
+#: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
+#: attempt may still publish, and if so calls ``swap()`` and returns True.
+Publish = Callable[[int, Callable[[], None]], bool]
+
+
+def commit_directory(
+    target: Path,
+    write_to: Callable[[str], None],
+    count: Callable[[Path], int],
+    *,
+    attempt_key: str,
+    publish: Publish,
+) -> bool:
+    """Writes through ``write_to(staging)`` into a staging directory of this attempt alone,
+    then lets ``publish`` swap it into ``target``; returns whether it was published.
+
+    ``attempt_key`` is ``<run>-<attempt>``: another attempt of the same run never writes
+    or removes this attempt's directories. After a publish, what attempts of the same run
+    left behind (a crashed attempt's staging or previous directory) is removed.
+    """
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"the sink path {target} is a file, not a directory")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.staging-{run_key}")
-    previous = target.with_name(f".{target.name}.previous-{run_key}")
+    staging = target.with_name(f".{target.name}.staging-{attempt_key}")
+    previous = target.with_name(f".{target.name}.previous-{attempt_key}")
     shutil.rmtree(staging, ignore_errors=True)
-    write_to(str(staging))
-    shutil.rmtree(previous, ignore_errors=True)
-    if target.exists():
-        os.rename(target, previous)
-    os.rename(staging, target)
-    shutil.rmtree(previous, ignore_errors=True)
+    published = False
+    try:
+        write_to(str(staging))
+        rows = count(staging)
+
+        def swap() -> None:
+            if target.exists():
+                os.rename(target, previous)
+            os.rename(staging, target)
+
+        published = publish(rows, swap)
+    finally:
+        if not published:
+            shutil.rmtree(staging, ignore_errors=True)
+    if not published:
+        return False
+    run_prefix = attempt_key.rsplit("-", 1)[0]
+    for debris in target.parent.glob(f".{glob.escape(target.name)}.*-{glob.escape(run_prefix)}-*"):
+        shutil.rmtree(debris, ignore_errors=True)
+    return True
 
 
 def count_rows(target: Path, kind: str, *, header: bool = False) -> int:

@@ -82,6 +82,34 @@ def flow_stop(*, flow: DataFlow) -> FlowRun | None:
     return run
 
 
+def flow_resume(*, flow: DataFlow) -> FlowRun:
+    """Resumes the flow's latest run if it was stopped: its splits go on from their
+    checkpoints and what it landed is kept. Refuses with FlowStateError if a run is active
+    or the latest run was not stopped."""
+    from dataflow.services.runs import coordinator_for, request_tick
+
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
+            raise FlowStateError(f"flow {flow.name!r} is already running")
+        run = flow.runs.order_by("-id").first()
+        if run is None or run.status != RunStatus.STOPPED:
+            latest = f"its latest run {run.pk} {run.status}" if run else "it has no run"
+            raise FlowStateError(f"flow {flow.name!r} has no stopped run to resume ({latest})")
+        run.status, run.finished_at = RunStatus.READING, None
+        run.message = "resumed from its checkpoints"
+        run.save(update_fields=["status", "finished_at", "message"])
+        flow.status = FlowStatus.RUNNING
+        flow.save(update_fields=["status", "updated_at"])
+        _schedule_ticks(flow, enabled=True)
+        coordinator = coordinator_for(run)
+        # The stop mark and every lease of the stopped run go: readers start afresh and
+        # take the splits back from their checkpoints.
+        transaction.on_commit(coordinator.purge)
+    transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    return run
+
+
 def flow_schedule_off(*, flow: DataFlow) -> None:
     _schedule_ticks(flow, enabled=False)
 

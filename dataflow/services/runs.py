@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import F, Sum
 from django.utils import timezone
 
 from dataflow.models import (
@@ -52,9 +53,18 @@ FINAL_FLOW_STATUS = {
 
 
 def coordinator_for(run: FlowRun | int) -> RunCoordinator:
-    run_id = run if isinstance(run, int) else run.pk
+    """The Redis side of a run, named by the run's uid (never by its database id)."""
+    if isinstance(run, int):
+        run = FlowRun.objects.only("uid").get(pk=run)
     lease_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 1000)
-    return RunCoordinator(get_redis(), str(run_id), lease_ms=lease_ms)
+    return RunCoordinator(
+        get_redis(), run_key(run), lease_ms=lease_ms, namespace=settings.DATAFLOW_REDIS_NAMESPACE
+    )
+
+
+def run_key(run: FlowRun) -> str:
+    """The run's name outside the database: its Redis keys, landing and staging directories."""
+    return run.uid.hex
 
 
 def landing_zone() -> LandingZone:
@@ -93,10 +103,10 @@ def request_tick(*, run_id: int) -> None:
 def run_tick(*, run_id: int) -> None:
     """One enumerator tick: serve split requests, reclaim lapsed leases, start missing
     readers, and hand the run to Spark once every split is finished."""
-    coordinator_for(run_id).clear_mark("tick-queued")
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None:
         return
+    coordinator_for(run).clear_mark("tick-queued")
     if run.status == RunStatus.TRANSFORMING:
         _ensure_transform(run)
         return
@@ -119,13 +129,58 @@ def run_tick(*, run_id: int) -> None:
         if subtask not in result.live and wanted and coordinator.claim_spawn(subtask):
             _enqueue_reader(run.pk, subtask, None)
     if result.exhausted and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists():
-        moved = FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
-            status=RunStatus.TRANSFORMING
+        _reading_done(run, coordinator)
+    else:
+        _watch_for_stall(run, coordinator, live=bool(result.live))
+
+
+STALL_NOTE = "waiting: "
+
+
+def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:
+    """Says on the run when it has work but no reader has run for ``DATAFLOW_STALL_SECONDS``
+    (no worker consumes the queue, or every slot is taken), and takes it back once one runs."""
+    if live:
+        coordinator.clear_mark("no-reader-since")
+        if run.message.startswith(STALL_NOTE):
+            FlowRun.objects.filter(pk=run.pk, message=run.message).update(message="")
+        return
+    idle = time.time() - coordinator.first_seen("no-reader-since", time.time())
+    if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
+        queue = settings.CELERY_TASK_DEFAULT_QUEUE
+        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
+            message=f"{STALL_NOTE}no reader has run for {int(idle)} s: is a Celery worker consuming "
+            f"queue {queue!r}, with a free slot?"
         )
-        if moved:
-            coordinator.stop()  # readers still waiting for splits can go
-            run.refresh_from_db()
-            _ensure_transform(run)
+
+
+def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
+    """Every split is read: hands the run to Spark, unless it read nothing and may not."""
+    empty = _empty_source_message(run)
+    if empty:
+        run_finish(run=run, status=RunStatus.FAILED, message=empty)
+        return
+    moved = FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(status=RunStatus.TRANSFORMING)
+    if moved:
+        coordinator.stop()  # readers still waiting for splits can go
+        run.refresh_from_db()
+        _ensure_transform(run)
+
+
+def _empty_source_message(run: FlowRun) -> str:
+    """Why a run that read no record must fail (a typo in a path must not replace the last
+    good sink with an empty one); empty when it read records or ``allow_empty`` is set."""
+    config = run.spec["source_config"]
+    if config.get("allow_empty"):
+        return ""
+    if Split.objects.filter(run=run, records_read__gt=0).exists():
+        return ""
+    where = f"source.path {config['path']!r}" if "path" in config else "the source"
+    found = "matched no file" if not Split.objects.filter(run=run).exists() else "holds no record"
+    return (
+        f"{where} {found}; the sink was left as it was "
+        "(set allow_empty = true in [source] to accept an empty result)"
+    )
 
 
 def _enumerate(run: FlowRun, source, *, budget_s: float) -> TickResult | None:
@@ -177,14 +232,47 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
     if run is None:
         return SliceReport(SliceOutcome.STOPPED, token)
+    try:
+        report = _read_slice(run, subtask, token)
+    except Exception as exc:  # noqa: BLE001 - counted and shown on the run, never silent
+        log.exception("run %s: reader %s failed", run.pk, subtask)
+        _reader_failed(run, subtask, exc)
+        return SliceReport(SliceOutcome.LOST, token)
+    if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
+        request_tick(run_id=run_id)
+    return report
+
+
+def _reader_failed(run: FlowRun, subtask: int, exc: Exception) -> None:
+    """Counts a failed reader task on the run and says why; past
+    ``DATAFLOW_READER_FAILURE_LIMIT`` failures the run fails (a read-only landing zone, a
+    missing disk... would otherwise make a run that reads nothing, forever)."""
+    first_line = (str(exc).strip().splitlines() or [""])[0]
+    reason = f"{type(exc).__name__}: {first_line}"[:500]
+    with transaction.atomic():
+        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
+            reader_failures=F("reader_failures") + 1,
+            message=f"reader {subtask} failed: {reason}",
+        )
+        failures = FlowRun.objects.filter(pk=run.pk).values_list("reader_failures", flat=True).first() or 0
+    limit = settings.DATAFLOW_READER_FAILURE_LIMIT
+    if failures >= limit:
+        run_finish(
+            run=run,
+            status=RunStatus.FAILED,
+            message=f"readers failed {failures} times (DATAFLOW_READER_FAILURE_LIMIT); last: {reason}",
+        )
+
+
+def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
     spec = run.spec
     source = _source_for(run)
-    report = reader_slice(
+    return reader_slice(
         source=source,
         coordinator=coordinator_for(run),
         store=DjangoRunStore(run),
         landing=landing_zone(),
-        run_key=str(run.pk),
+        run_key=run_key(run),
         subtask=subtask,
         token=token,
         settings=ReaderSettings(
@@ -196,9 +284,6 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
         ),
         on_split_request=lambda: serve_split_requests(run, source),
     )
-    if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
-        request_tick(run_id=run_id)
-    return report
 
 
 def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
@@ -232,42 +317,73 @@ def _in_backoff(run: FlowRun) -> bool:
 
 
 def transform(*, run_id: int) -> None:
-    """Runs the flow's Spark SQL over everything the run landed and commits the sink.
+    """Runs the flow's Spark SQL over everything the run landed and publishes the sink.
 
-    A deterministic error (the SQL does not fit the data) fails the run at once; any other
-    error is retried with backoff up to ``MAX_TRANSFORM_ATTEMPTS``, from the same landed
-    files, so a retry writes exactly what the first attempt would have.
+    Each attempt is numbered in the database (``FlowRun.transform_attempts``) and writes a
+    staging directory of its own; it publishes, and ends the run, only while its number is
+    still the run's, and only if the staged sink holds exactly the rows the job wrote. So a
+    stale attempt (its Redis lease lost, another attempt started) can neither publish nor
+    clean up. A deterministic error (the SQL does not fit the data) fails the run at once;
+    any other error is retried with backoff up to ``MAX_TRANSFORM_ATTEMPTS``, from the same
+    landed files, so a retry writes exactly what the first attempt would have.
     """
-    coordinator = coordinator_for(run_id)
-    coordinator.clear_mark("transform-queued")
-    run = FlowRun.objects.select_related("flow").filter(pk=run_id, status=RunStatus.TRANSFORMING).first()
+    run = FlowRun.objects.filter(pk=run_id).first()
     if run is None:
+        return
+    coordinator = coordinator_for(run)
+    coordinator.clear_mark("transform-queued")
+    if run.status != RunStatus.TRANSFORMING:
         return
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
     with coordinator.held_lease("transform-lease", lease_ms) as held:
         if not held:
             return
-        run.refresh_from_db()  # a task queued before the last attempt ended must not skip its backoff
-        if run.status != RunStatus.TRANSFORMING or _in_backoff(run):
+        attempt = _claim_transform_attempt(run.pk)
+        if attempt is None:
             return
-        FlowRun.objects.filter(pk=run.pk).update(
-            transform_attempts=run.transform_attempts + 1,
-            transform_started_at=timezone.now(),
-        )
+        run = FlowRun.objects.select_related("flow").get(pk=run.pk)
         try:
-            rows, message = _run_spark_job(run)
+            outcome = _run_spark_job(run, attempt)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
-            _transform_failed(run, exc)
+            _transform_failed(run, attempt, exc)
             return
-        run_finish(run=run, status=RunStatus.SUCCEEDED, message=message, rows_written=rows)
+        if outcome is not None:  # None: the job found nothing to write (see _run_spark_job)
+            log.info("run %s: transform attempt %s %s", run.pk, attempt, outcome)
 
 
-def _run_spark_job(run: FlowRun) -> tuple[int | None, str]:
+def _claim_transform_attempt(run_id: int) -> int | None:
+    """Numbers a new transform attempt of a transforming run; None if the run is not
+    transforming or a failed attempt's backoff has not passed."""
+    with transaction.atomic():
+        run = FlowRun.objects.select_for_update().filter(pk=run_id, status=RunStatus.TRANSFORMING).first()
+        if run is None or _in_backoff(run):
+            return None
+        run.transform_attempts += 1
+        run.transform_started_at = timezone.now()
+        run.save(update_fields=["transform_attempts", "transform_started_at"])
+        return run.transform_attempts
+
+
+class SinkRowsMismatch(RuntimeError):
+    """The staged sink does not hold the rows the Spark job wrote."""
+
+
+def _run_spark_job(run: FlowRun, attempt: int) -> str | None:
+    """Stages the sink and publishes it through the attempt's fence; returns what happened."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     from dataflow.spark import spark_job
 
     spec = run.spec
     if not run.schema_ddl:
-        return None, "no input files matched; the sink was left as it was"
+        run_finish(
+            run=run,
+            status=RunStatus.SUCCEEDED,
+            message="no input files matched; the sink was left as it was",
+            attempt=attempt,
+        )
+        return None
     paths = list(
         LandedBatch.objects.filter(split__run=run)
         .order_by("split_id", "start_position")
@@ -281,29 +397,56 @@ def _run_spark_job(run: FlowRun) -> tuple[int | None, str]:
         else:
             frame = spark.createDataFrame([], run.schema_ddl)
         frame.createOrReplaceTempView("source")
-        result = spark.sql(spec["transform_sql"])
-        rows = SINKS[spec["sink_type"]].write(result, spec["sink_config"], run_key=str(run.pk))
-    return rows, ""
+        # Counted as the rows go to the writer, in the same job: no second pass.
+        written = Observation("sink_rows")
+        result = spark.sql(spec["transform_sql"]).observe(written, F.count(F.lit(1)).alias("rows"))
+
+        def publish(staged_rows: int, swap) -> bool:
+            job_rows = written.get["rows"]
+            if staged_rows != job_rows:
+                raise SinkRowsMismatch(
+                    f"the staged sink holds {staged_rows} rows but the job wrote {job_rows}; "
+                    "nothing was published"
+                )
+            return _publish(run, attempt, swap, rows=staged_rows)
+
+        published = SINKS[spec["sink_type"]].write(
+            result, spec["sink_config"], attempt_key=f"{run_key(run)}-{attempt}", publish=publish
+        )
+    return "published the sink" if published else "was superseded; it published nothing"
 
 
-def _transform_failed(run: FlowRun, exc: Exception) -> None:
+def _publish(run: FlowRun, attempt: int, swap, *, rows: int) -> bool:
+    """Swaps the staged sink in and ends the run, in one transaction that holds the run's
+    row, if ``attempt`` is still the run's current one; False (nothing done) otherwise."""
+    with transaction.atomic():
+        current = (
+            FlowRun.objects.select_for_update()
+            .filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt)
+            .exists()
+        )
+        if not current:
+            log.warning("run %s: transform attempt %s is stale; it publishes nothing", run.pk, attempt)
+            return False
+        swap()
+        run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=rows, attempt=attempt)
+    return True
+
+
+def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
     message = _spark_error_message(exc)
-    run.refresh_from_db()
     deterministic = type(exc).__name__ in (
         "AnalysisException",
         "ParseException",
         "IllegalArgumentException",
     )
-    if deterministic or run.transform_attempts >= MAX_TRANSFORM_ATTEMPTS:
-        run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}")
+    if deterministic or attempt >= MAX_TRANSFORM_ATTEMPTS:
+        run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}", attempt=attempt)
     else:
-        log.warning(
-            "run %s: transform attempt %s failed: %s",
-            run.pk,
-            run.transform_attempts,
-            message,
+        log.warning("run %s: transform attempt %s failed: %s", run.pk, attempt, message)
+        FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
+            message=f"transform attempt {attempt} failed, will retry: {message}"
         )
-        FlowRun.objects.filter(pk=run.pk).update(message=f"transform attempt failed, will retry: {message}")
 
 
 def _spark_error_message(exc: Exception) -> str:
@@ -312,11 +455,22 @@ def _spark_error_message(exc: Exception) -> str:
     return first[:2000]
 
 
-def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: int | None = None) -> None:
+def run_finish(
+    *,
+    run: FlowRun,
+    status: str,
+    message: str = "",
+    rows_written: int | None = None,
+    attempt: int | None = None,
+) -> bool:
     """Ends a run; the flow takes the run's outcome and its periodic tick is switched off.
 
-    Landed files are removed after success (the sink holds the result) and kept otherwise,
-    so nothing read is lost when a run fails or is stopped.
+    With ``attempt``, only while that transform attempt is still the run's current one (a
+    stale attempt cannot end a run). Returns whether this call ended the run. Once the
+    transaction commits, the run's Redis keys are purged (readers still in a slice find
+    their lease gone and leave) and, after success, its landed files are removed (the sink
+    holds the result); they are kept otherwise, so nothing read is lost when a run fails or
+    is stopped.
     """
     from dataflow.services.flows import flow_schedule_off
 
@@ -324,9 +478,10 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
         totals = Split.objects.filter(run_id=run.pk).aggregate(
             records=Sum("records_read", default=0), errors=Sum("errors_count", default=0)
         )
-        updated = FlowRun.objects.filter(
-            pk=run.pk, status__in=[RunStatus.READING, RunStatus.TRANSFORMING]
-        ).update(
+        active = FlowRun.objects.filter(pk=run.pk, status__in=[RunStatus.READING, RunStatus.TRANSFORMING])
+        if attempt is not None:
+            active = active.filter(status=RunStatus.TRANSFORMING, transform_attempts=attempt)
+        updated = active.update(
             status=status,
             message=message,
             rows_written=rows_written,
@@ -335,12 +490,17 @@ def run_finish(*, run: FlowRun, status: str, message: str = "", rows_written: in
             errors_count=totals["errors"],
         )
         if not updated:
-            return
+            return False
         DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
         flow_schedule_off(flow=DataFlow.objects.get(pk=run.flow_id))
-    coordinator = coordinator_for(run)
-    coordinator.purge()  # readers still in a slice find their lease gone and leave
-    coordinator.stop()
-    if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
-        landing_zone().discard_run(str(run.pk))
+        transaction.on_commit(lambda: _release_run(run, status))
     log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)
+    return True
+
+
+def _release_run(run: FlowRun, status: str) -> None:
+    coordinator = coordinator_for(run)
+    coordinator.purge()
+    coordinator.stop()  # a reader that missed the purge still sees the run is over
+    if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
+        landing_zone().discard_run(run_key(run))

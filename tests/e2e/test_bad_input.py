@@ -60,27 +60,34 @@ def test_bad_record_without_skipping_fails_the_flow_with_file_and_line(worker, d
     assert not (dirs.out / "sink").exists()
 
 
-def test_empty_directory_finishes_without_writing(worker, dirs):
-    doc = spec("empty", str(dirs.data), str(dirs.out / "sink"))
+def test_a_source_that_matches_nothing_fails_and_keeps_the_previous_sink(worker, dirs):
+    write_csv(dirs.data / "a.csv", range(10))
+    good = run_flow(spec("typo", str(dirs.data / "*.csv"), str(dirs.out / "sink")))
+    assert good.status == "succeeded", good.message
+    doc = spec("typo", str(dirs.data / "*.cvs"), str(dirs.out / "sink"))
     del doc["format"]["schema"]
 
     run = run_flow(doc)
 
-    assert run.status == "succeeded", run.message
-    assert "no input files" in run.message
-    assert not (dirs.out / "sink").exists()
+    assert run.status == "failed"
+    assert "source.path" in run.message and "*.cvs" in run.message and "matched no file" in run.message
+    assert "allow_empty" in run.message
+    assert len(read_parquet_rows(dirs.out / "sink")) == 10, "the last good sink is kept"
 
 
-def test_empty_files_with_a_schema_give_an_empty_sink(worker, dirs):
+def test_empty_files_fail_the_run_unless_allow_empty(worker, dirs):
     (dirs.data / "empty.csv").write_text("")
     (dirs.data / "header-only.csv").write_text("id,sensor,temperature\n")
     doc = spec("empties", str(dirs.data), str(dirs.out / "sink"))
 
-    run = run_flow(doc)
+    refused = run_flow(doc)
+    doc["source"]["allow_empty"] = True
+    allowed = run_flow(doc)
 
-    assert run.status == "succeeded", run.message
+    assert refused.status == "failed" and "holds no record" in refused.message
+    assert allowed.status == "succeeded", allowed.message
     assert read_parquet_rows(dirs.out / "sink") == []
-    assert run.rows_written == 0
+    assert allowed.rows_written == 0
 
 
 @pytest.fixture()

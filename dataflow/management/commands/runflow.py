@@ -1,89 +1,123 @@
+import os
+import signal
 import threading
 import time
 
 from celery.contrib.testing.worker import start_worker
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+from django.db import Error as DatabaseError
 from django.db import close_old_connections
 from tqdm import tqdm
 
 from dataflow.celery import app
 from dataflow.management.lookup import flow_named
-from dataflow.models import ACTIVE_RUN_STATUSES
-from dataflow.selectors import run_progress
-from dataflow.services.flows import FlowStateError, flow_start
+from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
+from dataflow.selectors import RunProgress, run_progress
+from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
 from dataflow.services.runs import flow_tick, request_tick
-from dataflow.spark import warm_up
+from dataflow.spark import cancel_jobs, session_started, warm_up
 from source_support.errors import ConfigError
+
+#: How long runflow rides out a database it cannot reach before it gives up.
+DATABASE_PATIENCE_S = 120
 
 
 class Command(BaseCommand):
     help = (
         "Runs one flow in the foreground: an in-process Celery worker and beat, the same "
-        "tasks and services as a fleet."
+        "tasks and services as a fleet. A stopped run of the flow is resumed from its "
+        "checkpoints (--new starts a new run instead); Ctrl-C stops the run, keeping them."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("name")
         parser.add_argument("--until-done", action="store_true", help="exit when the run has ended")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        parser.add_argument("--new", action="store_true", help="start a new run, even if one was stopped")
 
-    def handle(self, *args, name, until_done, no_progress, **options):
+    def handle(self, *args, name, until_done, no_progress, new, **options):
         flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
         beat = threading.Thread(target=_beat, args=(flow.pk, stop), name="beat", daemon=True)
-        concurrency = flow.parallelism + 2
+        interrupted = False
         with start_worker(
             app,
             pool="threads",
-            concurrency=concurrency,
+            concurrency=flow.parallelism + 2,
             perform_ping_check=False,
             loglevel="WARNING",
             shutdown_timeout=60,
         ):
-            run = flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
-            if run is not None:
-                self.stdout.write(f"resuming run {run.pk} from its checkpoints")
-                request_tick(run_id=run.pk)
-            else:
-                try:
-                    run = flow_start(flow=flow)
-                except (ConfigError, FlowStateError) as exc:
-                    raise CommandError(str(exc)) from None
+            run = self._run_to_follow(flow, new=new)
             beat.start()
             try:
                 progress = self._follow(run.pk, until_done=until_done, show=not no_progress)
+            except KeyboardInterrupt:
+                interrupted = True
+                # A second Ctrl-C while the worker shuts down leaves at once.
+                signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+                self.stderr.write(f"\ninterrupted: stopping run {run.pk} of {name}...")
+                flow_stop(flow=flow)
+                cancel_jobs()
             finally:
                 stop.set()
                 beat.join()
+        if interrupted:
+            self.stderr.write(
+                f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
+                f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
+            )
+            raise SystemExit(130)
+        written = progress.rows_written if progress.rows_written is not None else "-"
         self.stdout.write(
             f"run {run.pk} {progress.status}: {progress.records_read} records read, "
-            f"{progress.errors_count} errors, {progress.rows_written if progress.rows_written is not None else '-'} rows written"
+            f"{progress.errors_count} errors, {written} rows written"
         )
         if progress.message:
             self.stdout.write(progress.message)
-        if progress.status != "succeeded":
+        if progress.status != RunStatus.SUCCEEDED:
             raise CommandError(f"flow {name} {progress.status}")
 
-    def _follow(self, run_id, *, until_done, show):
+    def _run_to_follow(self, flow, *, new: bool):
+        """The active run, else the latest run if it was stopped (unless ``new``), else a new one."""
+        run = flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
+        if run is not None:
+            self.stdout.write(f"following run {run.pk}, already active, from its checkpoints")
+            request_tick(run_id=run.pk)
+            return run
+        latest = flow.runs.order_by("-id").first()
+        try:
+            if latest is not None and latest.status == RunStatus.STOPPED and not new:
+                self.stdout.write(
+                    f"resuming stopped run {latest.pk} from its checkpoints (--new starts anew)"
+                )
+                return flow_resume(flow=flow)
+            return flow_start(flow=flow)
+        except (ConfigError, FlowStateError) as exc:
+            raise CommandError(str(exc)) from None
+
+    def _follow(self, run_id: int, *, until_done: bool, show: bool) -> RunProgress:
         bar = tqdm(total=0, unit="split", disable=not show, desc="reading", leave=True)
         shown = None
         try:
             while True:
-                progress = run_progress(run_id=run_id)
-                now = (
-                    progress.status,
-                    progress.splits_total,
-                    progress.splits_finished,
-                    progress.records_read,
-                )
+                progress = _progress_riding_out_outages(run_id, bar)
+                phase = progress.status
+                if phase == RunStatus.TRANSFORMING and not session_started():
+                    phase = "starting Spark"
+                now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)
+                now += (progress.message,)
                 if now != shown:  # redraw only on change, so a log file gets few lines
                     shown = now
                     bar.total = max(progress.splits_total, 1)
                     bar.n = progress.splits_finished
-                    bar.set_description(progress.status)
-                    bar.set_postfix_str(f"records={progress.records_read} errors={progress.errors_count}")
+                    bar.set_description(phase)
+                    postfix = f"records={progress.records_read} errors={progress.errors_count}"
+                    if progress.message and not progress.done:
+                        postfix += f" | {progress.message[:200]}"
+                    bar.set_postfix_str(postfix)
                 if progress.done and until_done:
                     return progress
                 time.sleep(0.2)
@@ -91,10 +125,35 @@ class Command(BaseCommand):
             bar.close()
 
 
+def _progress_riding_out_outages(run_id: int, bar: tqdm) -> RunProgress:
+    """The run's progress; while the database does not answer, retries (as the fleet's
+    tasks do) and says so, for up to ``DATABASE_PATIENCE_S``."""
+    since = None
+    while True:
+        try:
+            return run_progress(run_id=run_id)
+        except DatabaseError as exc:
+            close_old_connections()
+            since = since or time.monotonic()
+            if time.monotonic() - since > DATABASE_PATIENCE_S:
+                raise CommandError(
+                    f"the database did not answer for {DATABASE_PATIENCE_S} s: {exc}"
+                ) from None
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            bar.set_postfix_str(f"database unavailable, retrying: {first_line[:120]}")
+            time.sleep(1)
+
+
 def _beat(flow_id: int, stop: threading.Event) -> None:
-    """The periodic tick that celery beat would send, run in this process."""
+    """The periodic tick that celery beat would send, run in this process. A failed tick
+    (the database or Redis away for a moment) is retried at the next one, as beat would."""
+    import logging
+
+    log = logging.getLogger("dataflow.runflow")
     while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
         try:
             flow_tick(flow_id=flow_id)
+        except Exception as exc:  # noqa: BLE001 - the next tick tries again
+            log.warning("tick failed, retrying: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
         finally:
             close_old_connections()

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
-from dataflow.services.flows import FlowStateError, flow_start
+from dataflow.services.flows import FlowStateError, flow_resume, flow_start
 from source_support.errors import ConfigError
 
 
@@ -10,11 +10,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name")
+        parser.add_argument(
+            "--resume",
+            action="store_true",
+            help="resume the flow's stopped run from its checkpoints instead of starting a new one",
+        )
 
-    def handle(self, *args, name, **options):
+    def handle(self, *args, name, resume, **options):
         flow = flow_named(name)
         try:
-            run = flow_start(flow=flow)
+            run = flow_resume(flow=flow) if resume else flow_start(flow=flow)
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
-        self.stdout.write(f"started run {run.pk} of {name}")
+        self.stdout.write(f"{'resumed' if resume else 'started'} run {run.pk} of {name}")

@@ -13,4 +13,10 @@ class Command(BaseCommand):
     def handle(self, *args, name, **options):
         flow = flow_named(name)
         run = flow_stop(flow=flow)
-        self.stdout.write(f"stopped run {run.pk} of {name}" if run else f"{name} is not running")
+        if run is None:
+            self.stdout.write(f"{name} is not running")
+            return
+        self.stdout.write(
+            f"stopped run {run.pk} of {name}; its checkpoints are kept: resume it with "
+            f"'manage.py startflow {name} --resume' or 'manage.py runflow {name}'"
+        )

@@ -53,10 +53,23 @@ def env(tmp_path, out) -> Environment:
 # commit_directory
 
 
+def swap_and_publish(rows: int, swap) -> bool:
+    swap()
+    return True
+
+
+def count_files(staging: Path) -> int:
+    return sum(1 for p in staging.rglob("*") if p.is_file() and not p.name.startswith("_"))
+
+
+def commit(target: Path, write_to, attempt_key: str, publish=swap_and_publish) -> bool:
+    return commit_directory(target, write_to, count_files, attempt_key=attempt_key, publish=publish)
+
+
 def test_commit_creates_the_target_with_what_was_written(out):
     target = out / "result"
 
-    commit_directory(target, write_parts({"part-0.csv": b"1\n", "_SUCCESS": b""}), run_key="r1")
+    commit(target, write_parts({"part-0.csv": b"1\n", "_SUCCESS": b""}), "r1-1")
 
     assert tree(target) == {"part-0.csv": b"1\n", "_SUCCESS": b""}
     assert sorted(p.name for p in out.iterdir()) == ["result"]
@@ -64,9 +77,9 @@ def test_commit_creates_the_target_with_what_was_written(out):
 
 def test_commit_replaces_the_whole_previous_target(out):
     target = out / "result"
-    commit_directory(target, write_parts({"old-0.csv": b"old\n", "old-1.csv": b"old\n"}), run_key="r1")
+    commit(target, write_parts({"old-0.csv": b"old\n", "old-1.csv": b"old\n"}), "r1-1")
 
-    commit_directory(target, write_parts({"new-0.csv": b"new\n"}), run_key="r2")
+    commit(target, write_parts({"new-0.csv": b"new\n"}), "r2-1")
 
     assert tree(target) == {"new-0.csv": b"new\n"}
     assert sorted(p.name for p in out.iterdir()) == ["result"]
@@ -75,21 +88,21 @@ def test_commit_replaces_the_whole_previous_target(out):
 def test_commit_creates_missing_parent_directories(out):
     target = out / "a" / "b" / "result"
 
-    commit_directory(target, write_parts({"x": b"1"}), run_key="r1")
+    commit(target, write_parts({"x": b"1"}), "r1-1")
 
     assert tree(target) == {"x": b"1"}
 
 
 def test_a_failing_write_leaves_the_previous_target_intact(out):
     target = out / "result"
-    commit_directory(target, write_parts({"part-0.csv": b"kept\n"}), run_key="r1")
+    commit(target, write_parts({"part-0.csv": b"kept\n"}), "r1-1")
 
     def half_written(staging: str) -> None:
         write_parts({"part-0.csv": b"partial"})(staging)
         raise RuntimeError("executor lost")
 
     with pytest.raises(RuntimeError, match="executor lost"):
-        commit_directory(target, half_written, run_key="r2")
+        commit(target, half_written, "r2-1")
 
     assert tree(target) == {"part-0.csv": b"kept\n"}
 
@@ -99,7 +112,7 @@ def test_a_failing_first_write_creates_no_target(out):
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
-        commit_directory(out / "result", failing, run_key="r1")
+        commit(out / "result", failing, "r1-1")
 
     assert not (out / "result").exists()
 
@@ -112,8 +125,8 @@ def test_a_rerun_after_a_failed_write_replaces_its_leftover_staging(out):
         raise RuntimeError("crash")
 
     with pytest.raises(RuntimeError):
-        commit_directory(target, half_written, run_key="r1")
-    commit_directory(target, write_parts({"part-0.csv": b"done\n"}), run_key="r1")
+        commit(target, half_written, "r1-1")
+    commit(target, write_parts({"part-0.csv": b"done\n"}), "r1-2")
 
     assert tree(target) == {"part-0.csv": b"done\n"}
     assert sorted(p.name for p in out.iterdir()) == ["result"]
@@ -122,9 +135,9 @@ def test_a_rerun_after_a_failed_write_replaces_its_leftover_staging(out):
 def test_a_rerun_after_a_crash_mid_swap_leaves_only_the_new_target(out):
     target = out / "result"
     # A crash after the old target moved aside, before staging moved in.
-    write_parts({"old.csv": b"old\n"})(str(out / ".result.previous-r1"))
+    write_parts({"old.csv": b"old\n"})(str(out / ".result.previous-r1-1"))
 
-    commit_directory(target, write_parts({"new.csv": b"new\n"}), run_key="r1")
+    commit(target, write_parts({"new.csv": b"new\n"}), "r1-2")
 
     assert tree(target) == {"new.csv": b"new\n"}
     assert sorted(p.name for p in out.iterdir()) == ["result"]
@@ -139,7 +152,7 @@ def test_write_to_is_given_a_fresh_staging_directory_beside_the_target(out):
         assert not Path(staging).exists()
         write_parts({"x": b"1"})(staging)
 
-    commit_directory(target, write_to, run_key="r9")
+    commit(target, write_to, "r9-1")
 
     assert seen[0].parent == out
     assert seen[0].name.startswith(".result")
@@ -275,3 +288,46 @@ def test_validate_refuses_a_header_that_is_not_a_boolean(out, env):
         VALIDATORS["csv"]({"path": str(out / "r"), "header": "yes"}, env)
 
     assert excinfo.value.field == "sink.header"
+
+
+def test_a_stale_attempt_publishes_nothing_and_removes_only_its_own_staging(out):
+    target = out / "result"
+    commit(target, write_parts({"part-0.csv": b"good\n"}), "r1-1")
+    # Attempt 3 of the same run is still writing its staging directory.
+    write_parts({"part-0.csv": b"in progress\n"})(str(out / ".result.staging-r1-3"))
+
+    published = commit(
+        target, write_parts({"part-0.csv": b"stale\n"}), "r1-2", publish=lambda rows, swap: False
+    )
+
+    assert published is False
+    assert tree(target) == {"part-0.csv": b"good\n"}
+    assert sorted(p.name for p in out.iterdir()) == [".result.staging-r1-3", "result"]
+
+
+def test_publish_is_told_the_rows_staged_and_a_refusal_keeps_the_target(out):
+    target = out / "result"
+    commit(target, write_parts({"part-0.csv": b"kept\n"}), "r1-1")
+    told = []
+
+    def refuse(rows: int, swap) -> bool:
+        told.append(rows)
+        raise RuntimeError("the staged sink holds 2 rows but the job wrote 3")
+
+    with pytest.raises(RuntimeError, match="job wrote 3"):
+        commit(target, write_parts({"a.csv": b"1\n", "b.csv": b"2\n"}), "r2-1", publish=refuse)
+
+    assert told == [2]
+    assert tree(target) == {"part-0.csv": b"kept\n"}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_a_sink_path_that_is_a_file_is_refused_and_left_alone(out):
+    target = out / "afile"
+    target.write_bytes(b"keep me")
+
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        commit(target, write_parts({"x": b"1"}), "r1-1")
+
+    assert target.read_bytes() == b"keep me"
+    assert sorted(p.name for p in out.iterdir()) == ["afile"]
