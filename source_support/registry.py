@@ -7,6 +7,8 @@ comes from.
 
 from __future__ import annotations
 
+import glob
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,19 +27,103 @@ class Environment:
     base_dir: Path
 
     def resolve_path(self, value: str, field_name: str) -> Path:
-        """An absolute path under one of the allowed roots, or a ConfigError naming the field."""
+        """The real path of ``value`` (symlinks resolved) under one of the allowed roots, or a
+        ConfigError naming the field.
+
+        A path that does not exist yet is the real path of its deepest existing ancestor plus
+        the rest, so a symlink anywhere on the way counts.
+        """
         path = Path(value)
         if not path.is_absolute():
             path = self.base_dir / path
-        resolved = Path(_normpath(path))
-        if not any(resolved == root or root in resolved.parents for root in self.allowed_roots):
+        written = Path(os.path.normpath(path))
+        real = real_path(written)
+        if not self.is_under_root(real):
             roots = ", ".join(str(r) for r in self.allowed_roots)
-            raise ConfigError(field_name, f"{resolved} is outside the allowed roots ({roots})")
-        return resolved
+            through = f" resolves (through a symlink) to {real}, which" if real != written else ""
+            raise ConfigError(field_name, f"{written}{through} is outside the allowed roots ({roots})")
+        return real
+
+    def real_roots(self) -> tuple[Path, ...]:
+        return tuple(Path(os.path.realpath(root)) for root in self.allowed_roots)
+
+    def is_under_root(self, real: Path) -> bool:
+        """Whether a real (symlink-free) path is an allowed root or lies below one."""
+        return any(real == root or root in real.parents for root in self.real_roots())
 
     def is_allowed(self, path: Path) -> bool:
-        real = path.resolve()
-        return any(real == root or root in real.parents for root in self.allowed_roots)
+        return self.is_under_root(real_path(path))
+
+    def check_destructive_target(self, target: Path, field_name: str = "sink.path") -> None:
+        """Refuses to replace or delete ``target`` unless it is, through every symlink, still
+        below an allowed root (not a root itself), and is not itself a symlink.
+
+        Called right before each destructive step (rename, rmtree) of a sink: a symlink made
+        after validation must not redirect the step out of the roots. The staging and previous
+        directories beside ``target`` share its parent, which is checked too.
+        """
+        target = Path(os.path.normpath(target))
+        parent = Path(os.path.realpath(target.parent))
+        real = parent / target.name
+        if not self.is_under_root(parent):
+            roots = ", ".join(str(r) for r in self.allowed_roots)
+            raise ConfigError(
+                field_name,
+                f"{target} now resolves (through a symlink) to {real}, outside the allowed roots "
+                f"({roots}); nothing was replaced",
+            )
+        if real in self.real_roots():
+            raise ConfigError(
+                field_name, f"{target} resolves to the allowed root {real}; nothing was replaced"
+            )
+        if os.path.islink(target):
+            raise ConfigError(
+                field_name,
+                f"{target} is now a symlink (to {os.readlink(target)}); a sink replaces a directory, "
+                "never a link: nothing was replaced",
+            )
+
+
+def real_path(path: Path) -> Path:
+    """``os.path.realpath`` that is exact for a path not created yet: the real path of its
+    deepest existing ancestor, plus the rest."""
+    path = Path(os.path.normpath(path))
+    missing: list[str] = []
+    current = path
+    while not os.path.lexists(current) and current != current.parent:
+        missing.append(current.name)
+        current = current.parent
+    return Path(os.path.realpath(current)).joinpath(*reversed(missing))
+
+
+def glob_static_prefix(pattern: str) -> str:
+    """The part of a glob before its first wildcard (the whole path when it has none)."""
+    if not glob.has_magic(pattern):
+        return pattern
+    parts = []
+    for part in pattern.split("/"):
+        if glob.has_magic(part):
+            break
+        parts.append(part)
+    return "/".join(parts) or "/"
+
+
+def expected_types(types: type | tuple[type, ...]) -> str:
+    """``must be ...`` in words: "an integer", "a number", "true or false"."""
+    types = types if isinstance(types, tuple) else (types,)
+    if set(types) == {int, float}:
+        return "a number"
+    return " or ".join(_TYPE_WORDS.get(t, f"a {t.__name__}") for t in types)
+
+
+_TYPE_WORDS = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "a table",
+}
 
 
 @dataclass(frozen=True)
@@ -101,16 +187,5 @@ def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tu
             raise ConfigError(f"{section}.{name}", f"is not a field of {section} ({', '.join(spec)})")
         expected = spec[name]
         types = expected if isinstance(expected, tuple) else (expected,)
-        if isinstance(value, bool) and bool not in types:
-            raise ConfigError(f"{section}.{name}", f"must be a {' or '.join(t.__name__ for t in types)}")
-        if not isinstance(value, expected):
-            names = (
-                expected.__name__ if isinstance(expected, type) else " or ".join(t.__name__ for t in expected)
-            )
-            raise ConfigError(f"{section}.{name}", f"must be a {names}")
-
-
-def _normpath(path: Path) -> str:
-    import os
-
-    return os.path.normpath(str(path))
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise ConfigError(f"{section}.{name}", f"must be {expected_types(expected)}")

@@ -6,16 +6,24 @@ Every entry point (TOML, admin, API) turns its input into this shape and calls
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
-import sqlglot
 from django.conf import settings
-from sqlglot import exp
 
+from dataflow.transform_policy import transform_columns_check, transform_policy_check
 from source_support.errors import ConfigError
 from source_support.formats import validate_format
-from source_support.registry import Environment, validate_sink, validate_source
+from source_support.registry import (
+    Environment,
+    expected_types,
+    glob_static_prefix,
+    validate_sink,
+    validate_source,
+)
+from source_support.schema import parse_ddl
 
 FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "name": (str, None, None),
@@ -27,8 +35,13 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "max_errors": (int, 1000, (0, 2**31 - 1)),
 }
 SECTIONS = ("flow", "source", "format", "transform", "sink")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,99}$")
-SOURCE_VIEW = "source"
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")  # with fullmatch: no trailing newline
+
+# Size limits: a spec is copied into every run, so a huge one costs on every run.
+MAX_SPEC_CHARS = 256 * 1024
+MAX_STRING_CHARS = 4096  # any config string (a path may be at most 4096 bytes on Linux)
+MAX_FIELD_CHARS = {"flow.description": 16 * 1024, "transform.sql": 64 * 1024, "format.schema": 64 * 1024}
+MAX_DEPTH = 8  # a flow spec is sections of fields; a value nested deeper is a mistake
 
 
 def environment() -> Environment:
@@ -51,12 +64,17 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     for section in SECTIONS:
         if section != "format" and not isinstance(doc.get(section), dict):
             raise ConfigError(section, "is required")
+    _check_sizes(doc)
     flow = _validate_flow_table(doc["flow"])
     env = environment()
     source_type, source_config = validate_source(doc["source"], env)
     fmt = validate_format(doc.get("format") or {"type": "csv"})
-    sql = _validate_transform(doc["transform"])
+    sql, query = _validate_transform(doc["transform"])
     sink_type, sink_config = validate_sink(doc["sink"], env)
+    _check_overlap(source_config, sink_config)
+    if "schema" in fmt.options:
+        columns = parse_ddl(fmt.options["schema"]).names
+        transform_columns_check(query, columns, sink_config.get("partition_by") or [])
     return {
         **flow,
         "source_type": source_type,
@@ -90,49 +108,79 @@ def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
         if value is None:
             raise ConfigError(f"flow.{name}", "is required")
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ConfigError(f"flow.{name}", f"must be a {kind.__name__}")
+            raise ConfigError(f"flow.{name}", f"must be {expected_types(kind)}")
         if bounds and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"flow.{name}", f"must be between {bounds[0]} and {bounds[1]}")
         out[name] = value
-    if not NAME_RE.match(out["name"]):
+    if not NAME_RE.fullmatch(out["name"]):
         raise ConfigError("flow.name", "must be lowercase letters, digits, '-' or '_' (at most 100)")
     return out
 
 
-def _validate_transform(table: dict[str, Any]) -> str:
+def _validate_transform(table: dict[str, Any]):
     for name in table:
         if name != "sql":
             raise ConfigError(f"transform.{name}", "is not a field of transform (sql)")
     sql = table.get("sql")
     if not isinstance(sql, str) or not sql.strip():
         raise ConfigError("transform.sql", "is required: a Spark SQL query over the view 'source'")
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="spark") if s is not None]
-    except sqlglot.errors.ParseError as exc:
-        raise ConfigError("transform.sql", f"does not parse: {_first_line(exc)}") from None
-    if len(statements) != 1 or not isinstance(statements[0], exp.Query):
-        raise ConfigError("transform.sql", "must be one SELECT query (WITH and UNION allowed)")
-    query = statements[0]
-    ctes = {cte.alias_or_name.lower() for cte in query.find_all(exp.CTE)}
-    for table_ref in query.find_all(exp.Table):
-        name = table_ref.name.lower()
-        if not isinstance(table_ref.this, exp.Identifier):
-            raise ConfigError(
-                "transform.sql",
-                f"reads {table_ref.sql(dialect='spark')}; only the view 'source' may be read",
-            )
-        if table_ref.db or table_ref.catalog:
-            raise ConfigError(
-                "transform.sql",
-                f"reads {table_ref.sql(dialect='spark')}; only the view 'source' may be read",
-            )
-        if name not in ctes and name != SOURCE_VIEW:
-            raise ConfigError(
-                "transform.sql",
-                f"reads table {name!r}; only the view 'source' may be read",
-            )
-    return sql.strip().rstrip(";")
+    query = transform_policy_check(sql)
+    return sql.strip().rstrip(";").rstrip(), query
 
 
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0]
+def _check_sizes(doc: dict[str, Any]) -> None:
+    """Refuses a spec too large or too deeply nested, naming the field and the limit.
+
+    Iterative, so a value nested thousands deep is refused rather than ending in a
+    RecursionError.
+    """
+    total = 0
+    pending: list[tuple[str, Any, int]] = [("", doc, 0)]
+    while pending:
+        name, value, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(name, f"is nested too deeply (at most {MAX_DEPTH} levels)")
+        if isinstance(value, dict):
+            items = [(f"{name}.{k}" if name else str(k), v) for k, v in value.items()]
+            total += sum(len(str(k)) for k in value)
+        elif isinstance(value, list):
+            items = [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+        else:
+            items = []
+            size = len(value) if isinstance(value, str) else 8
+            limit = MAX_FIELD_CHARS.get(name, MAX_STRING_CHARS)
+            if isinstance(value, str) and size > limit:
+                raise ConfigError(name, f"is too long: {size:,} characters, at most {limit:,}")
+            total += size
+        if total > MAX_SPEC_CHARS:
+            raise ConfigError("flow", f"the whole spec is too large: more than {MAX_SPEC_CHARS:,} characters")
+        pending.extend((n, v, depth + 1) for n, v in items)
+
+
+def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -> None:
+    """Refuses a sink that is, contains or lies inside the source's directory, after symlinks.
+
+    A sink that overlaps its source replaces the source's files with its output, or is read
+    back by the next run. Paths are the validated (absolute) ``path`` fields; for a glob,
+    its part before the first wildcard.
+    """
+    source, sink = source_config.get("path"), sink_config.get("path")
+    if not (isinstance(source, str) and isinstance(sink, str)):
+        return
+    if not (os.path.isabs(source) and os.path.isabs(sink)):
+        return  # not file-system paths (a URL, a stream name)
+    source_dir = Path(os.path.realpath(glob_static_prefix(source)))
+    sink_dir = Path(os.path.realpath(sink))
+    if sink_dir == source_dir:
+        relation = "is the source directory"
+    elif source_dir in sink_dir.parents:
+        relation = "lies inside the source directory"
+    elif sink_dir in source_dir.parents:
+        relation = "contains the source directory"
+    else:
+        return
+    raise ConfigError(
+        "sink.path",
+        f"{sink_dir} {relation} {source_dir} (source.path {source}); "
+        "a sink must not overlap its source: it would replace or re-read the source's files",
+    )
