@@ -21,6 +21,9 @@ class Command(BaseCommand):
                 raise CommandError(f"{path}: {exc.strerror}") from None
             except tomllib.TOMLDecodeError as exc:
                 raise CommandError(f"{path}: not valid TOML: {exc}") from None
+            except RecursionError:
+                # tomllib recurses per nested array or inline table
+                raise CommandError(f"{path}: not a flow spec: its values are nested too deeply") from None
             try:
                 flow, created = flow_apply(spec=spec)
             except ConfigError as exc:
