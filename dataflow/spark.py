@@ -149,6 +149,8 @@ def _conf() -> dict[str, str]:
     conf = {
         # A transform may read only the view it is given, never a path of its choosing.
         "spark.sql.runSQLOnFiles": "false",
+        # ... nor the environment: '${env:DATABASE_URL}' in a query is replaced by its value.
+        "spark.sql.variable.substitute": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.sources.partitionOverwriteMode": "static",
         **settings.SPARK_CONF,
