@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Max, Min, OuterRef, Subquery
+from django.db.models import Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
 
 from dataflow.models import (
@@ -192,6 +192,7 @@ class DjangoRunStore:
                         run=self.run,
                         split_id=c.split_id,
                         position=bad.position,
+                        line=bad.line,
                         raw=bad.raw,
                         error=bad.reason,
                     )
@@ -204,7 +205,25 @@ class DjangoRunStore:
             finished = [(moved[m.split_id], m.end_at) for m in moves if m.finished and m.split_id in moved]
             if finished:
                 self._finish_assignments(token, finished)
-        return set(moved)
+            over = self._over_max_errors(token, [c for c in commits if c.split_id in moved and c.bad_records])
+        return set(moved) - over
+
+    def _over_max_errors(self, token: str, with_errors: list[BatchCommit]) -> set[str]:
+        """Once the run has skipped more bad records than ``max_errors``, fails the split
+        that went past it (its run then fails at the next tick) and returns it, so the
+        reader drops it: a wrong schema costs ``max_errors`` dead letters, not one per row."""
+        if not with_errors:
+            return set()
+        limit = self.run.spec.get("max_errors", 1000)
+        total = Split.objects.filter(run=self.run).aggregate(n=Sum("errors_count", default=0))["n"]
+        if total <= limit:
+            return set()
+        last = with_errors[-1]
+        bad = last.bad_records[-1]
+        where = f"{last.split_id} line {bad.line}" if bad.line else f"{last.split_id} at {bad.position}"
+        message = f"more than {limit} bad records (flow.max_errors); the last, {where}: {bad.reason}"
+        self._fail(last.split_id, token, message, finished_too=True)  # its last batch may end it
+        return {last.split_id}
 
     def _advance(self, token: str, moves: list[_Move]) -> dict[str, int]:
         """The fenced UPDATE: split_id -> pk of each split that moved."""
@@ -234,16 +253,20 @@ class DjangoRunStore:
 
     def fail_split(self, split_id: str, token: str, message: str) -> None:
         with transaction.atomic():
-            updated = Split.objects.filter(
-                run=self.run,
-                split_id=split_id,
-                owner_token=token,
-                status=SplitStatus.ASSIGNED,
-            ).update(status=SplitStatus.FAILED, error=message)
-            if updated:
-                Assignment.objects.filter(
-                    split__run=self.run, split__split_id=split_id, reader_token=token
-                ).update(outcome=AssignmentOutcome.FAILED, ended_at=timezone.now())
+            self._fail(split_id, token, message)
+
+    def _fail(self, split_id: str, token: str, message: str, *, finished_too: bool = False) -> None:
+        statuses = [SplitStatus.ASSIGNED, SplitStatus.FINISHED] if finished_too else [SplitStatus.ASSIGNED]
+        updated = Split.objects.filter(
+            run=self.run,
+            split_id=split_id,
+            owner_token=token,
+            status__in=statuses,
+        ).update(status=SplitStatus.FAILED, error=message)
+        if updated:
+            Assignment.objects.filter(
+                split__run=self.run, split__split_id=split_id, reader_token=token
+            ).update(outcome=AssignmentOutcome.FAILED, ended_at=timezone.now())
 
 
 def _now() -> Any:

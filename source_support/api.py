@@ -190,6 +190,10 @@ class SourceReaderContext(ABC):
     @abstractmethod
     def send_source_event_to_coordinator(self, event: SourceEvent) -> None: ...
 
+    #: True when a bad record fails its split (``skip_errors = false``): a reader then stops
+    #: looking at the first bad record instead of locating them all. Set by the runtime.
+    bad_record_fails_split: bool = False
+
 
 @dataclass
 class BadRecord:
@@ -198,6 +202,8 @@ class BadRecord:
     position: int
     raw: str
     reason: str
+    #: 1-based line where the record starts, where the source has lines.
+    line: int | None = None
 
 
 @dataclass
@@ -243,8 +249,9 @@ class SourceReader(ABC, Generic[SplitT]):
     def remove_split(self, split_id: str) -> None:
         """Drops a split this reader no longer owns (its lease went elsewhere)."""
 
-    def describe(self, split_id: str, position: int) -> str:
-        """Where ``position`` of a held split is, in words a person can act on."""
+    def describe(self, split_id: str, position: int, *, line: int | None = None) -> str:
+        """Where ``position`` of a held (or just finished) split is, on ``line`` if known,
+        in words a person can act on."""
         return f"split {split_id} at position {position}"
 
     def handle_source_event(self, event: SourceEvent) -> None:
@@ -277,3 +284,7 @@ class Source(ABC, Generic[SplitT]):
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the data as sampled now; None where the source cannot tell."""
         return None
+
+    def check_input(self) -> None:
+        """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
+        header without a schema column), raising ``ConfigError``; the default checks nothing."""

@@ -1,13 +1,20 @@
 """Record formats: bytes of whole lines in, an Arrow table and the bad records out.
 
-Parsing is done by Arrow's C++ parsers on a whole block at once. Only when a block holds a
-bad record does it fall back to bisecting the block, so a bad line costs O(log n) parses and
-its exact position is known.
+Parsing is done by Arrow's C++ parsers on a whole block at once. Only when that fails does
+a block take the slow path, which still costs about one more parse however many records
+are bad: a CSV block is read again with every column as text and each column is converted
+on its own, vectorized (a record is bad where a value that was not null failed to
+convert); a JSON block is checked line by line with Python's ``json`` once, and its good
+lines are parsed again by Arrow.
+
+Timestamps may carry a zone (``2013-01-01T10:00:00Z``, ``+02:00``): they are read as the
+instant they name, and values without a zone count as UTC, as Spark and pandas read them.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -15,14 +22,35 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
 from source_support.errors import ConfigError
-from source_support.schema import parse_ddl, widen
+from source_support.schema import parse_ddl, spark_type, widen
 
 NEWLINE = 10
+#: Arrow's default parse block; a block holding a longer record is parsed as one piece.
+ARROW_BLOCK_BYTES = 1 << 20
+_ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError)
+
+# How a timestamp column is parsed, learned from the data: Arrow parses values without a
+# zone (NAIVE) or with one (ZONED) natively; a column that mixes both is read as text and
+# converted here (MIXED).
+NAIVE, ZONED, MIXED = "naive", "zoned", "mixed"
+_ZONE_SUFFIX = r"[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*([Zz]|[+-]\d{2}(:?\d{2})?)$"
+_NUMBER_CHECKS = {
+    "int": r"^[+-]?\d+$",
+    "float": r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$",
+    "decimal": r"(?i)^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$",
+    "date": r"^\d{4}-\d{2}-\d{2}$",
+}
+
+
+class ReadError(ValueError):
+    """A split's data cannot be read on (a record too long, a header without a schema
+    column): the split fails, whatever ``skip_errors`` says; the message says where."""
 
 
 class RecordFormat(ABC):
@@ -35,11 +63,14 @@ class RecordFormat(ABC):
 
     def __init__(self, schema: pa.Schema | None) -> None:
         self.schema = schema
+        #: column -> NAIVE/ZONED/MIXED, shared by the copies of this format (learned once).
+        self.timestamp_modes: dict[str, str] = {}
 
     def with_schema(self, schema: pa.Schema) -> RecordFormat:
         clone = object.__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.schema = schema
+        clone.timestamp_modes = {}
         return clone
 
     @abstractmethod
@@ -48,61 +79,209 @@ class RecordFormat(ABC):
 
     @abstractmethod
     def _parse(self, block: bytes) -> pa.Table:
-        """Parses a block, raising ``pa.ArrowInvalid`` if any record in it is bad."""
+        """Parses a block, raising one of ``_ARROW_ERRORS`` if any record in it is bad."""
+
+    @abstractmethod
+    def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
+        """The slow path: the good records and the bad ones, at about one parse's cost."""
 
     def record_ends(self, buffer: bytes) -> np.ndarray:
         """Offsets just past each record-ending newline in ``buffer``."""
         data = np.frombuffer(buffer, dtype=np.uint8)
         return np.flatnonzero(data == NEWLINE) + 1
 
-    def parse(self, block: bytes, position: int) -> tuple[pa.Table, list[BadRecord]]:
-        """All good records of ``block`` (which starts at ``position``) and the bad ones."""
+    def parse(
+        self, block: bytes, position: int, *, first_only: bool = False
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        """All good records of ``block`` (which starts at ``position``) and the bad ones.
+
+        With ``first_only`` the search stops at the first bad record, which is then the
+        only one returned (the caller fails the split on it; the good records are not
+        returned then).
+        """
         if not block.strip():
             return self.empty(), []
         try:
             return self._parse(block), []
-        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError):
+        except _ARROW_ERRORS:
             pass
+        return self._locate(block, position, first_only)
+
+    def _bisect_all(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
+        """The fallback when the fast checks disagree with Arrow: halves the block until each
+        bad record is alone (O(log n) parses per bad record)."""
         starts = np.concatenate(([0], self.record_ends(block)))
         if starts[-1] != len(block):
             starts = np.append(starts, len(block))
         good: list[pa.Table] = []
         bad: list[BadRecord] = []
-        self._bisect(block, starts, 0, len(starts) - 1, position, good, bad)
+        self._bisect(block, starts, 0, len(starts) - 1, position, good, bad, first_only)
+        if first_only:
+            return self.empty(), bad[:1]
         table = pa.concat_tables(good) if good else self.empty()
         return table, bad
 
-    def _bisect(self, block, starts, lo, hi, position, good, bad) -> None:
+    def _bisect(self, block, starts, lo, hi, position, good, bad, first_only) -> None:
         # Records lo..hi-1 span block[starts[lo]:starts[hi]].
+        if first_only and bad:
+            return
         chunk = block[starts[lo] : starts[hi]]
         if not chunk.strip():
             return
         try:
             good.append(self._parse(chunk))
             return
-        except (pa.ArrowInvalid, pa.ArrowTypeError, UnicodeDecodeError) as exc:
+        except _ARROW_ERRORS as exc:
             if hi - lo == 1:
-                raw = chunk.decode("utf-8", errors="replace").rstrip("\r\n")
-                bad.append(BadRecord(position + int(starts[lo]), raw, _reason(exc)))
+                bad.append(BadRecord(position + int(starts[lo]), _raw(chunk), _reason(exc)))
                 return
         mid = (lo + hi) // 2
-        self._bisect(block, starts, lo, mid, position, good, bad)
-        self._bisect(block, starts, mid, hi, position, good, bad)
+        self._bisect(block, starts, lo, mid, position, good, bad, first_only)
+        self._bisect(block, starts, mid, hi, position, good, bad, first_only)
 
     def empty(self) -> pa.Table:
         return self.schema.empty_table()
 
+    def _timestamp_mode(self, name: str) -> str:
+        return self.timestamp_modes.get(name, NAIVE)
+
+    def _read_type(self, f: pa.Field) -> pa.DataType:
+        """The type Arrow reads a column as (zoned timestamps as the mode learned says)."""
+        if not pa.types.is_timestamp(f.type):
+            return f.type
+        mode = self._timestamp_mode(f.name)
+        if mode == MIXED:
+            return pa.string()
+        return pa.timestamp(f.type.unit, tz="UTC" if mode == ZONED else None)
+
     @property
     def parse_schema(self) -> pa.Schema:
-        """The schema to parse with: zoned timestamps parse naive, then count as UTC."""
-        return pa.schema(
-            [
-                pa.field(f.name, pa.timestamp(f.type.unit))
-                if pa.types.is_timestamp(f.type) and f.type.tz
-                else f
-                for f in self.schema
-            ]
+        """The schema Arrow parses with."""
+        return pa.schema([pa.field(f.name, self._read_type(f)) for f in self.schema])
+
+    def _finish(self, table: pa.Table) -> pa.Table:
+        """Converts columns read as text (mixed timestamps); raises if a value is bad."""
+        for i, f in enumerate(self.schema):
+            if pa.types.is_timestamp(f.type) and table.schema.field(f.name).type == pa.string():
+                values, failed = to_instants(table.column(f.name).combine_chunks(), f.type)
+                if failed.any():
+                    raise pa.ArrowInvalid(f"column {f.name!r}: not a timestamp")
+                table = table.set_column(i, f.name, values)
+        return table.cast(self.schema)
+
+    def _learn_timestamp_modes(self, texts: dict[str, pa.Array]) -> None:
+        """Remembers, per timestamp column, whether the block's values had zones, so the next
+        blocks parse natively (one parse) unless a column mixes both."""
+        for name, values in texts.items():
+            present = pc.drop_null(values)
+            if not len(present):
+                continue
+            zoned = pc.sum(pc.match_substring_regex(present, _ZONE_SUFFIX)).as_py() or 0
+            mode = ZONED if zoned == len(present) else NAIVE if zoned == 0 else MIXED
+            previous = self.timestamp_modes.get(name)
+            self.timestamp_modes[name] = mode if previous in (None, mode) else MIXED
+
+
+def to_instants(strings: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """ISO-8601 texts as instants of ``target``'s unit (those without a zone count as UTC),
+    vectorized; returns the values and a mask of the non-null texts that are not timestamps."""
+    strings = pc.utf8_trim_whitespace(strings.cast(pa.string()))
+    unit = target.unit
+    count = len(strings)
+    present = ~_mask(strings.is_null())
+    zoned = _mask(pc.match_substring_regex(strings, _ZONE_SUFFIX))
+    values = np.zeros(count, dtype=np.int64)
+    ok = np.zeros(count, dtype=bool)
+    for mask, arrow_type in (
+        (present & zoned, pa.timestamp(unit, tz="UTC")),
+        (present & ~zoned, pa.timestamp(unit)),
+    ):
+        where = np.flatnonzero(mask)
+        if not len(where):
+            continue
+        converted, good = _cast_each_failing(strings.take(pa.array(where)), arrow_type)
+        values[where[good]] = pc.fill_null(converted.cast(pa.int64()), 0).to_numpy()[good]
+        ok[where[good]] = True
+    out = pa.array(values, type=pa.int64(), mask=~ok).cast(pa.timestamp(unit, tz=target.tz))
+    return out, present & ~ok
+
+
+def _mask(values: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as a numpy mask, null as False."""
+    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _cast_each_failing(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Casts ``strings`` (no nulls); where the whole cast fails, halves until the failing
+    values are alone. Returns the values (zero where failed) and the mask of those that cast."""
+    try:
+        return strings.cast(arrow_type), np.ones(len(strings), dtype=bool)
+    except _ARROW_ERRORS:
+        if len(strings) == 1:
+            return pa.nulls(1, arrow_type), np.zeros(1, dtype=bool)
+    mid = len(strings) // 2
+    left, left_ok = _cast_each_failing(strings.slice(0, mid), arrow_type)
+    right, right_ok = _cast_each_failing(strings.slice(mid), arrow_type)
+    return pa.concat_arrays([left, right]), np.concatenate([left_ok, right_ok])
+
+
+def convert_text(
+    strings: pa.Array, arrow_type: pa.DataType, *, null_values: set[str]
+) -> tuple[pa.Array, np.ndarray]:
+    """CSV texts of one column as ``arrow_type``, vectorized, as Arrow's CSV reader converts
+    them; returns the values and a mask of the values that are not nulls and did not convert.
+
+    Each value is checked by a pattern first, so a column of bad values costs one pass;
+    values that pass the pattern but not Arrow's own parser are found by halving casts.
+    """
+    count = len(strings)
+    not_utf8 = np.zeros(count, dtype=bool)
+    if pa.types.is_binary(strings.type):
+        strings, decoded = _cast_each_failing(strings, pa.string())
+        not_utf8 = ~decoded
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return strings.cast(arrow_type), not_utf8
+    values, failed = _convert_utf8(strings, arrow_type, null_values)
+    return values, failed | not_utf8
+
+
+def _convert_utf8(
+    strings: pa.Array, arrow_type: pa.DataType, null_values: set[str]
+) -> tuple[pa.Array, np.ndarray]:
+    count = len(strings)
+    nulls = _mask(pc.is_in(strings, pa.array(sorted(null_values), pa.string()))) | _mask(strings.is_null())
+    texts = pc.utf8_trim_whitespace(strings)
+    if pa.types.is_timestamp(arrow_type):
+        values, failed = to_instants(
+            pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), texts), arrow_type
         )
+        return values, failed
+    if pa.types.is_boolean(arrow_type):
+        true = _mask(pc.is_in(texts, pa.array(["1", "True", "TRUE", "true"])))
+        false = _mask(pc.is_in(texts, pa.array(["0", "False", "FALSE", "false"])))
+        return pa.array(true, mask=nulls | ~(true | false)), ~nulls & ~(true | false)
+    check = (
+        "int"
+        if pa.types.is_integer(arrow_type)
+        else "float"
+        if pa.types.is_floating(arrow_type)
+        else "decimal"
+        if pa.types.is_decimal(arrow_type)
+        else "date"
+        if pa.types.is_date(arrow_type)
+        else None
+    )
+    candidates = ~nulls
+    if check is not None:
+        candidates &= _mask(pc.match_substring_regex(texts, _NUMBER_CHECKS[check]))
+    where = np.flatnonzero(candidates)
+    converted, good = _cast_each_failing(texts.take(pa.array(where, pa.int64())), arrow_type)
+    ok = np.zeros(count, dtype=bool)
+    ok[where[good]] = True
+    positions = np.full(count, len(where), dtype=np.int64)  # a null slot past the end
+    positions[where[good]] = np.flatnonzero(good)
+    padded = pa.concat_arrays([converted, pa.nulls(1, arrow_type)])
+    return padded.take(pa.array(positions)), ~nulls & ~ok
 
 
 class CsvFormat(RecordFormat):
@@ -123,6 +302,8 @@ class CsvFormat(RecordFormat):
         self.delimiter = delimiter
         self.quote = quote
         self.multiline = multiline
+        #: The columns of the file in its order (its header, mapped to the schema's names);
+        #: None reads the schema's columns by position.
         self.column_names = column_names
 
     def _parse_options(self, invalid_row_handler=None) -> pa_csv.ParseOptions:
@@ -133,16 +314,56 @@ class CsvFormat(RecordFormat):
             invalid_row_handler=invalid_row_handler,
         )
 
+    def _read_options(self, block: bytes, **options: Any) -> pa_csv.ReadOptions:
+        block_size = max(ARROW_BLOCK_BYTES, len(block) + 1)  # a record never straddles two
+        return pa_csv.ReadOptions(use_threads=False, block_size=block_size, **options)
+
+    def header_names(self, header_line: bytes) -> list[str]:
+        """The column names of a header line, as the CSV options read it."""
+        line = header_line.rstrip(b"\r\n") + b"\n"
+        table = pa_csv.read_csv(
+            io.BytesIO(line),
+            read_options=self._read_options(line),
+            parse_options=self._parse_options(),
+        )
+        return table.column_names
+
+    def bind_header(self, header_line: bytes) -> CsvFormat:
+        """A copy that finds each schema column by its name in a file's header line (names
+        match without regard to case, as in Spark). Raises ``MissingColumns`` when the
+        header lacks some of the schema's columns."""
+        names = self.header_names(header_line)
+        wanted = {n.lower(): n for n in self.schema.names}
+        mapped = [wanted.get(n.lower(), n) for n in names]
+        found = [n for n in mapped if n in self.schema.names]
+        missing = [n for n in self.schema.names if n not in found]
+        repeated = sorted({n for n in found if found.count(n) > 1})
+        if missing or repeated:
+            raise MissingColumns(missing, repeated, names)
+        clone = object.__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.column_names = mapped
+        return clone
+
     def infer_schema(self, sample: bytes) -> pa.Schema:
         cut = self.record_ends(sample)
         if len(cut):
             sample = sample[: cut[-1]]
-        read = pa_csv.ReadOptions(autogenerate_column_names=not self.has_header, use_threads=False)
+        read = self._read_options(sample, autogenerate_column_names=not self.has_header)
         table = pa_csv.read_csv(io.BytesIO(sample), read_options=read, parse_options=self._parse_options())
         names = table.column_names
         if not self.has_header:
             names = [f"_c{i}" for i in range(len(names))]
-        return widen(pa.schema([pa.field(n, f.type) for n, f in zip(names, table.schema, strict=False)]))
+        fields = []
+        for name, column in zip(names, table.columns, strict=True):
+            column_type = column.type
+            if pa.types.is_string(column_type) and _all_timestamps(column):
+                column_type = pa.timestamp("us", tz="UTC")  # zoned and naive values mixed
+            fields.append(pa.field(name, column_type))
+        return widen(pa.schema(fields))
+
+    def _names(self) -> list[str]:
+        return self.column_names or self.schema.names
 
     def _parse(self, block: bytes) -> pa.Table:
         bad_shape: list[str] = []
@@ -151,22 +372,91 @@ class CsvFormat(RecordFormat):
             bad_shape.append(row.text)
             return "skip"
 
-        names = self.schema.names
         table = pa_csv.read_csv(
             io.BytesIO(block),
-            read_options=pa_csv.ReadOptions(column_names=names, use_threads=False),
+            read_options=self._read_options(block, column_names=self._names()),
             parse_options=self._parse_options(on_invalid_row),
             convert_options=pa_csv.ConvertOptions(
                 column_types=self.parse_schema,
-                include_columns=names,
+                include_columns=self.schema.names,
                 quoted_strings_can_be_null=False,
             ),
         )
         if bad_shape:
-            raise pa.ArrowInvalid(
-                f"expected {len(names)} columns, got a row that does not fit: {bad_shape[0]!r}"
+            raise pa.ArrowInvalid(f"a row does not have {len(self._names())} columns: {bad_shape[0]!r}")
+        return self._finish(table)
+
+    def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
+        names = self._names()
+        bad_shape: list[tuple[int, int]] = []
+
+        def on_invalid_row(row) -> str:
+            bad_shape.append((row.number, row.actual_columns))
+            return "skip"
+
+        try:
+            text = pa_csv.read_csv(
+                io.BytesIO(block),
+                read_options=self._read_options(block, column_names=names),
+                parse_options=self._parse_options(on_invalid_row),
+                convert_options=pa_csv.ConvertOptions(
+                    column_types={n: pa.binary() for n in self.schema.names},  # bad UTF-8 too
+                    include_columns=self.schema.names,
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
             )
-        return table.cast(self.schema)
+        except _ARROW_ERRORS:
+            return self._bisect_all(block, position, first_only)
+        starts, ends = _record_spans(block, self.record_ends(block))
+        if len(starts) != text.num_rows + len(bad_shape) or any(n is None for n, _ in bad_shape):
+            return self._bisect_all(block, position, first_only)  # Arrow counted rows otherwise
+        shape_rows = np.array([n - 1 for n, _ in bad_shape], dtype=np.int64)
+        row_record = np.delete(np.arange(len(starts)), shape_rows)
+        # The first failing column of each parsed row, in the file's column order.
+        first_column = np.full(text.num_rows, -1, dtype=np.int64)
+        values: dict[str, pa.Array] = {}
+        null_values = set(pa_csv.ConvertOptions().null_values)
+        for index, name in sorted((names.index(n), n) for n in self.schema.names):
+            texts = text.column(name).combine_chunks()
+            values[name], failed = convert_text(texts, self.schema.field(name).type, null_values=null_values)
+            first_column[failed & (first_column < 0)] = index
+            if pa.types.is_timestamp(self.schema.field(name).type):
+                self._learn_timestamp_modes({name: pc.drop_null(texts.filter(pa.array(~failed)))})
+        failed_rows = np.flatnonzero(first_column >= 0)
+        # record index -> (why), for bad shapes and failed conversions
+        bad_at = {int(r): ("shape", actual) for r, (_, actual) in zip(shape_rows, bad_shape, strict=True)}
+        bad_at.update({int(row_record[r]): ("value", int(r)) for r in failed_rows})
+        chosen = sorted(bad_at)[:1] if first_only else sorted(bad_at)
+        failing = [bad_at[r][1] for r in chosen if bad_at[r][0] == "value"]
+        texts_of = {
+            n: dict(zip(failing, text.column(n).take(pa.array(failing, pa.int64())).to_pylist(), strict=True))
+            for n in {names[int(first_column[r])] for r in failing}
+        }
+        bad = []
+        for record in chosen:
+            kind, detail = bad_at[record]
+            raw = _raw(block[starts[record] : ends[record]])
+            if kind == "shape":
+                reason = f"expected {len(names)} columns, found {detail}"
+            else:
+                column = int(first_column[detail])
+                name = names[column]
+                value = texts_of[name][detail]
+                try:
+                    shown = repr(value.decode("utf-8"))
+                except UnicodeDecodeError:
+                    shown = f"{value.decode('utf-8', errors='replace')!r} (not UTF-8)"
+                reason = (
+                    f"column {column + 1} {name!r}: invalid value {shown} "
+                    f"for {spark_type(self.schema.field(name).type)}"
+                )
+            bad.append(BadRecord(position + int(starts[record]), raw, reason))
+        if first_only and bad:
+            return self.empty(), bad
+        keep = pa.array(first_column < 0)
+        table = pa.table({n: values[n].filter(keep) for n in self.schema.names})
+        return table.cast(self.schema), bad
 
     def record_ends(self, buffer: bytes) -> np.ndarray:
         ends = super().record_ends(buffer)
@@ -178,6 +468,19 @@ class CsvFormat(RecordFormat):
         return ends[quotes_before[ends - 1] % 2 == 0]
 
 
+class MissingColumns(ReadError):
+    """A file's header lacks columns of the schema (or names one twice)."""
+
+    def __init__(self, missing: list[str], repeated: list[str], header: list[str]) -> None:
+        parts = []
+        if missing:
+            parts.append(f"its header lacks the column{'s' * (len(missing) > 1)} {', '.join(missing)}")
+        if repeated:
+            parts.append(f"its header names {', '.join(repeated)} more than once")
+        super().__init__(f"{' and '.join(parts)} (header: {', '.join(header)})")
+        self.missing = missing
+
+
 class JsonLinesFormat(RecordFormat):
     type_name = "jsonl"
 
@@ -185,18 +488,236 @@ class JsonLinesFormat(RecordFormat):
         cut = self.record_ends(sample)
         if len(cut):
             sample = sample[: cut[-1]]
-        table = pa_json.read_json(io.BytesIO(sample), read_options=pa_json.ReadOptions(use_threads=False))
+        try:
+            table = pa_json.read_json(
+                io.BytesIO(sample),
+                read_options=pa_json.ReadOptions(
+                    use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(sample) + 1)
+                ),
+            )
+        except _ARROW_ERRORS as exc:
+            raise ValueError(_json_sample_error(sample, exc)) from None
         return widen(table.schema)
 
     def _parse(self, block: bytes) -> pa.Table:
+        if _has_map(self.schema):
+            return self._parse_python(block)
         table = pa_json.read_json(
             io.BytesIO(block),
-            read_options=pa_json.ReadOptions(use_threads=False),
+            read_options=pa_json.ReadOptions(
+                use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(block) + 1)
+            ),
             parse_options=pa_json.ParseOptions(
                 explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
             ),
         )
-        return table.select(self.schema.names).cast(self.schema)
+        return self._finish(table.select(self.schema.names))
+
+    def _parse_python(self, block: bytes) -> pa.Table:
+        """Arrow's JSON reader has no MAP type: a schema with one is read with ``json``."""
+        rows = [json.loads(line) for line in block.splitlines() if line.strip()]
+        for row in rows:
+            if not isinstance(row, dict):
+                raise pa.ArrowInvalid("a JSON line is not an object")
+        return self._finish(pa.Table.from_pylist(rows, schema=self.parse_schema))
+
+    def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
+        starts, ends = _record_spans(block, self.record_ends(block))
+        timestamps = [f for f in self.schema if pa.types.is_timestamp(f.type)]
+        good: list[int] = []
+        stamps: dict[str, list[Any]] = {f.name: [] for f in timestamps}
+        bad: dict[int, str] = {}
+        for record, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            line = block[start:end]
+            if not line.strip():
+                continue  # Arrow's reader skips lines of white space
+            try:
+                value = json.loads(line)
+            except ValueError as exc:
+                reason = f"not valid JSON: {exc}"
+            else:
+                reason = _check_record(value, self.schema)
+            if reason is not None:
+                bad[record] = reason
+                if first_only:
+                    break
+                continue
+            good.append(record)
+            for f in timestamps:
+                stamps[f.name].append(value.get(f.name))
+        if not (first_only and bad):
+            keep = np.ones(len(good), dtype=bool)
+            for f in timestamps:
+                texts = pa.array(stamps[f.name], pa.string())
+                _, failed = to_instants(texts, f.type)
+                for i in np.flatnonzero(failed & keep):
+                    bad[good[i]] = f"field {f.name!r}: invalid value {stamps[f.name][i]!r} for TIMESTAMP"
+                keep &= ~failed
+                self._learn_timestamp_modes({f.name: pc.drop_null(texts.filter(pa.array(~failed)))})
+            good = [g for g, k in zip(good, keep, strict=True) if k]
+        records = sorted(bad)[:1] if first_only else sorted(bad)
+        found = [
+            BadRecord(position + int(starts[r]), _raw(block[starts[r] : ends[r]]), bad[r]) for r in records
+        ]
+        if first_only and found:
+            return self.empty(), found
+        if not good:
+            return self.empty(), found
+        lines = b"".join(block[starts[r] : ends[r]].rstrip(b"\r\n") + b"\n" for r in good)
+        try:
+            return self._parse(lines), found
+        except _ARROW_ERRORS:
+            return self._bisect_all(block, position, first_only)  # the checks missed a case
+
+
+def _record_spans(block: bytes, record_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end offsets of the records of ``block`` that are not blank lines (Arrow's
+    readers skip those), vectorized."""
+    ends = record_ends
+    if not len(ends) or ends[-1] != len(block):
+        ends = np.append(ends, len(block))
+    starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+    ends = ends.astype(np.int64)
+    data = np.frombuffer(block, dtype=np.uint8)
+    length = ends - starts
+    first = data[np.minimum(starts, len(data) - 1)] if len(data) else np.zeros(0, dtype=np.uint8)
+    second = data[np.minimum(starts + 1, len(data) - 1)] if len(data) else np.zeros(0, dtype=np.uint8)
+    blank = (
+        (length == 0)
+        | ((length == 1) & (first == NEWLINE))
+        | ((length == 2) & (first == 13) & (second == NEWLINE))
+    )
+    return starts[~blank], ends[~blank]
+
+
+def _all_timestamps(column: pa.ChunkedArray) -> bool:
+    """Whether every value of a text column is an ISO-8601 timestamp (zones may be mixed)."""
+    present = pc.drop_null(column.combine_chunks())
+    if (
+        not len(present)
+        or not pc.all(pc.match_substring_regex(present, r"^\s*\d{4}-\d{2}-\d{2}[T ]\d")).as_py()
+    ):
+        return False
+    _, failed = to_instants(present, pa.timestamp("us", tz="UTC"))
+    return not failed.any()
+
+
+def _has_map(schema_or_type: pa.Schema | pa.DataType) -> bool:
+    if isinstance(schema_or_type, pa.Schema):
+        return any(_has_map(f.type) for f in schema_or_type)
+    t = schema_or_type
+    if pa.types.is_map(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_map(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def _is_nested(t: pa.DataType) -> bool:
+    return pa.types.is_nested(t)
+
+
+_INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31), 2**31 - 1)}
+_INT_RANGES[64] = (-(2**63), 2**63 - 1)
+
+
+def _check_record(value: Any, schema: pa.Schema) -> str | None:
+    """Why a decoded JSON line does not fit ``schema`` as Arrow's JSON reader reads it, or
+    None if it fits (fields it does not know are ignored, missing ones are null)."""
+    if not isinstance(value, dict):
+        return f"a line must hold a JSON object, not {_json_kind(value)}"
+    for f in schema:
+        reason = _check_value(value.get(f.name), f.type, f.name)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _check_value(value: Any, t: pa.DataType, path: str) -> str | None:
+    if value is None:
+        return None
+    fits = True
+    if pa.types.is_integer(t):
+        low, high = _INT_RANGES[t.bit_width]
+        fits = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    elif pa.types.is_floating(t):
+        fits = isinstance(value, int | float) and not isinstance(value, bool)
+    elif pa.types.is_decimal(t):
+        fits = isinstance(value, int | float | str) and not isinstance(value, bool)
+    elif pa.types.is_boolean(t):
+        fits = isinstance(value, bool)
+    elif pa.types.is_string(t) or pa.types.is_timestamp(t) or pa.types.is_date(t):
+        fits = isinstance(value, str)
+    elif pa.types.is_map(t):
+        if not isinstance(value, dict):
+            fits = False
+        else:
+            for key, item in value.items():
+                reason = _check_value(item, t.item_type, f"{path}[{key!r}]")
+                if reason is not None:
+                    return reason
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        if not isinstance(value, list):
+            fits = False
+        else:
+            for i, item in enumerate(value):
+                reason = _check_value(item, t.value_type, f"{path}[{i}]")
+                if reason is not None:
+                    return reason
+    elif pa.types.is_struct(t):
+        if not isinstance(value, dict):
+            fits = False
+        else:
+            for i in range(t.num_fields):
+                child = t.field(i)
+                reason = _check_value(value.get(child.name), child.type, f"{path}.{child.name}")
+                if reason is not None:
+                    return reason
+    if fits:
+        return None
+    return f"field {path!r}: expected {spark_type(t)}, found {_json_kind(value)} {_short(value)}"
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _json_sample_error(sample: bytes, exc: BaseException) -> str:
+    """Arrow's error about a JSON sample, with the line it is about (Arrow counts rows from
+    0 and skips blank lines; a line that is not JSON at all is found first)."""
+    lines = sample.splitlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except ValueError as error:
+            return f"line {number} is not valid JSON ({error}): {_raw(line)[:200]!r}"
+    match = re.search(r"\bin row (\d+)", str(exc))
+    reason = _reason(exc)
+    if match:
+        row = int(match.group(1))
+        numbers = [n for n, line in enumerate(lines, start=1) if line.strip()]
+        if row < len(numbers):
+            return f"line {numbers[row]}: {reason}"
+    return reason
 
 
 @dataclass(frozen=True)
@@ -247,8 +768,16 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
         if name in table and len(table[name]) != 1:
             raise ConfigError(f"format.{name}", "must be a single character")
     if "schema" in table:
-        parse_ddl(table["schema"])
+        schema = parse_ddl(table["schema"])
+        nested = [f.name for f in schema if _is_nested(f.type)]
+        if kind == "csv" and nested:
+            reason = f"a CSV value cannot hold a nested type (column {nested[0]!r}); read JSON lines for that"
+            raise ConfigError("format.schema", reason)
     return FormatSpec(kind, table)
+
+
+def _raw(record: bytes) -> str:
+    return record.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 def _reason(exc: BaseException) -> str:

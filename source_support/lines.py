@@ -3,6 +3,10 @@
 A byte range ``[start, end)`` owns every record whose first byte lies in it, so ranges
 cut anywhere still give each record to exactly one reader (Hadoop's ``LineRecordReader``
 rule). Memory is bounded by one block, whatever the size of the file.
+
+A record may be up to ``MAX_RECORD_BYTES`` long; a longer one stops its split with an error
+naming the file and line. The line of each record is known without re-reading the file:
+the reader counts the newlines of the blocks it hands out.
 """
 
 from __future__ import annotations
@@ -12,10 +16,18 @@ from typing import BinaryIO
 
 import numpy as np
 
-from source_support.formats import RecordFormat
+from source_support.formats import NEWLINE, ReadError, RecordFormat
 
 MIN_CHUNK = 1 << 20
 MAX_CHUNK = 64 << 20
+#: The longest record read (a CSV row or a JSON line, with its line ending).
+MAX_RECORD_BYTES = 64 << 20
+#: A block holds fewer records than asked once it is this long (at least one record).
+MAX_BLOCK_BYTES = 128 << 20
+
+
+class RecordTooLarge(ReadError):
+    """A record is longer than ``MAX_RECORD_BYTES``."""
 
 
 class RecordBlockReader:
@@ -35,21 +47,34 @@ class RecordBlockReader:
         position: int,
         compressed: bool,
     ) -> None:
+        self.path = path
+        self.compressed = compressed
         self.fmt = fmt
         self.end = end
         self.file: BinaryIO = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0
+        #: The file's first line when the format has a header, wherever the range starts.
+        self.header: bytes | None = None
+        if fmt.has_header:
+            self.header = self.file.readline(MAX_RECORD_BYTES + 1)
+            if len(self.header) > MAX_RECORD_BYTES:
+                raise RecordTooLarge(f"{path} line 1: the header is longer than {_limit()}")
+            if position == 0:
+                position = len(self.header)
         if position == start and start > 0:
             # A fresh range starting mid-file: its first record begins after the next newline.
             self.file.seek(start - 1)
             position = start - 1 + len(self.file.readline())
         elif position > 0:
             self.file.seek(position)
-        if position == 0 and fmt.has_header:
-            position = len(self.file.readline())
         self.position = position
+        self._opened_at = position
+        self._line_at_open: int | None = None
+        #: Newlines between where reading began and the start of the last block / position.
+        self._newlines_to_block = 0
+        self._newlines_to_position = 0
 
     def read_block(self, max_records: int) -> tuple[int, bytes, bool]:
         """Returns (position of the block, the block, whether the range is finished)."""
@@ -58,31 +83,68 @@ class RecordBlockReader:
             ends = self.fmt.record_ends(self.buffer)
             in_range = _count_starting_before(ends, limit)
             past_range = len(ends) > 0 and ends[-1] >= limit
-            if in_range >= max_records or past_range or self.eof or limit <= 0:
+            full = in_range > 0 and len(self.buffer) >= MAX_BLOCK_BYTES
+            if in_range >= max_records or past_range or self.eof or limit <= 0 or full:
                 break
-            want = int(min(MAX_CHUNK, max(MIN_CHUNK, self.avg_record * max_records * 1.2)))
+            if not len(ends) and len(self.buffer) > MAX_RECORD_BYTES:
+                self._too_large(0)
+            # at least what is buffered, so a long record costs a few reads, not one per MiB
+            want = int(min(MAX_CHUNK, max(MIN_CHUNK, self.avg_record * max_records * 1.2, len(self.buffer))))
             chunk = self.file.read(want)
             if chunk:
                 self.buffer += chunk
             else:
                 self.eof = True
         take = min(in_range, max_records)
+        if take > 1:
+            take = max(1, min(take, int(np.searchsorted(ends, MAX_BLOCK_BYTES, side="right"))))
         cut = int(ends[take - 1]) if take else 0
         if take < max_records and self.eof and take == len(ends) and cut < min(len(self.buffer), limit):
             cut, take = (
                 len(self.buffer),
                 take + 1,
             )  # a last record without a trailing newline
+            ends = np.append(ends[: take - 1], cut)
+        if take:
+            lengths = np.diff(ends[:take], prepend=0)
+            longest = int(np.argmax(lengths))
+            if lengths[longest] > MAX_RECORD_BYTES:
+                self._too_large(int(ends[longest - 1]) if longest else 0)
         block, self.buffer = self.buffer[:cut], self.buffer[cut:]
         start = self.position
         self.position += cut
+        self._newlines_to_block = self._newlines_to_position
+        self._newlines_to_position += block.count(b"\n")
         if take:
             self.avg_record = 0.8 * self.avg_record + 0.2 * (cut / take)
         finished = self.position >= self.end or (self.eof and not self.buffer)
         return start, block, finished
 
+    def lines_of(self, block: bytes, offsets: list[int]) -> list[int]:
+        """The 1-based lines of records at ``offsets`` in the block last read."""
+        if not offsets:
+            return []
+        base = self._first_line() + self._newlines_to_block
+        newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == NEWLINE)
+        return [base + int(n) for n in np.searchsorted(newlines, offsets)]
+
+    def _first_line(self) -> int:
+        """The line where reading began: counted once, only when a line is asked for."""
+        if self._line_at_open is None:
+            self._line_at_open = line_number(self.path, self._opened_at, compressed=self.compressed)
+        return self._line_at_open
+
+    def _too_large(self, offset: int) -> None:
+        head = self.buffer[offset : offset + 60].decode("utf-8", errors="replace")
+        line = self._first_line() + self._newlines_to_position + self.buffer[:offset].count(b"\n")
+        raise RecordTooLarge(f"{self.path} line {line}: a record is longer than {_limit()}: {head!r}...")
+
     def close(self) -> None:
         self.file.close()
+
+
+def _limit() -> str:
+    return f"{MAX_RECORD_BYTES >> 20} MB, the most a record may hold (MAX_RECORD_BYTES)"
 
 
 def _count_starting_before(ends: np.ndarray, limit: int) -> int:

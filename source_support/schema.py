@@ -6,6 +6,7 @@ Nested types follow Spark's DDL: ``STRUCT<name: TYPE, ...>`` (the colon is optio
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pyarrow as pa
@@ -218,6 +219,7 @@ def to_ddl(schema: pa.Schema) -> str:
     return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
 
 
+@functools.lru_cache(maxsize=256)
 def spark_type(t: pa.DataType) -> str:
     """The Spark type name of an Arrow type; STRING for types Spark has no name for."""
     if pa.types.is_decimal(t):

@@ -347,3 +347,241 @@ def test_validate_format_does_not_change_the_table_it_is_given():
     validate_format(table)
 
     assert table == {"type": "csv", "header": True}
+
+
+# Zoned timestamps (issue 7 item 6)
+
+
+def test_csv_zoned_and_naive_timestamps_read_as_the_instants_they_name():
+    fmt = CsvFormat(schema=parse_ddl("id BIGINT, at TIMESTAMP"), header=False)
+    block = b"1,2013-01-01T10:00:00Z\n2,2013-01-01T10:00:00+02:00\n3,2013-01-01 10:00:00\n4,\n"
+
+    table, bad = fmt.parse(block, 0)
+
+    assert bad == []
+    utc = dt.UTC
+    assert table.column("at").to_pylist() == [
+        dt.datetime(2013, 1, 1, 10, tzinfo=utc),
+        dt.datetime(2013, 1, 1, 8, tzinfo=utc),
+        dt.datetime(2013, 1, 1, 10, tzinfo=utc),
+        None,
+    ]
+
+
+def test_csv_a_column_of_zoned_timestamps_is_parsed_natively_after_its_first_block():
+    fmt = CsvFormat(schema=parse_ddl("at TIMESTAMP"), header=False)
+    fmt.parse(b"2013-01-01T10:00:00Z\n", 0)
+    calls = _count_calls(fmt, "_locate")
+
+    table, bad = fmt.parse(b"2013-01-02T10:00:00+01:00\n", 0)
+
+    assert (bad, calls) == ([], [])
+    assert table.column("at").to_pylist() == [dt.datetime(2013, 1, 2, 9, tzinfo=dt.UTC)]
+
+
+def test_csv_infers_a_column_of_zoned_or_mixed_timestamps_as_timestamp():
+    sample = b"a,b\n2013-01-01T10:00:00Z,2013-01-01T10:00:00Z\n2013-01-01T11:00:00+02:00,2013-01-01 10:00\n"
+
+    schema = CsvFormat(header=True).infer_schema(sample)
+
+    assert schema == pa.schema([("a", pa.timestamp("us", tz="UTC")), ("b", pa.timestamp("us", tz="UTC"))])
+
+
+def test_jsonl_zoned_and_naive_timestamps_read_as_instants():
+    block = b'{"at": "2013-01-01T10:00:00Z"}\n{"at": "2013-01-01T10:00:00-01:00"}\n{"at": "2013-01-01 10:00:00"}\n'
+
+    table, bad = JsonLinesFormat(parse_ddl("at TIMESTAMP")).parse(block, 0)
+
+    assert bad == []
+    assert [v.hour for v in table.column("at").to_pylist()] == [10, 11, 10]
+
+
+def test_a_value_that_is_not_a_timestamp_is_a_bad_record():
+    fmt = CsvFormat(schema=parse_ddl("id BIGINT, at TIMESTAMP"), header=False)
+
+    table, bad = fmt.parse(b"1,2013-01-01T10:00:00Z\n2,yesterday\n", 0)
+
+    assert table.column("id").to_pylist() == [1]
+    assert [b.reason for b in bad] == ["column 2 'at': invalid value 'yesterday' for TIMESTAMP"]
+
+
+# Nested JSON (issue 7 item 6)
+
+
+def test_jsonl_infers_nested_objects_as_structs_and_reads_them():
+    sample = (
+        b'{"id": 1, "user": {"name": "u0", "tags": []}}\n{"id": 2, "user": {"name": "u1", "tags": ["a"]}}\n'
+    )
+    fmt = JsonLinesFormat(None)
+
+    schema = fmt.infer_schema(sample)
+    table, bad = fmt.with_schema(schema).parse(sample, 0)
+
+    assert schema.field("user").type == pa.struct([("name", pa.string()), ("tags", pa.list_(pa.string()))])
+    assert bad == []
+    assert table.column("user").to_pylist() == [{"name": "u0", "tags": []}, {"name": "u1", "tags": ["a"]}]
+
+
+def test_jsonl_reads_declared_nested_types_and_maps():
+    fmt = JsonLinesFormat(parse_ddl("user STRUCT<name STRING, tags: ARRAY<STRING>>, m MAP<STRING, BIGINT>"))
+    block = b'{"user": {"name": "u0", "tags": ["x"]}, "m": {"a": 1, "b": 2}}\n{"user": null}\n'
+
+    table, bad = fmt.parse(block, 0)
+
+    assert bad == []
+    assert table.to_pylist() == [
+        {"user": {"name": "u0", "tags": ["x"]}, "m": [("a", 1), ("b", 2)]},
+        {"user": None, "m": None},
+    ]
+
+
+def test_jsonl_a_nested_value_of_the_wrong_type_is_a_bad_record_naming_the_field():
+    fmt = JsonLinesFormat(parse_ddl("user STRUCT<name: STRING, tags: ARRAY<STRING>>"))
+    block = b'{"user": {"name": "u0", "tags": []}}\n{"user": {"name": "u1", "tags": [1]}}\n'
+
+    table, bad = fmt.parse(block, 0)
+
+    assert table.num_rows == 1
+    assert [(b.position, b.reason) for b in bad] == [
+        (37, "field 'user.tags[0]': expected STRING, found a number 1")
+    ]
+
+
+def test_csv_refuses_a_nested_schema():
+    with pytest.raises(ConfigError, match="CSV value cannot hold a nested type"):
+        validate_format({"type": "csv", "schema": "user STRUCT<name: STRING>"})
+
+
+# Bad records cost about one parse (issue 7 item 7)
+
+
+def _count_calls(fmt, name: str) -> list:
+    calls: list = []
+    method = getattr(fmt, name)
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return method(*args, **kwargs)
+
+    setattr(fmt, name, counted)
+    return calls
+
+
+def _arrow_reads(monkeypatch) -> list:
+    import source_support.formats as formats
+
+    reads: list = []
+    for module, name in ((formats.pa_csv, "read_csv"), (formats.pa_json, "read_json")):
+        original = getattr(module, name)
+
+        def counted(*args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, counted)
+    return reads
+
+
+ALL_BAD_CSV = b"".join(b"%d,s%d,hot\n" % (i, i % 7) for i in range(20_000))
+ALL_BAD_JSON = b"".join(b'{"id": %d, "name": "s", "temperature": "hot"}\n' % i for i in range(20_000))
+
+
+@pytest.mark.parametrize(("fmt", "block"), [(csv(), ALL_BAD_CSV), (JsonLinesFormat(SCHEMA), ALL_BAD_JSON)])
+def test_a_block_of_20000_bad_records_is_located_in_about_one_parse(monkeypatch, fmt, block):
+    reads = _arrow_reads(monkeypatch)
+
+    table, bad = fmt.parse(block, 100)
+
+    assert table.num_rows == 0
+    assert len(bad) == 20_000
+    assert len(reads) <= 2  # the fast parse that failed, then one parse as text (CSV)
+    assert bad[1].position == 100 + block.index(b"\n") + 1
+    assert "'temperature'" in bad[0].reason and "hot" in bad[0].reason
+
+
+@pytest.mark.parametrize(("fmt", "block"), [(csv(), ALL_BAD_CSV), (JsonLinesFormat(SCHEMA), ALL_BAD_JSON)])
+def test_first_only_stops_at_the_first_bad_record(monkeypatch, fmt, block):
+    reads = _arrow_reads(monkeypatch)
+    good = b"1,a,1.5\n" if isinstance(fmt, CsvFormat) else b'{"id": 1}\n'
+
+    table, bad = fmt.parse(good + block, 0, first_only=True)
+
+    assert [b.position for b in bad] == [len(good)]
+    assert len(reads) <= 2
+
+
+def test_a_block_with_one_bad_record_keeps_every_good_one_in_order(monkeypatch):
+    rows = [b"%d,s,%d.5\n" % (i, i) for i in range(20_000)]
+    rows[12_345] = b"12345,s,\xff\xfe\n"
+    rows[777] = b"777,s\n"
+    reads = _arrow_reads(monkeypatch)
+
+    table, bad = csv().parse(b"".join(rows), 0)
+
+    assert table.column("id").to_pylist() == [i for i in range(20_000) if i not in (777, 12_345)]
+    assert [b.reason for b in bad][0] == "expected 3 columns, found 2"
+    assert "column 3 'temperature'" in bad[1].reason
+    assert len(reads) == 2
+
+
+def test_csv_column_numbers_count_from_one_and_name_the_column():
+    _, bad = csv().parse(b"1,a,1.5\n2,b,warm\nx,c,3\n", 0)
+
+    assert [b.reason for b in bad] == [
+        "column 3 'temperature': invalid value 'warm' for DOUBLE",
+        "column 1 'id': invalid value 'x' for BIGINT",
+    ]
+
+
+# Columns by header name (issue 7 item 5)
+
+
+def test_csv_columns_are_found_by_header_name_whatever_their_order():
+    fmt = CsvFormat(schema=parse_ddl("a BIGINT, b STRING"), header=True)
+
+    first, _ = fmt.bind_header(b"a,b\n").parse(b"1,x\n", 0)
+    second, _ = fmt.bind_header(b"b,extra,A\r\n").parse(b"x,ignored,1\n", 0)
+
+    assert first.to_pylist() == second.to_pylist() == [{"a": 1, "b": "x"}]
+
+
+def test_a_header_without_a_schema_column_is_refused_naming_the_columns():
+    fmt = CsvFormat(schema=parse_ddl("a BIGINT, b STRING, c DOUBLE"), header=True)
+
+    with pytest.raises(ValueError, match=r"lacks the columns b, c \(header: a, d\)"):
+        fmt.bind_header(b"a,d\n")
+
+
+# Large records (issue 7 item 19)
+
+
+@pytest.mark.parametrize("kind", ["csv", "jsonl"])
+def test_a_4_mb_record_parses(kind):
+    big = "x" * (4 << 20)
+    if kind == "csv":
+        fmt, block = csv(), f"1,a,1.5\n2,{big},2.5\n".encode()
+    else:
+        fmt, block = JsonLinesFormat(SCHEMA), f'{{"id": 1}}\n{{"id": 2, "name": "{big}"}}\n'.encode()
+
+    table, bad = fmt.parse(block, 0)
+
+    assert bad == []
+    assert table.column("id").to_pylist() == [1, 2]
+    assert len(table.column("name")[1].as_py()) == 4 << 20
+
+
+# Inference messages (issue 7 item 20)
+
+
+def test_jsonl_inference_names_the_line_of_a_truncated_record():
+    sample = b'{"a": 1}\n' * 777 + b'{"a": \n{"a": 2}\n'
+
+    with pytest.raises(ValueError, match=r"^line 778 is not valid JSON"):
+        JsonLinesFormat(None).infer_schema(sample)
+
+
+def test_jsonl_inference_names_the_line_of_a_type_change():
+    sample = b'{"a": 1}\n' * 3 + b"\n" + b'{"a": "x"}\n'
+
+    with pytest.raises(ValueError, match=r"^line 5: .*changed from number to string"):
+        JsonLinesFormat(None).infer_schema(sample)
