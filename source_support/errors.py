@@ -23,4 +23,13 @@ class RecordError(ValueError):
 
 
 class SplitFailed(RuntimeError):
-    """A split cannot go on; the message says where (file, line, byte offset) and why."""
+    """A split cannot go on; the message says where (file, line, byte offset) and why.
+
+    Raised by a connector's ``SplitReader.fetch``, it fails split ``split_id`` (and so its
+    run) whatever ``skip_errors`` says: nothing read from that split can be trusted (a file
+    that changed while it was read).
+    """
+
+    def __init__(self, message: str, *, split_id: str) -> None:
+        super().__init__(message)
+        self.split_id = split_id

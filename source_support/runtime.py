@@ -27,6 +27,7 @@ from source_support.coordination import (
     RunCoordinator,
     SplitStore,
 )
+from source_support.errors import SplitFailed
 from source_support.landing import LandingZone
 
 SPLIT_REQUEST_RETRY_S = 5.0
@@ -312,7 +313,14 @@ def reader_slice(
                     requested_at = now
                 adopt(coordinator.wait_assigned(subtask, min(settings.poll_interval_s, deadline - now)))
                 continue
-            batch = reader.poll()
+            try:
+                batch = reader.poll()
+            except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
+                commit()
+                store.fail_split(failed.split_id, token, str(failed))
+                coordinator.stop()
+                report.outcome = SliceOutcome.STOPPED
+                return report
             if batch is None:
                 time.sleep(settings.poll_interval_s)
                 continue

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from connectors.files.split import WHOLE_FILE, FileSplit
+from connectors.files.split import WHOLE_FILE, FileSplit, discovered_split
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 from source_support.registry import Environment
 
@@ -78,19 +78,21 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         return self.pending
 
     def _discover(self) -> list[FileSplit]:
+        """The splits of every file found, each remembering the file as it is now (size,
+        mtime, inode): readers read only up to this size and fail a split whose file changed."""
         splits: list[FileSplit] = []
-        for path, size in files_with_sizes(self.pattern, self.env):
+        for path, info in files_with_stats(self.pattern, self.env):
             self.files_found += 1
+            size = info.st_size
             if size == 0:
                 continue
             if path.endswith(COMPRESSED_SUFFIXES):
-                splits.append(FileSplit(path, 0, WHOLE_FILE, 0, compressed=True))
+                splits.append(discovered_split(path, 0, WHOLE_FILE, info, compressed=True))
             elif not self.splittable or size <= self.split_size:
-                splits.append(FileSplit(path, 0, WHOLE_FILE, 0))
+                splits.append(discovered_split(path, 0, size, info))
             else:
                 for start in range(0, size, self.split_size):
-                    end = min(start + self.split_size, size)
-                    splits.append(FileSplit(path, start, WHOLE_FILE if end == size else end, start))
+                    splits.append(discovered_split(path, start, min(start + self.split_size, size), info))
         return splits
 
 
@@ -100,11 +102,11 @@ def list_files(pattern: str, env: Environment) -> list[str]:
     Hidden and marker files (``.x``, ``_SUCCESS``) are skipped as Spark and Hadoop skip
     them, and so is anything a symlink leads outside the allowed roots.
     """
-    return [path for path, _ in files_with_sizes(pattern, env)]
+    return [path for path, _ in files_with_stats(pattern, env)]
 
 
-def files_with_sizes(pattern: str, env: Environment) -> list[tuple[str, int]]:
-    """``list_files`` with each file's size, at one ``lstat`` per file: the directories the
+def files_with_stats(pattern: str, env: Environment) -> list[tuple[str, os.stat_result]]:
+    """``list_files`` with each file's stat, at one ``lstat`` per file: the directories the
     files sit in are checked against the allowed roots once each, and only a symlink is
     followed and checked on its own (100,000 files take well under a second)."""
     if os.path.isdir(pattern):
@@ -121,15 +123,17 @@ def files_with_sizes(pattern: str, env: Environment) -> list[tuple[str, int]]:
         if stat.S_ISLNK(info.st_mode):
             if not (os.path.isfile(path) and env.is_allowed(Path(path))):
                 continue
-            size = os.path.getsize(path)
+            try:
+                info = os.stat(path)  # the file it leads to
+            except FileNotFoundError:
+                continue
         elif stat.S_ISREG(info.st_mode):
             parent = os.path.dirname(path)
             if parent not in allowed_dirs:
                 allowed_dirs[parent] = env.is_allowed(Path(parent))
             if not allowed_dirs[parent]:
                 continue
-            size = info.st_size
         else:
             continue
-        found.append((path, size))
+        found.append((path, info))
     return found

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+
 from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
+from source_support.errors import SplitFailed
 from source_support.formats import RecordFormat
 from source_support.lines import RecordBlockReader, line_number
 from source_support.reader_base import SplitReader
@@ -30,7 +33,10 @@ class FileSplitReader(SplitReader[FileSplit]):
             except FileNotFoundError:
                 return self._gone(split)
             self.open[split.split_id] = reader
+            self._check_unchanged(split, reader)
         block_start, block, finished = reader.read_block(max_records)
+        if finished:
+            self._check_unchanged(split, reader)  # e.g. appended to while this split was read
         records, bad = self.fmt.parse(block, block_start)
         return RecordBatch(
             split_id=split.split_id,
@@ -48,6 +54,14 @@ class FileSplitReader(SplitReader[FileSplit]):
         except OSError:
             return f"{split.path} at byte {position}"
         return f"{split.path} line {line} (byte {position})"
+
+    def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
+        """Fails the split if the open file is not the one discovered (replaced, or its size
+        or mtime differ): records of two versions of a file must not mix in one run."""
+        change = split.change_in(os.fstat(reader.file.fileno()))
+        if change is not None:
+            self.close_split(split.split_id)
+            raise SplitFailed(change, split_id=split.split_id)
 
     def _gone(self, split: FileSplit) -> RecordBatch:
         reason = "the file was deleted after it was discovered"
