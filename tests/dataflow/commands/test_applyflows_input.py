@@ -12,6 +12,7 @@ from dataflow.models import DataFlow
 @pytest.mark.parametrize(
     "value",
     ["[" * 5000 + "]" * 5000, "{ a = " * 3000 + "1" + " }" * 3000],
+    ids=["arrays", "inline-tables"],
 )
 def test_a_deeply_nested_toml_value_is_refused_with_a_message(tmp_path, value):
     path = tmp_path / "deep.toml"

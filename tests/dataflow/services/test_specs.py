@@ -144,6 +144,7 @@ def test_start_refuses_a_flow_whose_roots_were_narrowed(good, settings, dirs):
         ("source", {"path": "data/" + "a" * 5000}, "source.path", "at most 4,096"),
         ("sink", {"partition_by": ["p" * 4000] * 100}, "flow", "whole spec is too large"),
     ],
+    ids=["description", "sql", "path", "spec"],
 )
 def test_oversized_config_is_refused_naming_the_field_and_the_limit(good, section, changes, field, reason):
     error = _refused(_edit(good, section, **changes))
@@ -170,6 +171,7 @@ def test_a_deeply_nested_value_is_refused_not_a_recursion_error(good):
         "SELECT " + "abs(" * 40 + "id" + ")" * 40 + " FROM source",
         "SELECT " + "NOT " * 3000 + "true FROM source",
     ],
+    ids=["parentheses", "calls", "not"],
 )
 def test_a_deeply_nested_sql_is_refused_not_a_recursion_error(good, sql):
     error = _refused(_edit(good, "transform", sql=sql))
