@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from typing import Generic
 
 from source_support.api import RecordBatch, SourceReader, SourceReaderContext, SplitT
+from source_support.errors import SplitFailed
+from source_support.formats import ReadError
 
 
 class SplitReader(ABC, Generic[SplitT]):
@@ -24,8 +26,8 @@ class SplitReader(ABC, Generic[SplitT]):
     def close_split(self, split_id: str) -> None:
         """Releases the handles of a split that is finished or gone."""
 
-    def describe(self, split: SplitT, position: int) -> str:
-        """Where ``position`` of ``split`` is, in words a person can act on."""
+    def describe(self, split: SplitT, position: int, *, line: int | None = None) -> str:
+        """Where ``position`` of ``split`` is (on ``line`` if known), in words a person can act on."""
         return f"split {split.split_id} at position {position}"
 
     def close(self) -> None:
@@ -50,6 +52,9 @@ class SourceReaderBase(SourceReader[SplitT]):
         self.split_reader = split_reader
         self.batch_size = batch_size
         self._splits: dict[str, SplitT] = {}
+        #: The split that finished last: a bad record of its last batch is described after
+        #: the split was dropped.
+        self._finished: SplitT | None = None
         self._no_more_splits = False
 
     def add_splits(self, splits: Iterable[SplitT]) -> None:
@@ -60,18 +65,25 @@ class SourceReaderBase(SourceReader[SplitT]):
         if not self._splits:
             return None
         split_id, split = next(iter(self._splits.items()))
-        batch = self.split_reader.fetch(split, self.batch_size)
+        try:
+            batch = self.split_reader.fetch(split, self.batch_size)
+        except ReadError as exc:
+            self.remove_split(split_id)
+            raise SplitFailed(str(exc), split_id=split_id) from exc
         if batch.finished:
+            self._finished = split
             self.remove_split(split_id)
         else:
             self._splits[split_id] = split.at(batch.end.position)
         return batch
 
-    def describe(self, split_id: str, position: int) -> str:
+    def describe(self, split_id: str, position: int, *, line: int | None = None) -> str:
         split = self._splits.get(split_id)
+        if split is None and self._finished is not None and self._finished.split_id == split_id:
+            split = self._finished
         if split is None:
             return f"split {split_id} at position {position}"
-        return self.split_reader.describe(split, position)
+        return self.split_reader.describe(split, position, line=line)
 
     def remove_split(self, split_id: str) -> None:
         if self._splits.pop(split_id, None) is not None:

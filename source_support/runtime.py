@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import enum
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
@@ -29,6 +31,8 @@ from source_support.coordination import (
 )
 from source_support.errors import SplitFailed
 from source_support.landing import LandingZone
+
+log = logging.getLogger(__name__)
 
 SPLIT_REQUEST_RETRY_S = 5.0
 #: A pass of the enumerator assigns at most this many splits; requests beyond it wait for
@@ -253,12 +257,12 @@ def reader_slice(
         return SliceReport(SliceOutcome.LOST, None)
     report = SliceReport(SliceOutcome.CONTINUE, token)
     context = RedisReaderContext(coordinator, subtask, on_split_request)
+    context.bad_record_fails_split = not settings.skip_errors
     reader = source.create_reader(context)
     serializer = source.split_serializer
     commits = _Commits(store, token, settings)
-    heartbeat_every = coordinator.lease_ms / 3000
+    lease = LeaseKeeper(coordinator, subtask, token)
     deadline = time.monotonic() + settings.slice_seconds
-    last_beat = time.monotonic()
     requested_at: float | None = None
 
     def adopt(splits: Iterable[AssignedSplit]) -> None:
@@ -277,21 +281,21 @@ def reader_slice(
         coordinator.wait_assigned(subtask, 0)  # what the notices say, the store says too
         adopt(store.owned_splits(subtask, token))
 
+    lease.start()
     try:
         adopt_stored()
         while True:
             now = time.monotonic()
-            if now - last_beat >= heartbeat_every:
-                if not coordinator.heartbeat(subtask, token):
-                    report.outcome = SliceOutcome.LOST
-                    return report
-                last_beat = now
+            if lease.lost.is_set():
+                report.outcome = SliceOutcome.LOST
+                return report
             if coordinator.is_stopped():
                 commit()
                 report.outcome = SliceOutcome.STOPPED
                 return report
             if now >= deadline:
                 commit()
+                lease.stop()  # so no renewal shortens the parked lease below
                 coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
                 return report
             if commits.due(now) or (commits and not reader.has_splits()):
@@ -327,7 +331,7 @@ def reader_slice(
             if batch.bad_records and not settings.skip_errors:
                 commit()
                 first = batch.bad_records[0]
-                where = reader.describe(batch.split_id, first.position)
+                where = reader.describe(batch.split_id, first.position, line=first.line)
                 raw = f": {first.raw[:200]!r}" if first.raw else ""
                 store.fail_split(batch.split_id, token, f"{where}: {first.reason}{raw}")
                 coordinator.stop()
@@ -339,7 +343,41 @@ def reader_slice(
             if batch.finished:
                 requested_at = None
     finally:
+        lease.stop()
         reader.close()
+
+
+class LeaseKeeper:
+    """Renews a reader's lease from a thread every third of the lease, so a long block (a
+    slow parse, a slow disk) never lets it lapse; ``lost`` is set once a renewal is refused
+    (another instance owns the reader), and the reader loop then stops."""
+
+    def __init__(self, coordinator: RunCoordinator, subtask: int, token: str) -> None:
+        self.coordinator, self.subtask, self.token = coordinator, subtask, token
+        self.every_s = coordinator.lease_ms / 3000
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-{subtask}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                renewed = self.coordinator.heartbeat(self.subtask, self.token)
+            except Exception:  # noqa: BLE001 - Redis away for a moment: the next beat retries
+                log.warning("reader %s: lease renewal failed", self.subtask, exc_info=True)
+                continue
+            if not renewed:
+                log.warning("reader %s: lease lost", self.subtask)
+                self.lost.set()
+                return
 
 
 class _Commits:

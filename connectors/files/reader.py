@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import os
 
+import pyarrow as pa
+
 from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
-from source_support.formats import RecordFormat
+from source_support.formats import CsvFormat, MissingColumns, ReadError, RecordFormat
 from source_support.lines import RecordBlockReader, line_number
 from source_support.reader_base import SplitReader
 
 
 class FileSplitReader(SplitReader[FileSplit]):
-    def __init__(self, fmt: RecordFormat) -> None:
+    def __init__(self, fmt: RecordFormat, *, first_bad_record_only: bool = False) -> None:
         self.fmt = fmt
+        #: Stop at a block's first bad record (it fails the split; the rest do not matter).
+        self.first_bad_record_only = first_bad_record_only
         self.open: dict[str, RecordBlockReader] = {}
+        #: The format of each open split's file (a CSV header maps its columns by name).
+        self.formats: dict[str, RecordFormat] = {}
 
     def fetch(self, split: FileSplit, max_records: int) -> RecordBatch:
         reader = self.open.get(split.split_id)
@@ -37,7 +43,7 @@ class FileSplitReader(SplitReader[FileSplit]):
         block_start, block, finished = reader.read_block(max_records)
         if finished:
             self._check_unchanged(split, reader)  # e.g. appended to while this split was read
-        records, bad = self.fmt.parse(block, block_start)
+        records, bad = self._parse(split, reader, block, block_start)
         return RecordBatch(
             split_id=split.split_id,
             start=split.offset,
@@ -47,12 +53,35 @@ class FileSplitReader(SplitReader[FileSplit]):
             finished=finished,
         )
 
-    def describe(self, split: FileSplit, position: int) -> str:
+    def _parse(
+        self, split: FileSplit, reader: RecordBlockReader, block: bytes, block_start: int
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        fmt = self._format_for(split, reader)
+        records, bad = fmt.parse(block, block_start, first_only=self.first_bad_record_only)
+        lines = reader.lines_of(block, [b.position - block_start for b in bad])
+        for record, line in zip(bad, lines, strict=True):
+            record.line = line
+        return records, bad
+
+    def _format_for(self, split: FileSplit, reader: RecordBlockReader) -> RecordFormat:
+        fmt = self.formats.get(split.split_id)
+        if fmt is None:
+            fmt = self.fmt
+            if reader.header is not None and isinstance(fmt, CsvFormat) and fmt.schema is not None:
+                try:
+                    fmt = fmt.bind_header(reader.header)
+                except MissingColumns as exc:
+                    raise ReadError(f"{split.path}: {exc}") from None
+            self.formats[split.split_id] = fmt
+        return fmt
+
+    def describe(self, split: FileSplit, position: int, *, line: int | None = None) -> str:
         """Where ``position`` is, for a person: file, line and byte offset."""
-        try:
-            line = line_number(split.path, position, compressed=split.compressed)
-        except OSError:
-            return f"{split.path} at byte {position}"
+        if line is None:
+            try:
+                line = line_number(split.path, position, compressed=split.compressed)
+            except OSError:
+                return f"{split.path} at byte {position}"
         return f"{split.path} line {line} (byte {position})"
 
     def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
@@ -75,6 +104,7 @@ class FileSplitReader(SplitReader[FileSplit]):
         )
 
     def close_split(self, split_id: str) -> None:
+        self.formats.pop(split_id, None)
         reader = self.open.pop(split_id, None)
         if reader is not None:
             reader.close()

@@ -21,11 +21,15 @@ from source_support.api import (
     SourceReaderContext,
     SplitEnumeratorContext,
 )
-from source_support.formats import FormatSpec, RecordFormat
+from source_support.errors import ConfigError
+from source_support.formats import CsvFormat, FormatSpec, MissingColumns, RecordFormat
+from source_support.lines import MAX_RECORD_BYTES
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import Environment
 
 SAMPLE_BYTES = 1 << 20
+#: Headers checked when a run starts; a later file with a bad header fails its split.
+MAX_HEADERS_CHECKED = 1000
 
 
 class FileSource(Source[FileSplit]):
@@ -37,12 +41,15 @@ class FileSource(Source[FileSplit]):
         split_size: int,
         env: Environment,
         batch_size: int,
+        allow_empty: bool = False,
     ) -> None:
         self.pattern = pattern
         self.fmt = fmt
         self.split_size = split_size
         self.env = env
         self.batch_size = batch_size
+        #: A pattern that matches no file gives an empty result instead of failing the run.
+        self.allow_empty = allow_empty
 
     @classmethod
     def from_config(
@@ -61,6 +68,21 @@ class FileSource(Source[FileSplit]):
             split_size=max(1, int(split_mb * (1 << 20))),
             env=env,
             batch_size=batch_size,
+            allow_empty=config.get("allow_empty", False),
+        )
+
+    def empty_input(self, enumerator_state: dict[str, Any] | None) -> ConfigError | None:
+        """Why a run must fail after its discovery saved ``enumerator_state``: no file
+        matched ``source.path`` (a typo in a glob must not replace a good sink with an empty
+        one) and ``allow_empty`` is not set. None if files were found (empty ones count),
+        discovery has not run, or an empty result is allowed."""
+        state = enumerator_state or {}
+        if self.allow_empty or not state.get("discovered") or state.get("files_found", 0):
+            return None
+        return ConfigError(
+            "source.path",
+            f"no file matches {self.pattern}; check the path, or set allow_empty = true in "
+            "[source] to accept an empty result",
         )
 
     @property
@@ -84,7 +106,8 @@ class FileSource(Source[FileSplit]):
         )
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
-        return SourceReaderBase(context, FileSplitReader(self.fmt), batch_size=self.batch_size)
+        split_reader = FileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
+        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the first non-empty file's first MiB; None if there is no file."""
@@ -95,3 +118,25 @@ class FileSource(Source[FileSplit]):
             if sample.strip():
                 return self.fmt.infer_schema(sample)
         return None
+
+    def check_input(self) -> None:
+        """Refuses a CSV file whose header lacks a schema column, naming the file and the
+        columns (the first ``MAX_HEADERS_CHECKED`` files; a later one fails its split)."""
+        fmt = self.fmt
+        if not (isinstance(fmt, CsvFormat) and fmt.has_header and fmt.schema is not None):
+            return
+        for count, path in enumerate(list_files(self.pattern, self.env)):
+            if count >= MAX_HEADERS_CHECKED:
+                return
+            opener = gzip.open if path.endswith(COMPRESSED_SUFFIXES) else open
+            try:
+                with opener(path, "rb") as f:
+                    header = f.readline(MAX_RECORD_BYTES)
+            except OSError:
+                continue  # gone or unreadable: its split says so
+            if not header.strip():
+                continue
+            try:
+                fmt.bind_header(header)
+            except MissingColumns as exc:
+                raise ConfigError("format.schema", f"does not fit {path}: {exc}") from None

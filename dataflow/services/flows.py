@@ -156,19 +156,32 @@ def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:
 
 
 def _resolve_schema(values: dict[str, Any]) -> str:
-    """The run's schema: the one given, or inferred now from the first file's first MiB."""
+    """The run's schema: the one given, or inferred now from the first file's first MiB;
+    the input is then checked against it (``Source.check_input``: e.g. CSV headers)."""
     fmt = FormatSpec(values["format_type"], values["format_options"])
-    if "schema" in fmt.options:
-        return to_ddl(parse_ddl(fmt.options["schema"]))
+    schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
     source = build_source(
         values["source_type"],
         values["source_config"],
         fmt,
         env=environment(),
         batch_size=1,
+        schema=schema,
     )
-    try:
-        schema = source.infer_schema()
-    except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
-        raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
-    return to_ddl(schema) if schema is not None else ""
+    if schema is None:
+        try:
+            schema = source.infer_schema()
+        except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
+            raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
+        if schema is None:
+            return ""
+        source = build_source(
+            values["source_type"],
+            values["source_config"],
+            fmt,
+            env=environment(),
+            batch_size=1,
+            schema=schema,
+        )
+    source.check_input()
+    return to_ddl(schema)

@@ -500,3 +500,22 @@ def test_mark_once_is_set_by_one_caller_until_cleared(coordinator):
     assert coordinator.mark_once("queued", 10_000) is False
     coordinator.clear_mark("queued")
     assert coordinator.mark_once("queued", 10_000) is True
+
+
+def test_lease_keeper_keeps_the_lease_through_a_block_longer_than_the_lease(make_coordinator):
+    from source_support.runtime import LeaseKeeper
+
+    coordinator = make_coordinator(lease_ms=300)
+    token = coordinator.acquire_reader(0, None)
+    keeper = LeaseKeeper(coordinator, 0, token)
+    keeper.start()
+    try:
+        time.sleep(1.2)  # a parse four leases long: no heartbeat from the reader loop meanwhile
+
+        assert coordinator.acquire_reader(0, None) is None  # still ours
+        assert not keeper.lost.is_set()
+        coordinator.redis.delete(coordinator.key("reader", 0))  # e.g. Redis restarted empty
+        coordinator.acquire_reader(0, None)  # ... and another instance took the reader
+        assert keeper.lost.wait(10)
+    finally:
+        keeper.stop()

@@ -10,7 +10,9 @@ import pytest
 from connectors.files.reader import FileSplitReader
 from connectors.files.source import FileSource
 from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
+from source_support import lines as lines_module
 from source_support.api import SourceEvent, SourceReaderContext
+from source_support.errors import ConfigError, SplitFailed
 from source_support.formats import CsvFormat, JsonLinesFormat, validate_format
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import Environment
@@ -368,3 +370,119 @@ def test_file_source_infers_no_schema_without_files(tmp_path):
     )
 
     assert source.infer_schema() is None
+
+
+# Issue 7: columns by header name, bad records located cheaply with their lines, large records
+
+
+def test_files_with_columns_in_another_order_give_the_same_values(tmp_path):
+    (tmp_path / "ab.csv").write_text("id,sensor,temperature\n1,s1,1.5\n")
+    (tmp_path / "ba.csv").write_text("temperature,extra,ID,sensor\n1.5,x,1,s1\n")
+    # a range that starts mid-file learns the header from the file's first line
+    mid = FileSplit(str(tmp_path / "ba.csv"), 30, WHOLE_FILE, 30)
+    (tmp_path / "ba.csv").write_text("temperature,extra,ID,sensor\n9.5,y,9,s9\n1.5,x,1,s1\n")
+
+    got = [drain_one(whole(tmp_path / "ab.csv")), drain_one(mid)]
+
+    assert got[0] == got[1] == [{"id": 1, "sensor": "s1", "temperature": 1.5}]
+
+
+def drain_one(split: FileSplit, fmt=None) -> list[dict]:
+    source_reader = reader(fmt)
+    source_reader.add_splits([split])
+    return [row for batch in drain(source_reader) for row in batch.records.to_pylist()]
+
+
+def test_a_file_whose_header_lacks_schema_columns_fails_its_split_naming_both(tmp_path):
+    (tmp_path / "a.csv").write_text("id,temp\n1,1.5\n")
+    source_reader = reader()
+    source_reader.add_splits([whole(tmp_path / "a.csv")])
+
+    with pytest.raises(SplitFailed) as failed:
+        source_reader.poll()
+
+    assert failed.value.split_id == f"{tmp_path / 'a.csv'}@0"
+    assert str(failed.value).startswith(
+        f"{tmp_path / 'a.csv'}: its header lacks the columns sensor, temperature"
+    )
+
+
+def test_file_source_check_input_refuses_a_header_without_schema_columns(tmp_path):
+    (tmp_path / "good.csv").write_text("sensor,id,temperature\n")
+    (tmp_path / "bad.csv").write_text("id,temp\n1,1.5\n")
+    fmt = validate_format({"type": "csv", "schema": "id BIGINT, sensor STRING, temperature DOUBLE"})
+    source = FileSource.from_config(
+        {"path": str(tmp_path / "*.csv")},
+        fmt,
+        env=Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path),
+        batch_size=10,
+    )
+
+    with pytest.raises(ConfigError) as refused:
+        source.check_input()
+
+    assert refused.value.field == "format.schema"
+    assert "bad.csv" in refused.value.reason and "sensor, temperature" in refused.value.reason
+
+
+def test_bad_records_carry_their_line_across_blocks_and_ranges(tmp_path):
+    lines = ["id,sensor,temperature"] + [f"{i},s,{i}.5" for i in range(1, 50)]
+    lines[30] = "30,s,warm"
+    (tmp_path / "a.csv").write_text("\n".join(lines) + "\n")
+    start = len("\n".join(lines[:20])) + 3  # a range that starts inside line 21
+    source_reader = reader(batch_size=4)
+    source_reader.add_splits([FileSplit(str(tmp_path / "a.csv"), start, WHOLE_FILE, start)])
+
+    bad = [b for batch in drain(source_reader) for b in batch.bad_records]
+
+    assert [(b.line, b.raw) for b in bad] == [(31, "30,s,warm")]
+    assert "column 3 'temperature'" in bad[0].reason
+
+
+def test_describe_names_the_file_of_a_split_that_just_finished(tmp_path):
+    (tmp_path / "a.csv").write_text("id,sensor,temperature\n1,s,1.5\n2,s,warm\n")
+    source_reader = reader()
+    source_reader.add_splits([whole(tmp_path / "a.csv")])
+
+    batch = source_reader.poll()
+    first = batch.bad_records[0]
+
+    assert batch.finished and not source_reader.has_splits()
+    where = source_reader.describe(batch.split_id, first.position, line=first.line)
+    assert where == f"{tmp_path / 'a.csv'} line 3 (byte 30)"
+
+
+def test_a_split_of_20000_bad_records_stops_at_the_first_when_errors_fail_it(tmp_path, monkeypatch):
+    (tmp_path / "a.csv").write_text(
+        "id,sensor,temperature\n" + "".join(f"{i},s,hot\n" for i in range(20_000))
+    )
+    fmt = CsvFormat(schema=SCHEMA, header=True)
+    source_reader = SourceReaderBase(
+        QuietReaderContext(), FileSplitReader(fmt, first_bad_record_only=True), batch_size=20_000
+    )
+    source_reader.add_splits([whole(tmp_path / "a.csv")])
+    parses = []
+    original = CsvFormat._locate
+
+    def counted(self, *args):
+        parses.append(args[0])
+        return original(self, *args)
+
+    monkeypatch.setattr(CsvFormat, "_locate", counted)
+
+    batch = source_reader.poll()
+
+    assert [(b.line, b.raw) for b in batch.bad_records] == [(2, "0,s,hot")]
+    assert len(parses) == 1
+
+
+def test_a_4_mb_line_is_read_and_a_longer_one_than_the_limit_fails_naming_its_line(tmp_path, monkeypatch):
+    big = "x" * (4 << 20)
+    (tmp_path / "a.csv").write_text(f"id,sensor,temperature\n1,{big},1.5\n2,s,2.5\n")
+    assert [r["id"] for r in drain_one(whole(tmp_path / "a.csv"))] == [1, 2]
+
+    monkeypatch.setattr(lines_module, "MAX_RECORD_BYTES", 1 << 20)
+    source_reader = reader()
+    source_reader.add_splits([whole(tmp_path / "a.csv")])
+    with pytest.raises(SplitFailed, match=r"a\.csv line 2: a record is longer than 1 MB"):
+        source_reader.poll()
