@@ -8,7 +8,7 @@ from typing import Any
 from source_support.errors import ConfigError
 from source_support.registry import Environment, check_fields, glob_static_prefix
 
-FIELDS = {"path": str, "split_size_mb": (int, float)}
+FIELDS = {"path": str, "split_size_mb": (int, float), "allow_empty": bool}
 DEFAULT_SPLIT_SIZE_MB = 64
 
 
@@ -25,4 +25,3 @@ def validate_files_source(config: dict[str, Any], env: Environment) -> dict[str,
     if split_size <= 0:
         raise ConfigError("source.split_size_mb", "must be greater than 0")
     return {**config, "path": pattern}
-
