@@ -77,6 +77,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
+elif "postgresql" in DATABASES["default"]["ENGINE"]:
+    # A database that does not answer (a network partition drops packets silently) makes
+    # a connection attempt fail after this long instead of hanging; callers retry.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LANGUAGE_CODE = "en-us"
@@ -99,8 +103,10 @@ DATAFLOW_REDIS_NAMESPACE = os.environ.get("DATAFLOW_REDIS_NAMESPACE", "adf")
 
 CELERY_BROKER_URL = REDIS_URL or None  # the embedded server's URL is filled in lazily
 CELERY_TASK_DEFAULT_QUEUE = "dataflow"
+# Tasks that run Spark go to the Spark-driver workers.
 CELERY_TASK_ROUTES = {
-    "dataflow.tasks.run_transform": {"queue": os.environ.get("DATAFLOW_SPARK_QUEUE", "dataflow")}
+    name: {"queue": os.environ.get("DATAFLOW_SPARK_QUEUE", "dataflow")}
+    for name in ("dataflow.tasks.run_transform", "dataflow.tasks.transform_check")
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
@@ -161,15 +167,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_keepalive": True,
 }
 
+# Where the Spark driver's JVM writes its own output (log4j, JVM warnings); "-" keeps it on
+# the process's stderr (e.g. in a container whose logs are collected from there).
+_spark_log = os.environ.get("DATAFLOW_SPARK_LOG", str(VAR_DIR / "spark.log"))
+DATAFLOW_SPARK_LOG = None if _spark_log == "-" else Path(_spark_log)
+
+_LOG_LEVEL = os.environ.get("DATAFLOW_LOG_LEVEL", "INFO")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Not propagated: a Celery worker (and runflow's) puts a handler on the root logger too,
+    # and every line would be written twice.
     "loggers": {
-        "dataflow": {
-            "handlers": ["console"],
-            "level": os.environ.get("DATAFLOW_LOG_LEVEL", "INFO"),
-        },
-        "py4j": {"level": "WARNING"},
-    },
+        name: {"handlers": ["console"], "level": _LOG_LEVEL, "propagate": False}
+        for name in ("dataflow", "source_support", "connectors")
+    }
+    | {"py4j": {"level": "WARNING"}},
 }

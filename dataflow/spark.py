@@ -174,14 +174,43 @@ def _build():
     from pyspark.sql import SparkSession
 
     master = settings.SPARK_MASTER
-    builder = SparkSession.builder.appName("activedataflow").master(master)
-    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
-    for key, value in _conf().items():
+    conf = {
+        "spark.app.name": "activedataflow",
+        "spark.master": master,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        **_conf(),
+    }
+    _launch_jvm(conf, output=settings.DATAFLOW_SPARK_LOG)
+    builder = SparkSession.builder
+    for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     log.info("Spark session on %s: application %s", master, session.sparkContext.applicationId)
     return session
+
+
+def _launch_jvm(conf: dict[str, str], *, output) -> None:
+    """Starts the driver's JVM (as ``getOrCreate`` would) with its stdout and stderr on
+    ``output`` (Spark's log4j lines, JVM warnings), so they do not land in a command's
+    progress bar; ``None`` leaves them on this process's. A JVM already running is kept."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if output is None:
+        return
+    with SparkContext._lock:
+        if SparkContext._gateway is not None:
+            return
+        output.parent.mkdir(parents=True, exist_ok=True)
+        spark_conf = SparkConf(loadDefaults=False)
+        for key, value in conf.items():
+            spark_conf.set(key, value)
+        with open(output, "ab") as log_file:  # the JVM keeps its own descriptor
+            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log_file, "stderr": log_file})
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
 
 
 def _check_can_start() -> None:
@@ -246,3 +275,32 @@ def cancel_jobs() -> None:
         session.sparkContext.cancelAllJobs()
     except Exception as exc:  # noqa: BLE001 - the process is on its way out anyway
         log.warning("cancelling Spark jobs failed: %s", exc)
+
+
+_quiet = threading.local()
+
+
+class _DropInThisThread(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_quiet, "on", False) or record.thread != threading.get_ident()
+
+
+_filter = _DropInThisThread()
+
+
+@contextmanager
+def quiet_query_errors() -> Iterator[None]:
+    """Drops PySpark's log of a failed query in this thread while the block runs.
+
+    PySpark logs every failed query with the whole Java stack trace (11 KB) at ERROR; the
+    caller reports the error's first line where the user looks (the run's message).
+    """
+    from pyspark.logger import PySparkLogger
+
+    # PySpark's own class: a plain Logger of that name would break its error logging.
+    PySparkLogger.getLogger("SQLQueryContextLogger").addFilter(_filter)  # once: filters are a set
+    _quiet.on = True
+    try:
+        yield
+    finally:
+        _quiet.on = False

@@ -29,3 +29,8 @@ def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
 @shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
 def run_transform(run_id: int) -> None:
     runs.transform(run_id=run_id)
+
+
+@shared_task(name="dataflow.tasks.transform_check", ignore_result=True)
+def transform_check(run_id: int) -> None:
+    runs.transform_check(run_id=run_id)

@@ -53,7 +53,7 @@ def _validator(kind: str):
 
 
 def _writer(kind: str):
-    def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish) -> bool:
+    def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment) -> bool:
         target = Path(config["path"])
 
         def write_to(staging: str) -> None:
@@ -72,7 +72,14 @@ def _writer(kind: str):
         def count(staging: Path) -> int:
             return count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
 
-        return commit_directory(target, write_to, count, attempt_key=attempt_key, publish=publish)
+        return commit_directory(
+            target,
+            write_to,
+            count,
+            attempt_key=attempt_key,
+            publish=publish,
+            check=lambda: env.check_destructive_target(target),
+        )
 
     return write
 
@@ -89,6 +96,7 @@ def commit_directory(
     *,
     attempt_key: str,
     publish: Publish,
+    check: Callable[[], None] = lambda: None,
 ) -> bool:
     """Writes through ``write_to(staging)`` into a staging directory of this attempt alone,
     then lets ``publish`` swap it into ``target``; returns whether it was published.
@@ -96,12 +104,15 @@ def commit_directory(
     ``attempt_key`` is ``<run>-<attempt>``: another attempt of the same run never writes
     or removes this attempt's directories. After a publish, what attempts of the same run
     left behind (a crashed attempt's staging or previous directory) is removed.
+    ``check()`` runs before each step that replaces or deletes something, and refuses it
+    (raises) if the target now leads out of the allowed roots (a symlink made since).
     """
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"the sink path {target} is a file, not a directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.with_name(f".{target.name}.staging-{attempt_key}")
     previous = target.with_name(f".{target.name}.previous-{attempt_key}")
+    check()
     shutil.rmtree(staging, ignore_errors=True)
     published = False
     try:
@@ -109,6 +120,7 @@ def commit_directory(
         rows = count(staging)
 
         def swap() -> None:
+            check()
             if target.exists():
                 os.rename(target, previous)
             os.rename(staging, target)
@@ -119,6 +131,7 @@ def commit_directory(
             shutil.rmtree(staging, ignore_errors=True)
     if not published:
         return False
+    check()
     run_prefix = attempt_key.rsplit("-", 1)[0]
     for debris in target.parent.glob(f".{glob.escape(target.name)}.*-{glob.escape(run_prefix)}-*"):
         shutil.rmtree(debris, ignore_errors=True)

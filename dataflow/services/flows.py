@@ -68,7 +68,14 @@ def flow_start(*, flow: DataFlow) -> FlowRun:
         flow.save(update_fields=["status", "updated_at"])
         _schedule_ticks(flow, enabled=True)
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run
+
+
+def _queue_transform_check(run_id: int) -> None:
+    from dataflow import tasks
+
+    tasks.transform_check.delay(run_id)
 
 
 def flow_stop(*, flow: DataFlow) -> FlowRun | None:

@@ -26,6 +26,7 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import get_redis
+from dataflow.services.specs import environment
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
@@ -72,8 +73,6 @@ def landing_zone() -> LandingZone:
 
 
 def _source_for(run: FlowRun):
-    from dataflow.services.specs import environment
-
     spec = run.spec
     schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
     return build_source(
@@ -295,6 +294,20 @@ def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
 # The transform.
 
 
+def transform_check(*, run_id: int) -> None:
+    """Analyzes the run's transform with Spark as the run starts, while readers read; a
+    transform that cannot fit the data fails the run at once, before the whole source is
+    read. Also starts the Spark session that the transform will use."""
+    from dataflow.services.transform_check import transform_check as analyze
+
+    run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
+    if run is None:
+        return
+    problem = analyze(run_id=run_id)
+    if problem:
+        run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused before reading: {problem}")
+
+
 def _ensure_transform(run: FlowRun) -> None:
     """Queues the Spark job unless one is running or its retry backoff has not passed."""
     coordinator = coordinator_for(run)
@@ -343,12 +356,10 @@ def transform(*, run_id: int) -> None:
             return
         run = FlowRun.objects.select_related("flow").get(pk=run.pk)
         try:
-            outcome = _run_spark_job(run, attempt)
+            _run_spark_job(run, attempt)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
             _transform_failed(run, attempt, exc)
             return
-        if outcome is not None:  # None: the job found nothing to write (see _run_spark_job)
-            log.info("run %s: transform attempt %s %s", run.pk, attempt, outcome)
 
 
 def _claim_transform_attempt(run_id: int) -> int | None:
@@ -368,12 +379,13 @@ class SinkRowsMismatch(RuntimeError):
     """The staged sink does not hold the rows the Spark job wrote."""
 
 
-def _run_spark_job(run: FlowRun, attempt: int) -> str | None:
-    """Stages the sink and publishes it through the attempt's fence; returns what happened."""
+def _run_spark_job(run: FlowRun, attempt: int) -> bool:
+    """Stages the sink and publishes it through the attempt's fence; returns whether it
+    published (False: a later attempt has taken over)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from dataflow.spark import spark_job
+    from dataflow.spark import quiet_query_errors, spark_job
 
     spec = run.spec
     if not run.schema_ddl:
@@ -383,7 +395,7 @@ def _run_spark_job(run: FlowRun, attempt: int) -> str | None:
             message="no input files matched; the sink was left as it was",
             attempt=attempt,
         )
-        return None
+        return False
     paths = list(
         LandedBatch.objects.filter(split__run=run)
         .order_by("split_id", "start_position")
@@ -391,7 +403,7 @@ def _run_spark_job(run: FlowRun, attempt: int) -> str | None:
     )
     # A session of its own: its view "source" is not another run's, and on a cluster the
     # application ends with the job (see dataflow/spark.py).
-    with spark_job() as spark:
+    with spark_job() as spark, quiet_query_errors():
         if paths:
             frame = spark.read.schema(run.schema_ddl).parquet(*paths)
         else:
@@ -410,10 +422,13 @@ def _run_spark_job(run: FlowRun, attempt: int) -> str | None:
                 )
             return _publish(run, attempt, swap, rows=staged_rows)
 
-        published = SINKS[spec["sink_type"]].write(
-            result, spec["sink_config"], attempt_key=f"{run_key(run)}-{attempt}", publish=publish
+        return SINKS[spec["sink_type"]].write(
+            result,
+            spec["sink_config"],
+            attempt_key=f"{run_key(run)}-{attempt}",
+            publish=publish,
+            env=environment(),
         )
-    return "published the sink" if published else "was superseded; it published nothing"
 
 
 def _publish(run: FlowRun, attempt: int, swap, *, rows: int) -> bool:
@@ -435,18 +450,28 @@ def _publish(run: FlowRun, attempt: int, swap, *, rows: int) -> bool:
 
 def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
     message = _spark_error_message(exc)
-    deterministic = type(exc).__name__ in (
-        "AnalysisException",
-        "ParseException",
-        "IllegalArgumentException",
-    )
-    if deterministic or attempt >= MAX_TRANSFORM_ATTEMPTS:
+    if _is_deterministic(exc) or attempt >= MAX_TRANSFORM_ATTEMPTS:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}", attempt=attempt)
     else:
         log.warning("run %s: transform attempt %s failed: %s", run.pk, attempt, message)
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
             message=f"transform attempt {attempt} failed, will retry: {message}"
         )
+
+
+#: SQLSTATE classes of errors that the same query over the same data raises again: data
+#: exceptions (a bad cast), syntax and access rules, unsupported features, constraints.
+DETERMINISTIC_SQLSTATE_CLASSES = ("22", "42", "0A", "23")
+
+
+def _is_deterministic(exc: Exception) -> bool:
+    """Whether a retry from the same landed files would fail the same way."""
+    if isinstance(exc, SinkRowsMismatch):
+        return False
+    if type(exc).__name__ in ("AnalysisException", "ParseException", "IllegalArgumentException"):
+        return True
+    sqlstate = exc.getSqlState() if hasattr(exc, "getSqlState") else None
+    return bool(sqlstate) and sqlstate[:2] in DETERMINISTIC_SQLSTATE_CLASSES
 
 
 def _spark_error_message(exc: Exception) -> str:

@@ -7,12 +7,8 @@ found in about a second instead of after the whole source was read.
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from dataflow.models import FlowRun
+from dataflow.spark import quiet_query_errors
 from dataflow.transform_policy import SOURCE_VIEW, transform_policy_check
 from source_support.errors import ConfigError
 
@@ -62,7 +58,7 @@ def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[st
 
     spark.createDataFrame([], schema_ddl).createOrReplaceTempView(SOURCE_VIEW)
     try:
-        with _quiet_query_errors():
+        with quiet_query_errors():
             frame = spark.sql(sql)
             names = frame.schema.fieldNames()
     except AnalysisException as exc:
@@ -94,29 +90,3 @@ def _forbidden_plan_nodes(frame) -> list[str]:
     except Exception:  # noqa: BLE001 - a plan that cannot be shown as JSON; the allow-list has checked it
         return []
     return [name for name in FORBIDDEN_PLAN_NODES if f'.{name}"' in plan]
-
-
-_quiet = threading.local()
-
-
-class _DropInThisThread(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_quiet, "on", False) or record.thread != threading.get_ident()
-
-
-# PySpark logs every failed analysis with the whole Java stack trace (11 KB) at ERROR; a
-# failed check is an expected answer, returned as its first line.
-_filter = _DropInThisThread()
-
-
-@contextmanager
-def _quiet_query_errors() -> Iterator[None]:
-    from pyspark.logger import PySparkLogger
-
-    # PySpark's own class: a plain Logger of that name would break its error logging.
-    PySparkLogger.getLogger("SQLQueryContextLogger").addFilter(_filter)  # once: filters are a set
-    _quiet.on = True
-    try:
-        yield
-    finally:
-        _quiet.on = False

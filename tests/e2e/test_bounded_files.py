@@ -79,18 +79,37 @@ def test_transform_runs_spark_sql_and_writes_csv(worker, dirs):
     assert run.rows_written == 7
 
 
-def test_transform_that_does_not_fit_the_data_fails_with_sparks_reason(worker, dirs, settings):
-    settings.DATAFLOW_KEEP_LANDED = True
-    write_csv(dirs.data / "a.csv", range(100))
-    doc = spec("bad-sql", str(dirs.data), str(dirs.out / "sink"))
-    doc["transform"]["sql"] = "SELECT no_such_column FROM source"
+def test_a_transform_that_does_not_fit_the_data_fails_the_run_before_reading_all(worker, dirs, settings):
+    # No schema given: it is inferred when the run starts, so only Spark, at run start,
+    # can tell that the column does not exist (with a schema, saving the flow refuses it).
+    for i in range(20):
+        write_csv(dirs.data / f"part-{i}.csv", range(i * 20_000, (i + 1) * 20_000))
+    doc = spec("bad-sql", str(dirs.data), str(dirs.out / "sink"), batch_size=100, parallelism=1)
+    del doc["format"]["schema"]
+    doc["transform"]["sql"] = "SELECT sensor, count(*) AS n FROM source GROUP BY sensr"
 
     run = run_flow(doc)
 
     assert run.status == "failed"
-    assert run.message.startswith("transform failed:") and "no_such_column" in run.message
-    assert run.transform_attempts == 1  # an analysis error is not retried
-    assert LandedBatch.objects.filter(split__run=run).count() == 1  # what was read is kept
+    assert run.message.startswith("transform refused before reading: transform.sql: [UNRESOLVED_COLUMN")
+    assert "`sensr`" in run.message and "`sensor`" in run.message and "\n" not in run.message
+    assert run.transform_attempts == 0
+    assert run.records_read < 400_000, "the run failed before the whole source was read"
+    assert LandedBatch.objects.filter(split__run=run).exists()  # what was read is kept
+    assert not (dirs.out / "sink").exists()
+
+
+def test_a_transform_that_fails_at_run_time_is_not_retried(worker, dirs, settings):
+    write_csv(dirs.data / "a.csv", range(100))
+    doc = spec("bad-cast", str(dirs.data), str(dirs.out / "sink"))
+    # Analysis passes; the ANSI cast fails only once rows flow.
+    doc["transform"]["sql"] = "SELECT CAST(sensor AS INT) AS n FROM source"
+
+    run = run_flow(doc)
+
+    assert run.status == "failed"
+    assert run.message.startswith("transform failed:") and "CAST" in run.message.upper()
+    assert run.transform_attempts == 1  # a deterministic error is not retried
     assert not (dirs.out / "sink").exists()
 
 
