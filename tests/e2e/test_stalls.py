@@ -9,8 +9,7 @@ import time
 import pytest
 
 from dataflow.models import FlowRun
-from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import run_tick
+from dataflow.services.flows import flow_apply
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.e2e.netcut import TcpProxy
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
@@ -30,27 +29,6 @@ def test_an_unusable_landing_zone_fails_the_run_saying_why(worker, dirs, setting
     assert "readers failed 3 times" in run.message and "NotADirectoryError" in run.message, run.message
     assert run.reader_failures == 3
     assert not (dirs.out / "sink").exists()
-
-
-def test_a_run_that_no_worker_reads_says_so(transactional_db, dirs, settings):
-    # No Celery worker runs in this test: the readers' tasks wait in the queue.
-    settings.DATAFLOW_STALL_SECONDS = 1
-    write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("no-worker", str(dirs.data), str(dirs.out / "sink")))
-    run = flow_start(flow=flow)
-
-    run_tick(run_id=run.pk)
-    time.sleep(1.2)
-    run_tick(run_id=run.pk)
-
-    run.refresh_from_db()
-    assert run.status == "reading"
-    assert run.message.startswith("waiting: no reader has run for"), run.message
-    assert "queue 'dataflow'" in run.message
-    listing = subprocess.run(
-        [sys.executable, "manage.py", "flows"], cwd=ROOT, env=fleet_env(), capture_output=True, text=True
-    ).stdout
-    assert "no reader has run" in listing
 
 
 def test_runflow_rides_out_a_database_outage(dirs):
