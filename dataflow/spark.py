@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
@@ -35,6 +36,16 @@ _pid = None
 _jobs_running = 0
 
 CONNECT_TIMEOUT_S = 5.0
+
+#: When this process's Spark start-up reached each step (epoch seconds): ``jvm`` (the
+#: driver's JVM answers), ``session`` (the session is ready), ``warm`` (the first job has
+#: run). ``runflow -v 2`` prints them; the bounded benchmark reports them.
+milestones: dict[str, float] = {}
+
+
+def milestone(name: str) -> None:
+    """Records the first time this process reached ``name``."""
+    milestones.setdefault(name, time.time())
 
 
 def is_local_master(master: str) -> bool:
@@ -101,6 +112,15 @@ def warm_up() -> threading.Thread:
     thread = threading.Thread(target=_warm_up, name="spark-warm-up", daemon=True)
     thread.start()
     return thread
+
+
+def warm_up_before_django() -> threading.Thread | None:
+    """``warm_up`` for ``manage.py runflow``, called before Django's set-up so that the JVM's
+    start overlaps it too (about a second). Reads the settings in this thread first, so no
+    two threads configure them at once. None (nothing started) with Spark Connect."""
+    if settings.SPARK_REMOTE:
+        return None
+    return warm_up()
 
 
 def stop_spark() -> None:
@@ -187,6 +207,7 @@ def _build():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    milestone("session")
     log.info("Spark session on %s: application %s", master, session.sparkContext.applicationId)
     return session
 
@@ -211,6 +232,7 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
             gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log_file, "stderr": log_file})
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
+        milestone("jvm")
 
 
 def _check_can_start() -> None:
@@ -304,3 +326,17 @@ def quiet_query_errors() -> Iterator[None]:
         yield
     finally:
         _quiet.on = False
+
+
+def observe_rows(frame, name: str):
+    """``frame`` with a count of the rows that flow through it, taken by the action that
+    runs it (no second pass), and a function that returns the count afterwards."""
+    if type(frame).__module__.startswith("pyspark.sql.connect"):
+        from pyspark.sql.connect import functions as F
+        from pyspark.sql.connect.observation import Observation
+    else:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+    observation = Observation(name)
+    observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
+    return observed, lambda: observation.get["rows"]

@@ -297,8 +297,10 @@ def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
 def transform_check(*, run_id: int) -> None:
     """Analyzes the run's transform with Spark as the run starts, while readers read; a
     transform that cannot fit the data fails the run at once, before the whole source is
-    read. Also starts the Spark session that the transform will use."""
+    read; one that fits is warmed up (see ``transform_warm_up``). Also starts the Spark
+    session that the transform will use."""
     from dataflow.services.transform_check import transform_check as analyze
+    from dataflow.services.transform_check import transform_warm_up
 
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
     if run is None:
@@ -306,6 +308,8 @@ def transform_check(*, run_id: int) -> None:
     problem = analyze(run_id=run_id)
     if problem:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused before reading: {problem}")
+    else:
+        transform_warm_up(run_id=run_id)
 
 
 def _ensure_transform(run: FlowRun) -> None:
@@ -382,10 +386,7 @@ class SinkRowsMismatch(RuntimeError):
 def _run_spark_job(run: FlowRun, attempt: int) -> bool:
     """Stages the sink and publishes it through the attempt's fence; returns whether it
     published (False: a later attempt has taken over)."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    from dataflow.spark import quiet_query_errors, spark_job
+    from dataflow.spark import observe_rows, quiet_query_errors, spark_job
 
     spec = run.spec
     if not run.schema_ddl:
@@ -409,12 +410,10 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
         else:
             frame = spark.createDataFrame([], run.schema_ddl)
         frame.createOrReplaceTempView("source")
-        # Counted as the rows go to the writer, in the same job: no second pass.
-        written = Observation("sink_rows")
-        result = spark.sql(spec["transform_sql"]).observe(written, F.count(F.lit(1)).alias("rows"))
+        result, job_rows_written = observe_rows(spark.sql(spec["transform_sql"]), "sink_rows")
 
         def publish(staged_rows: int, swap) -> bool:
-            job_rows = written.get["rows"]
+            job_rows = job_rows_written()
             if staged_rows != job_rows:
                 raise SinkRowsMismatch(
                     f"the staged sink holds {staged_rows} rows but the job wrote {job_rows}; "
@@ -453,7 +452,7 @@ def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
     if _is_deterministic(exc) or attempt >= MAX_TRANSFORM_ATTEMPTS:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}", attempt=attempt)
     else:
-        log.warning("run %s: transform attempt %s failed: %s", run.pk, attempt, message)
+        log.warning("run %s: transform attempt %s failed: %s", run.pk, attempt, message, exc_info=exc)
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
             message=f"transform attempt {attempt} failed, will retry: {message}"
         )

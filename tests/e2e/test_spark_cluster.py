@@ -181,7 +181,7 @@ def test_master_down_when_the_job_starts_fails_the_attempt_and_a_retry_succeeds(
     assert run.status == "transforming"
     assert run.transform_attempts < runs.MAX_TRANSFORM_ATTEMPTS
     assert run.message.startswith(
-        f"transform attempt failed, will retry: Spark master {cluster.url} is unreachable: "
+        f"transform attempt 1 failed, will retry: Spark master {cluster.url} is unreachable: "
     ), run.message
     batches = list(LandedBatch.objects.filter(split__run=run))
     assert batches and all(Path(b.path).is_file() for b in batches)
@@ -265,15 +265,16 @@ def test_flow_runs_through_spark_connect(worker, dirs, settings, monkeypatch, tm
 
         assert run.status == "succeeded", run.message
         assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
-        assert len(sessions) == 1 and isinstance(sessions[0], ConnectSession)
-        assert sessions[0].is_stopped  # released on the server after the job
+        # One session for the check of the transform as the run starts, one for the job.
+        assert len(sessions) == 2 and all(isinstance(s, ConnectSession) for s in sessions)
+        assert all(s.is_stopped for s in sessions)  # released on the server after each
         # The server ran the write, for this client session, into the sink's staging directory.
         (app,) = _get_json(f"{api}/applications")
         executions = _get_json(f"{api}/applications/{app['id']}/sql?details=false")
         writes = [
             e
             for e in executions
-            if sessions[0].session_id in e["description"]
-            and f".sink.staging-{run.pk}" in e["planDescription"]
+            if sessions[-1].session_id in e["description"]
+            and f".sink.staging-{run.uid.hex}-" in e["planDescription"]
         ]
         assert writes and all(e["status"] == "COMPLETED" for e in writes)
