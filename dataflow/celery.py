@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Celery
@@ -35,3 +36,21 @@ def _refuse_a_landing_zone_that_cannot_work(**kwargs) -> None:
     errors = [e for e in check_landing_zone(None) if isinstance(e, Error)]
     if errors:
         raise SystemExit("\n".join(f"{e.id}: {e.msg} {e.hint or ''}" for e in errors))
+
+
+class _QuietRoutineTasks(logging.Filter):
+    """Drops the INFO lines a worker writes for each run of a routine task (a flow's tick
+    every few seconds, each reader slice), which would bury everything else; warnings and
+    errors about them still pass."""
+
+    ROUTINE = ("dataflow.tasks.tick_flow", "dataflow.tasks.tick_run", "dataflow.tasks.read_splits")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        message = record.getMessage()
+        return not any(f"{name}[" in message for name in self.ROUTINE)
+
+
+for _name in ("celery.app.trace", "celery.worker.strategy"):
+    logging.getLogger(_name).addFilter(_QuietRoutineTasks())

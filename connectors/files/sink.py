@@ -40,6 +40,9 @@ def _validator(kind: str):
                 "sink.path",
                 f"{target} is an existing file; a sink is a directory that each run replaces whole",
             )
+        blocker = _file_among_parents(target)
+        if blocker is not None:
+            raise ConfigError("sink.path", f"{blocker} is a file, so {target} cannot be created below it")
         compression = config.get("compression", "snappy" if kind == "parquet" else "none")
         if compression not in COMPRESSIONS:
             raise ConfigError("sink.compression", f"must be one of {', '.join(sorted(COMPRESSIONS))}")
@@ -50,6 +53,14 @@ def _validator(kind: str):
         return {**config, "path": str(target), "compression": compression}
 
     return validate
+
+
+def _file_among_parents(target: Path) -> Path | None:
+    """The first existing ancestor of ``target``, if it is not a directory."""
+    for parent in target.parents:
+        if os.path.lexists(parent):
+            return None if os.path.isdir(parent) else parent
+    return None
 
 
 def _writer(kind: str):

@@ -474,9 +474,24 @@ def _is_deterministic(exc: Exception) -> bool:
 
 
 def _spark_error_message(exc: Exception) -> str:
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
+    """One line that says what went wrong: Spark's own first line, or for an error raised in
+    the JVM (``An error occurred while calling o103.parquet.``) the Java exception and its
+    root cause (``Mkdirs failed to create ...``)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    first = lines[0]
+    if first.startswith("An error occurred while calling") and len(lines) > 1:
+        thrown = lines[1].lstrip(": ")
+        causes = [line.removeprefix("Caused by: ") for line in lines if line.startswith("Caused by: ")]
+        first = " caused by ".join(dict.fromkeys(_short_java_name(t) for t in [thrown, *causes[-1:]]))
     return first[:2000]
+
+
+def _short_java_name(text: str) -> str:
+    """``org.apache.hadoop.fs.X: message`` -> ``X: message``."""
+    name, sep, rest = text.partition(": ")
+    return f"{name.rsplit('.', 1)[-1]}{sep}{rest}" if "." in name and " " not in name else text
 
 
 def run_finish(

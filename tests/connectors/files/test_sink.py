@@ -331,3 +331,12 @@ def test_a_sink_path_that_is_a_file_is_refused_and_left_alone(out):
 
     assert target.read_bytes() == b"keep me"
     assert sorted(p.name for p in out.iterdir()) == ["afile"]
+
+
+def test_a_sink_below_a_file_is_refused_at_validation(out, env):
+    (out / "afile").write_text("a file where a directory should be")
+
+    with pytest.raises(ConfigError, match="afile is a file") as refused:
+        VALIDATORS["parquet"]({"path": str(out / "afile" / "deeper" / "sink")}, env)
+
+    assert refused.value.field == "sink.path"
