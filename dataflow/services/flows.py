@@ -166,23 +166,9 @@ def _resolve_schema(values: dict[str, Any]) -> str:
     """The run's schema: the one given, or inferred now from the first file's first MiB;
     the input is then checked against it (``Source.check_input``: e.g. CSV headers)."""
     fmt = FormatSpec(values["format_type"], values["format_options"])
-    schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
-    source = build_source(
-        values["source_type"],
-        values["source_config"],
-        fmt,
-        env=environment(),
-        batch_size=1,
-        schema=schema,
-    )
-    if schema is None:
-        try:
-            schema = source.infer_schema()
-        except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
-            raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
-        if schema is None:
-            return ""
-        source = build_source(
+
+    def source_with(schema):
+        return build_source(
             values["source_type"],
             values["source_config"],
             fmt,
@@ -190,5 +176,16 @@ def _resolve_schema(values: dict[str, Any]) -> str:
             batch_size=1,
             schema=schema,
         )
+
+    schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
+    source = source_with(schema)
+    if schema is None:
+        try:
+            schema = source.infer_schema()
+        except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
+            raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
+        if schema is None:
+            return ""
+        source = source_with(schema)
     source.check_input()
     return to_ddl(schema)

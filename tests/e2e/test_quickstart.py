@@ -7,33 +7,21 @@ newcomer runs them, in subprocesses with no DATABASE_URL and no REDIS_URL.
 from __future__ import annotations
 
 import csv
-import os
 import shutil
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
+
+from tests.e2e.test_runflow import manage_env, run_manage
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quickstart_runs_the_sample_flow_on_embedded_defaults(tmp_path):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(DATAFLOW_VAR_DIR=str(tmp_path / "var"), DATAFLOW_BASE_DIR=str(tmp_path))
-    env.pop("DATAFLOW_ALLOWED_ROOTS", None)
+    env = manage_env(tmp_path)
 
     def manage(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        return done.stdout
+        return run_manage(env, *args).stdout
 
     manage("migrate", "-v0")
     manage("applyflows", str(tmp_path / "examples" / "sensors.toml"))

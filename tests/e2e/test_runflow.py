@@ -25,14 +25,14 @@ from tests.helpers import multiset, read_parquet_rows, write_csv
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+def manage_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.pop("DATAFLOW_ALLOWED_ROOTS", None)
     env.update(DATAFLOW_VAR_DIR=str(tmp_path / "var"), DATAFLOW_BASE_DIR=str(tmp_path), **extra)
     return env
 
 
-def _manage(
+def run_manage(
     env: dict[str, str], *args: str, ok: bool = True, timeout: float = 300
 ) -> subprocess.CompletedProcess:
     done = subprocess.run(
@@ -50,9 +50,9 @@ def _manage(
 
 def _fresh_database_and_run(env: dict[str, str], tmp_path: Path) -> str:
     (tmp_path / "var" / "dataflow.sqlite3").unlink(missing_ok=True)
-    _manage(env, "migrate", "-v0")
-    _manage(env, "applyflows", str(tmp_path / "examples" / "sensors.toml"))
-    return _manage(env, "runflow", "sensor-averages", "--until-done", "--no-progress").stdout
+    run_manage(env, "migrate", "-v0")
+    run_manage(env, "applyflows", str(tmp_path / "examples" / "sensors.toml"))
+    return run_manage(env, "runflow", "sensor-averages", "--until-done", "--no-progress").stdout
 
 
 def _embedded_servers(var_dir: Path) -> list[psutil.Process]:
@@ -75,7 +75,7 @@ def _embedded_servers(var_dir: Path) -> list[psutil.Process]:
 def test_a_fresh_database_next_to_an_old_redis_runs_its_flows(tmp_path, redis):
     shutil.copytree(ROOT / "examples", tmp_path / "examples")
     extra = {"REDIS_URL": settings.REDIS_URL} if redis == "external" else {}
-    env = _env(tmp_path, **extra)
+    env = manage_env(tmp_path, **extra)
 
     first = _fresh_database_and_run(env, tmp_path)
     # The database is made anew (rm + migrate, as after a reset or on a restored backup);
@@ -86,6 +86,23 @@ def test_a_fresh_database_next_to_an_old_redis_runs_its_flows(tmp_path, redis):
     assert "run 1 succeeded: 10000 records read" in second
     if redis == "embedded":
         assert not _embedded_servers(tmp_path / "var"), "the embedded Redis stops with its last user"
+
+
+def runflow_once_landed(env: dict[str, str], flow: str, landing: Path, *, at_least: int = 1, args=()):
+    """A ``runflow FLOW`` process, returned once ``at_least`` batches have landed."""
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runflow", flow, "--no-progress", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while len(list(landing.rglob("*.parquet"))) < at_least:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc
 
 
 def _csv_source(directory: Path, files: int = 4, rows: int = 50_000) -> list[tuple]:
@@ -122,32 +139,21 @@ path = "out/interrupted"
 def test_ctrl_c_stops_the_run_and_runflow_resumes_it_exactly(tmp_path):
     sent = _csv_source(tmp_path / "data" / "readings")
     (tmp_path / "flow.toml").write_text(FLOW)
-    env = _env(tmp_path)
-    _manage(env, "migrate", "-v0")
-    _manage(env, "applyflows", str(tmp_path / "flow.toml"))
+    env = manage_env(tmp_path)
+    run_manage(env, "migrate", "-v0")
+    run_manage(env, "applyflows", str(tmp_path / "flow.toml"))
     landing = tmp_path / "var" / "landing"
 
-    proc = subprocess.Popen(
-        [sys.executable, "manage.py", "runflow", "interrupted", "--no-progress"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while len(list(landing.rglob("*.parquet"))) < 5:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    proc = runflow_once_landed(env, "interrupted", landing, at_least=5)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
 
     assert proc.returncode == 130, out + err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "stopped" in err and "runflow interrupted" in err, err
-    listed = [line.split() for line in _manage(env, "flows").stdout.splitlines()]
+    listed = [line.split() for line in run_manage(env, "flows").stdout.splitlines()]
     assert ["interrupted", "stopped", "1", "stopped"] in [row[:4] for row in listed]
-    resumed = _manage(env, "runflow", "interrupted", "--until-done", "--no-progress").stdout
+    resumed = run_manage(env, "runflow", "interrupted", "--until-done", "--no-progress").stdout
 
     assert "resuming stopped run 1" in resumed
     assert f"run 1 succeeded: {len(sent)} records read" in resumed

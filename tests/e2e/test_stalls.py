@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
 
 from dataflow.models import FlowRun
 from dataflow.services.flows import flow_apply
-from tests.e2e.fleet import ROOT, fleet_env
+from tests.e2e.fleet import fleet_env
 from tests.e2e.netcut import TcpProxy
+from tests.e2e.test_runflow import runflow_once_landed
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,18 +39,7 @@ def test_runflow_rides_out_a_database_outage(dirs):
     proxy = TcpProxy.for_url(env["DATABASE_URL"])
     env["DATABASE_URL"] = proxy.url(env["DATABASE_URL"]) + "?connect_timeout=2"
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "runflow", "outage", "--until-done", "--no-progress"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        deadline = time.monotonic() + 120
-        while not list(dirs.landing.rglob("*.parquet")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        proc = runflow_once_landed(env, "outage", dirs.landing, args=["--until-done"])
         proxy.cut()
         time.sleep(8)
         assert proc.poll() is None, "runflow gave up during a short outage: " + proc.communicate()[1][-3000:]
