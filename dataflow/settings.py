@@ -171,6 +171,12 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # the process's stderr (e.g. in a container whose logs are collected from there).
 _spark_log = os.environ.get("DATAFLOW_SPARK_LOG", str(VAR_DIR / "spark.log"))
 DATAFLOW_SPARK_LOG = None if _spark_log == "-" else Path(_spark_log)
+# The Spark driver JVM's class archive (dataflow/jvm_class_archive.py): made by the first
+# driver of a machine, it starts later ones seconds sooner. Empty: none is made or used.
+DATAFLOW_SPARK_CLASS_ARCHIVE_DIR = os.environ.get(
+    "DATAFLOW_SPARK_CLASS_ARCHIVE_DIR",
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "activedataflow"),
+)
 
 _LOG_LEVEL = os.environ.get("DATAFLOW_LOG_LEVEL", "INFO")
 LOGGING = {

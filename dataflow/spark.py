@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -216,7 +217,8 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
     """Starts the driver's JVM (as ``getOrCreate`` would) with its stdout and stderr on
     ``output`` (Spark's log4j lines, JVM warnings), so they do not land in a command's
     progress bar; ``None`` leaves them on this process's. A JVM already running is kept."""
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkContext
+    from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
     if output is None:
@@ -225,14 +227,56 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
         if SparkContext._gateway is not None:
             return
         output.parent.mkdir(parents=True, exist_ok=True)
-        spark_conf = SparkConf(loadDefaults=False)
-        for key, value in conf.items():
-            spark_conf.set(key, value)
+        archive = _class_archive(conf)
+        option = archive.java_option() if archive else ""
         with open(output, "ab") as log_file:  # the JVM keeps its own descriptor
-            gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": log_file, "stderr": log_file})
+            try:
+                gateway = launch_gateway(
+                    _spark_conf(conf, option), popen_kwargs={"stdout": log_file, "stderr": log_file}
+                )
+            except PySparkRuntimeError:
+                if not option:
+                    raise
+                log.warning("the Spark driver did not start with %s; starting it without", option)
+                archive.discard()
+                gateway = launch_gateway(
+                    _spark_conf(conf, ""), popen_kwargs={"stdout": log_file, "stderr": log_file}
+                )
+                archive = None
+        if archive and gateway.proc is not None:
+            archive.launched(gateway.proc.pid)
         SparkContext._gateway = gateway
         SparkContext._jvm = gateway.jvm
         milestone("jvm")
+
+
+def _spark_conf(conf: dict[str, str], java_option: str):
+    from pyspark import SparkConf
+
+    spark_conf = SparkConf(loadDefaults=False)
+    for key, value in conf.items():
+        spark_conf.set(key, value)
+    if java_option:
+        options = conf.get("spark.driver.extraJavaOptions", "")
+        spark_conf.set("spark.driver.extraJavaOptions", f"{options} {java_option}".strip())
+    return spark_conf
+
+
+def _class_archive(conf: dict[str, str]):
+    """The driver JVM's class archive (see ``dataflow.jvm_class_archive``), or None."""
+    if not settings.DATAFLOW_SPARK_CLASS_ARCHIVE_DIR:
+        return None
+    from pyspark.find_spark_home import _find_spark_home
+
+    from dataflow.jvm_class_archive import JvmClassArchive, java_executable
+
+    class_path = ":".join(conf.get(k, "") for k in ("spark.driver.extraClassPath", "spark.jars"))
+    return JvmClassArchive(
+        Path(settings.DATAFLOW_SPARK_CLASS_ARCHIVE_DIR),
+        java=java_executable(),
+        jars_dir=Path(_find_spark_home()) / "jars",
+        class_path=class_path,
+    )
 
 
 def _check_can_start() -> None:
