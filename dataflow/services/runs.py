@@ -297,10 +297,8 @@ def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
 def transform_check(*, run_id: int) -> None:
     """Analyzes the run's transform with Spark as the run starts, while readers read; a
     transform that cannot fit the data fails the run at once, before the whole source is
-    read; one that fits is warmed up (see ``transform_warm_up``). Also starts the Spark
-    session that the transform will use."""
+    read. Also starts the Spark session that the transform will use."""
     from dataflow.services.transform_check import transform_check as analyze
-    from dataflow.services.transform_check import transform_warm_up
 
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
     if run is None:
@@ -308,8 +306,6 @@ def transform_check(*, run_id: int) -> None:
     problem = analyze(run_id=run_id)
     if problem:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused before reading: {problem}")
-    else:
-        transform_warm_up(run_id=run_id)
 
 
 def _ensure_transform(run: FlowRun) -> None:
