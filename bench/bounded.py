@@ -267,8 +267,9 @@ def run_phases(output: str) -> str:
     )
 
 
-#: Milestones of Spark's start-up that ``runflow -v 2`` prints (seconds from process start).
-SPARK_MARKS = ("jvm", "session")
+#: Milestones of start-up that ``runflow -v 2`` prints (reported in seconds from process
+#: start): Django set up (the command's handle), in-process worker ready, JVM up, session ready.
+SPARK_MARKS = ("handle", "worker", "jvm", "session")
 
 
 def run_raw(data: Path) -> tuple[float, int]:

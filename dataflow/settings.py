@@ -173,9 +173,10 @@ _spark_log = os.environ.get("DATAFLOW_SPARK_LOG", str(VAR_DIR / "spark.log"))
 DATAFLOW_SPARK_LOG = None if _spark_log == "-" else Path(_spark_log)
 # The Spark driver JVM's class archive (dataflow/jvm_class_archive.py): made by the first
 # driver of a machine, it starts later ones seconds sooner. Empty: none is made or used.
+_cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
 DATAFLOW_SPARK_CLASS_ARCHIVE_DIR = os.environ.get(
     "DATAFLOW_SPARK_CLASS_ARCHIVE_DIR",
-    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "activedataflow"),
+    "" if _cache_home.startswith("~") else os.path.join(_cache_home, "activedataflow"),  # no home: none
 )
 
 _LOG_LEVEL = os.environ.get("DATAFLOW_LOG_LEVEL", "INFO")

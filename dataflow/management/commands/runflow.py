@@ -40,6 +40,7 @@ class Command(BaseCommand):
         parser.add_argument("--new", action="store_true", help="start a new run, even if one was stopped")
 
     def handle(self, *args, name, until_done, no_progress, new, **options):
+        milestone("handle")
         flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
@@ -53,6 +54,7 @@ class Command(BaseCommand):
             loglevel="WARNING",
             shutdown_timeout=60,
         ) as worker:
+            milestone("worker")
             run = self._run_to_follow(flow, new=new)
             beat.start()
             try:
