@@ -173,6 +173,9 @@ _spark_log = os.environ.get("DATAFLOW_SPARK_LOG", str(VAR_DIR / "spark.log"))
 DATAFLOW_SPARK_LOG = None if _spark_log == "-" else Path(_spark_log)
 # The Spark driver JVM's class archive (dataflow/jvm_class_archive.py): made by the first
 # driver of a machine, it starts later ones seconds sooner. Empty: none is made or used.
+# JVM options of runflow's Spark driver (a one-shot process): C1 compilation only, by
+# default; on 2 cores C2's compiler threads took the CPU its start and first job needed.
+DATAFLOW_RUNFLOW_JAVA_OPTIONS = os.environ.get("DATAFLOW_RUNFLOW_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 _cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
 DATAFLOW_SPARK_CLASS_ARCHIVE_DIR = os.environ.get(
     "DATAFLOW_SPARK_CLASS_ARCHIVE_DIR",

@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _session = None
+#: JVM options of this process's driver besides Spark's (see ``warm_up_before_django``).
+_driver_java_options = ""
 _session_key = None
 _pid = None
 _jobs_running = 0
@@ -118,9 +120,15 @@ def warm_up() -> threading.Thread:
 def warm_up_before_django() -> threading.Thread | None:
     """``warm_up`` for ``manage.py runflow``, called before Django's set-up so that the JVM's
     start overlaps it too (about a second). Reads the settings in this thread first, so no
-    two threads configure them at once. None (nothing started) with Spark Connect."""
+    two threads configure them at once. None (nothing started) with Spark Connect.
+
+    The driver of this one-shot process also gets ``DATAFLOW_RUNFLOW_JAVA_OPTIONS`` (by
+    default C1 compilation only: on 2 cores C2's compiler threads took the CPU that the JVM's
+    start, the readers and Spark's first job needed)."""
+    global _driver_java_options
     if settings.SPARK_REMOTE:
         return None
+    _driver_java_options = settings.DATAFLOW_RUNFLOW_JAVA_OPTIONS
     return warm_up()
 
 
@@ -229,10 +237,11 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
         output.parent.mkdir(parents=True, exist_ok=True)
         archive = _class_archive(conf)
         option = archive.java_option() if archive else ""
+        options = " ".join(o for o in (option, _driver_java_options) if o)
         with open(output, "ab") as log_file:  # the JVM keeps its own descriptor
             try:
                 gateway = launch_gateway(
-                    _spark_conf(conf, option), popen_kwargs={"stdout": log_file, "stderr": log_file}
+                    _spark_conf(conf, options), popen_kwargs={"stdout": log_file, "stderr": log_file}
                 )
             except PySparkRuntimeError:
                 if not option:
@@ -240,7 +249,8 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
                 log.warning("the Spark driver did not start with %s; starting it without", option)
                 archive.discard()
                 gateway = launch_gateway(
-                    _spark_conf(conf, ""), popen_kwargs={"stdout": log_file, "stderr": log_file}
+                    _spark_conf(conf, _driver_java_options),
+                    popen_kwargs={"stdout": log_file, "stderr": log_file},
                 )
                 archive = None
         if archive and gateway.proc is not None:
@@ -250,15 +260,15 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
         milestone("jvm")
 
 
-def _spark_conf(conf: dict[str, str], java_option: str):
+def _spark_conf(conf: dict[str, str], java_options: str):
     from pyspark import SparkConf
 
     spark_conf = SparkConf(loadDefaults=False)
     for key, value in conf.items():
         spark_conf.set(key, value)
-    if java_option:
+    if java_options:
         options = conf.get("spark.driver.extraJavaOptions", "")
-        spark_conf.set("spark.driver.extraJavaOptions", f"{options} {java_option}".strip())
+        spark_conf.set("spark.driver.extraJavaOptions", f"{options} {java_options}".strip())
     return spark_conf
 
 
