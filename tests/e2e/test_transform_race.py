@@ -68,4 +68,11 @@ def test_a_stale_transform_attempt_cannot_lose_rows(fleet: Fleet, dirs, settings
     assert sink.num_rows == ROWS
     assert run.rows_written == ROWS
     assert len(set(sink.column("id").to_pylist())) == ROWS
-    assert sorted(p.name for p in dirs.out.iterdir()) == ["sink"], "no staging debris is left"
+    # The stale attempt may still be writing when the run ends; once refused, it removes
+    # its staging directory (and the winner removed what a crashed attempt would leave).
+    wait_until(
+        lambda: sorted(p.name for p in dirs.out.iterdir()) == ["sink"],
+        120,
+        lambda: f"staging debris is left: {sorted(p.name for p in dirs.out.iterdir())}",
+    )
+    assert pq.read_table(dirs.out / "sink").num_rows == ROWS
