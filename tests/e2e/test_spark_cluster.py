@@ -212,10 +212,13 @@ def test_flow_runs_on_a_standalone_cluster_and_its_application_ends(worker, dirs
         timeout=20,
         what="the application to finish",
     )
+    # One application for the transform check as the run starts and one for the job, or one
+    # for both when the job started before the check's session was stopped.
     apps = [app for app in status["completedapps"] if app["id"] not in before]
-    assert [(app["name"], app["state"]) for app in apps] == [("activedataflow", "FINISHED")]
-    # ...and its executor ran on the cluster's worker.
-    assert list((cluster.work_dir / apps[0]["id"]).glob("*/stderr"))
+    assert 1 <= len(apps) <= 2
+    assert {(app["name"], app["state"]) for app in apps} == {("activedataflow", "FINISHED")}
+    # ...and its executors ran on the cluster's worker.
+    assert any(list((cluster.work_dir / app["id"]).glob("*/stderr")) for app in apps)
 
 
 @contextmanager
