@@ -222,36 +222,32 @@ def _build():
 
 
 def _launch_jvm(conf: dict[str, str], *, output) -> None:
-    """Starts the driver's JVM (as ``getOrCreate`` would) with its stdout and stderr on
-    ``output`` (Spark's log4j lines, JVM warnings), so they do not land in a command's
-    progress bar; ``None`` leaves them on this process's. A JVM already running is kept."""
+    """Starts the driver's JVM (as ``getOrCreate`` would), from the class archive and with
+    this process's driver options, and with its stdout and stderr on ``output`` (Spark's
+    log4j lines, JVM warnings), so they do not land in a command's progress bar; ``None``
+    leaves them on this process's. A JVM already running is kept."""
     from pyspark import SparkContext
     from pyspark.errors import PySparkRuntimeError
     from pyspark.java_gateway import launch_gateway
 
-    if output is None:
-        return
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
-        output.parent.mkdir(parents=True, exist_ok=True)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
         archive = _class_archive(conf)
         option = archive.java_option() if archive else ""
         options = " ".join(o for o in (option, _driver_java_options) if o)
-        with open(output, "ab") as log_file:  # the JVM keeps its own descriptor
+        with open(output or os.devnull, "ab") as log_file:  # the JVM keeps its own descriptor
+            streams = {"stdout": log_file, "stderr": log_file} if output is not None else {}
             try:
-                gateway = launch_gateway(
-                    _spark_conf(conf, options), popen_kwargs={"stdout": log_file, "stderr": log_file}
-                )
+                gateway = launch_gateway(_spark_conf(conf, options), popen_kwargs=dict(streams))
             except PySparkRuntimeError:
                 if not option:
                     raise
                 log.warning("the Spark driver did not start with %s; starting it without", option)
                 archive.discard()
-                gateway = launch_gateway(
-                    _spark_conf(conf, _driver_java_options),
-                    popen_kwargs={"stdout": log_file, "stderr": log_file},
-                )
+                gateway = launch_gateway(_spark_conf(conf, _driver_java_options), popen_kwargs=dict(streams))
                 archive = None
         if archive and gateway.proc is not None:
             archive.launched(gateway.proc.pid)

@@ -41,7 +41,6 @@ class FileSource(Source[FileSplit]):
         split_size: int,
         env: Environment,
         batch_size: int,
-        allow_empty: bool = False,
     ) -> None:
         self.pattern = pattern
         self.fmt = fmt
@@ -49,7 +48,6 @@ class FileSource(Source[FileSplit]):
         self.env = env
         self.batch_size = batch_size
         #: A pattern that matches no file gives an empty result instead of failing the run.
-        self.allow_empty = allow_empty
 
     @classmethod
     def from_config(
@@ -68,21 +66,6 @@ class FileSource(Source[FileSplit]):
             split_size=max(1, int(split_mb * (1 << 20))),
             env=env,
             batch_size=batch_size,
-            allow_empty=config.get("allow_empty", False),
-        )
-
-    def empty_input(self, enumerator_state: dict[str, Any] | None) -> ConfigError | None:
-        """Why a run must fail after its discovery saved ``enumerator_state``: no file
-        matched ``source.path`` (a typo in a glob must not replace a good sink with an empty
-        one) and ``allow_empty`` is not set. None if files were found (empty ones count),
-        discovery has not run, or an empty result is allowed."""
-        state = enumerator_state or {}
-        if self.allow_empty or not state.get("discovered") or state.get("files_found", 0):
-            return None
-        return ConfigError(
-            "source.path",
-            f"no file matches {self.pattern}; check the path, or set allow_empty = true in "
-            "[source] to accept an empty result",
         )
 
     @property

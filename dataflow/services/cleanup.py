@@ -38,9 +38,9 @@ ENDED_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
 
 def run_landing_dir(run: FlowRun) -> Path:
     """Where the readers of ``run`` land its batches (the one place that says so here)."""
-    from dataflow.services.runs import landing_zone
+    from dataflow.services.runs import landing_zone, run_key
 
-    return landing_zone().run_dir(run.uid.hex)
+    return landing_zone().run_dir(run_key(run))
 
 
 class UnsafeLandingDir(RuntimeError):

@@ -130,7 +130,7 @@ def flow_delete(*, flow: DataFlow) -> None:
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
     with transaction.atomic():
-        PeriodicTask.objects.filter(name=f"dataflow-tick:{flow.name}").delete()
+        PeriodicTask.objects.filter(name=_tick_task_name(flow)).delete()
         flow.delete()
     for run in runs:
         try:
@@ -146,13 +146,17 @@ def flow_schedule_remove_orphan(*, flow_id: int) -> None:
         PeriodicTask.objects.filter(task="dataflow.tasks.tick_flow", args=json.dumps([flow_id])).delete()
 
 
+def _tick_task_name(flow: DataFlow) -> str:
+    return f"dataflow-tick:{flow.name}"
+
+
 def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:
     """The flow's periodic enumerator tick in django-celery-beat's schedule."""
     every, _ = IntervalSchedule.objects.get_or_create(
         every=settings.DATAFLOW_TICK_SECONDS, period=IntervalSchedule.SECONDS
     )
     PeriodicTask.objects.update_or_create(
-        name=f"dataflow-tick:{flow.name}",
+        name=_tick_task_name(flow),
         defaults={
             "task": "dataflow.tasks.tick_flow",
             "interval": every,

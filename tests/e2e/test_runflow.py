@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -20,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 from django.conf import settings
 
-from tests.helpers import multiset, read_parquet_rows, write_csv
+from tests.helpers import multiset, read_parquet_rows, wait_until, write_csv
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,10 +97,12 @@ def runflow_once_landed(env: dict[str, str], flow: str, landing: Path, *, at_lea
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 120
-    while len(list(landing.rglob("*.parquet"))) < at_least:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+
+    def landed() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return len(list(landing.rglob("*.parquet"))) >= at_least
+
+    wait_until(landed, 120, lambda: f"fewer than {at_least} batches landed")
     return proc
 
 

@@ -10,8 +10,6 @@ read, once.
 
 from __future__ import annotations
 
-import time
-
 import pyarrow.parquet as pq
 import pytest
 
@@ -53,12 +51,16 @@ def test_a_stale_transform_attempt_cannot_lose_rows(fleet: Fleet, dirs, settings
         lambda: f"no transform started: {FlowRun.objects.get(pk=run.pk).message}",
     )
     lease_key = coordinator_for(run).key("transform-lease")
-    deadline = time.monotonic() + 120
-    while FlowRun.objects.get(pk=run.pk).transform_attempts < 2:
-        assert time.monotonic() < deadline, "no second attempt started"
-        assert FlowRun.objects.get(pk=run.pk).status == "transforming", "the first attempt ended first"
+
+    def second_attempt_started() -> bool:
+        now = FlowRun.objects.get(pk=run.pk)
+        assert now.status == "transforming", "the first attempt ended first"
+        if now.transform_attempts >= 2:
+            return True
         get_redis().delete(lease_key)
-        time.sleep(0.1)
+        return False
+
+    wait_until(second_attempt_started, 120, lambda: "no second attempt started")
     get_redis().flushdb()
     run = wait_for_run(run, timeout=300)
 
