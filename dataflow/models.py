@@ -37,6 +37,10 @@ class DataFlow(models.Model):
     format_type = models.CharField(max_length=20)
     format_options = models.JSONField(default=dict, blank=True)
     transform_sql = models.TextField()
+    #: ``[transform]`` keys besides ``sql``: ``trigger_ms``, ``watermark_delay`` (unbounded flows).
+    transform_options = models.JSONField(default=dict, blank=True)
+    #: ``[stop]``: a rule that ends a run of an unbounded source (``at``, ``after_records``).
+    stop_rule = models.JSONField(default=dict, blank=True)
     sink_type = models.CharField(max_length=50)
     sink_config = models.JSONField(default=dict)
     parallelism = models.PositiveIntegerField(
@@ -87,6 +91,8 @@ class FlowRun(models.Model):
     #: Reader tasks that ended with an error (a read-only landing zone, a lost database...).
     reader_failures = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
+    #: The streaming transform's own state (watermarks per split, what was emitted).
+    stream_state = models.JSONField(null=True, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     transform_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -125,6 +131,9 @@ class Split(models.Model):
     owner_token = models.CharField(max_length=64, blank=True)
     records_read = models.BigIntegerField(default=0)
     errors_count = models.BigIntegerField(default=0)
+    #: Set in the database too: the store inserts splits with raw SQL that lists no counter.
+    batches = models.BigIntegerField(default=0, db_default=0)
+    bytes_read = models.BigIntegerField(default=0, db_default=0)
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -192,12 +201,82 @@ class LandedBatch(models.Model):
     end_position = models.BigIntegerField()
     path = models.CharField(max_length=2048)
     records = models.IntegerField()
+    landed_at = models.DateTimeField(auto_now_add=True, null=True)
+    #: The streaming transform epoch that took this batch (null: not transformed yet).
+    epoch = models.IntegerField(null=True, blank=True)
+    #: The latest event time in the batch (ms since the Unix epoch), for watermarks.
+    event_time_max_ms = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
         constraints = [
             models.UniqueConstraint(fields=["split", "start_position"], name="one_batch_per_position")
         ]
+
+
+class EpochStatus(models.TextChoices):
+    PLANNED = "planned"
+    COMMITTED = "committed"
+
+
+class TransformEpoch(models.Model):
+    """One trigger of the streaming transform of an unbounded run: which landed batches it
+    took and which event-time range it emitted, fixed before Spark runs, so a retry after a
+    crash writes the same output under the same name."""
+
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="epochs")
+    number = models.PositiveIntegerField()
+    #: Event-time bounds (ms) of the windows this epoch emits, for a windowed query.
+    window_from_ms = models.BigIntegerField(null=True, blank=True)
+    window_to_ms = models.BigIntegerField(null=True, blank=True)
+    #: The last epoch of a run whose input ended (a stop rule): every open window is emitted.
+    final = models.BooleanField(default=False)
+    status = models.CharField(max_length=20, choices=EpochStatus.choices, default=EpochStatus.PLANNED)
+    records_in = models.BigIntegerField(default=0)
+    rows_written = models.BigIntegerField(null=True, blank=True)
+    output = models.CharField(max_length=2048, blank=True)
+    planned_at = models.DateTimeField(auto_now_add=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "number"]
+        constraints = [models.UniqueConstraint(fields=["run", "number"], name="one_epoch_per_number")]
+
+
+class Checkpoint(models.Model):
+    """A consistent point of an unbounded run: every split's committed position and the
+    enumerator's state, from which a stopped flow can start again."""
+
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="checkpoints")
+    created_at = models.DateTimeField(auto_now_add=True)
+    #: split_id -> {"payload": serialized split, "position": committed position}
+    splits = models.JSONField(default=dict)
+    enumerator_state = models.JSONField(null=True, blank=True)
+    records_read = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-id"]
+
+
+class MetricSample(models.Model):
+    """Counters of a run (``split_id`` empty) or of one split at one moment, for charts."""
+
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="metrics")
+    split_id = models.CharField(max_length=1024, blank=True)
+    at = models.DateTimeField(db_index=True)
+    records_read = models.BigIntegerField(default=0)
+    bytes_read = models.BigIntegerField(default=0)
+    batches = models.BigIntegerField(default=0)
+    errors = models.BigIntegerField(default=0)
+    last_offset = models.CharField(max_length=64, blank=True)
+    #: entries not yet read (a stream), where the source can tell
+    lag = models.BigIntegerField(null=True, blank=True)
+    records_per_s = models.FloatField(default=0)
+    #: entry time to sink commit, for the rows of the last epoch (ms)
+    latency_ms = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at"]
 
 
 class DeadLetter(models.Model):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -148,7 +148,9 @@ class SplitEnumerator(ABC, Generic[SplitT]):
     """
 
     @abstractmethod
-    def start(self) -> None: ...
+    def start(self) -> None:
+        """Called on every rebuilt enumerator before it is used, so it must be idempotent:
+        work done once (a first discovery) is recorded in the state and not done again."""
 
     @abstractmethod
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None: ...
@@ -229,8 +231,20 @@ class SourceReader(ABC, Generic[SplitT]):
     def add_splits(self, splits: Iterable[SplitT]) -> None: ...
 
     @abstractmethod
-    def poll(self) -> RecordBatch | None:
-        """Returns the next batch, or None when no assigned split has data now."""
+    def poll(self, timeout_s: float = 0.0) -> RecordBatch | None:
+        """Returns the next batch, or None when no assigned split has data now (after
+        waiting up to ``timeout_s`` where the source can wait for data)."""
+
+    def has_buffered(self) -> bool:
+        """True while batches already read wait to be polled (commit after them)."""
+        return False
+
+    def wake_up(self) -> None:
+        """Makes a blocked ``poll`` return soon (from another thread)."""
+
+    def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
+        """``positions`` (split id -> position) are durably committed (Flink
+        ``notifyCheckpointComplete``): only now may the connector acknowledge upstream."""
 
     @abstractmethod
     def notify_no_more_splits(self) -> None: ...
@@ -273,10 +287,15 @@ class Source(ABC, Generic[SplitT]):
     def split_serializer(self) -> SplitSerializer[SplitT]: ...
 
     @abstractmethod
-    def create_enumerator(
-        self, context: SplitEnumeratorContext[SplitT], state: dict[str, Any] | None
+    def create_enumerator(self, context: SplitEnumeratorContext[SplitT]) -> SplitEnumerator[SplitT]:
+        """A new enumerator, for a run that starts (Flink ``createEnumerator``)."""
+
+    @abstractmethod
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[SplitT], state: dict[str, Any]
     ) -> SplitEnumerator[SplitT]:
-        """A new enumerator, or one restored from ``state`` when it is given."""
+        """The enumerator of a running run, from the state its last ``snapshot_state``
+        returned (Flink ``restoreEnumerator``); every tick rebuilds it so."""
 
     @abstractmethod
     def create_reader(self, context: SourceReaderContext) -> SourceReader[SplitT]: ...

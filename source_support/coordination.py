@@ -235,6 +235,17 @@ class RunCoordinator:
         body = {"kind": event.kind, "payload": event.payload, "origin": origin}
         self.redis.rpush(self.key("events", target), json.dumps(body))
 
+    def reader_inbox(self, subtask: int) -> tuple[bool, list[SourceEvent]]:
+        """Whether the run was stopped, and the enumerator's events for reader ``subtask``
+        since the last call (taken off its queue), in one round trip."""
+        key = self.key("events", f"reader:{subtask}")
+        pipe = self.redis.pipeline()
+        pipe.exists(self.key("stopped"))
+        pipe.lrange(key, 0, -1)
+        pipe.delete(key)
+        stopped, raw, _ = pipe.execute()
+        return bool(stopped), [self._decode_event(item)[1] for item in raw]
+
     def pop_events(self, target: str) -> list[tuple[int | None, SourceEvent]]:
         return [self._decode_event(raw) for raw in self._drain(self.key("events", target))]
 

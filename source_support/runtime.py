@@ -95,7 +95,10 @@ def enumerator_start(
     context = RedisEnumeratorContext(
         coordinator, store, source.split_serializer, parallelism=parallelism, live={}
     )
-    enumerator = source.create_enumerator(context, store.load_enumerator_state())
+    state = store.load_enumerator_state()
+    enumerator = (
+        source.create_enumerator(context) if state is None else source.restore_enumerator(context, state)
+    )
     enumerator.start()
     context.flush()
     _save_state(store, enumerator)
@@ -146,7 +149,10 @@ def enumerator_tick(
                 context = RedisEnumeratorContext(
                     notices, store, serializer, parallelism=parallelism, live=live
                 )
-                enumerator = source.create_enumerator(context, state)
+                if state is None:
+                    enumerator = source.create_enumerator(context)
+                else:
+                    enumerator = source.restore_enumerator(context, state)
                 enumerator.start()
                 for subtask in inputs.registrations:
                     if subtask in live:
@@ -271,8 +277,10 @@ def reader_slice(
         reader.add_splits(fresh)
 
     def commit() -> None:
-        for split_id in commits.flush():
+        committed, refused = commits.flush()
+        for split_id in refused:
             reader.remove_split(split_id)  # it went to another reader
+        reader.notify_checkpoint_complete(committed)
 
     def adopt_stored() -> None:
         """Takes what the store says this reader owns (after a commit, so a split that is
@@ -289,7 +297,10 @@ def reader_slice(
             if lease.lost.is_set():
                 report.outcome = SliceOutcome.LOST
                 return report
-            if coordinator.is_stopped():
+            stopped, events = coordinator.reader_inbox(subtask)
+            for event in events:
+                reader.handle_source_event(event)
+            if stopped:
                 commit()
                 report.outcome = SliceOutcome.STOPPED
                 return report
@@ -298,7 +309,7 @@ def reader_slice(
                 lease.stop()  # so no renewal shortens the parked lease below
                 coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
                 return report
-            if commits.due(now) or (commits and not reader.has_splits()):
+            if not reader.has_buffered() and (commits.due(now) or (commits and not reader.has_splits())):
                 commit()
                 continue
             if not reader.has_splits():
@@ -318,7 +329,7 @@ def reader_slice(
                 adopt(coordinator.wait_assigned(subtask, min(settings.poll_interval_s, deadline - now)))
                 continue
             try:
-                batch = reader.poll()
+                batch = reader.poll(max(0.0, min(settings.poll_interval_s, deadline - now)))
             except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
                 commit()
                 store.fail_split(failed.split_id, token, str(failed))
@@ -326,8 +337,7 @@ def reader_slice(
                 report.outcome = SliceOutcome.STOPPED
                 return report
             if batch is None:
-                time.sleep(settings.poll_interval_s)
-                continue
+                continue  # the poll waited for data where the source can
             if batch.bad_records and not settings.skip_errors:
                 commit()
                 first = batch.bad_records[0]
@@ -413,14 +423,16 @@ class _Commits:
             or len(self.waiting) >= self.settings.max_batches_per_commit
         )
 
-    def flush(self) -> set[str]:
-        """Commits what waits; returns the splits that were refused (they went to another
-        reader), which the reader must drop."""
+    def flush(self) -> tuple[dict[str, int], set[str]]:
+        """Commits what waits; returns the committed position of each split that moved,
+        and the splits that were refused (they went to another reader), which the reader
+        must drop."""
         if not self.waiting:
-            return set()
+            return {}, set()
         waiting, self.waiting = self.waiting, []
         moved = self.store.commit_batches(self.token, waiting)
-        return {c.split_id for c in waiting} - moved
+        committed = {c.split_id: c.end for c in waiting if c.split_id in moved}
+        return committed, {c.split_id for c in waiting} - moved
 
 
 def _land(batch: RecordBatch, landing: LandingZone, run_key: str) -> str | None:

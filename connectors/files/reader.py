@@ -11,11 +11,14 @@ from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import CsvFormat, MissingColumns, ReadError, RecordFormat
 from source_support.lines import RecordBlockReader, line_number
-from source_support.reader_base import SplitReader
+from source_support.reader_base import SequentialSplitReader
 
 
-class FileSplitReader(SplitReader[FileSplit]):
+class FileSplitReader(SequentialSplitReader[FileSplit]):
+    """Reads held file splits one after the other (``SequentialSplitReader``)."""
+
     def __init__(self, fmt: RecordFormat, *, first_bad_record_only: bool = False) -> None:
+        super().__init__()
         self.fmt = fmt
         #: Stop at a block's first bad record (it fails the split; the rest do not matter).
         self.first_bad_record_only = first_bad_record_only
@@ -23,7 +26,7 @@ class FileSplitReader(SplitReader[FileSplit]):
         #: The format of each open split's file (a CSV header maps its columns by name).
         self.formats: dict[str, RecordFormat] = {}
 
-    def fetch(self, split: FileSplit, max_records: int) -> RecordBatch:
+    def read_batch(self, split: FileSplit, max_records: int) -> RecordBatch:
         reader = self.open.get(split.split_id)
         if reader is None or reader.position != split.position:
             self.close_split(split.split_id)
@@ -110,5 +113,6 @@ class FileSplitReader(SplitReader[FileSplit]):
             reader.close()
 
     def close(self) -> None:
+        super().close()
         for split_id in list(self.open):
             self.close_split(split_id)

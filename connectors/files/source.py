@@ -76,7 +76,10 @@ class FileSource(Source[FileSplit]):
     def split_serializer(self) -> FileSplitSerializer:
         return FileSplitSerializer()
 
-    def create_enumerator(
+    def create_enumerator(self, context: SplitEnumeratorContext[FileSplit]) -> StaticFileEnumerator:
+        return self.restore_enumerator(context, None)
+
+    def restore_enumerator(
         self, context: SplitEnumeratorContext[FileSplit], state: dict[str, Any] | None
     ) -> StaticFileEnumerator:
         return StaticFileEnumerator(

@@ -17,14 +17,14 @@ from source_support.api import (
     SplitEnumeratorContext,
 )
 from source_support.formats import FormatSpec
-from source_support.reader_base import SourceReaderBase, SplitReader
+from source_support.reader_base import SequentialSplitReader, SourceReaderBase
 from source_support.registry import Environment
 
 SCHEMA = pa.schema([pa.field("value", pa.int64())])
 
 
-class NumberRangeReader(SplitReader[NumberRangeSplit]):
-    def fetch(self, split: NumberRangeSplit, max_records: int) -> RecordBatch:
+class NumberRangeReader(SequentialSplitReader[NumberRangeSplit]):
+    def read_batch(self, split: NumberRangeSplit, max_records: int) -> RecordBatch:
         end = min(split.end, split.position + max_records)
         values = pa.array(range(split.position, end), type=pa.int64())
         return RecordBatch(
@@ -55,7 +55,12 @@ class NumberSequenceSource(Source[NumberRangeSplit]):
         return NumberRangeSerializer()
 
     def create_enumerator(
-        self, context: SplitEnumeratorContext[NumberRangeSplit], state: dict[str, Any] | None
+        self, context: SplitEnumeratorContext[NumberRangeSplit]
+    ) -> NumberSequenceEnumerator:
+        return NumberSequenceEnumerator(context, count=self.count, splits=self.splits, state=None)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[NumberRangeSplit], state: dict[str, Any]
     ) -> NumberSequenceEnumerator:
         return NumberSequenceEnumerator(context, count=self.count, splits=self.splits, state=state)
 

@@ -19,7 +19,7 @@ def after_first_batch(monkeypatch):
     (worker threads, Redis, PostgreSQL, Spark)."""
     from connectors.files.reader import FileSplitReader
 
-    fetch = FileSplitReader.fetch
+    fetch = FileSplitReader.read_batch
     done = threading.Event()
     pending: list = []
 
@@ -30,7 +30,7 @@ def after_first_batch(monkeypatch):
             pending[0]()
         return batch
 
-    monkeypatch.setattr(FileSplitReader, "fetch", fetch_then_change)
+    monkeypatch.setattr(FileSplitReader, "read_batch", fetch_then_change)
 
     def arrange(change) -> threading.Event:
         pending.append(change)

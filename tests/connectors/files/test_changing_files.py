@@ -191,7 +191,7 @@ def test_a_failed_split_leaves_no_file_open(csv):
     split_reader = FileSplitReader(CsvFormat(schema=SCHEMA, header=True))
 
     with pytest.raises(SplitFailed):
-        split_reader.fetch(split, 10)
+        split_reader.read_batch(split, 10)
     assert split_reader.open == {}
 
 

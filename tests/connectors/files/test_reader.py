@@ -307,7 +307,7 @@ def test_close_closes_every_open_file(tmp_path):
     split_reader = FileSplitReader(CsvFormat(schema=SCHEMA, header=True))
     files = []
     for path in paths:
-        split_reader.fetch(whole(path), 5)
+        split_reader.read_batch(whole(path), 5)
         files.append(split_reader.open[f"{path}@0"].file)
 
     split_reader.close()
@@ -321,9 +321,9 @@ def test_fetching_a_split_at_another_position_reopens_it_there(tmp_path):
     path = tmp_path / "a.csv"
     path.write_bytes(data)
     split_reader = FileSplitReader(CsvFormat(schema=SCHEMA, header=True))
-    first = split_reader.fetch(whole(path), 5)
+    first = split_reader.read_batch(whole(path), 5)
 
-    rewound = split_reader.fetch(whole(path).at(len(HEADER)), 5)
+    rewound = split_reader.read_batch(whole(path).at(len(HEADER)), 5)
 
     assert rewound.start.position == len(HEADER)
     assert rewound.records.equals(first.records)

@@ -60,7 +60,7 @@ def test_reader_emits_the_range_from_the_position_in_batches():
     NumberSequenceEnumerator(context, count=10, splits=1, state=None).handle_split_request(0)
     split = context.assigned[0][1].at(3)
 
-    batch = NumberRangeReader().fetch(split, 4)
+    batch = NumberRangeReader().read_batch(split, 4)
 
     assert batch.records.column("value").to_pylist() == [3, 4, 5, 6]
     assert (batch.start.position, batch.end.position, batch.finished) == (3, 7, False)
