@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from source_support.api import Source
 from source_support.errors import ConfigError
@@ -25,6 +27,8 @@ class Environment:
 
     allowed_roots: tuple[Path, ...]
     base_dir: Path
+    #: The deployment's Redis (a stream source's default ``url``).
+    redis_url: str = ""
 
     def resolve_path(self, value: str, field_name: str) -> Path:
         """The real path of ``value`` (symlinks resolved) under one of the allowed roots, or a
@@ -127,11 +131,31 @@ _TYPE_WORDS = {
 
 
 @dataclass(frozen=True)
+class BuildContext:
+    """What a source is built with besides its own validated config."""
+
+    env: Environment
+    batch_size: int
+    #: The run's schema, fixed when it starts (None: infer it).
+    schema: pa.Schema | None = None
+    #: The flow's name: a stream source names its consumer group after it.
+    flow_name: str = ""
+    #: The validated ``[stop]`` rule (empty: run until stopped); see ``dataflow.services.specs``.
+    stop: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _never_unbounded(config: dict[str, Any]) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
 class SourceConnector:
     type: str
     validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
-    build: Callable[..., Source]
+    build: Callable[[dict[str, Any], FormatSpec, BuildContext], Source]
     description: str = ""
+    #: Whether a validated config reads without end (a stream, files with ``watch``).
+    unbounded: Callable[[dict[str, Any]], bool] = _never_unbounded
 
 
 @dataclass(frozen=True)
@@ -176,8 +200,12 @@ def validate_sink(table: dict[str, Any], env: Environment) -> tuple[str, dict[st
     return connector.type, connector.validate(config, env)
 
 
-def build_source(type_name: str, config: dict[str, Any], fmt: FormatSpec, **options: Any) -> Source:
-    return SOURCES[type_name].build(config, fmt, **options)
+def source_is_unbounded(type_name: str, config: dict[str, Any]) -> bool:
+    return SOURCES[type_name].unbounded(config)
+
+
+def build_source(type_name: str, config: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> Source:
+    return SOURCES[type_name].build(config, fmt, context)
 
 
 def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tuple]) -> None:

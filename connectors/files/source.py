@@ -25,7 +25,7 @@ from source_support.errors import ConfigError
 from source_support.formats import CsvFormat, FormatSpec, MissingColumns, RecordFormat
 from source_support.lines import MAX_RECORD_BYTES
 from source_support.reader_base import SourceReaderBase
-from source_support.registry import Environment
+from source_support.registry import BuildContext, Environment
 
 SAMPLE_BYTES = 1 << 20
 #: Headers checked when a run starts; a later file with a bad header fails its split.
@@ -50,22 +50,14 @@ class FileSource(Source[FileSplit]):
         #: A pattern that matches no file gives an empty result instead of failing the run.
 
     @classmethod
-    def from_config(
-        cls,
-        config: dict[str, Any],
-        fmt: FormatSpec,
-        *,
-        env: Environment,
-        batch_size: int,
-        schema: pa.Schema | None = None,
-    ) -> FileSource:
+    def from_config(cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> FileSource:
         split_mb = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
         return cls(
             pattern=config["path"],
-            fmt=fmt.build(schema),
+            fmt=fmt.build(context.schema),
             split_size=max(1, int(split_mb * (1 << 20))),
-            env=env,
-            batch_size=batch_size,
+            env=context.env,
+            batch_size=context.batch_size,
         )
 
     @property

@@ -18,7 +18,7 @@ from source_support.api import (
 )
 from source_support.formats import FormatSpec
 from source_support.reader_base import SequentialSplitReader, SourceReaderBase
-from source_support.registry import Environment
+from source_support.registry import BuildContext
 
 SCHEMA = pa.schema([pa.field("value", pa.int64())])
 
@@ -42,9 +42,9 @@ class NumberSequenceSource(Source[NumberRangeSplit]):
 
     @classmethod
     def from_config(
-        cls, config: dict[str, Any], fmt: FormatSpec, *, env: Environment, batch_size: int, schema=None
+        cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext
     ) -> NumberSequenceSource:
-        return cls(count=config["count"], splits=config["splits"], batch_size=batch_size)
+        return cls(count=config["count"], splits=config["splits"], batch_size=context.batch_size)
 
     @property
     def boundedness(self) -> Boundedness:

@@ -20,7 +20,7 @@ from dataflow.models import (
 from dataflow.services.specs import environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
-from source_support.registry import build_source
+from source_support.registry import BuildContext, build_source
 from source_support.schema import parse_ddl, to_ddl
 
 log = logging.getLogger(__name__)
@@ -172,14 +172,10 @@ def _resolve_schema(values: dict[str, Any]) -> str:
     fmt = FormatSpec(values["format_type"], values["format_options"])
 
     def source_with(schema):
-        return build_source(
-            values["source_type"],
-            values["source_config"],
-            fmt,
-            env=environment(),
-            batch_size=1,
-            schema=schema,
+        context = BuildContext(
+            env=environment(), batch_size=1, schema=schema, flow_name=values["name"], stop=values["stop_rule"]
         )
+        return build_source(values["source_type"], values["source_config"], fmt, context)
 
     schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
     source = source_with(schema)

@@ -31,7 +31,7 @@ from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
 from source_support.landing import LandingZone
-from source_support.registry import SINKS, build_source
+from source_support.registry import SINKS, BuildContext, build_source
 from source_support.runtime import (
     ReaderSettings,
     SliceOutcome,
@@ -75,13 +75,18 @@ def landing_zone() -> LandingZone:
 def _source_for(run: FlowRun):
     spec = run.spec
     schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
+    context = BuildContext(
+        env=environment(),
+        batch_size=spec["batch_size"],
+        schema=schema,
+        flow_name=spec["name"],
+        stop=spec.get("stop_rule") or {},
+    )
     return build_source(
         spec["source_type"],
         spec["source_config"],
         FormatSpec(spec["format_type"], spec["format_options"]),
-        env=environment(),
-        batch_size=spec["batch_size"],
-        schema=schema,
+        context,
     )
 
 

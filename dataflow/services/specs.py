@@ -14,12 +14,15 @@ from typing import Any
 from django.conf import settings
 
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
+from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.formats import validate_format
 from source_support.registry import (
     Environment,
+    check_fields,
     expected_types,
     glob_static_prefix,
+    source_is_unbounded,
     validate_sink,
     validate_source,
 )
@@ -34,7 +37,15 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "skip_errors": (bool, False, None),
     "max_errors": (int, 1000, (0, 2**31 - 1)),
 }
-SECTIONS = ("flow", "source", "format", "transform", "sink")
+SECTIONS = ("flow", "source", "format", "transform", "sink", "stop")
+OPTIONAL_SECTIONS = ("format", "stop")
+#: ``[transform]`` keys besides ``sql``: (type, default, bounds).
+TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
+    "trigger_ms": (int, 1000, (100, 3_600_000)),
+    "watermark_delay": (str, "0 seconds", None),
+}
+STOP_FIELDS = {"at": str, "after_records": int}
+ENTRY_ID_RE = re.compile(r"\d+(-\d+)?")
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")  # with fullmatch: no trailing newline
 
 # Size limits: a spec is copied into every run, so a huge one costs on every run.
@@ -45,9 +56,12 @@ MAX_DEPTH = 8  # a flow spec is sections of fields; a value nested deeper is a m
 
 
 def environment() -> Environment:
+    from dataflow.redis_client import redis_url
+
     return Environment(
         allowed_roots=tuple(settings.DATAFLOW_ALLOWED_ROOTS),
         base_dir=settings.DATAFLOW_BASE_DIR,
+        redis_url=redis_url(),
     )
 
 
@@ -62,15 +76,24 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
         if section not in SECTIONS:
             raise ConfigError(section, f"is not a section of a flow ({', '.join(SECTIONS)})")
     for section in SECTIONS:
-        if section != "format" and not isinstance(doc.get(section), dict):
+        if section not in OPTIONAL_SECTIONS and not isinstance(doc.get(section), dict):
             raise ConfigError(section, "is required")
+        if (
+            section in OPTIONAL_SECTIONS
+            and doc.get(section) is not None
+            and not isinstance(doc[section], dict)
+        ):
+            raise ConfigError(section, "must be a table")
     _check_sizes(doc)
     flow = _validate_flow_table(doc["flow"])
     env = environment()
     source_type, source_config = validate_source(doc["source"], env)
     fmt = validate_format(doc.get("format") or {"type": "csv"})
-    sql, query = _validate_transform(doc["transform"])
+    sql, query, transform_options = _validate_transform(doc["transform"])
     sink_type, sink_config = validate_sink(doc["sink"], env)
+    stop_rule = _validate_stop(
+        doc.get("stop") or {}, unbounded=source_is_unbounded(source_type, source_config)
+    )
     _check_overlap(source_config, sink_config)
     if "schema" in fmt.options:
         columns = parse_ddl(fmt.options["schema"]).names
@@ -82,20 +105,25 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
         "format_type": fmt.type,
         "format_options": fmt.options,
         "transform_sql": sql,
+        "transform_options": transform_options,
         "sink_type": sink_type,
         "sink_config": sink_config,
+        "stop_rule": stop_rule,
     }
 
 
 def flow_spec_of(flow) -> dict[str, Any]:
     """The spec of a stored flow, in the TOML shape (what ``applyflows`` would take)."""
-    return {
+    spec = {
         "flow": {name: getattr(flow, name) for name in FLOW_FIELDS},
         "source": {"type": flow.source_type, **flow.source_config},
         "format": {"type": flow.format_type, **flow.format_options},
-        "transform": {"sql": flow.transform_sql},
+        "transform": {"sql": flow.transform_sql, **(flow.transform_options or {})},
         "sink": {"type": flow.sink_type, **flow.sink_config},
     }
+    if flow.stop_rule:
+        spec["stop"] = {k: v for k, v in flow.stop_rule.items() if k in STOP_FIELDS}
+    return spec
 
 
 def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
@@ -118,14 +146,55 @@ def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
 
 
 def _validate_transform(table: dict[str, Any]):
+    known = ("sql", *TRANSFORM_FIELDS)
     for name in table:
-        if name != "sql":
-            raise ConfigError(f"transform.{name}", "is not a field of transform (sql)")
+        if name not in known:
+            raise ConfigError(f"transform.{name}", f"is not a field of transform ({', '.join(known)})")
     sql = table.get("sql")
     if not isinstance(sql, str) or not sql.strip():
         raise ConfigError("transform.sql", "is required: a Spark SQL query over the view 'source'")
     query = transform_policy_check(sql)
-    return sql.strip().rstrip(";").rstrip(), query
+    options: dict[str, Any] = {}
+    for name, (kind, default, bounds) in TRANSFORM_FIELDS.items():
+        value = table.get(name, default)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"transform.{name}", f"must be {expected_types(kind)}")
+        if bounds and not bounds[0] <= value <= bounds[1]:
+            raise ConfigError(f"transform.{name}", f"must be between {bounds[0]} and {bounds[1]}")
+        options[name] = value
+    try:
+        parse_duration_ms(options["watermark_delay"])
+    except ValueError as exc:
+        raise ConfigError("transform.watermark_delay", str(exc)) from None
+    return sql.strip().rstrip(";").rstrip(), query, options
+
+
+def _validate_stop(table: dict[str, Any], *, unbounded: bool) -> dict[str, Any]:
+    """The ``[stop]`` rule: ``at`` ("latest", an ISO-8601 time or an entry id) or
+    ``after_records``; returned with what it means (``kind``, ``time_ms``) for the source."""
+    if not table:
+        return {}
+    check_fields("stop", table, STOP_FIELDS)
+    if not unbounded:
+        raise ConfigError("stop", "the source is bounded: it ends by itself, a stop rule is for streams")
+    if len(table) != 1:
+        raise ConfigError("stop", "give one rule: at (latest, a time or an entry id) or after_records")
+    if "after_records" in table:
+        if table["after_records"] < 1:
+            raise ConfigError("stop.after_records", "must be at least 1")
+        return {"after_records": table["after_records"], "kind": "records"}
+    at = table["at"].strip()
+    if at == "latest":
+        return {"at": at, "kind": "latest"}
+    if ENTRY_ID_RE.fullmatch(at):
+        return {"at": at, "kind": "position"}
+    try:
+        return {"at": at, "kind": "time", "time_ms": parse_instant_ms(at)}
+    except ValueError:
+        raise ConfigError(
+            "stop.at",
+            f"{at!r} is not 'latest', an ISO-8601 time (2024-05-01T12:00:00Z) or an entry id (1700000000000-0)",
+        ) from None
 
 
 def _check_sizes(doc: dict[str, Any]) -> None:

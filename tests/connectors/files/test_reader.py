@@ -15,7 +15,7 @@ from source_support.api import SourceEvent, SourceReaderContext
 from source_support.errors import ConfigError, SplitFailed
 from source_support.formats import CsvFormat, JsonLinesFormat, validate_format
 from source_support.reader_base import SourceReaderBase
-from source_support.registry import Environment
+from source_support.registry import BuildContext, Environment
 from source_support.schema import parse_ddl
 
 SCHEMA = parse_ddl("id BIGINT, sensor STRING, temperature DOUBLE")
@@ -345,8 +345,7 @@ def test_file_source_turns_split_size_mb_into_bytes(tmp_path, split_size_mb, exp
     source = FileSource.from_config(
         {"path": str(tmp_path), "split_size_mb": split_size_mb},
         validate_format({"type": "csv", "schema": "id BIGINT"}),
-        env=env,
-        batch_size=100,
+        BuildContext(env=env, batch_size=100),
     )
 
     assert source.split_size == expected
@@ -357,7 +356,7 @@ def test_file_source_infers_the_schema_from_the_first_non_empty_file(tmp_path):
     (tmp_path / "b.csv.gz").write_bytes(gzip.compress(HEADER + rows(range(3))))
     env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path)}, validate_format({"type": "csv"}), env=env, batch_size=100
+        {"path": str(tmp_path)}, validate_format({"type": "csv"}), BuildContext(env=env, batch_size=100)
     )
 
     assert source.infer_schema() == SCHEMA
@@ -366,7 +365,9 @@ def test_file_source_infers_the_schema_from_the_first_non_empty_file(tmp_path):
 def test_file_source_infers_no_schema_without_files(tmp_path):
     env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path / "*.csv")}, validate_format({"type": "jsonl"}), env=env, batch_size=1
+        {"path": str(tmp_path / "*.csv")},
+        validate_format({"type": "jsonl"}),
+        BuildContext(env=env, batch_size=1),
     )
 
     assert source.infer_schema() is None
@@ -411,11 +412,9 @@ def test_file_source_check_input_refuses_a_header_without_schema_columns(tmp_pat
     (tmp_path / "good.csv").write_text("sensor,id,temperature\n")
     (tmp_path / "bad.csv").write_text("id,temp\n1,1.5\n")
     fmt = validate_format({"type": "csv", "schema": "id BIGINT, sensor STRING, temperature DOUBLE"})
+    env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path / "*.csv")},
-        fmt,
-        env=Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path),
-        batch_size=10,
+        {"path": str(tmp_path / "*.csv")}, fmt, BuildContext(env=env, batch_size=10)
     )
 
     with pytest.raises(ConfigError) as refused:
