@@ -166,6 +166,7 @@ class AssignmentOutcome(models.TextChoices):
     ACTIVE = "active"
     FINISHED = "finished"
     EXPIRED = "expired"
+    REVOKED = "revoked"  # moved to another reader (a rescale, a reader that joined)
     FAILED = "failed"
 
 

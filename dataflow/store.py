@@ -130,6 +130,28 @@ class DjangoRunStore:
             reclaimed.setdefault(subtask, []).append((split_id, payload, position))
         return reclaimed
 
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[tuple[int, AssignedSplit]]:
+        """Takes assigned splits back from their owners (their commits are refused from now
+        on); returns (old owner, split at its checkpoint) for each. Part of the tick's
+        transaction, so the split is assigned again before anyone sees it unowned."""
+        rows = list(
+            Split.objects.select_for_update()
+            .filter(run=self.run, split_id__in=list(split_ids), status=SplitStatus.ASSIGNED)
+            .values_list("pk", "owner_subtask", "split_id", "payload", "position")
+        )
+        if not rows:
+            return []
+        pks = [row[0] for row in rows]
+        Assignment.objects.filter(split_id__in=pks, outcome=AssignmentOutcome.ACTIVE).update(
+            outcome=AssignmentOutcome.REVOKED,
+            end_position=Subquery(Split.objects.filter(pk=OuterRef("split_id")).values("position")[:1]),
+            ended_at=timezone.now(),
+        )
+        Split.objects.filter(pk__in=pks).update(
+            status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
+        )
+        return [(owner, (split_id, payload, position)) for _, owner, split_id, payload, position in rows]
+
     def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
         if not payloads:
             return
@@ -231,6 +253,7 @@ class DjangoRunStore:
         sql = (
             f"UPDATE {table} SET position = v.end_at, records_read = records_read + v.records,"
             " errors_count = errors_count + v.errors,"
+            f" batches = {table}.batches + v.batches, bytes_read = {table}.bytes_read + v.bytes,"
             f" status = CASE WHEN v.finished THEN '{SplitStatus.FINISHED}' ELSE '{SplitStatus.ASSIGNED}' END,"
             f" updated_at = %s FROM {_json_rows(_MOVE_COLUMNS, len(moves))} AS v"
             f" WHERE run_id = %s AND owner_token = %s AND status = '{SplitStatus.ASSIGNED}'"
@@ -291,6 +314,8 @@ _JOURNAL_COLUMNS = {
 _MOVE_COLUMNS = {"split_id": "text", "start_at": "bigint", "end_at": "bigint", "records": "bigint"} | {
     "errors": "bigint",
     "finished": "boolean",
+    "batches": "bigint",
+    "bytes": "bigint",
 }
 _FINISH_COLUMNS = {"split": "bigint", "end_at": "bigint"}
 _BACKLOG_COLUMNS = {"seq": "bigint", "payload": "json"}
@@ -324,6 +349,8 @@ class _Move:
     records: int
     errors: int
     finished: bool
+    batches: int
+    bytes: int
 
 
 def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
@@ -333,11 +360,15 @@ def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
     for c in commits:
         move = moves.get(c.split_id)
         if move is None:
-            moves[c.split_id] = _Move(c.split_id, c.start, c.end, c.records, len(c.bad_records), c.finished)
+            moves[c.split_id] = _Move(
+                c.split_id, c.start, c.end, c.records, len(c.bad_records), c.finished, 1, c.bytes_read
+            )
             continue
         if c.start != move.end_at:
             raise ValueError(f"split {c.split_id}: batch at {c.start} does not follow {move.end_at}")
         move.end_at, move.finished = c.end, c.finished
         move.records += c.records
         move.errors += len(c.bad_records)
+        move.batches += 1
+        move.bytes += c.bytes_read
     return list(moves.values())

@@ -115,6 +115,13 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
     @abstractmethod
     def signal_no_more_splits(self, subtask: int) -> None: ...
 
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[SplitT]:
+        """Takes splits back from the readers that hold them (to move them: a rescale, a
+        reader that joined) and returns them at their committed positions, to be assigned
+        again in the same pass; their old readers drop them. Splits not held are skipped.
+        The default refuses: only contexts of unbounded runs need it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot revoke splits")
+
     @abstractmethod
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None: ...
 

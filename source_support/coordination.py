@@ -31,6 +31,9 @@ from source_support.api import (
 
 log = logging.getLogger(__name__)
 
+#: How long run-wide marks live in Redis at most (a run's keys are purged when it ends).
+DAY_MS = 24 * 3600 * 1000
+
 # Renew or release a key only while it still holds our token.
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
@@ -59,6 +62,10 @@ return 0
 """
 
 
+#: The event that tells a reader to drop splits that were moved to another reader; the
+#: runtime handles it, a connector never sees it.
+SPLITS_REVOKED = "splits-revoked"
+
 #: A split as assigned: (split_id, serialized split, checkpointed position).
 AssignedSplit = tuple[str, dict[str, Any], int]
 
@@ -66,6 +73,14 @@ AssignedSplit = tuple[str, dict[str, Any], int]
 def decode_notices(raw: Sequence[bytes]) -> list[AssignedSplit]:
     """The splits in assignment notices; an empty notice is only a wake-up."""
     return [tuple(json.loads(notice)) for notice in raw if notice]
+
+
+@dataclass
+class ReaderInbox:
+    stopped: bool
+    paused: bool
+    events: list[SourceEvent]
+    assigned: list[AssignedSplit]
 
 
 @dataclass
@@ -96,6 +111,10 @@ class SplitStore(Protocol):
 
     def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[AssignedSplit]]:
         """Ends assignments whose reader is not in ``live``; returns their splits by subtask."""
+
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[tuple[int, AssignedSplit]]:
+        """Takes the assigned splits among ``split_ids`` back from their owners; returns
+        (old owner subtask, split at its checkpoint) for each."""
 
     def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
         """Queues serialized splits at the tail (or, in order, at the head)."""
@@ -184,7 +203,7 @@ class RunCoordinator:
     def remember_live(self, live: dict[int, str]) -> None:
         """Records the readers a pass saw (after its assignments are committed): the next
         pass looks for expired leases only if one of them is gone."""
-        self.redis.set(self.key("live-at-last-pass"), json.dumps(sorted(live.values())), px=24 * 3600 * 1000)
+        self.redis.set(self.key("live-at-last-pass"), json.dumps(sorted(live.values())), px=DAY_MS)
 
     def reader_locations(self) -> dict[int, str]:
         raw = self.redis.hgetall(self.key("locations"))
@@ -223,7 +242,7 @@ class RunCoordinator:
         return decode_notices(([first[1]] if first else []) + rest)
 
     def signal_no_more_splits(self, subtask: int, token: str) -> None:
-        self.redis.set(self.key("nomore", subtask), token, px=24 * 3600 * 1000)
+        self.redis.set(self.key("nomore", subtask), token, px=DAY_MS)
 
     def no_more_splits(self, subtask: int, token: str) -> bool:
         value = self.redis.get(self.key("nomore", subtask))
@@ -235,16 +254,32 @@ class RunCoordinator:
         body = {"kind": event.kind, "payload": event.payload, "origin": origin}
         self.redis.rpush(self.key("events", target), json.dumps(body))
 
-    def reader_inbox(self, subtask: int) -> tuple[bool, list[SourceEvent]]:
-        """Whether the run was stopped, and the enumerator's events for reader ``subtask``
-        since the last call (taken off its queue), in one round trip."""
-        key = self.key("events", f"reader:{subtask}")
+    def reader_inbox(self, subtask: int) -> ReaderInbox:
+        """What reached reader ``subtask`` since the last call, taken off its queues in one
+        round trip: whether the run was stopped or paused, the enumerator's events and new
+        assignments (a reader of a stream holds its splits for good, so it must see a new
+        split while it reads the others)."""
+        events, assigned = self.key("events", f"reader:{subtask}"), self.key("assigned", subtask)
         pipe = self.redis.pipeline()
         pipe.exists(self.key("stopped"))
-        pipe.lrange(key, 0, -1)
-        pipe.delete(key)
-        stopped, raw, _ = pipe.execute()
-        return bool(stopped), [self._decode_event(item)[1] for item in raw]
+        pipe.exists(self.key("paused"))
+        pipe.lrange(events, 0, -1)
+        pipe.lrange(assigned, 0, -1)
+        pipe.delete(events, assigned)
+        stopped, paused, raw_events, notices, _ = pipe.execute()
+        return ReaderInbox(
+            stopped=bool(stopped),
+            paused=bool(paused),
+            events=[self._decode_event(item)[1] for item in raw_events],
+            assigned=decode_notices(notices),
+        )
+
+    def pause(self, paused: bool) -> None:
+        """Pauses every reader of the run (backpressure) or lets them go on."""
+        if paused:
+            self.redis.set(self.key("paused"), 1, px=DAY_MS)
+        else:
+            self.redis.delete(self.key("paused"))
 
     def pop_events(self, target: str) -> list[tuple[int | None, SourceEvent]]:
         return [self._decode_event(raw) for raw in self._drain(self.key("events", target))]
@@ -258,7 +293,7 @@ class RunCoordinator:
 
     def stop(self) -> None:
         """Tells every reader of the run to stop; the mark expires after a day."""
-        self.redis.set(self.key("stopped"), 1, px=24 * 3600 * 1000)
+        self.redis.set(self.key("stopped"), 1, px=DAY_MS)
 
     def is_stopped(self) -> bool:
         return bool(self.redis.exists(self.key("stopped")))
@@ -422,6 +457,16 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
 
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
         self.coordinator.send_event(f"reader:{subtask}", event)
+
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[SourceSplit]:
+        self.flush()  # a split queued for a reader in this pass is in the store before it moves
+        revoked = self.store.revoke_splits(split_ids)
+        by_owner: dict[int, list[str]] = {}
+        for owner, (split_id, _, _) in revoked:
+            by_owner.setdefault(owner, []).append(split_id)
+        for owner, ids in by_owner.items():
+            self.coordinator.send_event(f"reader:{owner}", SourceEvent(SPLITS_REVOKED, {"split_ids": ids}))
+        return [self.serializer.deserialize(payload).at(position) for _, (_, payload, position) in revoked]
 
 
 class StoreBacklog(SplitBacklog):

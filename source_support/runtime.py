@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from source_support.api import BadRecord, RecordBatch, Source, SplitEnumerator
 from source_support.coordination import (
+    SPLITS_REVOKED,
     AssignedSplit,
     RedisEnumeratorContext,
     RedisReaderContext,
@@ -51,6 +52,8 @@ class BatchCommit:
     records: int
     bad_records: list[BadRecord]
     finished: bool
+    #: The size of the batch's records in memory (Arrow), for throughput metrics.
+    bytes_read: int = 0
 
 
 class RunStore(SplitStore, Protocol):
@@ -261,100 +264,163 @@ def reader_slice(
     token = coordinator.acquire_reader(subtask, token, settings.location)
     if token is None:
         return SliceReport(SliceOutcome.LOST, None)
-    report = SliceReport(SliceOutcome.CONTINUE, token)
-    context = RedisReaderContext(coordinator, subtask, on_split_request)
-    context.bad_record_fails_split = not settings.skip_errors
-    reader = source.create_reader(context)
-    serializer = source.split_serializer
-    commits = _Commits(store, token, settings)
-    lease = LeaseKeeper(coordinator, subtask, token)
-    deadline = time.monotonic() + settings.slice_seconds
-    requested_at: float | None = None
+    loop = _ReaderLoop(
+        source, coordinator, store, landing, run_key, subtask, token, settings, on_split_request
+    )
+    return loop.run()
 
-    def adopt(splits: Iterable[AssignedSplit]) -> None:
-        held = {s.split_id for s in reader.snapshot_state()}
+
+class _ReaderLoop:
+    """One slice of one reader: lease, adopt splits, poll, land, commit, heartbeat.
+
+    The order of the steps makes a crash harmless at any point: a batch is landed under a
+    name fixed by its split and positions before the commit that moves the checkpoint, and
+    only a committed position is acknowledged upstream.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        coordinator: RunCoordinator,
+        store: RunStore,
+        landing: LandingZone,
+        run_key: str,
+        subtask: int,
+        token: str,
+        settings: ReaderSettings,
+        on_split_request: Callable[[], None],
+    ) -> None:
+        self.coordinator, self.store, self.landing = coordinator, store, landing
+        self.run_key, self.subtask, self.token, self.settings = run_key, subtask, token, settings
+        self.report = SliceReport(SliceOutcome.CONTINUE, token)
+        self.context = RedisReaderContext(coordinator, subtask, on_split_request)
+        self.context.bad_record_fails_split = not settings.skip_errors
+        self.reader = source.create_reader(self.context)
+        self.serializer = source.split_serializer
+        self.commits = _Commits(store, token, settings)
+        self.lease = LeaseKeeper(coordinator, subtask, token)
+        self.deadline = time.monotonic() + settings.slice_seconds
+        self.requested_at: float | None = None
+
+    def run(self) -> SliceReport:
+        self.lease.start()
+        try:
+            self.adopt_stored()
+            while True:
+                outcome = self.step(time.monotonic())
+                if outcome is not None:
+                    self.report.outcome = outcome
+                    return self.report
+        finally:
+            self.lease.stop()
+            self.reader.close()
+
+    def step(self, now: float) -> SliceOutcome | None:
+        """One turn of the loop; an outcome ends the slice."""
+        if self.lease.lost.is_set():
+            return SliceOutcome.LOST
+        inbox = self.coordinator.reader_inbox(self.subtask)
+        self.take_inbox(inbox)
+        if inbox.stopped:
+            self.commit()
+            return SliceOutcome.STOPPED
+        if now >= self.deadline:
+            return self.park()
+        reader = self.reader
+        if not reader.has_buffered() and (
+            self.commits.due(now) or (self.commits and not reader.has_splits())
+        ):
+            self.commit()
+            return None
+        if inbox.paused:  # backpressure: the transform is behind; read nothing for a while
+            time.sleep(min(self.settings.poll_interval_s, max(0.0, self.deadline - now)))
+            return None
+        if not reader.has_splits():
+            return self.wait_for_splits(now)
+        return self.read(now)
+
+    def take_inbox(self, inbox) -> None:
+        for event in inbox.events:
+            if event.kind == SPLITS_REVOKED:
+                self.commit()  # what was read of them lands under their new reader instead
+                for split_id in event.payload["split_ids"]:
+                    self.reader.remove_split(split_id)
+            else:
+                self.reader.handle_source_event(event)
+        if inbox.assigned:
+            self.adopt(inbox.assigned)
+
+    def park(self) -> SliceOutcome:
+        """The slice's time is up: commit, and keep the lease while the next slice waits."""
+        self.commit()
+        self.lease.stop()  # so no renewal shortens the parked lease below
+        self.coordinator.heartbeat(self.subtask, self.token, ttl_ms=int(self.settings.park_seconds * 1000))
+        return SliceOutcome.CONTINUE
+
+    def wait_for_splits(self, now: float) -> SliceOutcome | None:
+        coordinator, subtask, token = self.coordinator, self.subtask, self.token
+        if coordinator.no_more_splits(subtask, token):
+            self.adopt_stored()  # a split assigned before the signal may not be adopted yet
+            if self.reader.has_splits():
+                return None
+            self.reader.notify_no_more_splits()
+            coordinator.release_reader(subtask, token, done=True)
+            return SliceOutcome.DONE
+        if self.requested_at is None or now - self.requested_at > SPLIT_REQUEST_RETRY_S:
+            if self.requested_at is not None:
+                self.adopt_stored()  # in case a notice was lost
+            self.context.send_split_request()
+            self.requested_at = now
+        self.adopt(
+            coordinator.wait_assigned(subtask, min(self.settings.poll_interval_s, self.deadline - now))
+        )
+        return None
+
+    def read(self, now: float) -> SliceOutcome | None:
+        reader, settings = self.reader, self.settings
+        try:
+            batch = reader.poll(max(0.0, min(settings.poll_interval_s, self.deadline - now)))
+        except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
+            return self.fail(failed.split_id, str(failed))
+        if batch is None:
+            return None  # the poll waited for data where the source can
+        if batch.bad_records and not settings.skip_errors:
+            first = batch.bad_records[0]
+            where = reader.describe(batch.split_id, first.position, line=first.line)
+            raw = f": {first.raw[:200]!r}" if first.raw else ""
+            return self.fail(batch.split_id, f"{where}: {first.reason}{raw}")
+        self.commits.add(batch, _land(batch, self.landing, self.run_key), now)
+        self.report.batches += 1
+        self.report.records += batch.records.num_rows
+        if batch.finished:
+            self.requested_at = None
+        return None
+
+    def fail(self, split_id: str, message: str) -> SliceOutcome:
+        """Fails the split (and so the run), after committing what came before it."""
+        self.commit()
+        self.store.fail_split(split_id, self.token, message)
+        self.coordinator.stop()
+        return SliceOutcome.STOPPED
+
+    def adopt(self, splits: Iterable[AssignedSplit]) -> None:
+        held = {s.split_id for s in self.reader.snapshot_state()}
+        serializer = self.serializer
         fresh = [serializer.deserialize(p).at(pos) for split_id, p, pos in splits if split_id not in held]
-        reader.add_splits(fresh)
+        self.reader.add_splits(fresh)
 
-    def commit() -> None:
-        committed, refused = commits.flush()
+    def commit(self) -> None:
+        committed, refused = self.commits.flush()
         for split_id in refused:
-            reader.remove_split(split_id)  # it went to another reader
-        reader.notify_checkpoint_complete(committed)
+            self.reader.remove_split(split_id)  # it went to another reader
+        self.reader.notify_checkpoint_complete(committed)
 
-    def adopt_stored() -> None:
+    def adopt_stored(self) -> None:
         """Takes what the store says this reader owns (after a commit, so a split that is
         finished but not yet committed is not read twice)."""
-        commit()
-        coordinator.wait_assigned(subtask, 0)  # what the notices say, the store says too
-        adopt(store.owned_splits(subtask, token))
-
-    lease.start()
-    try:
-        adopt_stored()
-        while True:
-            now = time.monotonic()
-            if lease.lost.is_set():
-                report.outcome = SliceOutcome.LOST
-                return report
-            stopped, events = coordinator.reader_inbox(subtask)
-            for event in events:
-                reader.handle_source_event(event)
-            if stopped:
-                commit()
-                report.outcome = SliceOutcome.STOPPED
-                return report
-            if now >= deadline:
-                commit()
-                lease.stop()  # so no renewal shortens the parked lease below
-                coordinator.heartbeat(subtask, token, ttl_ms=int(settings.park_seconds * 1000))
-                return report
-            if not reader.has_buffered() and (commits.due(now) or (commits and not reader.has_splits())):
-                commit()
-                continue
-            if not reader.has_splits():
-                if coordinator.no_more_splits(subtask, token):
-                    adopt_stored()  # a split assigned before the signal may not be adopted yet
-                    if reader.has_splits():
-                        continue
-                    reader.notify_no_more_splits()
-                    coordinator.release_reader(subtask, token, done=True)
-                    report.outcome = SliceOutcome.DONE
-                    return report
-                if requested_at is None or now - requested_at > SPLIT_REQUEST_RETRY_S:
-                    if requested_at is not None:
-                        adopt_stored()  # in case a notice was lost
-                    context.send_split_request()
-                    requested_at = now
-                adopt(coordinator.wait_assigned(subtask, min(settings.poll_interval_s, deadline - now)))
-                continue
-            try:
-                batch = reader.poll(max(0.0, min(settings.poll_interval_s, deadline - now)))
-            except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
-                commit()
-                store.fail_split(failed.split_id, token, str(failed))
-                coordinator.stop()
-                report.outcome = SliceOutcome.STOPPED
-                return report
-            if batch is None:
-                continue  # the poll waited for data where the source can
-            if batch.bad_records and not settings.skip_errors:
-                commit()
-                first = batch.bad_records[0]
-                where = reader.describe(batch.split_id, first.position, line=first.line)
-                raw = f": {first.raw[:200]!r}" if first.raw else ""
-                store.fail_split(batch.split_id, token, f"{where}: {first.reason}{raw}")
-                coordinator.stop()
-                report.outcome = SliceOutcome.STOPPED
-                return report
-            commits.add(batch, _land(batch, landing, run_key), now)
-            report.batches += 1
-            report.records += batch.records.num_rows
-            if batch.finished:
-                requested_at = None
-    finally:
-        lease.stop()
-        reader.close()
+        self.commit()
+        self.coordinator.wait_assigned(self.subtask, 0)  # what the notices say, the store says too
+        self.adopt(self.store.owned_splits(self.subtask, self.token))
 
 
 class LeaseKeeper:
@@ -413,6 +479,7 @@ class _Commits:
                 batch.records.num_rows,
                 batch.bad_records,
                 batch.finished,
+                batch.records.nbytes,
             )
         )
 
