@@ -176,7 +176,7 @@ def main() -> None:
     from dataflow.models import FlowRun, Split, SplitStatus
     from dataflow.redis_client import get_redis
     from dataflow.services.flows import flow_apply, flow_start
-    from dataflow.services.runs import _source_for, coordinator_for
+    from dataflow.services.runs import coordinator_for, source_for
     from dataflow.store import DjangoRunStore
     from source_support.runtime import enumerator_tick
 
@@ -193,7 +193,7 @@ def main() -> None:
     began = time.perf_counter()
     run = flow_start(flow=flow)  # a static source discovers its splits here, not in a tick
     start_s = time.perf_counter() - began
-    source, coordinator, store = _source_for(run), coordinator_for(run), DjangoRunStore(run)
+    source, coordinator, store = source_for(run), coordinator_for(run), DjangoRunStore(run)
 
     crash = set(range(0, args.readers, max(1, args.readers // max(1, args.crashes))))
     crash = set(sorted(crash)[: args.crashes])

@@ -55,6 +55,9 @@ class DataFlow(models.Model):
     skip_errors = models.BooleanField(default=False)
     #: With ``skip_errors``: the run fails as soon as more records than this were bad.
     max_errors = models.PositiveIntegerField(default=1000)
+    #: An unbounded flow's readers pause while more records than this are landed but not yet
+    #: transformed (Spark is behind), and go on once it has caught up to half of it.
+    backpressure_records = models.PositiveIntegerField(default=1_000_000)
     status = models.CharField(max_length=20, choices=FlowStatus.choices, default=FlowStatus.IDLE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -236,6 +239,9 @@ class TransformEpoch(models.Model):
     records_in = models.BigIntegerField(default=0)
     rows_written = models.BigIntegerField(null=True, blank=True)
     output = models.CharField(max_length=2048, blank=True)
+    #: From the oldest input record's time (its entry time where the source has one, else
+    #: when it landed) to this epoch's commit: the end-to-end latency of the epoch.
+    latency_ms = models.BigIntegerField(null=True, blank=True)
     planned_at = models.DateTimeField(auto_now_add=True)
     committed_at = models.DateTimeField(null=True, blank=True)
 

@@ -151,6 +151,11 @@ DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECOND
 DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
+# An unbounded run keeps a checkpoint (every split's position, the enumerator's state) this
+# often, and the newest DATAFLOW_CHECKPOINTS_KEPT of them; it samples metrics this often.
+DATAFLOW_CHECKPOINT_SECONDS = float(os.environ.get("DATAFLOW_CHECKPOINT_SECONDS", "30"))
+DATAFLOW_CHECKPOINTS_KEPT = int(os.environ.get("DATAFLOW_CHECKPOINTS_KEPT", "20"))
+DATAFLOW_METRICS_SECONDS = float(os.environ.get("DATAFLOW_METRICS_SECONDS", "10"))
 # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
 # A reading run with no live reader for this long says so on the run (no worker running?).

@@ -311,6 +311,27 @@ class Source(ABC, Generic[SplitT]):
         """The schema of the data as sampled now; None where the source cannot tell."""
         return None
 
+    def format_position(self, position: int) -> str:
+        """A split position in the connector's own words (an entry id, a byte offset)."""
+        return str(position)
+
+    def parse_position(self, text: str) -> int:
+        """The inverse of ``format_position``; ValueError with the accepted forms otherwise."""
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a position (a whole number)") from None
+
+    def position_time_ms(self, position: int) -> int | None:
+        """When the record at ``position`` was written (ms since the Unix epoch), where the
+        position says it (a stream entry id does); for end-to-end latency."""
+        return None
+
+    def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
+        """For each split id -> (serialized split, committed position): how many records
+        wait past the position (a stream's lag), None where the connector cannot tell."""
+        return {}
+
     def check_input(self) -> None:
         """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
         header without a schema column), raising ``ConfigError``; the default checks nothing."""

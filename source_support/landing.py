@@ -45,5 +45,9 @@ class LandingZone:
         finally:
             tmp.unlink(missing_ok=True)
 
+    def remove(self, path: str | os.PathLike) -> None:
+        """Removes one landed file (gone already is fine)."""
+        Path(path).unlink(missing_ok=True)
+
     def discard_run(self, run_key: str) -> None:
         shutil.rmtree(self.run_dir(run_key), ignore_errors=True)

@@ -12,12 +12,13 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
+    Checkpoint,
     DataFlow,
     FlowRun,
     FlowStatus,
     RunStatus,
 )
-from dataflow.services.specs import environment, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, build_source
@@ -47,8 +48,10 @@ def flow_apply(*, spec: dict[str, Any]) -> tuple[DataFlow, bool]:
     return flow, created
 
 
-def flow_start(*, flow: DataFlow) -> FlowRun:
-    """Starts a run: validates the flow again, fixes its schema, and schedules its ticks.
+def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None) -> FlowRun:
+    """Starts a run: validates the flow again, fixes its schema, and schedules its ticks;
+    with ``restore``, the run goes on from that checkpoint's positions (see
+    ``stream_runs.flow_restore``).
 
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
     and with FlowStateError if a run is already active.
@@ -63,6 +66,10 @@ def flow_start(*, flow: DataFlow) -> FlowRun:
         if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
             raise FlowStateError(f"flow {flow.name!r} is already running")
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl)
+        if restore is not None:
+            from dataflow.services.stream_runs import seed_run_from_checkpoint
+
+            seed_run_from_checkpoint(run=run, checkpoint=restore)
         run_prepare(run)
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
@@ -114,6 +121,29 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         # take the splits back from their checkpoints.
         transaction.on_commit(coordinator.purge)
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    return run
+
+
+def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:
+    """Changes how many readers the flow runs, also for its active run: readers beyond the
+    new count leave and their splits go to the others; new readers take a share of the
+    splits (an unbounded source's enumerator moves as few as it can). Returns the active
+    run, if any. Refuses a count out of range with ConfigError naming flow.parallelism."""
+    from dataflow.services.runs import request_tick
+
+    low, high = FLOW_FIELDS["parallelism"][2]
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not low <= parallelism <= high:
+        raise ConfigError("flow.parallelism", f"must be between {low} and {high}")
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        flow.parallelism = parallelism
+        flow.save(update_fields=["parallelism", "updated_at"])
+        run = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
+        if run is not None:
+            run.spec = {**run.spec, "parallelism": parallelism}
+            run.save(update_fields=["spec"])
+    if run is not None:
+        transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 
 

@@ -31,7 +31,7 @@ from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
 from source_support.landing import LandingZone
-from source_support.registry import SINKS, BuildContext, build_source
+from source_support.registry import SINKS, BuildContext, build_source, source_is_unbounded
 from source_support.runtime import (
     ReaderSettings,
     SliceOutcome,
@@ -72,7 +72,8 @@ def landing_zone() -> LandingZone:
     return LandingZone(settings.DATAFLOW_LANDING_ROOT, fsync=settings.DATAFLOW_LANDING_FSYNC)
 
 
-def _source_for(run: FlowRun):
+def source_for(run: FlowRun):
+    """The run's source, built from the spec it started with."""
     spec = run.spec
     schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
     context = BuildContext(
@@ -111,8 +112,9 @@ def run_tick(*, run_id: int) -> None:
     if run is None:
         return
     coordinator_for(run).clear_mark("tick-queued")
+    unbounded = run_is_unbounded(run)
     if run.status == RunStatus.TRANSFORMING:
-        _ensure_transform(run)
+        _ensure_transform(run, unbounded=unbounded)
         return
     if run.status != RunStatus.READING:
         return
@@ -121,21 +123,61 @@ def run_tick(*, run_id: int) -> None:
         run_finish(run=run, status=RunStatus.FAILED, message=f"split failed: {failed.error}")
         return
     coordinator = coordinator_for(run)
-    parallelism = run.spec["parallelism"]
-    result = _enumerate(run, _source_for(run), budget_s=TICK_BUDGET_S)
+    if unbounded and _records_rule_met(run):
+        _end_input(run, coordinator)
+        return
+    result = _enumerate(run, source_for(run), budget_s=TICK_BUDGET_S)
     if result is None:
         return
     if result.more:
         request_tick(run_id=run.pk)
-    done = coordinator.done_readers()
-    for subtask in range(parallelism):
+    _spawn_readers(run, coordinator, result, unbounded=unbounded)
+    if result.exhausted and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists():
+        _reading_done(run, coordinator)
+        return
+    _watch_for_stall(run, coordinator, live=bool(result.live))
+    if unbounded:
+        from dataflow.services.stream_runs import stream_run_tick
+
+        stream_run_tick(run=run, coordinator=coordinator, result=result)
+
+
+def run_is_unbounded(run: FlowRun) -> bool:
+    """Whether the run reads without end (a stream, files with ``watch``), until stopped or
+    until its ``[stop]`` rule is met."""
+    return source_is_unbounded(run.spec["source_type"], run.spec["source_config"])
+
+
+def _spawn_readers(run: FlowRun, coordinator: RunCoordinator, result: TickResult, *, unbounded: bool) -> None:
+    """Queues a reader for each subtask that has none, unless it is done and nothing waits
+    (a reader of an unbounded run is never done: it waits for splits to come)."""
+    done = set() if unbounded else coordinator.done_readers()
+    for subtask in range(run.spec["parallelism"]):
         wanted = subtask not in done or result.pending > 0
         if subtask not in result.live and wanted and coordinator.claim_spawn(subtask):
             _enqueue_reader(run.pk, subtask, None)
-    if result.exhausted and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists():
-        _reading_done(run, coordinator)
-    else:
-        _watch_for_stall(run, coordinator, live=bool(result.live))
+
+
+def _records_rule_met(run: FlowRun) -> bool:
+    """Whether the run's ``[stop] after_records`` rule is met by what readers committed."""
+    limit = (run.spec.get("stop_rule") or {}).get("after_records")
+    if not limit:
+        return False
+    read = Split.objects.filter(run=run).aggregate(n=Sum("records_read", default=0))["n"]
+    return read >= limit
+
+
+def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
+    """A global stop rule is met: every reader is told to stop (each commits what it read
+    and leaves); once none is left, every split ends at its committed position and the run
+    goes on to its last transform."""
+    coordinator.stop()
+    if coordinator.live_readers(run.spec["parallelism"]):
+        return
+    Split.objects.filter(run=run).exclude(status__in=[SplitStatus.FINISHED, SplitStatus.FAILED]).update(
+        status=SplitStatus.FINISHED, owner_token="", owner_subtask=None
+    )
+    _reading_done(run, coordinator)
 
 
 STALL_NOTE = "waiting: "
@@ -159,8 +201,9 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
 
 
 def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
-    """Every split is read: hands the run to Spark, unless it read nothing and may not."""
-    empty = _empty_source_message(run)
+    """Every split is read: hands the run to Spark, unless it read nothing and may not (a
+    stream that had nothing to read until its stop rule is not a mistake)."""
+    empty = "" if run_is_unbounded(run) else _empty_source_message(run)
     if empty:
         run_finish(run=run, status=RunStatus.FAILED, message=empty)
         return
@@ -168,7 +211,7 @@ def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
     if moved:
         coordinator.stop()  # readers still waiting for splits can go
         run.refresh_from_db()
-        _ensure_transform(run)
+        _ensure_transform(run, unbounded=run_is_unbounded(run))
 
 
 def _empty_source_message(run: FlowRun) -> str:
@@ -201,7 +244,7 @@ def _enumerate(run: FlowRun, source, *, budget_s: float) -> TickResult | None:
 def run_prepare(run: FlowRun) -> None:
     """Discovers the run's splits as it starts (inside the transaction that creates it)."""
     enumerator_start(
-        source=_source_for(run),
+        source=source_for(run),
         coordinator=coordinator_for(run),
         store=DjangoRunStore(run),
         parallelism=run.spec["parallelism"],
@@ -234,7 +277,7 @@ def flow_tick(*, flow_id: int) -> None:
 def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
     """One time slice of reader ``subtask`` of a run (see ``source_support.runtime``)."""
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
-    if run is None:
+    if run is None or subtask >= run.spec["parallelism"]:  # over, or rescaled below it
         return SliceReport(SliceOutcome.STOPPED, token)
     try:
         report = _read_slice(run, subtask, token)
@@ -270,7 +313,7 @@ def _reader_failed(run: FlowRun, subtask: int, exc: Exception) -> None:
 
 def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
     spec = run.spec
-    source = _source_for(run)
+    source = source_for(run)
     return reader_slice(
         source=source,
         coordinator=coordinator_for(run),
@@ -313,8 +356,14 @@ def transform_check(*, run_id: int) -> None:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused before reading: {problem}")
 
 
-def _ensure_transform(run: FlowRun) -> None:
-    """Queues the Spark job unless one is running or its retry backoff has not passed."""
+def _ensure_transform(run: FlowRun, *, unbounded: bool = False) -> None:
+    """Queues the Spark job unless one is running or its retry backoff has not passed; an
+    unbounded run's streaming transform makes its last epoch instead."""
+    if unbounded:
+        from dataflow.services.streaming import ensure_stream_transform
+
+        ensure_stream_transform(run)
+        return
     coordinator = coordinator_for(run)
     if coordinator.is_set("transform-lease"):
         return

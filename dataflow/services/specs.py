@@ -36,6 +36,7 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "poll_interval_ms": (int, 500, (10, 600_000)),
     "skip_errors": (bool, False, None),
     "max_errors": (int, 1000, (0, 2**31 - 1)),
+    "backpressure_records": (int, 1_000_000, (1000, 2**31 - 1)),
 }
 SECTIONS = ("flow", "source", "format", "transform", "sink", "stop")
 OPTIONAL_SECTIONS = ("format", "stop")

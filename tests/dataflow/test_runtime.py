@@ -10,7 +10,7 @@ from django.db import connection, transaction
 
 from dataflow.models import FlowRun, LandedBatch, Split
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import _source_for, coordinator_for, landing_zone, read_slice
+from dataflow.services.runs import coordinator_for, landing_zone, read_slice, source_for
 from dataflow.store import DjangoRunStore
 from source_support.runtime import ReaderSettings, SliceOutcome, enumerator_tick, reader_slice
 
@@ -29,7 +29,7 @@ class CountingStore(DjangoRunStore):
 
 def read_all(run: FlowRun, store: DjangoRunStore, **reader_settings) -> SliceOutcome:
     """Runs reader 0 until it is told there is no more, ticking while it reads."""
-    coordinator, source = coordinator_for(run), _source_for(run)
+    coordinator, source = coordinator_for(run), source_for(run)
     outcome: list[SliceOutcome] = []
 
     def reader() -> None:

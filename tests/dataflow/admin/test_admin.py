@@ -25,6 +25,9 @@ def _form(dirs, **overrides):
         "batch_size": 100,
         "poll_interval_ms": 100,
         "max_errors": 1000,
+        "backpressure_records": 1_000_000,
+        "transform_options": "{}",
+        "stop_rule": "{}",
         "runs-TOTAL_FORMS": 0,
         "runs-INITIAL_FORMS": 0,
     }
