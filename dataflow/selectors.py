@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
-from dataflow.models import DataFlow, FlowRun, SplitStatus
+from dataflow.models import DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
 
 
 @dataclass(frozen=True)
@@ -39,9 +39,15 @@ def run_progress(*, run_id: int) -> RunProgress:
         splits_finished=counts["finished"],
         records_read=counts["records"],
         errors_count=counts["errors"],
-        rows_written=run.rows_written,
+        rows_written=run.rows_written if run.rows_written is not None else _rows_streamed(run),
         message=run.message,
     )
+
+
+def _rows_streamed(run: FlowRun) -> int | None:
+    """Rows the committed epochs of a streaming transform wrote so far (None: no epoch)."""
+    epochs = TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED)
+    return epochs.aggregate(rows=Sum("rows_written"))["rows"]
 
 
 def flow_list() -> list[tuple[DataFlow, FlowRun | None]]:

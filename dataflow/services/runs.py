@@ -131,7 +131,7 @@ def run_tick(*, run_id: int) -> None:
         return
     if result.more:
         request_tick(run_id=run.pk)
-    _spawn_readers(run, coordinator, result, unbounded=unbounded)
+    _spawn_readers(run, coordinator, result)
     if result.exhausted and not Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).exists():
         _reading_done(run, coordinator)
         return
@@ -148,10 +148,11 @@ def run_is_unbounded(run: FlowRun) -> bool:
     return source_is_unbounded(run.spec["source_type"], run.spec["source_config"])
 
 
-def _spawn_readers(run: FlowRun, coordinator: RunCoordinator, result: TickResult, *, unbounded: bool) -> None:
+def _spawn_readers(run: FlowRun, coordinator: RunCoordinator, result: TickResult) -> None:
     """Queues a reader for each subtask that has none, unless it is done and nothing waits
-    (a reader of an unbounded run is never done: it waits for splits to come)."""
-    done = set() if unbounded else coordinator.done_readers()
+    (a reader of an unbounded run is done only once its enumerator says no more splits: a
+    stop rule was met)."""
+    done = coordinator.done_readers()
     for subtask in range(run.spec["parallelism"]):
         wanted = subtask not in done or result.pending > 0
         if subtask not in result.live and wanted and coordinator.claim_spawn(subtask):

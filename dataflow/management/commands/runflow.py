@@ -18,7 +18,7 @@ from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
 from dataflow.selectors import RunProgress, run_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
-from dataflow.services.runs import flow_tick, request_tick
+from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
 
@@ -49,13 +49,19 @@ class Command(BaseCommand):
         with start_worker(
             app,
             pool="threads",
-            concurrency=flow.parallelism + 2,
+            # readers, the transform check, the Spark job (an unbounded flow's streaming
+            # transform holds a slot for good), and a tick
+            concurrency=flow.parallelism + 3,
             perform_ping_check=False,
             loglevel="WARNING",
             shutdown_timeout=60,
         ) as worker:
             milestone("worker")
             run = self._run_to_follow(flow, new=new)
+            if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
+                self.stdout.write(
+                    f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
+                )
             beat.start()
             try:
                 progress = self._follow(run.pk, until_done=until_done, show=not no_progress)
@@ -118,13 +124,15 @@ class Command(BaseCommand):
                 if phase == RunStatus.TRANSFORMING and not session_started():
                     phase = "starting Spark"
                 now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)
-                now += (progress.message,)
+                now += (progress.message, progress.rows_written)
                 if now != shown:  # redraw only on change, so a log file gets few lines
                     shown = now
                     bar.total = max(progress.splits_total, 1)
                     bar.n = progress.splits_finished
                     bar.set_description(phase)
                     postfix = f"records={progress.records_read} errors={progress.errors_count}"
+                    if progress.rows_written is not None and not progress.done:
+                        postfix += f" rows={progress.rows_written}"
                     if progress.message and not progress.done:
                         postfix += f" | {progress.message[:200]}"
                     bar.set_postfix_str(postfix)
