@@ -1,0 +1,66 @@
+"""The conformance kit over the files source: bounded, and watched (``watch = true``)."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from connectors.files.config import validate_files_source
+from connectors.files.source import FileSource
+from source_support.formats import FormatSpec
+from source_support.registry import BuildContext, Environment
+from source_support.testing import ExternalContext, Record, SourceOptions
+from source_support.testing.suite import SourceConformanceSuite
+
+COLUMNS = ("id", "split", "text")
+FORMAT = FormatSpec("csv", {"schema": "id BIGINT, split BIGINT, text STRING", "header": True})
+
+
+class FilesContext(ExternalContext):
+    """Split i is a CSV file (each further write to it, another file), written as a
+    careful writer does: a hidden temporary file, renamed into place."""
+
+    def __init__(self, root: Path, *, watch: bool = False) -> None:
+        self.root = (root / "data").resolve()
+        self.root.mkdir()
+        self.env = Environment(allowed_roots=(self.root,), base_dir=root)
+        self.watch = watch
+        self.writes_while_running = watch
+        self.written: list[Record] = []
+        self.files = Counter()
+        self.clock = None
+
+    def splits_wanted(self, count: int) -> None:
+        """Files are made as they are written."""
+
+    def write(self, split_index: int, records: list[Record]) -> list[Record]:
+        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.csv"
+        self.files[split_index] += 1
+        temporary = self.root / f".{name}.tmp"
+        lines = [",".join(COLUMNS)] + [",".join(str(r[c]) for c in COLUMNS) for r in records]
+        temporary.write_text("\n".join(lines) + "\n")
+        if self.clock is not None:  # written now, by the run's clock
+            os.utime(temporary, (self.clock(), self.clock()))
+        temporary.rename(self.root / name)
+        self.written += records
+        return records
+
+    def source(self, options: SourceOptions) -> FileSource:
+        self.clock = options.clock
+        table = {"path": str(self.root)}
+        if self.watch:
+            table |= {"watch": True, "discovery_interval_ms": 1000}
+        context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
+        return FileSource.from_config(validate_files_source(table, self.env), FORMAT, context)
+
+    def expected(self) -> list[Record]:
+        return list(self.written)
+
+
+class TestFilesConformance(SourceConformanceSuite):
+    @pytest.fixture()
+    def external_context(self, tmp_path):
+        return FilesContext(tmp_path)
