@@ -60,6 +60,8 @@ class RecordFormat(ABC):
     has_header: bool = False
     #: Can a line break inside a record? Then files are not cut into byte ranges.
     multiline: bool = False
+    #: The field of a stream entry that holds the record (``format.field``); None for lines.
+    record_field: str | None = None
 
     def __init__(self, schema: pa.Schema | None) -> None:
         self.schema = schema
@@ -720,6 +722,107 @@ def _json_sample_error(sample: bytes, exc: BaseException) -> str:
     return reason
 
 
+class FieldsFormat:
+    """Records that are maps of field name to text (the field/value pairs of a stream
+    entry), each value converted to its schema column's type, vectorized; a field that is
+    absent is null, and so is an empty value of a column that is not STRING. A TIMESTAMP
+    value is ISO-8601 text or milliseconds since the epoch."""
+
+    type_name = "fields"
+    record_field: str | None = None
+
+    def __init__(self, schema: pa.Schema | None) -> None:
+        self.schema = schema
+
+    def with_schema(self, schema: pa.Schema) -> FieldsFormat:
+        return FieldsFormat(schema)
+
+    def empty(self) -> pa.Table:
+        return self.schema.empty_table()
+
+    def convert(self, texts: dict[str, pa.Array], count: int) -> tuple[pa.Table, dict[int, str]]:
+        """The ``count`` records whose values are ``texts`` (column -> binary or string
+        values, null where absent; a column not given is all null), and why each bad
+        record (by index) is bad. Bad records stay in the table, with nulls where their
+        values failed: the caller drops them."""
+        columns, reasons = [], {}
+        for f in self.schema:
+            values = texts.get(f.name)
+            if values is None:
+                columns.append(pa.nulls(count, f.type))
+                continue
+            converted, failed = _convert_field(values, f.type)
+            columns.append(converted)
+            for row in np.flatnonzero(failed):
+                reasons.setdefault(int(row), _field_reason(f, values[int(row)].as_py()))
+        return pa.Table.from_arrays(columns, schema=self.schema), reasons
+
+    def infer_schema(self, texts: dict[str, pa.Array]) -> pa.Schema:
+        """A schema for sampled values (column -> texts, in the order fields were first
+        seen): each column the narrowest of BIGINT, DOUBLE, BOOLEAN, TIMESTAMP that all its
+        values convert to, else STRING."""
+        return pa.schema([pa.field(name, _infer_field_type(values)) for name, values in texts.items()])
+
+
+_INFERRED_ORDER = (pa.int64(), pa.float64(), pa.bool_(), pa.timestamp("us", tz="UTC"))
+
+
+def _infer_field_type(values: pa.Array) -> pa.DataType:
+    present = pc.drop_null(values)
+    if pa.types.is_binary(present.type):
+        present, decoded = _cast_each_failing(present, pa.string())
+        if not decoded.all():
+            return pa.string()
+    present = present.filter(pc.not_equal(present, ""))
+    if not len(present):
+        return pa.string()
+    for candidate in _INFERRED_ORDER:
+        if (
+            pa.types.is_timestamp(candidate)
+            and not pc.all(pc.match_substring_regex(present, r"^\s*\d{4}-\d{2}-\d{2}[T ]\d")).as_py()
+        ):
+            continue  # epoch numbers are BIGINT, not timestamps, when nothing says so
+        _, failed = _convert_field(present, candidate)
+        if not failed.any():
+            return candidate
+    return pa.string()
+
+
+def _convert_field(values: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Field texts as ``arrow_type`` (an empty text is null unless the type is STRING),
+    and the mask of the values that did not convert."""
+    if pa.types.is_timestamp(arrow_type):
+        return _convert_timestamp(values, arrow_type)
+    return convert_text(values, arrow_type, null_values={""})
+
+
+def _convert_timestamp(values: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """ISO-8601 texts or epoch milliseconds as instants."""
+    texts, failed = convert_text(values, pa.string(), null_values=set())
+    texts = pc.utf8_trim_whitespace(texts)
+    texts = pc.if_else(pc.equal(texts, ""), pa.scalar(None, pa.string()), texts)
+    epoch = _mask(pc.match_substring_regex(texts, r"^[+-]?\d{1,15}$"))
+    instants, bad = to_instants(pc.if_else(pa.array(epoch), pa.scalar(None, pa.string()), texts), arrow_type)
+    if epoch.any():
+        millis = pc.if_else(pa.array(epoch), texts, pa.scalar(None, pa.string())).cast(pa.int64())
+        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[arrow_type.unit]
+        scaled = pc.divide(millis, 1000) if per_ms is None else pc.multiply(millis, per_ms)
+        from_epoch = scaled.cast(pa.int64()).cast(pa.timestamp(arrow_type.unit, tz=arrow_type.tz))
+        instants = pc.if_else(pa.array(epoch), from_epoch, instants)
+    return instants, failed | bad
+
+
+def _field_reason(f: pa.Field, value: bytes | str | None) -> str:
+    if isinstance(value, bytes):
+        try:
+            shown = repr(value.decode("utf-8"))
+        except UnicodeDecodeError:
+            shown = f"{value.decode('utf-8', errors='replace')!r} (not UTF-8)"
+    else:
+        shown = repr(value)
+    return f"field {f.name!r}: invalid value {shown} for {spark_type(f.type)}"
+
+
 @dataclass(frozen=True)
 class FormatSpec:
     """A validated ``[format]`` table."""
@@ -727,13 +830,39 @@ class FormatSpec:
     type: str
     options: dict[str, Any]
 
-    def build(self, schema: pa.Schema | None = None) -> RecordFormat:
+    def build(self, schema: pa.Schema | None = None, *, entries: bool = False) -> RecordFormat | FieldsFormat:
+        """The format, with ``schema`` (or the one given in the table). ``entries`` says the
+        source delivers entries of field/value pairs (a stream), not lines: only then may
+        the format be ``fields`` or name the ``field`` that holds a record."""
+        check_format_for_source(self, entries=entries)
         opts = dict(self.options)
         ddl = opts.pop("schema", None)
+        record_field = opts.pop("field", None)
         schema = schema or (parse_ddl(ddl) if ddl else None)
-        if self.type == "csv":
-            return CsvFormat(schema=schema, **opts)
-        return JsonLinesFormat(schema)
+        if self.type == "fields":
+            return FieldsFormat(schema)
+        fmt = CsvFormat(schema=schema, **opts) if self.type == "csv" else JsonLinesFormat(schema)
+        fmt.record_field = record_field
+        return fmt
+
+
+def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
+    """Refuses a format that does not fit what the source delivers: ``fields`` and the
+    ``field`` option are for sources of entries (redis_streams), not of lines (files)."""
+    if entries:
+        return
+    if fmt.type == "fields":
+        raise ConfigError(
+            "format.type",
+            "fields reads the field/value pairs of stream entries (a redis_streams source); "
+            "this source reads lines: use csv or jsonl",
+        )
+    if "field" in fmt.options:
+        raise ConfigError(
+            "format.field",
+            "names the field of a stream entry that holds the record (a redis_streams source); "
+            "this source reads lines: remove it",
+        )
 
 
 _FORMAT_OPTIONS = {
@@ -743,10 +872,13 @@ _FORMAT_OPTIONS = {
         "delimiter": str,
         "quote": str,
         "multiline": bool,
+        "field": str,
     },
-    "jsonl": {"schema": str},
+    "jsonl": {"schema": str, "field": str},
+    "fields": {"schema": str},
 }
-FORMAT_ALIASES = {"json": "jsonl", "jsonl": "jsonl", "ndjson": "jsonl", "csv": "csv"}
+FORMAT_ALIASES = {"json": "jsonl", "jsonl": "jsonl", "ndjson": "jsonl", "csv": "csv", "fields": "fields"}
+FORMAT_TYPES = "csv, jsonl, fields"
 
 
 def validate_format(table: dict[str, Any]) -> FormatSpec:
@@ -754,10 +886,10 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     table = dict(table)
     type_name = table.pop("type", None)
     if not type_name:
-        raise ConfigError("format.type", "is required (one of: csv, jsonl)")
+        raise ConfigError("format.type", f"is required (one of: {FORMAT_TYPES})")
     kind = FORMAT_ALIASES.get(str(type_name).lower())
     if kind is None:
-        raise ConfigError("format.type", f"unknown format {type_name!r} (one of: csv, jsonl)")
+        raise ConfigError("format.type", f"unknown format {type_name!r} (one of: {FORMAT_TYPES})")
     allowed = _FORMAT_OPTIONS[kind]
     for name, value in table.items():
         if name not in allowed:
@@ -767,13 +899,24 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     for name in ("delimiter", "quote"):
         if name in table and len(table[name]) != 1:
             raise ConfigError(f"format.{name}", "must be a single character")
+    if "field" in table and not table["field"].strip():
+        raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
     if "schema" in table:
-        schema = parse_ddl(table["schema"])
-        nested = [f.name for f in schema if _is_nested(f.type)]
-        if kind == "csv" and nested:
-            reason = f"a CSV value cannot hold a nested type (column {nested[0]!r}); read JSON lines for that"
-            raise ConfigError("format.schema", reason)
+        _check_schema(kind, parse_ddl(table["schema"]))
     return FormatSpec(kind, table)
+
+
+def _check_schema(kind: str, schema: pa.Schema) -> None:
+    nested = [f.name for f in schema if _is_nested(f.type)]
+    if kind == "csv" and nested:
+        reason = f"a CSV value cannot hold a nested type (column {nested[0]!r}); read JSON lines for that"
+        raise ConfigError("format.schema", reason)
+    if kind == "fields" and nested:
+        reason = (
+            f"a field value is text and cannot hold a nested type (column {nested[0]!r}); "
+            "put the record as JSON in one field and read it with type = json, field = <name>"
+        )
+        raise ConfigError("format.schema", reason)
 
 
 def _raw(record: bytes) -> str:

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from source_support.errors import ConfigError
-from source_support.formats import CsvFormat, FormatSpec, JsonLinesFormat, validate_format
+from source_support.formats import CsvFormat, FieldsFormat, FormatSpec, JsonLinesFormat, validate_format
 from source_support.schema import parse_ddl
 
 SCHEMA = parse_ddl("id BIGINT, name STRING, temperature DOUBLE")
@@ -585,3 +585,99 @@ def test_jsonl_inference_names_the_line_of_a_type_change():
 
     with pytest.raises(ValueError, match=r"^line 5: .*changed from number to string"):
         JsonLinesFormat(None).infer_schema(sample)
+
+
+# The fields format (stream entries) and the field option
+
+
+def test_fields_is_a_format_with_an_optional_schema():
+    assert validate_format({"type": "fields"}) == FormatSpec("fields", {})
+    spec = validate_format({"type": "fields", "schema": "id BIGINT"})
+
+    assert spec.build(entries=True).schema == parse_ddl("id BIGINT")
+
+
+@pytest.mark.parametrize(
+    ("table", "field"),
+    [
+        ({"type": "fields", "header": True}, "format.header"),
+        ({"type": "fields", "field": "data"}, "format.field"),
+        ({"type": "fields", "schema": "tags ARRAY<STRING>"}, "format.schema"),
+        ({"type": "json", "field": ""}, "format.field"),
+        ({"type": "json", "field": 3}, "format.field"),
+    ],
+)
+def test_fields_format_mistakes_name_their_field(table, field):
+    with pytest.raises(ConfigError) as caught:
+        validate_format(table)
+
+    assert caught.value.field == field
+
+
+def test_json_and_csv_take_the_field_that_holds_the_record():
+    for kind in ("json", "csv"):
+        fmt = validate_format({"type": kind, "field": "data", "schema": "id BIGINT"}).build(entries=True)
+
+        assert fmt.record_field == "data"
+
+
+def test_a_source_of_lines_refuses_the_fields_format_and_the_field_option():
+    for table, field in (
+        ({"type": "fields"}, "format.type"),
+        ({"type": "csv", "field": "data"}, "format.field"),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            validate_format(table).build()
+
+        assert caught.value.field == field
+
+
+def test_fields_values_are_cast_to_the_schema_and_absent_fields_are_null():
+    fmt = FieldsFormat(parse_ddl("id BIGINT, name STRING, t TIMESTAMP, ok BOOLEAN, d DATE, p DECIMAL(6,2)"))
+    texts = {
+        "id": pa.array([b"1", b"", None], pa.binary()),
+        "name": pa.array([b"a", b"", None], pa.binary()),
+        "t": pa.array([b"2024-01-01T00:00:00Z", b"1704067200000", b"2024-01-01 00:00:00"], pa.binary()),
+        "ok": pa.array([b"true", b"0", None], pa.binary()),
+        "d": pa.array([b"2024-01-02", None, None], pa.binary()),
+    }
+
+    table, bad = fmt.convert(texts, 3)
+
+    new_year = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    assert bad == {}
+    assert table.to_pylist() == [
+        {"id": 1, "name": "a", "t": new_year, "ok": True, "d": dt.date(2024, 1, 2), "p": None},
+        {"id": None, "name": "", "t": new_year, "ok": False, "d": None, "p": None},
+        {"id": None, "name": None, "t": new_year, "ok": None, "d": None, "p": None},
+    ]
+
+
+def test_fields_values_that_do_not_cast_are_bad_records_with_the_reason():
+    fmt = FieldsFormat(parse_ddl("id BIGINT, amount DOUBLE, name STRING"))
+    texts = {
+        "id": pa.array([b"1", b"x", b"3"], pa.binary()),
+        "amount": pa.array([b"1.5", b"2", b"lots"], pa.binary()),
+        "name": pa.array([b"a", b"b", b"\xff"], pa.binary()),
+    }
+
+    _, bad = fmt.convert(texts, 3)
+
+    assert bad == {
+        1: "field 'id': invalid value 'x' for BIGINT",
+        2: "field 'amount': invalid value 'lots' for DOUBLE",
+    }
+
+
+def test_fields_schema_inference_takes_the_narrowest_type_of_each_field():
+    texts = {
+        "id": pa.array([b"1", b"2", None], pa.binary()),
+        "amount": pa.array([b"1.5", b"2", b""], pa.binary()),
+        "ok": pa.array([b"true", b"false", None], pa.binary()),
+        "at": pa.array([b"2024-01-01T00:00:00Z", None, None], pa.binary()),
+        "name": pa.array([b"a", b"1", None], pa.binary()),
+    }
+
+    schema = FieldsFormat(None).infer_schema(texts)
+
+    assert schema == parse_ddl("id BIGINT, amount DOUBLE, ok BOOLEAN, at TIMESTAMP, name STRING")
