@@ -35,6 +35,9 @@ class RecordingContext(SplitEnumeratorContext):
         self.no_more: list[int] = []
         self.events: list[tuple[int, SourceEvent]] = []
         self.queue = MemoryBacklog()  # a store's backlog outlives the enumerator: share the context
+        #: split id -> (subtask, split) of the splits readers hold (revoke_splits takes them)
+        self.held: dict[str, tuple[int, SourceSplit]] = {}
+        self.revoked: list[tuple[int, SourceSplit]] = []
 
     @property
     def current_parallelism(self) -> int:
@@ -47,6 +50,12 @@ class RecordingContext(SplitEnumeratorContext):
         for subtask, splits in assignment.items():
             self.assigned.extend((subtask, s) for s in splits)
             self.requests.append(list(splits))
+            self.held.update({s.split_id: (subtask, s) for s in splits})
+
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[SourceSplit]:
+        taken = [self.held.pop(split_id) for split_id in split_ids if split_id in self.held]
+        self.revoked.extend(taken)
+        return [split for _, split in taken]
 
     def signal_no_more_splits(self, subtask: int) -> None:
         self.no_more.append(subtask)
