@@ -122,6 +122,11 @@ class SourceConformanceSuite:
             harness.run(rounds=QUIET_ROUNDS)
 
     def assert_exactly_once(self, harness: SourceHarness, context: ExternalContext) -> None:
+        refused = harness.run_state.store.refused
+        assert not refused, (
+            f"the enumerator assigned splits that were out with a reader or finished: {refused[:5]} "
+            "(the store refuses them; the runtime logs an error)"
+        )
         expected = context.expected()
         assert_same_records(harness.records(), expected)
         if context.ordered_within_split:

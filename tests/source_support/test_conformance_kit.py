@@ -56,6 +56,12 @@ class LosesReturnedSplits(StreamEnumerator):
         """Forgets them."""
 
 
+class FindsEveryStreamAgain(StreamEnumerator):
+    def start(self):
+        self.known = []
+        super().start()
+
+
 class ReversesBatches(StreamSplitReader):
     def fetch(self, max_records, timeout_s):
         return [
@@ -127,6 +133,7 @@ BREAKAGES = [
     ("test_single_split_is_read_whole_in_order", stream_context(reader_class=ReversesBatches)),
     ("test_many_splits_are_read_exactly_once", stream_context(reader_class=SkipsLastRecordOfABatch)),
     ("test_idle_readers_do_not_hold_the_run", sequence_context(NeverSaysNoMore)),
+    ("test_many_splits_are_read_exactly_once", stream_context(enumerator_class=FindsEveryStreamAgain)),
     ("test_restore_mid_split_from_a_checkpoint", stream_context(serializer_class=ForgetsPosition)),
     (
         "test_splits_returned_after_a_failure_are_read_first",
