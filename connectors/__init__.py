@@ -1,3 +1,3 @@
 """One package per external system; importing this package registers them all."""
 
-from connectors import files, sequence  # noqa: F401
+from connectors import files, redis_streams, sequence  # noqa: F401

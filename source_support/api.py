@@ -229,6 +229,9 @@ class RecordBatch:
     records: pa.Table
     bad_records: list[BadRecord] = field(default_factory=list)
     finished: bool = False
+    #: Why a split ended other than by reading to its end (a stream deleted while it was
+    #: read), for the split's row; empty otherwise.
+    note: str = ""
 
 
 class SourceReader(ABC, Generic[SplitT]):

@@ -1,0 +1,26 @@
+"""Redis streams as a Kafka-like topic ("Rafka"): the streams whose keys match a glob are
+its partitions. A source that reads them by entry id, and a ``redis_stream`` sink."""
+
+from connectors.redis_streams.config import validate_redis_stream_sink, validate_redis_streams_source
+from connectors.redis_streams.sink import RedisStreamSink
+from connectors.redis_streams.source import RedisStreamsSource
+from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
+
+register_source(
+    SourceConnector(
+        type="redis_streams",
+        validate=validate_redis_streams_source,
+        build=RedisStreamsSource.from_config,
+        description="Redis streams whose keys match a glob, read as one topic (each stream a split).",
+        unbounded=lambda config: True,
+    )
+)
+_sink = {
+    "type": "redis_stream",
+    "validate": validate_redis_stream_sink,
+    "write": RedisStreamSink.write,
+    "description": "Appends each row as an entry of a Redis stream, once per batch.",
+}
+if "append" in SinkConnector.__dataclass_fields__:  # the streaming transform's entry point
+    _sink["append"] = RedisStreamSink.append
+register_sink(SinkConnector(**_sink))

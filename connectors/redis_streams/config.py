@@ -1,0 +1,119 @@
+"""The ``[source]`` table of a redis_streams source and the ``[sink]`` table of a
+redis_stream sink. Nothing here connects to Redis: a flow may be defined before its Redis
+is up (``Source.check_input`` connects when a run starts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis
+
+from connectors.redis_streams.connection import URL_SCHEMES, mask_url
+from connectors.redis_streams.split import (
+    MAX_POSITION,
+    EntryIdOutOfRange,
+    encode_id,
+    last_position_before_ms,
+)
+from source_support.durations import parse_instant_ms
+from source_support.errors import ConfigError
+from source_support.registry import Environment, check_fields
+
+SOURCE_FIELDS: dict[str, type | tuple] = {
+    "url": str,
+    "streams": str,
+    "start": str,
+    "discovery_interval_ms": int,
+    "metadata": bool,
+}
+SINK_FIELDS: dict[str, type | tuple] = {"url": str, "key": str, "maxlen": int}
+DEFAULT_DISCOVERY_INTERVAL_MS = 10_000
+DISCOVERY_INTERVAL_BOUNDS = (100, 86_400_000)
+START_WORDS = ("earliest", "latest")
+GLOB_CHARS = "*?["
+
+
+def validate_redis_streams_source(config: dict[str, Any], env: Environment) -> dict[str, Any]:
+    check_fields("source", config, SOURCE_FIELDS)
+    streams = config.get("streams", "")
+    if not streams.strip():
+        raise ConfigError("source.streams", "is required: a stream key or a glob such as orders:*")
+    start = config.get("start", "earliest").strip()
+    start_position(start)  # refuses what is not a start
+    interval = config.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS)
+    low, high = DISCOVERY_INTERVAL_BOUNDS
+    if not low <= interval <= high:
+        raise ConfigError("source.discovery_interval_ms", f"must be between {low} and {high}")
+    validated = {
+        "streams": streams,
+        "start": start,
+        "discovery_interval_ms": interval,
+        "metadata": config.get("metadata", False),
+    }
+    if "url" in config:
+        validated["url"] = validate_url(config["url"], "source.url")
+    return validated
+
+
+def validate_redis_stream_sink(config: dict[str, Any], env: Environment) -> dict[str, Any]:
+    check_fields("sink", config, SINK_FIELDS)
+    key = config.get("key", "")
+    if not key.strip():
+        raise ConfigError("sink.key", "is required: the stream to append the rows to")
+    if "maxlen" in config and config["maxlen"] < 1:
+        raise ConfigError("sink.maxlen", "must be at least 1 (the stream is trimmed to about that length)")
+    if "url" in config:
+        validate_url(config["url"], "sink.url")
+    return dict(config)
+
+
+def validate_url(url: str, field: str) -> str:
+    """``url`` if it names a Redis server (redis://, rediss:// or unix://); the error shows
+    it without its password."""
+    url = url.strip()
+    if not url.startswith(URL_SCHEMES):
+        raise ConfigError(field, f"{mask_url(url)!r} must start with {', '.join(URL_SCHEMES)}")
+    try:
+        redis.connection.parse_url(url)
+    except ValueError as exc:
+        raise ConfigError(field, f"{mask_url(url)!r} is not a Redis URL: {_masked(str(exc), url)}") from None
+    return url
+
+
+def _masked(text: str, url: str) -> str:
+    return text.replace(url, mask_url(url))
+
+
+def start_position(start: str) -> tuple[str, int | None]:
+    """What ``start`` means: ("earliest"|"latest", None), ("id", position before that
+    entry) or ("time", position before that millisecond); ConfigError otherwise."""
+    if start in START_WORDS:
+        return start, None
+    if start and start[0].isdigit() and "T" not in start and ":" not in start:
+        try:
+            return "id", max(0, encode_id(start) - 1)
+        except EntryIdOutOfRange as exc:
+            raise ConfigError("source.start", str(exc)) from None
+        except ValueError:
+            pass  # a date such as 2024-05-01 is a time
+    try:
+        ms = parse_instant_ms(start)
+    except ValueError:
+        raise ConfigError(
+            "source.start",
+            f"{start!r} is not earliest, latest, an entry id (1700000000000-0) "
+            "or an ISO-8601 time (2024-05-01T12:00:00Z)",
+        ) from None
+    position = last_position_before_ms(ms)
+    if position > MAX_POSITION:
+        raise ConfigError("source.start", f"{start!r} is too far in the future for an entry id")
+    return "time", position
+
+
+def resolve_url(config: dict[str, Any], env: Environment) -> str:
+    """The configured URL, or the deployment's Redis."""
+    return config.get("url") or env.redis_url
+
+
+def is_pattern(streams: str) -> bool:
+    return any(char in streams for char in GLOB_CHARS)

@@ -1,0 +1,70 @@
+"""Redis clients for the source and the sink, and URLs as they may be shown (no password)."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+#: Longest single block of a read; a socket waits this long plus a margin.
+MAX_BLOCK_MS = 10_000
+SOCKET_TIMEOUT_S = MAX_BLOCK_MS / 1000 + 10
+CONNECT_TIMEOUT_S = 5
+URL_SCHEMES = ("redis://", "rediss://", "unix://")
+_PASSWORD_QUERY = re.compile(r"(^|&)(password=)[^&]*", re.IGNORECASE)
+
+
+def mask_url(url: str) -> str:
+    """``url`` with its password (in the user part or the query) replaced by ``***``."""
+    scheme, sep, rest = url.partition("://")
+    address, query_sep, query = rest.partition("?")
+    if sep and "@" in address:
+        user_info, host = address.rsplit("@", 1)  # a password may hold an unescaped @
+        user = user_info.split(":", 1)[0] if ":" in user_info else ""
+        address = f"{user}:***@{host}" if user else f"***@{host}"
+    query = _PASSWORD_QUERY.sub(r"\1\2***", query)
+    return f"{scheme}{sep}{address}{query_sep}{query}"
+
+
+def connect(url: str) -> redis.Redis:
+    """A client of its own (its own pool): socket timeouts above the longest block, and
+    a few quick retries of a dropped connection before an error reaches the caller."""
+    client = redis.Redis.from_url(
+        url,
+        socket_timeout=SOCKET_TIMEOUT_S,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        health_check_interval=30,
+    )
+    # Replies as Redis sends them: redis-py would build a dict per entry.
+    client.set_response_callback("XREAD", lambda response, **options: response)
+    return client
+
+
+_shared: dict[str, redis.Redis] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_client(url: str) -> redis.Redis:
+    """One client per URL for the process (enumerator ticks, schema sampling, sinks):
+    its pool is thread-safe and resets itself after a fork."""
+    with _shared_lock:
+        client = _shared.get(url)
+        if client is None:
+            client = _shared[url] = connect(url)
+        return client
+
+
+def server_major_version(client: redis.Redis) -> int:
+    """The Redis server's major version (7 has ``ENTRIESREAD`` and trimming marks)."""
+    version = client.info("server").get("redis_version", "0")
+    return int(str(version).split(".")[0] or 0)
+
+
+def connection_reason(exc: Exception) -> str:
+    """An error from redis-py in words, without the URL."""
+    return str(exc).strip() or type(exc).__name__

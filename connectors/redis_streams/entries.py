@@ -1,0 +1,163 @@
+"""Stream entries (as XREAD returns them: ``[id, [field, value, ...]]``) into Arrow records.
+
+Two ways to read an entry: ``fields`` (its field/value pairs are the record's columns) or
+a record format (JSON lines, CSV) over the value of one field (``format.field``). Both
+build whole columns at once and let Arrow convert them: a batch of entries costs a few
+list slices in Python, not a conversion per value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import chain
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from source_support.formats import CsvFormat, FieldsFormat, RecordFormat
+
+#: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
+Entry = Sequence[Any]
+DEFAULT_RECORD_FIELD = "data"
+
+
+def entry_json(entry: Entry) -> str:
+    """An entry as JSON (``{"field": "value", ...}``), for a dead letter."""
+    pairs = entry[1]
+    return json.dumps(
+        {_text(pairs[i]): _text(pairs[i + 1]) for i in range(0, len(pairs) - 1, 2)}, ensure_ascii=False
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def field_columns(entries: Sequence[Entry], names: Sequence[str]) -> dict[str, pa.Array]:
+    """The values of each field in ``names`` over ``entries`` (null where an entry lacks
+    it). Entries that all carry the same fields in the same order (what one producer
+    writes) are sliced column by column; others go through a dict each."""
+    if not entries:
+        return {name: pa.array([], pa.binary()) for name in names}
+    first = entries[0][1]
+    layout = first[0::2]
+    if len(set(layout)) == len(layout) and all(e[1][0::2] == layout for e in entries):
+        stride = len(first)
+        flat = list(chain.from_iterable(e[1] for e in entries))
+        index = {_text(name): i for i, name in enumerate(layout)}
+        return {
+            name: pa.array(flat[2 * index[name] + 1 :: stride], pa.binary())
+            if name in index
+            else pa.nulls(len(entries), pa.binary())
+            for name in names
+        }
+    maps = [_as_map(e[1]) for e in entries]
+    wanted = {name: name.encode() for name in names}
+    return {name: pa.array([m.get(key) for m in maps], pa.binary()) for name, key in wanted.items()}
+
+
+def field_names(entries: Sequence[Entry]) -> list[str]:
+    """Every field name in ``entries``, in the order first seen."""
+    seen: dict[str, None] = {}
+    for entry in entries:
+        for name in entry[1][0::2]:
+            seen.setdefault(_text(name), None)
+    return list(seen)
+
+
+def _as_map(pairs: Sequence[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(pairs[0::2], pairs[1::2], strict=False))
+
+
+class FieldsDecoder:
+    """Entries whose field/value pairs are the record (``[format] type = "fields"``)."""
+
+    def __init__(self, fmt: FieldsFormat) -> None:
+        self.fmt = fmt
+
+    def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
+        """The records of ``entries`` with the bad ones left out, and why each bad entry
+        (by index) is bad; with ``first_only``, only the first bad one and no records."""
+        texts = field_columns(entries, self.fmt.schema.names)
+        table, bad = self.fmt.convert(texts, len(entries))
+        return _without(table, bad, len(entries), first_only)
+
+
+class RecordFieldDecoder:
+    """Entries whose field ``format.field`` holds a record in a line format (JSON, CSV):
+    the values are joined into one block and parsed by the format at once; a bad record's
+    byte offset in the block says which entry it was."""
+
+    def __init__(self, fmt: RecordFormat) -> None:
+        self.fmt = fmt
+        self.field = fmt.record_field or DEFAULT_RECORD_FIELD
+        # A newline in JSON is only white space between tokens; in CSV it would cut a record.
+        self.flatten_newlines = not isinstance(fmt, CsvFormat)
+
+    def values(self, entries: Sequence[Entry]) -> pa.Array:
+        return field_columns(entries, [self.field])[self.field]
+
+    def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
+        values = self.values(entries).to_pylist()
+        bad: dict[int, str] = {}
+        lines: list[bytes] = []
+        kept: list[int] = []
+        for i, value in enumerate(values):
+            reason = self._unusable(value)
+            if reason is not None:
+                bad[i] = reason
+                continue
+            if self.flatten_newlines:
+                value = value.replace(b"\r", b" ").replace(b"\n", b" ")
+            lines.append(value)
+            kept.append(i)
+        if first_only and bad:
+            return self.fmt.empty(), dict([min(bad.items())])
+        table, parse_bad = self._parse(lines, first_only)
+        for offset, reason in parse_bad:
+            bad[kept[offset]] = reason
+        if first_only and bad:
+            return self.fmt.empty(), dict([min(bad.items())])
+        return table, bad
+
+    def _unusable(self, value: bytes | None) -> str | None:
+        if value is None:
+            return f"the entry has no field {self.field!r}"
+        if not value.strip():
+            return f"field {self.field!r} is empty"
+        if not self.flatten_newlines and (b"\n" in value or b"\r" in value):
+            return f"field {self.field!r} holds a line break: a CSV record must be one line"
+        return None
+
+    def _parse(self, lines: list[bytes], first_only: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
+        """Parses the lines as one block; returns the good records and (line index,
+        reason) of the bad ones."""
+        if not lines:
+            return self.fmt.empty(), []
+        block = b"\n".join(lines) + b"\n"
+        starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
+        table, bad = self.fmt.parse(block, 0, first_only=first_only)
+        located = [(int(np.searchsorted(starts, b.position, side="right")) - 1, b.reason) for b in bad]
+        return table, located
+
+
+def _without(
+    table: pa.Table, bad: dict[int, str], count: int, first_only: bool
+) -> tuple[pa.Table, dict[int, str]]:
+    if not bad:
+        return table, bad
+    if first_only:
+        return table.schema.empty_table(), dict([min(bad.items())])
+    keep = np.ones(count, dtype=bool)
+    keep[list(bad)] = False
+    return table.filter(pa.array(keep)), bad
+
+
+def good_indices(count: int, bad: dict[int, str]) -> np.ndarray:
+    """The indices of the entries that became records, in order."""
+    keep = np.ones(count, dtype=bool)
+    if bad:
+        keep[list(bad)] = False
+    return np.flatnonzero(keep)

@@ -1,0 +1,249 @@
+"""Finds the streams of the topic and keeps each on exactly one reader, balanced and sticky."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import redis
+
+from connectors.redis_streams.config import is_pattern, start_position
+from connectors.redis_streams.split import (
+    StreamSplit,
+    encode_id,
+    last_position_before_ms,
+    last_position_of_ms,
+    position_ms,
+)
+from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.assignment import balance
+
+log = logging.getLogger("connectors.redis_streams")
+
+#: The longest split id the database keeps (``Split.split_id``).
+MAX_KEY_CHARS = 1024
+SCAN_COUNT = 1000
+
+
+class StreamEnumerator(SplitEnumerator[StreamSplit]):
+    """Discovers the streams matching ``streams`` at start and every ``discovery_interval_ms``
+    and assigns each to one live reader (``source_support.assignment.balance``).
+
+    Streams of the first discovery start at ``start``; streams found later are read from
+    their beginning (as Flink's Kafka source reads new partitions). A ``[stop]`` rule at
+    a place (latest, a time, an entry id) gives every split its stop position, and once
+    no stream can still appear with entries before it and every split is assigned, the
+    enumerator is exhausted: readers that ask are told there are no more splits.
+
+    State: each known stream with its start, stop and reader, the streams that are done,
+    and the Redis server time of the first and last discoveries.
+    """
+
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[StreamSplit],
+        *,
+        client: redis.Redis,
+        streams: str,
+        start: str,
+        discovery_interval_ms: int,
+        stop: Mapping[str, Any],
+        state: dict[str, Any] | None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.context = context
+        self.clock = clock
+        self.client = client
+        self.streams = streams
+        self.start_kind, self.start_at = start_position(start)
+        self.discovery_interval_ms = discovery_interval_ms
+        self.stop = dict(stop or {})
+        state = state or {}
+        #: key -> {"start": position, "stop": position | None, "owner": subtask | None}
+        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
+        self.done: set[str] = set(state.get("done", []))
+        self.first_discovery_ms: int | None = state.get("first_discovery_ms")
+        self.last_discovery_ms: int | None = state.get("last_discovery_ms")
+        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
+
+    # The SplitEnumerator interface
+
+    def start(self) -> None:
+        if self._discovery_due():
+            self._discover()
+        self._rebalance()
+
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
+        self._rebalance()
+        if self.is_exhausted():
+            # A reader adopts what it was assigned before it takes this as its end.
+            self.context.signal_no_more_splits(subtask)
+
+    def add_splits_back(self, splits: Sequence[StreamSplit], subtask: int) -> None:
+        for split in splits:
+            if split.split_id in self.splits:
+                self.splits[split.split_id]["owner"] = None
+        self._rebalance()
+
+    def add_reader(self, subtask: int) -> None:
+        self._rebalance()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {
+            "splits": self.splits,
+            "done": sorted(self.done),
+            "first_discovery_ms": self.first_discovery_ms,
+            "last_discovery_ms": self.last_discovery_ms,
+            "last_discovery_clock_ms": self.last_discovery_clock_ms,
+        }
+
+    def is_exhausted(self) -> bool:
+        """True with a stop at a place, once a discovery ran after no new stream could
+        qualify and every split has been assigned."""
+        return self._no_new_stream_qualifies() and self.pending_count() == 0
+
+    def pending_count(self) -> int:
+        return sum(1 for split in self.splits.values() if split["owner"] is None)
+
+    # Discovery
+
+    def _stop_bound_ms(self) -> int | None:
+        """The last millisecond a new stream's entries may have to be read (None: no stop
+        at a place). Streams created after that cannot qualify: their ids are later."""
+        kind = self.stop.get("kind")
+        if kind == "time":
+            return self.stop["time_ms"]
+        if kind == "position":
+            return position_ms(encode_id(self.stop["at"], last_seq=True))
+        if kind == "latest" and self.first_discovery_ms is not None:
+            return self.first_discovery_ms - 1
+        return None
+
+    def _no_new_stream_qualifies(self) -> bool:
+        bound = self._stop_bound_ms()
+        return bound is not None and self.last_discovery_ms is not None and self.last_discovery_ms > bound
+
+    def _discovery_due(self) -> bool:
+        if self.last_discovery_ms is None:
+            return True
+        if self._no_new_stream_qualifies():
+            return False
+        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+
+    def _discover(self) -> None:
+        seconds, micros = self.client.time()
+        now_ms = seconds * 1000 + micros // 1000  # before the scan: later streams have later ids
+        first = self.first_discovery_ms is None
+        found = [k for k in self._matching_keys() if k not in self.splits and k not in self.done]
+        infos = self._stream_infos(found) if first and self._needs_infos() else {}
+        if first:
+            self.first_discovery_ms = now_ms
+        for key in found:
+            if first and self._needs_infos() and key not in infos:
+                continue  # deleted since the scan
+            start = self._start_for(key, infos.get(key)) if first else 0
+            stop = self._stop_for(key, infos.get(key) if first else None)
+            if stop is not None and start >= stop:
+                self.done.add(key)  # nothing to read before its stop
+                continue
+            self.splits[key] = {"start": start, "stop": stop, "owner": None}
+        self.last_discovery_ms = now_ms
+        self.last_discovery_clock_ms = int(self.clock() * 1000)
+        if found:
+            log.info("discovered %d new stream(s) matching %s", len(found), self.streams)
+
+    def _matching_keys(self) -> list[str]:
+        if not is_pattern(self.streams):
+            return [self.streams] if self.client.type(self.streams) == b"stream" else []
+        keys = []
+        for raw in self.client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
+            key = _split_key(raw)
+            if key is not None:
+                keys.append(key)
+        return sorted(set(keys))
+
+    def _needs_infos(self) -> bool:
+        return self.start_kind == "latest" or self.stop.get("kind") == "latest"
+
+    def _stream_infos(self, keys: list[str]) -> dict[str, int]:
+        """Each stream's last generated id, as a position."""
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.xinfo_stream(key)
+        last = {}
+        for key, info in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+            if not isinstance(info, Exception):
+                last[key] = encode_id(info["last-generated-id"])
+        return last
+
+    def _start_for(self, key: str, last_generated: int | None) -> int:
+        if self.start_kind == "earliest":
+            return 0
+        if self.start_kind == "latest":
+            return last_generated or 0
+        return self.start_at
+
+    def _stop_for(self, key: str, last_generated: int | None) -> int | None:
+        kind = self.stop.get("kind")
+        if kind == "time":
+            return last_position_of_ms(self.stop["time_ms"])
+        if kind == "position":
+            return encode_id(self.stop["at"], last_seq=True)
+        if kind == "latest":
+            if last_generated is not None:
+                return last_generated
+            return last_position_before_ms(self.first_discovery_ms)
+        return None
+
+    # Assignment
+
+    def _rebalance(self) -> None:
+        """Spreads the splits over the live readers: new and returned splits go to the
+        least-loaded ones, and a reader that joined takes its share from the others.
+        Splits of a reader that is gone wait until the runtime gives them back."""
+        live = sorted(self.context.registered_readers())
+        if not live:
+            return
+        movable = {k: s["owner"] for k, s in self.splits.items() if s["owner"] is None or s["owner"] in live}
+        moves = balance(movable, live)
+        if not moves:
+            return
+        splits = {k: self._new_split(k) for k in moves if movable[k] is None}
+        held = [k for k in moves if movable[k] is not None]
+        if held:
+            revoked = {s.split_id: s for s in self.context.revoke_splits(held)}
+            for key in held:
+                if key in revoked:
+                    splits[key] = revoked[key]
+                else:  # no reader holds it: it is finished
+                    del self.splits[key]
+                    self.done.add(key)
+        assignment: dict[int, list[StreamSplit]] = {}
+        for key, split in splits.items():
+            self.splits[key]["owner"] = moves[key]
+            assignment.setdefault(moves[key], []).append(split)
+        if assignment:
+            self.context.assign_splits(assignment)
+
+    def _new_split(self, key: str) -> StreamSplit:
+        """The split of ``key`` from its start (a split read before resumes from its
+        checkpoint, which the runtime keeps)."""
+        split = self.splits[key]
+        return StreamSplit(key, split["start"], split["stop"])
+
+
+def _split_key(raw: bytes) -> str | None:
+    """A stream key as a split id; None (with a warning) for keys a split id cannot be."""
+    try:
+        key = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        log.warning("stream key %r is not UTF-8: it is not read", raw)
+        return None
+    if "\x00" in key or len(key) > MAX_KEY_CHARS:
+        log.warning(
+            "stream key %r is longer than %d characters or holds a NUL: not read", raw[:80], MAX_KEY_CHARS
+        )
+        return None
+    return key

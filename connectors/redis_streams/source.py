@@ -1,0 +1,212 @@
+"""The redis_streams source: a topic made of the Redis streams whose keys match a glob."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import redis
+
+from connectors.redis_streams.config import (
+    DEFAULT_DISCOVERY_INTERVAL_MS,
+    is_pattern,
+    resolve_url,
+)
+from connectors.redis_streams.connection import (
+    connect,
+    connection_reason,
+    mask_url,
+    server_major_version,
+    shared_client,
+)
+from connectors.redis_streams.entries import (
+    FieldsDecoder,
+    RecordFieldDecoder,
+    field_columns,
+    field_names,
+)
+from connectors.redis_streams.enumerator import SCAN_COUNT, StreamEnumerator
+from connectors.redis_streams.reader import METADATA_FIELDS, StreamSplitReader
+from connectors.redis_streams.split import StreamSplit, StreamSplitSerializer
+from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.errors import ConfigError
+from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
+from source_support.reader_base import SourceReaderBase
+from source_support.registry import BuildContext
+
+#: Entries sampled to infer a schema, and streams looked at for them.
+SAMPLE_ENTRIES = 1000
+SAMPLE_STREAMS = 20
+DEFAULT_GROUP = "adf"
+METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
+
+
+class RedisStreamsSource(Source[StreamSplit]):
+    def __init__(
+        self,
+        *,
+        url: str,
+        streams: str,
+        start: str,
+        discovery_interval_ms: int,
+        metadata: bool,
+        fmt: FieldsFormat | RecordFormat,
+        schema: pa.Schema | None,
+        batch_size: int,
+        group: str,
+        stop: dict[str, Any],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.url = url
+        self.streams = streams
+        self.start = start
+        self.discovery_interval_ms = discovery_interval_ms
+        self.metadata = metadata
+        self.fmt = fmt
+        #: The run's schema (the format's, plus the metadata columns where asked).
+        self.schema = schema
+        self.batch_size = batch_size
+        self.group = group
+        self.stop = stop
+        #: What the enumerator's discovery interval is measured with (a test moves it).
+        self.clock = clock
+
+    @classmethod
+    def from_config(
+        cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext
+    ) -> RedisStreamsSource:
+        metadata = config.get("metadata", False)
+        schema = context.schema
+        if schema is not None and metadata:  # the run's schema: the format's columns are the others
+            schema_of_format = pa.schema([f for f in schema if f.name not in METADATA_NAMES])
+            record_format = fmt.build(schema_of_format, entries=True)
+        else:
+            record_format = fmt.build(schema, entries=True)
+        if schema is None and record_format.schema is not None and metadata:
+            clash = [n for n in record_format.schema.names if n in METADATA_NAMES]
+            if clash:
+                raise ConfigError(
+                    "format.schema", f"column {clash[0]} is a metadata column (source.metadata)"
+                )
+            schema = with_metadata(record_format.schema)
+        return cls(
+            url=resolve_url(config, context.env),
+            streams=config["streams"],
+            start=config.get("start", "earliest"),
+            discovery_interval_ms=config.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS),
+            metadata=metadata,
+            fmt=record_format,
+            schema=schema if schema is not None else record_format.schema,
+            batch_size=context.batch_size,
+            group=context.flow_name or DEFAULT_GROUP,
+            stop=dict(context.stop or {}),
+        )
+
+    @property
+    def boundedness(self) -> Boundedness:
+        if self.stop.get("kind") in ("latest", "time", "position"):
+            return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED
+
+    @property
+    def split_serializer(self) -> StreamSplitSerializer:
+        return StreamSplitSerializer()
+
+    def create_enumerator(self, context: SplitEnumeratorContext[StreamSplit]) -> StreamEnumerator:
+        return self.restore_enumerator(context, None)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[StreamSplit], state: dict[str, Any] | None
+    ) -> StreamEnumerator:
+        return StreamEnumerator(
+            context,
+            client=shared_client(self.url),
+            streams=self.streams,
+            start=self.start,
+            discovery_interval_ms=self.discovery_interval_ms,
+            stop=self.stop,
+            state=state,
+            clock=self.clock,
+        )
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[StreamSplit]:
+        if self.fmt.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        split_reader = StreamSplitReader(
+            connect(self.url),
+            self.decoder(),
+            group=self.group,
+            metadata=self.metadata,
+            output_schema=self.schema,
+            first_bad_record_only=lambda: context.bad_record_fails_split,
+        )
+        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
+
+    def decoder(self) -> FieldsDecoder | RecordFieldDecoder:
+        if isinstance(self.fmt, FieldsFormat):
+            return FieldsDecoder(self.fmt)
+        return RecordFieldDecoder(self.fmt)
+
+    def check_input(self) -> None:
+        """Refuses to start a run whose Redis cannot be reached (or is older than 6, which
+        cannot list streams by type)."""
+        client = shared_client(self.url)
+        try:
+            client.ping()
+            major = server_major_version(client)
+        except redis.RedisError as exc:
+            reason = connection_reason(exc).replace(self.url, mask_url(self.url))
+            raise ConfigError("source.url", f"cannot connect to {mask_url(self.url)}: {reason}") from None
+        if major < 6:
+            raise ConfigError(
+                "source.url", f"{mask_url(self.url)} runs Redis {major}; streams need Redis 6 or later"
+            )
+
+    def infer_schema(self) -> pa.Schema | None:
+        """The schema of up to ``SAMPLE_ENTRIES`` entries of the matching streams; None if
+        none has entries."""
+        entries = self._sample()
+        if not entries:
+            return None
+        if isinstance(self.fmt, FieldsFormat):
+            names = field_names(entries)
+            inferred = self.fmt.infer_schema(field_columns(entries, names))
+        else:
+            values = RecordFieldDecoder(self.fmt).values(entries).to_pylist()
+            sample = b"\n".join(v for v in values if v and v.strip()) + b"\n"
+            inferred = self.fmt.infer_schema(sample)
+        return with_metadata(inferred) if self.metadata else inferred
+
+    def _sample(self) -> list:
+        client = shared_client(self.url)
+        if is_pattern(self.streams):
+            keys = []
+            for key in client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
+                keys.append(key)
+                if len(keys) >= SAMPLE_STREAMS:
+                    break
+        else:
+            keys = [self.streams]
+        entries: list = []
+        for key in sorted(keys):
+            if len(entries) >= SAMPLE_ENTRIES:
+                break
+            reply = client.execute_command(
+                "XREAD", "COUNT", SAMPLE_ENTRIES - len(entries), "STREAMS", key, "0-0"
+            )
+            for _, read in reply or []:
+                entries.extend(read)
+        return entries
+
+
+def with_metadata(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the metadata columns ``_stream`` and ``_id`` after its own."""
+    return pa.schema([*[f for f in schema if f.name not in METADATA_NAMES], *METADATA_FIELDS])
+
+
+def output_schema(config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+    """The schema a run of this source lands: the format's, plus ``_stream`` and ``_id``
+    when ``metadata`` is set (what the run's schema and the transform's columns must be)."""
+    return with_metadata(schema) if config.get("metadata") else schema

@@ -1,0 +1,80 @@
+"""A real Redis (``REDIS_URL``), keys under a prefix of each test's own, removed after it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+
+from connectors.redis_streams.config import validate_redis_streams_source
+from connectors.redis_streams.source import RedisStreamsSource
+from source_support.api import SourceEvent, SourceReaderContext
+from source_support.formats import validate_format
+from source_support.registry import BuildContext, Environment
+
+FIELDS_SCHEMA = "id BIGINT, customer STRING, amount DOUBLE"
+
+
+def redis_url() -> str:
+    return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/12"
+
+
+@pytest.fixture()
+def rds() -> redis.Redis:
+    client = redis.Redis.from_url(redis_url())
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def prefix(rds) -> str:
+    """A key prefix no other test uses; every key under it is deleted after the test."""
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    for pattern in (f"{prefix}*", f"adf:sink:staging:{prefix}*", f"adf:sink:marker:*{prefix}*"):
+        keys = list(rds.scan_iter(match=pattern, count=1000))
+        if keys:
+            rds.delete(*keys)
+
+
+@pytest.fixture()
+def env(tmp_path) -> Environment:
+    return Environment(allowed_roots=(tmp_path,), base_dir=Path(tmp_path), redis_url=redis_url())
+
+
+class ReaderContext(SourceReaderContext):
+    def __init__(self, *, fails_split: bool = False) -> None:
+        self.bad_record_fails_split = fails_split
+        self.requests = 0
+        self.events: list[SourceEvent] = []
+
+    @property
+    def subtask(self) -> int:
+        return 0
+
+    def send_split_request(self) -> None:
+        self.requests += 1
+
+    def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
+        self.events.append(event)
+
+
+def build_source(
+    env: Environment,
+    source: dict,
+    fmt: dict | None = None,
+    *,
+    stop: dict | None = None,
+    schema=None,
+    flow_name: str = "",
+    batch_size: int = 1000,
+) -> RedisStreamsSource:
+    config = validate_redis_streams_source(dict(source), env)
+    spec = validate_format(fmt or {"type": "fields", "schema": FIELDS_SCHEMA})
+    context = BuildContext(
+        env=env, batch_size=batch_size, schema=schema, flow_name=flow_name, stop=stop or {}
+    )
+    return RedisStreamsSource.from_config(config, spec, context)
