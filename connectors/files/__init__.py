@@ -1,4 +1,5 @@
-"""Files in a directory or matching a glob: a bounded source, and Parquet/CSV/JSON sinks."""
+"""Files in a directory or matching a glob: a source (bounded, or watched for new files),
+and Parquet/CSV/JSON sinks."""
 
 from connectors.files.config import validate_files_source
 from connectors.files.sink import FILE_SINKS
@@ -10,7 +11,9 @@ register_source(
         type="files",
         validate=validate_files_source,
         build=FileSource.from_config,
-        description="Files in a directory or matching a glob (CSV, JSON lines; gzip too).",
+        description="Files in a directory or matching a glob (CSV, JSON lines; gzip too); "
+        "with watch = true, new files too, as they come.",
+        unbounded=lambda config: bool(config.get("watch")),
     )
 )
 for sink in FILE_SINKS:

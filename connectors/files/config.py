@@ -3,13 +3,50 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from source_support.errors import ConfigError
 from source_support.registry import Environment, check_fields, glob_static_prefix
 
-FIELDS = {"path": str, "split_size_mb": (int, float), "allow_empty": bool}
+FIELDS = {
+    "path": str,
+    "split_size_mb": (int, float),
+    "allow_empty": bool,
+    "watch": bool,
+    "discovery_interval_ms": int,
+    "settle_ms": int,
+    "max_file_age_ms": int,
+}
 DEFAULT_SPLIT_SIZE_MB = 64
+DAY_MS = 24 * 3600 * 1000
+#: The fields of ``watch = true``: (default, least, most).
+WATCH_FIELDS = {
+    # How often the directory is listed for new files.
+    "discovery_interval_ms": (10_000, 100, DAY_MS),
+    # How long a file's mtime must stand still before the file is taken: a file still
+    # being written keeps moving it. 0 suits writers that rename finished files into place.
+    "settle_ms": (1_000, 0, 3600 * 1000),
+    # How much older than the newest file taken a file may be and still be taken when it
+    # appears (Spark's maxFileAge); the state remembers the paths of this window only.
+    "max_file_age_ms": (3600 * 1000, 0, 30 * DAY_MS),
+}
+
+
+@dataclass(frozen=True)
+class WatchOptions:
+    """How a watched files source (``watch = true``) looks for new files."""
+
+    discovery_interval_ms: int = WATCH_FIELDS["discovery_interval_ms"][0]
+    settle_ms: int = WATCH_FIELDS["settle_ms"][0]
+    max_file_age_ms: int = WATCH_FIELDS["max_file_age_ms"][0]
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> WatchOptions | None:
+        """The options of a validated config; None without ``watch``."""
+        if not config.get("watch"):
+            return None
+        return cls(**{name: config[name] for name in WATCH_FIELDS if name in config})
 
 
 def validate_files_source(config: dict[str, Any], env: Environment) -> dict[str, Any]:
@@ -24,4 +61,15 @@ def validate_files_source(config: dict[str, Any], env: Environment) -> dict[str,
     split_size = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
     if split_size <= 0:
         raise ConfigError("source.split_size_mb", "must be greater than 0")
+    _check_watch_fields(config)
     return {**config, "path": pattern}
+
+
+def _check_watch_fields(config: dict[str, Any]) -> None:
+    for name, (_, least, most) in WATCH_FIELDS.items():
+        if name not in config:
+            continue
+        if not config.get("watch"):
+            raise ConfigError(f"source.{name}", "applies only to a watched source (watch = true)")
+        if not least <= config[name] <= most:
+            raise ConfigError(f"source.{name}", f"must be between {least} and {most}")

@@ -1,17 +1,19 @@
-"""Discovers the files of a bounded source once and hands out their splits on request."""
+"""Discovers files and hands out their splits on request: once (a bounded source), or
+again and again (``watch = true``)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from connectors.files.config import WatchOptions
 from connectors.files.split import WHOLE_FILE, FileSplit, discovered_split
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
-from source_support.registry import Environment
+from source_support.registry import Environment, glob_static_prefix
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip")
 
@@ -78,22 +80,221 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         return self.pending
 
     def _discover(self) -> list[FileSplit]:
-        """The splits of every file found, each remembering the file as it is now (size,
-        mtime, inode): readers read only up to this size and fail a split whose file changed."""
+        """The splits of every file found (``file_splits``)."""
         splits: list[FileSplit] = []
         for path, info in files_with_stats(self.pattern, self.env):
             self.files_found += 1
-            size = info.st_size
-            if size == 0:
-                continue
-            if path.endswith(COMPRESSED_SUFFIXES):
-                splits.append(discovered_split(path, 0, WHOLE_FILE, info, compressed=True))
-            elif not self.splittable or size <= self.split_size:
-                splits.append(discovered_split(path, 0, size, info))
-            else:
-                for start in range(0, size, self.split_size):
-                    splits.append(discovered_split(path, start, min(start + self.split_size, size), info))
+            splits += file_splits(path, info, split_size=self.split_size, splittable=self.splittable)
         return splits
+
+
+#: Discovery waits while this many splits wait for readers (Iceberg pauses its discovery
+#: so): a run that lags does not pile up splits; what was not listed is found later.
+MAX_PENDING_SPLITS = 10_000
+
+
+class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
+    """Flink's ``ContinuousFileSplitEnumerator`` (``watch = true``): lists the files again
+    every discovery interval and queues the splits of the new ones; a reader that asks
+    when the queue is empty waits in the state and gets the next split found, unasked.
+
+    A file is taken once, when it has settled: its mtime is at least ``settle_ms`` old
+    (a file being written keeps moving it; a hidden file renamed into place is taken as
+    soon as its mtime is that old). The state stays small however large the directory,
+    as Spark's ``FileStreamSource`` keeps it: the newest mtime taken (the mark) and the
+    paths taken whose mtime lies within ``max_file_age_ms`` below it. A file that
+    appears with an mtime older than that window is not taken (Spark's ``maxFileAge``).
+    A path is read at most once in a run (a split is named by its path): files are
+    expected to stay as they are once complete, and a file changed after it was taken
+    is not read again (while it is being read, its split fails, as without ``watch``).
+
+    Never says there are no more splits, unless a ``[stop]`` rule ends it: ``time`` takes
+    no file modified after the time, and is exhausted once the clock has passed the time
+    (plus ``settle_ms``), a last discovery has run and its splits are out; ``latest``
+    takes only the files there at the first discovery (those still settling, once they
+    have). ``records`` is the framework's.
+    """
+
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[FileSplit],
+        *,
+        pattern: str,
+        split_size: int,
+        splittable: bool,
+        env: Environment,
+        options: WatchOptions,
+        stop: Mapping[str, Any],
+        clock: Callable[[], float],
+        state: dict[str, Any] | None,
+    ) -> None:
+        self.context, self.pattern, self.env = context, pattern, env
+        self.split_size, self.splittable = split_size, splittable
+        self.options, self.stop, self.clock = options, stop, clock
+        #: Paths are remembered relative to the part of the pattern before its wildcards.
+        self.base = glob_static_prefix(pattern) if glob.has_magic(pattern) else pattern
+        state = state or {}
+        self.discovered: bool = state.get("discovered", False)
+        self.files_found: int = state.get("files_found", 0)
+        self.pending: int = state.get("pending", 0)
+        self.next_discovery_ms: int = state.get("next_discovery_ms", 0)
+        self.mark_ns: int | None = state.get("mark_ns")
+        self.seen: dict[str, int] = dict(state.get("seen", {}))
+        self.awaiting: list[int] = list(state.get("awaiting", []))
+        #: ``latest``: files there at the first discovery that had not settled yet.
+        self.unsettled: list[str] = list(state.get("unsettled", []))
+        #: A stop rule took its last files: nothing new will be discovered.
+        self.closed: bool = state.get("closed", False)
+
+    def start(self) -> None:
+        """Discovers when the interval is up (or a stop time's last discovery is due)."""
+        now_ms = int(self.clock() * 1000)
+        due = not self.discovered or now_ms >= self.next_discovery_ms or self._stop_time_due(now_ms)
+        if due and (not self.closed or self.unsettled) and self.pending < MAX_PENDING_SPLITS:
+            self._discover(now_ms)
+        self._serve_awaiting()
+
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
+        given = self._assign(subtask)
+        if not given and not self.is_exhausted():
+            if subtask not in self.awaiting:
+                self.awaiting.append(subtask)
+            return
+        if subtask in self.awaiting:
+            self.awaiting.remove(subtask)
+        if not given:
+            self.context.signal_no_more_splits(subtask)
+
+    def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
+        self.context.backlog().prepend(splits)
+        self.pending += len(splits)
+        self._serve_awaiting()
+
+    def add_reader(self, subtask: int) -> None:
+        """Readers ask for splits themselves; nothing is pushed on registration."""
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {
+            "discovered": self.discovered,
+            "files_found": self.files_found,
+            "pending": self.pending,
+            "next_discovery_ms": self.next_discovery_ms,
+            "mark_ns": self.mark_ns,
+            "seen": self.seen,
+            "awaiting": self.awaiting,
+            "unsettled": self.unsettled,
+            "closed": self.closed,
+        }
+
+    def is_exhausted(self) -> bool:
+        return self.closed and not self.unsettled and not self.pending
+
+    def pending_count(self) -> int:
+        return self.pending
+
+    def _assign(self, subtask: int) -> bool:
+        """Gives ``subtask`` its share of the queue; False if the queue is empty."""
+        if not self.pending:
+            return False
+        count = splits_per_request(self.pending, self.context.current_parallelism)
+        given = self.context.backlog().take(count)
+        self.pending = self.pending - len(given) if given else 0  # 0: the backlog ran dry first
+        if given:
+            self.context.assign_splits({subtask: given})
+        return bool(given)
+
+    def _serve_awaiting(self) -> None:
+        """Hands queued splits to the readers that asked and still wait, in the order they
+        asked; tells them there are no more once a stop rule is reached. A reader that has
+        gone is forgotten (it asks again when it comes back)."""
+        if not self.awaiting:
+            return
+        registered = self.context.registered_readers()
+        waiting = []
+        for subtask in self.awaiting:
+            if subtask not in registered:
+                continue
+            if self._assign(subtask):
+                continue
+            if self.is_exhausted():
+                self.context.signal_no_more_splits(subtask)
+            else:
+                waiting.append(subtask)
+        self.awaiting = waiting
+
+    def _stop_time_due(self, now_ms: int) -> bool:
+        """Whether the last discovery of a ``time`` stop is due: every file modified up to
+        the time has settled by now."""
+        return self.stop.get("kind") == "time" and now_ms >= self.stop["time_ms"] + self.options.settle_ms
+
+    def _discover(self, now_ms: int) -> None:
+        """Queues the splits of the files that are new and settled, oldest first."""
+        settled_ns = (now_ms - self.options.settle_ms) * 1_000_000
+        latest = self.stop.get("kind") == "latest"
+        until_ns = self.stop["time_ms"] * 1_000_000 if self.stop.get("kind") == "time" else None
+        only = set(self.unsettled) if latest and self.discovered else None
+        taken, unsettled = [], []
+        for path, info in files_with_stats(self.pattern, self.env):
+            name, mtime_ns = self._name(path), info.st_mtime_ns
+            if (only is not None and name not in only) or (until_ns is not None and mtime_ns > until_ns):
+                continue
+            if not self._is_new(name, mtime_ns):
+                continue
+            if mtime_ns > settled_ns:
+                unsettled.append(name)
+                continue
+            taken.append((mtime_ns, path, name, info))
+        taken.sort(key=lambda item: item[:2])
+        splits = [
+            split
+            for _, path, _, info in taken
+            for split in file_splits(path, info, split_size=self.split_size, splittable=self.splittable)
+        ]
+        self.context.backlog().append(splits)
+        self.pending += len(splits)
+        self.files_found += len(taken)
+        self._remember([(name, mtime_ns) for mtime_ns, _, name, _ in taken])
+        self.discovered, self.next_discovery_ms = True, now_ms + self.options.discovery_interval_ms
+        if latest:
+            self.unsettled, self.closed = unsettled, True
+        elif self._stop_time_due(now_ms):
+            self.closed = True
+
+    def _name(self, path: str) -> str:
+        """How the state names a file: its path below the pattern's fixed part."""
+        prefix = self.base.rstrip("/") + "/"
+        return path[len(prefix) :] if path.startswith(prefix) else path
+
+    def _is_new(self, name: str, mtime_ns: int) -> bool:
+        if self.mark_ns is None:
+            return True
+        return name not in self.seen and mtime_ns >= self.mark_ns - self.options.max_file_age_ms * 1_000_000
+
+    def _remember(self, taken: list[tuple[str, int]]) -> None:
+        """Adds the files taken, moves the mark, and forgets paths that fell out of the window."""
+        if not taken:
+            return
+        self.seen.update(taken)
+        self.mark_ns = max([self.mark_ns or 0] + [mtime_ns for _, mtime_ns in taken])
+        oldest = self.mark_ns - self.options.max_file_age_ms * 1_000_000
+        self.seen = {name: mtime_ns for name, mtime_ns in self.seen.items() if mtime_ns >= oldest}
+
+
+def file_splits(path: str, info: os.stat_result, *, split_size: int, splittable: bool) -> list[FileSplit]:
+    """The splits of a file, each remembering the file as it is now (size, mtime, inode):
+    readers read only up to this size and fail a split whose file changed. An empty file
+    has none; a gzip file is one; a larger file is cut into ranges of ``split_size``."""
+    size = info.st_size
+    if size == 0:
+        return []
+    if path.endswith(COMPRESSED_SUFFIXES):
+        return [discovered_split(path, 0, WHOLE_FILE, info, compressed=True)]
+    if not splittable or size <= split_size:
+        return [discovered_split(path, 0, size, info)]
+    return [
+        discovered_split(path, start, min(start + split_size, size), info)
+        for start in range(0, size, split_size)
+    ]
 
 
 def list_files(pattern: str, env: Environment) -> list[str]:

@@ -1,15 +1,18 @@
-"""The files source: a bounded ``Source`` over the files that match a glob."""
+"""The files source over the files that match a glob: bounded, or unbounded with ``watch``."""
 
 from __future__ import annotations
 
 import gzip
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from connectors.files.config import DEFAULT_SPLIT_SIZE_MB
+from connectors.files.config import DEFAULT_SPLIT_SIZE_MB, WatchOptions
 from connectors.files.enumerator import (
     COMPRESSED_SUFFIXES,
+    ContinuousFileEnumerator,
     StaticFileEnumerator,
     list_files,
 )
@@ -41,16 +44,35 @@ class FileSource(Source[FileSplit]):
         split_size: int,
         env: Environment,
         batch_size: int,
+        watch: WatchOptions | None = None,
+        stop: Mapping[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.pattern = pattern
         self.fmt = fmt
         self.split_size = split_size
         self.env = env
         self.batch_size = batch_size
-        #: A pattern that matches no file gives an empty result instead of failing the run.
+        #: How a watched source looks for new files; None: the files there at the start.
+        self.watch = watch
+        #: The ``[stop]`` rule (``BuildContext.stop``) that ends a watched source.
+        self.stop = stop or {}
+        #: "Now" for a watched source's discovery interval, settle time and stop time.
+        self.clock = clock
 
     @classmethod
-    def from_config(cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> FileSource:
+    def from_config(
+        cls,
+        config: dict[str, Any],
+        fmt: FormatSpec,
+        context: BuildContext,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> FileSource:
+        if context.stop.get("kind") == "position":
+            raise ConfigError(
+                "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
+            )
         split_mb = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
         return cls(
             pattern=config["path"],
@@ -58,22 +80,39 @@ class FileSource(Source[FileSplit]):
             split_size=max(1, int(split_mb * (1 << 20))),
             env=context.env,
             batch_size=context.batch_size,
+            watch=WatchOptions.from_config(config),
+            stop=context.stop,
+            clock=clock,
         )
 
     @property
     def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
+        return Boundedness.BOUNDED if self.watch is None else Boundedness.CONTINUOUS_UNBOUNDED
 
     @property
     def split_serializer(self) -> FileSplitSerializer:
         return FileSplitSerializer()
 
-    def create_enumerator(self, context: SplitEnumeratorContext[FileSplit]) -> StaticFileEnumerator:
+    def create_enumerator(
+        self, context: SplitEnumeratorContext[FileSplit]
+    ) -> StaticFileEnumerator | ContinuousFileEnumerator:
         return self.restore_enumerator(context, None)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[FileSplit], state: dict[str, Any] | None
-    ) -> StaticFileEnumerator:
+    ) -> StaticFileEnumerator | ContinuousFileEnumerator:
+        if self.watch is not None:
+            return ContinuousFileEnumerator(
+                context,
+                pattern=self.pattern,
+                split_size=self.split_size,
+                splittable=not self.fmt.multiline,
+                env=self.env,
+                options=self.watch,
+                stop=self.stop,
+                clock=self.clock,
+                state=state,
+            )
         return StaticFileEnumerator(
             context,
             pattern=self.pattern,

@@ -54,7 +54,8 @@ class FilesContext(ExternalContext):
         if self.watch:
             table |= {"watch": True, "discovery_interval_ms": 1000}
         context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
-        return FileSource.from_config(validate_files_source(table, self.env), FORMAT, context)
+        config = validate_files_source(table, self.env)
+        return FileSource.from_config(config, FORMAT, context, clock=options.clock)
 
     def expected(self) -> list[Record]:
         return list(self.written)
@@ -64,3 +65,11 @@ class TestFilesConformance(SourceConformanceSuite):
     @pytest.fixture()
     def external_context(self, tmp_path):
         return FilesContext(tmp_path)
+
+
+class TestWatchedFilesConformance(SourceConformanceSuite):
+    """``watch = true``: an unbounded source, which also reads files written while it runs."""
+
+    @pytest.fixture()
+    def external_context(self, tmp_path):
+        return FilesContext(tmp_path, watch=True)
