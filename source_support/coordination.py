@@ -452,6 +452,8 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         return self._backlog
 
     def signal_no_more_splits(self, subtask: int) -> None:
+        if subtask not in self.live:
+            return  # gone: a reader that registers again asks again
         self.coordinator.signal_no_more_splits(subtask, self.live[subtask])
         self.coordinator.notify_assigned(subtask, [])
 

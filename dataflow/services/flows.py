@@ -21,7 +21,7 @@ from dataflow.models import (
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
-from source_support.registry import BuildContext, build_source
+from source_support.registry import BuildContext, build_source, source_is_unbounded
 from source_support.schema import parse_ddl, to_ddl
 
 log = logging.getLogger(__name__)
@@ -215,6 +215,12 @@ def _resolve_schema(values: dict[str, Any]) -> str:
         except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
             raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
         if schema is None:
+            if source_is_unbounded(values["source_type"], values["source_config"]):
+                raise ConfigError(
+                    "format.schema",
+                    "is required: the source holds nothing yet to infer it from (a stream "
+                    "or a watched directory fills later)",
+                )
             return ""
         source = source_with(schema)
     source.check_input()

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.stream_query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
@@ -99,6 +100,8 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     if "schema" in fmt.options:
         columns = parse_ddl(fmt.options["schema"]).names
         transform_columns_check(query, columns, sink_config.get("partition_by") or [])
+    if source_is_unbounded(source_type, source_config):
+        stream_query_check(sql, has_stop_rule=bool(stop_rule), schema_ddl=fmt.options.get("schema"))
     return {
         **flow,
         "source_type": source_type,
@@ -177,7 +180,11 @@ def _validate_stop(table: dict[str, Any], *, unbounded: bool) -> dict[str, Any]:
         return {}
     check_fields("stop", table, STOP_FIELDS)
     if not unbounded:
-        raise ConfigError("stop", "the source is bounded: it ends by itself, a stop rule is for streams")
+        raise ConfigError(
+            "stop",
+            "the source is bounded: it ends by itself; a stop rule is for streams "
+            "and for files with watch = true",
+        )
     if len(table) != 1:
         raise ConfigError("stop", "give one rule: at (latest, a time or an entry id) or after_records")
     if "after_records" in table:
