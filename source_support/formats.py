@@ -841,6 +841,8 @@ class FormatSpec:
         schema = schema or (parse_ddl(ddl) if ddl else None)
         if self.type == "fields":
             return FieldsFormat(schema)
+        if entries and self.type == "csv":
+            opts["header"] = False  # an entry holds one record, never a header
         fmt = CsvFormat(schema=schema, **opts) if self.type == "csv" else JsonLinesFormat(schema)
         fmt.record_field = record_field
         return fmt
@@ -850,6 +852,8 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
     """Refuses a format that does not fit what the source delivers: ``fields`` and the
     ``field`` option are for sources of entries (redis_streams), not of lines (files)."""
     if entries:
+        if fmt.options.get("header"):
+            raise ConfigError("format.header", "a stream entry holds one record, without a header: remove it")
         return
     if fmt.type == "fields":
         raise ConfigError(

@@ -83,8 +83,11 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
 
     def add_splits_back(self, splits: Sequence[StreamSplit], subtask: int) -> None:
         for split in splits:
-            if split.split_id in self.splits:
-                self.splits[split.split_id]["owner"] = None
+            self.done.discard(split.split_id)  # held after all: it was not finished
+            known = self.splits.setdefault(
+                split.split_id, {"start": split.position, "stop": split.stop_position, "owner": None}
+            )
+            known["owner"] = None
         self._rebalance()
 
     def add_reader(self, subtask: int) -> None:

@@ -252,3 +252,17 @@ def test_a_due_discovery_waits_its_interval(rds, prefix, env):
     enumerator = tick(source, context, enumerator)
 
     assert enumerator.last_discovery_ms > first
+
+
+def test_a_split_given_back_after_it_was_taken_for_done_is_read_again(rds, prefix, env):
+    add(rds, f"{prefix}a")
+    context = RecordingContext(parallelism=1)
+    source = build_source(env, {"streams": f"{prefix}*"})
+    enumerator = tick(source, context)
+    enumerator.splits.pop(f"{prefix}a")
+    enumerator.done.add(f"{prefix}a")
+
+    enumerator.add_splits_back([StreamSplit(f"{prefix}a", 7)], 0)
+
+    assert f"{prefix}a" not in enumerator.done
+    assert context.assigned[-1][1].split_id == f"{prefix}a"

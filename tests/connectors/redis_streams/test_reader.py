@@ -444,3 +444,20 @@ def test_a_run_starts_when_redis_answers(env):
 
 def test_entry_ids_in_descriptions():
     assert decode_position(encode_id("1700000000000-3")) == "1700000000000-3"
+
+
+def test_a_csv_schema_is_inferred_without_taking_an_entry_for_a_header(rds, prefix, env):
+    rds.xadd(f"{prefix}c", {"data": "1,a"})
+    rds.xadd(f"{prefix}c", {"data": "2,b"})
+    source = build_source(env, {"streams": f"{prefix}c"}, {"type": "csv", "field": "data"})
+
+    assert source.infer_schema() == parse_ddl("_c0 BIGINT, _c1 STRING")
+
+
+def test_a_csv_header_is_refused_for_stream_entries(env):
+    with pytest.raises(ConfigError) as caught:
+        build_source(
+            env, {"streams": "x"}, {"type": "csv", "field": "data", "header": True, "schema": "a INT"}
+        )
+
+    assert caught.value.field == "format.header"
