@@ -165,6 +165,9 @@ class SinkConnector:
     write: Callable[..., int]
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
+    #: ``append(df, config, *, epoch_key, publish, env) -> bool``: adds one epoch of an
+    #: unbounded run's streaming transform (None: the sink cannot take a stream).
+    append: Callable[..., bool] | None = None
 
 
 SOURCES: dict[str, SourceConnector] = {}

@@ -3,6 +3,9 @@
 Spark writes the whole result to a staging directory beside the target; only a complete
 write is renamed into place. A re-run after a crash writes the staging directory again
 from the same landed data, so the target never holds a partial or doubled result.
+
+A stream's sink (``append``) is never replaced: each epoch adds its files under names fixed
+by the run and the epoch (``append_epoch``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import re
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -63,36 +68,54 @@ def _file_among_parents(target: Path) -> Path | None:
     return None
 
 
+def _write_files(df, kind: str, config: dict[str, Any], staging: str) -> None:
+    """Spark writes ``df`` into the new directory ``staging`` as the sink's files."""
+    writer = df.write.mode("overwrite").option("compression", config["compression"])
+    if config.get("partition_by"):
+        writer = writer.partitionBy(*config["partition_by"])
+    if kind == "parquet":
+        writer.parquet(staging)
+    elif kind == "csv":
+        writer.option("header", config.get("header", True)).option("sep", config.get("delimiter", ",")).csv(
+            staging
+        )
+    else:
+        writer.json(staging)
+
+
+def _row_counter(kind: str, config: dict[str, Any]) -> Callable[[Path], int]:
+    return lambda staging: count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
+
+
 def _writer(kind: str):
     def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment) -> bool:
         target = Path(config["path"])
-
-        def write_to(staging: str) -> None:
-            writer = df.write.mode("overwrite").option("compression", config["compression"])
-            if config.get("partition_by"):
-                writer = writer.partitionBy(*config["partition_by"])
-            if kind == "parquet":
-                writer.parquet(staging)
-            elif kind == "csv":
-                writer.option("header", config.get("header", True)).option(
-                    "sep", config.get("delimiter", ",")
-                ).csv(staging)
-            else:
-                writer.json(staging)
-
-        def count(staging: Path) -> int:
-            return count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
-
         return commit_directory(
             target,
-            write_to,
-            count,
+            lambda staging: _write_files(df, kind, config, staging),
+            _row_counter(kind, config),
             attempt_key=attempt_key,
             publish=publish,
             check=lambda: env.check_destructive_target(target),
         )
 
     return write
+
+
+def _appender(kind: str):
+    def append(df, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment) -> bool:
+        """Adds the rows of one streaming epoch to the sink (see ``append_epoch``)."""
+        target = Path(config["path"])
+        return append_epoch(
+            target,
+            lambda staging: _write_files(df.coalesce(1), kind, config, staging),
+            _row_counter(kind, config),
+            epoch_key=epoch_key,
+            publish=publish,
+            check=lambda: env.check_destructive_target(target),
+        )
+
+    return append
 
 
 #: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
@@ -149,6 +172,91 @@ def commit_directory(
     return True
 
 
+def append_epoch(
+    target: Path,
+    write_to: Callable[[str], None],
+    count: Callable[[Path], int],
+    *,
+    epoch_key: str,
+    publish: Publish,
+    check: Callable[[], None] = lambda: None,
+) -> bool:
+    """Writes one epoch of a stream through ``write_to(staging)`` beside ``target``, then lets
+    ``publish(rows, move)`` move its files into ``target``; returns whether it was published.
+
+    The files are named by ``epoch_key`` (``<run>-<epoch>``): ``part-<epoch_key>.<ext>`` in
+    each directory written (``-1``, ``-2``... after the first), each moved by an atomic
+    rename, so a plain reader of ``target`` sees a file whole or not at all, and a retry of
+    the epoch replaces the same names instead of adding copies. An epoch without rows adds
+    no file. The directory is never replaced: a stream's sink grows.
+
+    A staging directory is removed once its epoch is published, or at once if nothing of it
+    was moved; one left beside ``target`` marks an attempt that may have moved files and
+    then died, and the next attempt of that epoch then removes the files of the epoch it
+    does not write again (from the earlier attempt of a query whose output changed).
+    ``check()`` runs before each step that changes ``target``.
+    """
+    if target.exists() and not target.is_dir():
+        raise NotADirectoryError(f"the sink path {target} is a file, not a directory")
+    check()
+    target.mkdir(parents=True, exist_ok=True)
+    prefix = f".{target.name}.epoch-{epoch_key}-"
+    staging = target.with_name(f"{prefix}{uuid.uuid4().hex[:12]}")
+    moved: list[Path] = []
+    published = False
+    try:
+        write_to(str(staging))
+        rows = count(staging)
+        files = _epoch_files(staging, epoch_key) if rows else []
+        retried = any(p != staging for p in target.parent.glob(f"{glob.escape(prefix)}*"))
+
+        def move() -> None:
+            check()
+            for source, relative in files:
+                destination = target / relative
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, destination)
+                moved.append(destination)
+            if retried:
+                _remove_epoch_files(target, epoch_key, keep=set(moved))
+
+        published = publish(rows, move)
+    finally:
+        if published or not moved:
+            shutil.rmtree(staging, ignore_errors=True)
+    if published:
+        for debris in target.parent.glob(f"{glob.escape(prefix)}*"):
+            shutil.rmtree(debris, ignore_errors=True)
+    return published
+
+
+#: What follows Spark's task and file counter in a written file's name: ``.snappy.parquet``.
+_SPARK_FILE_SUFFIX = re.compile(r"c\d{3}(\..+)$")
+
+
+def _epoch_files(staging: Path, epoch_key: str) -> list[tuple[Path, Path]]:
+    """(staged file, its name in the sink relative to it) for each data file Spark wrote."""
+    by_dir: dict[Path, list[Path]] = {}
+    for path in sorted(staging.rglob("*")):
+        if path.is_file() and not path.name.startswith((".", "_")):
+            by_dir.setdefault(path.parent, []).append(path)
+    out = []
+    for directory, paths in by_dir.items():
+        for index, path in enumerate(paths):
+            match = _SPARK_FILE_SUFFIX.search(path.name)
+            suffix = match.group(1) if match else "".join(path.suffixes)
+            name = f"part-{epoch_key}{f'-{index}' if index else ''}{suffix}"
+            out.append((path, directory.relative_to(staging) / name))
+    return out
+
+
+def _remove_epoch_files(target: Path, epoch_key: str, *, keep: set[Path]) -> None:
+    named = re.compile(rf"part-{re.escape(epoch_key)}(-\d+)?\.")
+    for path in target.rglob(f"part-{glob.escape(epoch_key)}*"):
+        if path not in keep and named.match(path.name) and path.is_file():
+            path.unlink()
+
+
 def count_rows(target: Path, kind: str, *, header: bool = False) -> int:
     """Rows in a written directory, from Parquet footers or by counting lines."""
     total = 0
@@ -166,7 +274,9 @@ def count_rows(target: Path, kind: str, *, header: bool = False) -> int:
 
 
 FILE_SINKS = [
-    SinkConnector(type=kind, validate=_validator(kind), write=_writer(kind), description=desc)
+    SinkConnector(
+        type=kind, validate=_validator(kind), write=_writer(kind), append=_appender(kind), description=desc
+    )
     for kind, desc in (
         ("parquet", "A directory of Parquet files."),
         ("csv", "A directory of CSV files."),

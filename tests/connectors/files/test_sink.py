@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from connectors.files.sink import FILE_SINKS, commit_directory, count_rows
+from connectors.files.sink import FILE_SINKS, append_epoch, commit_directory, count_rows
 from source_support.errors import ConfigError
 from source_support.registry import Environment
 
@@ -340,3 +340,127 @@ def test_a_sink_below_a_file_is_refused_at_validation(out, env):
         VALIDATORS["parquet"]({"path": str(out / "afile" / "deeper" / "sink")}, env)
 
     assert refused.value.field == "sink.path"
+
+
+# append_epoch: one epoch of a stream added to a sink that is never replaced
+
+
+SPARK_PART = "part-00000-0b7e5a9c-c000.snappy.parquet"  # as Spark names a written file
+
+
+def append(target: Path, write_to, epoch_key: str, publish=swap_and_publish, count=count_files) -> bool:
+    return append_epoch(target, write_to, count, epoch_key=epoch_key, publish=publish)
+
+
+def test_an_epoch_adds_its_files_named_by_run_and_epoch_and_keeps_the_others(out):
+    target = out / "result"
+    target.mkdir()
+    (target / "part-earlier.snappy.parquet").write_bytes(b"earlier")
+
+    published = append(target, write_parts({SPARK_PART: b"rows", "_SUCCESS": b""}), "r1-00000007")
+
+    assert published is True
+    assert tree(target) == {
+        "part-earlier.snappy.parquet": b"earlier",
+        "part-r1-00000007.snappy.parquet": b"rows",
+    }
+    assert sorted(p.name for p in out.iterdir()) == ["result"]  # no staging left beside it
+
+
+def test_an_epoch_keeps_partition_directories_and_numbers_extra_files(out):
+    target = out / "result"
+    parts = {
+        "day=1/part-00000-aa-c000.csv.gz": b"a",
+        "day=1/part-00000-aa-c001.csv.gz": b"b",
+        "day=2/part-00000-aa.c000.csv.gz": b"c",
+    }
+
+    append(target, write_parts(parts), "r1-00000002")
+
+    assert tree(target) == {
+        "day=1/part-r1-00000002.csv.gz": b"a",
+        "day=1/part-r1-00000002-1.csv.gz": b"b",
+        "day=2/part-r1-00000002.csv.gz": b"c",
+    }
+
+
+def test_an_epoch_without_rows_adds_no_file(out):
+    target = out / "result"
+    told = []
+
+    def publish(rows: int, move) -> bool:
+        told.append(rows)
+        move()
+        return True
+
+    append(
+        target,
+        write_parts({SPARK_PART: b"", "_SUCCESS": b""}),
+        "r1-00000001",
+        publish=publish,
+        count=lambda s: 0,
+    )
+
+    assert told == [0]
+    assert tree(target) == {}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_a_refused_epoch_moves_nothing_and_removes_its_staging(out):
+    target = out / "result"
+
+    published = append(target, write_parts({SPARK_PART: b"stale"}), "r1-00000001", publish=lambda r, m: False)
+
+    assert published is False
+    assert tree(target) == {}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_a_retry_after_a_crash_between_move_and_commit_leaves_the_epoch_once(out):
+    target = out / "result"
+    first = {"day=1/part-00000-aa-c000.json": b"1", "day=2/part-00000-aa-c000.json": b"2"}
+
+    def crash_after_move(rows: int, move) -> bool:
+        move()
+        raise RuntimeError("the database went away before the commit")
+
+    with pytest.raises(RuntimeError, match="went away"):
+        append(target, write_parts(first), "r1-00000003", publish=crash_after_move)
+    assert set(tree(target)) == {"day=1/part-r1-00000003.json", "day=2/part-r1-00000003.json"}
+    # The crashed attempt's staging stays: it tells the retry that files may be out there.
+    assert len([p for p in out.iterdir() if p.name.startswith(".result.epoch-r1-00000003-")]) == 1
+
+    append(target, write_parts({"day=1/part-00000-bb-c000.json": b"1 again"}), "r1-00000003")
+
+    assert tree(target) == {"day=1/part-r1-00000003.json": b"1 again"}
+    assert sorted(p.name for p in out.iterdir()) == ["result"]
+
+
+def test_a_retry_leaves_the_files_of_other_epochs_and_runs_alone(out):
+    target = out / "result"
+    append(target, write_parts({SPARK_PART: b"epoch 1"}), "r1-00000001")
+    append(target, write_parts({SPARK_PART: b"run 2"}), "r2-00000002")
+    write_parts({"x": b""})(str(out / ".result.epoch-r1-00000002-dead"))  # a crashed attempt
+
+    append(target, write_parts({SPARK_PART: b"epoch 2"}), "r1-00000002")
+
+    assert tree(target) == {
+        "part-r1-00000001.snappy.parquet": b"epoch 1",
+        "part-r1-00000002.snappy.parquet": b"epoch 2",
+        "part-r2-00000002.snappy.parquet": b"run 2",
+    }
+
+
+def test_an_epoch_refuses_a_target_that_fails_the_check(out):
+    target = out / "result"
+
+    def refuse() -> None:
+        raise ConfigError("sink.path", "now a symlink")
+
+    with pytest.raises(ConfigError, match="now a symlink"):
+        append_epoch(
+            target, write_parts({SPARK_PART: b"x"}), count_files, epoch_key="r1-00000001",
+            publish=swap_and_publish, check=refuse,
+        )  # fmt: skip
+
+    assert not target.exists()
