@@ -219,7 +219,8 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         split = state.split
         if isinstance(info, Exception):
             if _is_error(info, "no such key") or _is_error(info, "WRONGTYPE"):
-                note = f"stream {split.key} was deleted while it was read; its split ends at {decode_position(split.position)}"
+                at = decode_position(split.position)
+                note = f"stream {split.key} was deleted while it was read; its split ends at {at}"
                 log.warning("%s", note)
                 return self._finished(state, note=note)
             raise info

@@ -27,6 +27,10 @@ class _Incomplete(Exception):
     """The reply goes on past what was received."""
 
 
+#: What ``_next_value`` returns for an array whose elements come next.
+_OPENED = object()
+
+
 class WholeReplyParser(BaseParser):
     def __init__(self, socket_read_size: int) -> None:
         self.socket_read_size = max(socket_read_size, 1 << 20)
@@ -112,50 +116,13 @@ class WholeReplyParser(BaseParser):
         return pos
 
     def _parse(self, decode: bool) -> Any:
-        data, pos, stack = self._data, self._pos, self._stack
+        """The next whole reply, resuming where the last call stopped; raises
+        ``_Incomplete`` (keeping what it parsed) when the reply goes on past the data."""
+        stack = self._stack
         while True:
-            end = data.find(CRLF, pos)
-            if end < 0:
-                raise _Incomplete
-            kind = data[pos]
-            if kind == BULK:
-                length = int(data[pos + 1 : end])
-                if length < 0:
-                    value, pos = None, end + 2
-                else:
-                    if end + 4 + length > len(data):
-                        raise _Incomplete
-                    value = bytes(data[end + 2 : end + 2 + length])
-                    pos = end + 4 + length
-                    if decode:
-                        value = self.encoder.decode(value)
-            elif kind == ARRAY:
-                count = int(data[pos + 1 : end])
-                pos = end + 2
-                if count > 0:
-                    top = [[], count]
-                    stack.append(top)
-                    self._pos = pos = self._bulks(top, pos, decode)
-                    if top[1]:
-                        continue
-                    value = stack.pop()[0]
-                else:
-                    value = [] if count == 0 else None
-            elif kind == INTEGER:
-                value, pos = int(data[pos + 1 : end]), end + 2
-            elif kind == SIMPLE:
-                value, pos = bytes(data[pos + 1 : end]), end + 2
-                if decode:
-                    value = self.encoder.decode(value)
-            elif kind == ERROR:
-                value = self.parse_error(data[pos + 1 : end].decode("utf-8", errors="replace"))
-                pos = end + 2
-                if isinstance(value, ConnectionError):
-                    self._pos = pos
-                    raise value
-            else:
-                raise InvalidResponse(f"Protocol Error: {bytes(data[pos:end])!r}")
-            self._pos = pos
+            value = self._next_value(decode)
+            if value is _OPENED:
+                continue
             while stack:
                 top = stack[-1]
                 top[0].append(value)
@@ -165,3 +132,48 @@ class WholeReplyParser(BaseParser):
                 value = stack.pop()[0]
             else:
                 return value
+
+    def _next_value(self, decode: bool) -> Any:
+        """The element at the parse position (``_OPENED`` for an array begun), moving
+        the position past it only once it is whole."""
+        data, pos = self._data, self._pos
+        end = data.find(CRLF, pos)
+        if end < 0:
+            raise _Incomplete
+        kind, header = data[pos], data[pos + 1 : end]
+        if kind == ARRAY:
+            return self._open_array(int(header), end + 2, decode)
+        if kind == BULK:
+            return self._bulk(int(header), end + 2, decode)
+        self._pos = end + 2
+        if kind == INTEGER:
+            return int(header)
+        if kind == SIMPLE:
+            return self.encoder.decode(bytes(header)) if decode else bytes(header)
+        if kind == ERROR:
+            error = self.parse_error(header.decode("utf-8", errors="replace"))
+            if isinstance(error, ConnectionError):
+                raise error
+            return error
+        raise InvalidResponse(f"Protocol Error: {bytes(data[pos:end])!r}")
+
+    def _bulk(self, length: int, start: int, decode: bool) -> Any:
+        if length < 0:
+            self._pos = start
+            return None
+        if start + length + 2 > len(self._data):
+            raise _Incomplete
+        value = bytes(self._data[start : start + length])
+        self._pos = start + length + 2
+        return self.encoder.decode(value) if decode else value
+
+    def _open_array(self, count: int, start: int, decode: bool) -> Any:
+        self._pos = start
+        if count <= 0:
+            return [] if count == 0 else None
+        top = [[], count]
+        self._stack.append(top)
+        self._pos = self._bulks(top, start, decode)
+        if top[1]:
+            return _OPENED
+        return self._stack.pop()[0]
