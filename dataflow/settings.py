@@ -106,7 +106,11 @@ CELERY_TASK_DEFAULT_QUEUE = "dataflow"
 # Tasks that run Spark go to the Spark-driver workers.
 CELERY_TASK_ROUTES = {
     name: {"queue": os.environ.get("DATAFLOW_SPARK_QUEUE", "dataflow")}
-    for name in ("dataflow.tasks.run_transform", "dataflow.tasks.transform_check")
+    for name in (
+        "dataflow.tasks.run_transform",
+        "dataflow.tasks.stream_transform",
+        "dataflow.tasks.transform_check",
+    )
 }
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
@@ -151,6 +155,10 @@ DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECOND
 DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
+# A streaming transform task runs epochs for this long, then queues its next slice; after
+# this many failed epochs in a row (each retried with backoff) its run fails.
+DATAFLOW_STREAM_SLICE_SECONDS = float(os.environ.get("DATAFLOW_STREAM_SLICE_SECONDS", "30"))
+DATAFLOW_STREAM_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_STREAM_FAILURE_LIMIT", "5"))
 # An unbounded run keeps a checkpoint (every split's position, the enumerator's state) this
 # often, and the newest DATAFLOW_CHECKPOINTS_KEPT of them; it samples metrics this often.
 DATAFLOW_CHECKPOINT_SECONDS = float(os.environ.get("DATAFLOW_CHECKPOINT_SECONDS", "30"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from dataflow.services import runs
+from dataflow.services import runs, streaming
 from source_support.runtime import SliceOutcome
 
 
@@ -29,6 +29,13 @@ def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
 @shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
 def run_transform(run_id: int) -> None:
     runs.transform(run_id=run_id)
+
+
+@shared_task(name="dataflow.tasks.stream_transform", ignore_result=True)
+def stream_transform(run_id: int) -> None:
+    """One time slice of an unbounded run's streaming transform; it re-queues itself."""
+    if streaming.stream_transform(run_id=run_id):
+        stream_transform.delay(run_id)
 
 
 @shared_task(name="dataflow.tasks.transform_check", ignore_result=True)

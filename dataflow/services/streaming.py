@@ -1,0 +1,735 @@
+"""The streaming transform of an unbounded run: its Spark SQL over what lands, in epochs.
+
+Each trigger (``[transform] trigger_ms``) is one ``TransformEpoch`` of the run, in steps:
+
+plan    one transaction holding the run's row, and only once the previous epoch has
+        committed: the epoch takes the committed batches that no epoch has taken and, for
+        a window query, fixes the event-time range of the windows it emits. If the last
+        epoch is still PLANNED (its driver died), that epoch runs again instead, with what
+        it took and the range it fixed.
+run     Spark runs the query over the epoch's files, on a session of the run's own, and
+        writes the result to a staging directory beside the sink.
+commit  one transaction holding the run's row, only while the run is active and the epoch
+        PLANNED: the staged files move into the sink under names fixed by (run, epoch),
+        the epoch is marked COMMITTED, and the landed batches no later epoch needs go.
+
+A retry of epoch N reads the same input (nothing is removed before N commits) and replaces
+the same file names, so the sink, as a plain reader (pyarrow, pandas) lists it, holds every
+row once whatever process is killed when. Our own epochs rather than Structured Streaming:
+what a retry rewrites, and when the input ends (a ``[stop]`` rule), are ours to decide.
+
+A query's kind (``dataflow.stream_query``) says what an epoch runs over: a stateless query
+its new batches; a tumbling window query the rows of the windows that the watermark closed
+(Flink's per-split watermarks, idle splits left out); a query that needs the whole input
+one final epoch over everything, once the input ended.
+
+Each Celery task runs one time slice (``DATAFLOW_STREAM_SLICE_SECONDS``) and queues the
+next, so no task outlives the broker's visibility timeout and a worker can stop between
+slices; the run's transform lease keeps a second driver out, and the database fences
+whatever a stale one might still try.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from functools import lru_cache
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Min, Q, Sum
+from django.utils import timezone
+
+from dataflow.event_time import BatchTimes, SplitClock, batch_times, rows_before, watermark_ms, window_floor
+from dataflow.models import (
+    ACTIVE_RUN_STATUSES,
+    EpochStatus,
+    FlowRun,
+    LandedBatch,
+    RunStatus,
+    Split,
+    SplitStatus,
+    TransformEpoch,
+)
+from dataflow.services.runs import (
+    SinkRowsMismatch,
+    _is_deterministic,
+    _spark_error_message,
+    coordinator_for,
+    landing_zone,
+    run_finish,
+    run_key,
+    source_for,
+)
+from dataflow.services.specs import environment
+from dataflow.stream_query import (
+    QueryKind,
+    StreamQuery,
+    plan_contradiction,
+    schema_field,
+    stream_query_classify,
+    time_column_problem,
+)
+from dataflow.transform_policy import FIELD, SOURCE_VIEW
+from source_support.durations import parse_duration_ms
+from source_support.errors import ConfigError
+from source_support.registry import SINKS
+from source_support.schema import parse_ddl
+
+log = logging.getLogger(__name__)
+
+#: The bounded transform's lease too: one run never has both.
+LEASE = "transform-lease"
+QUEUED = "transform-queued"
+QUEUED_TTL_MS = 60_000
+#: A stateless epoch takes at most this many batches: a backlog (the transform was down)
+#: is worked off in epochs of bounded size, one right after the other.
+MAX_BATCHES_PER_EPOCH = 1000
+#: A split that landed nothing for max(10 triggers, this) is idle: it does not hold the
+#: watermark back.
+IDLE_SPLIT_MIN_MS = 10_000
+MAX_BACKOFF_S = 60
+RETRY_NOTE = "transform retrying: "
+ENDED_SPLITS = (SplitStatus.FINISHED, SplitStatus.FAILED)
+#: Spark lists more paths than this with a job of its own; an epoch lists its few files
+#: on the driver.
+LISTING_THRESHOLD = "100000"
+
+
+def stream_transform(*, run_id: int) -> bool:
+    """One time slice of the streaming transform of an unbounded run: an epoch every
+    ``trigger_ms`` for ``DATAFLOW_STREAM_SLICE_SECONDS``, while this process holds the run's
+    transform lease. Once the input ended (the run is TRANSFORMING) the last epoch runs and
+    the run ends. Returns True when the caller should queue the next slice (the run goes on
+    and no other slice is queued); False when the run is over, another process drives it,
+    or its query waits for the end of the input."""
+    run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
+    if run is None or run.status not in ACTIVE_RUN_STATUSES:
+        return False
+    coordinator = coordinator_for(run)
+    coordinator.clear_mark(QUEUED)
+    lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
+    with coordinator.held_lease(LEASE, lease_ms) as held:
+        if not held:
+            return False
+        deadline = time.monotonic() + settings.DATAFLOW_STREAM_SLICE_SECONDS
+        more = StreamDriver(run).run_slice(deadline=deadline)
+        # Marked before the lease goes, so a tick in between does not queue a second slice.
+        return more and coordinator.mark_once(QUEUED, QUEUED_TTL_MS)
+
+
+def ensure_stream_transform(run: FlowRun) -> None:
+    """Queues a slice of the run's streaming transform unless one is running or queued;
+    a query that needs the whole input is queued only once the input ended."""
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return
+    if run.status == RunStatus.READING and _waits_for_end(run.spec["transform_sql"]):
+        return
+    coordinator = coordinator_for(run)
+    if coordinator.is_set(LEASE):
+        return
+    if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
+        from dataflow import tasks
+
+        tasks.stream_transform.delay(run.pk)
+
+
+def epoch_key(run: FlowRun, number: int) -> str:
+    """What names epoch ``number``'s files in the sink (``part-<key>.snappy.parquet``)."""
+    return f"{run.uid.hex[:12]}-{number:08d}"
+
+
+@lru_cache(maxsize=256)
+def _classify(sql: str) -> StreamQuery:
+    return stream_query_classify(sql)
+
+
+def _waits_for_end(sql: str) -> bool:
+    try:
+        return _classify(sql).kind == QueryKind.WHOLE_INPUT
+    except ConfigError:
+        return False  # the driver fails the run, saying why
+
+
+@dataclass
+class StreamState:
+    """``FlowRun.stream_state``: what the streaming transform keeps between epochs."""
+
+    #: the last committed epoch, and the rows all committed epochs wrote
+    epoch: int = 0
+    rows_written: int = 0
+    #: window queries: the watermark at the last plan, the latest event time seen, and per
+    #: split that may still land rows (pk as text), the latest event time it landed
+    watermark_ms: int | None = None
+    latest_event_ms: int | None = None
+    splits: dict[str, int] = field(default_factory=dict)
+    #: rows dropped: their window had closed when they landed, or they had no event time
+    late_rows: int = 0
+    untimed_rows: int = 0
+    #: consecutive failed epochs, and when the last one failed (time.time())
+    failures: int = 0
+    failed_at: float = 0.0
+
+    @classmethod
+    def of(cls, run: FlowRun) -> StreamState:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (run.stream_state or {}).items() if k in known})
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class WindowProgress:
+    """What planning a window epoch learned of the event time, for ``StreamState``."""
+
+    watermark_ms: int | None
+    latest_event_ms: int | None
+    splits: dict[str, int]
+    late_rows: int
+    untimed_rows: int
+
+    def apply(self, state: StreamState) -> None:
+        state.watermark_ms = self.watermark_ms
+        state.latest_event_ms = self.latest_event_ms
+        state.splits = self.splits
+        state.late_rows += self.late_rows
+        state.untimed_rows += self.untimed_rows
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    batches: list[int]
+    records: int
+    window_from_ms: int | None = None
+    window_to_ms: int | None = None
+    final: bool = False
+    #: window queries: batch id -> its latest event time (None: no row has one)
+    event_times: dict[int, int | None] = field(default_factory=dict)
+    progress: WindowProgress | None = None
+
+
+class EpochPlanner:
+    """Decides what the next epoch of a run takes (the PLAN step), which landed files it
+    reads, and which of them no later epoch needs once it commits."""
+
+    def __init__(self, query: StreamQuery, *, time_column: str, delay_ms: int, idle_ms: int) -> None:
+        self.query = query
+        self.time_column = time_column
+        self.delay_ms = delay_ms
+        self.idle_ms = idle_ms
+        #: event times of batches seen but not taken yet (footers are read once a slice)
+        self.times: dict[int, BatchTimes] = {}
+        #: the last plan left batches for the next epoch
+        self.backlog = False
+
+    def next_epoch(self, run: FlowRun) -> TransformEpoch | None:
+        """The epoch to run now: the last one if it never committed, else a new one if
+        there is something to do."""
+        last = TransformEpoch.objects.filter(run=run).order_by("-number").first()
+        if last is not None and last.status == EpochStatus.PLANNED:
+            return last
+        if last is not None and last.final:
+            return None
+        plan = self._plan(run, last)
+        return None if plan is None else self._claim(run, last, plan)
+
+    def inputs(self, run: FlowRun, epoch: TransformEpoch) -> list[str]:
+        """The landed files epoch ``epoch`` reads: the same ones on every try."""
+        batches = LandedBatch.objects.filter(split__run=run)
+        if self.query.kind == QueryKind.WINDOW:
+            batches = batches.filter(epoch__lte=epoch.number, event_time_max_ms__isnull=False)
+            if epoch.window_from_ms is not None:
+                batches = batches.filter(event_time_max_ms__gte=epoch.window_from_ms)
+        else:
+            batches = batches.filter(epoch=epoch.number)
+        return list(batches.order_by("split_id", "start_position").values_list("path", flat=True))
+
+    def retire(self, run: FlowRun, epoch: TransformEpoch) -> list[str]:
+        """Deletes the rows of the landed batches that no epoch after ``epoch`` reads and
+        returns their files (to remove once the transaction commits): all those it took,
+        or for a window query those with no row at or after the end of its range."""
+        batches = LandedBatch.objects.filter(split__run=run)
+        if self.query.kind != QueryKind.WINDOW:
+            batches = batches.filter(epoch=epoch.number)
+        elif epoch.window_to_ms is None:
+            batches = batches.filter(epoch__lte=epoch.number)
+        else:
+            batches = batches.filter(epoch__lte=epoch.number).filter(
+                Q(event_time_max_ms__isnull=True) | Q(event_time_max_ms__lt=epoch.window_to_ms)
+            )
+        retired = list(batches.values_list("pk", "path"))
+        LandedBatch.objects.filter(pk__in=[pk for pk, _ in retired]).delete()
+        return [path for _, path in retired]
+
+    def _plan(self, run: FlowRun, last: TransformEpoch | None) -> EpochPlan | None:
+        ending = run.status == RunStatus.TRANSFORMING
+        if self.query.kind == QueryKind.WINDOW:
+            return self._window_plan(run, last, ending=ending)
+        if self.query.kind == QueryKind.WHOLE_INPUT:
+            # Once, even over no input: a global count of nothing is a row with 0.
+            return self._whole_input_plan(run) if ending else None
+        return self._stateless_plan(run)
+
+    def _unclaimed(self, run: FlowRun):
+        # Committed rows only (the readers' transactions commit them whole): planning by
+        # what is visible leaves no gap, where an id range could skip a row in flight.
+        return (
+            LandedBatch.objects.filter(split__run=run, epoch__isnull=True)
+            .order_by("id")
+            .values_list("id", "split_id", "path", "records", named=True)
+        )
+
+    def _stateless_plan(self, run: FlowRun) -> EpochPlan | None:
+        batches = list(self._unclaimed(run)[:MAX_BATCHES_PER_EPOCH])
+        self.backlog = len(batches) == MAX_BATCHES_PER_EPOCH
+        if not batches:
+            return None
+        return EpochPlan(batches=[b.id for b in batches], records=sum(b.records for b in batches))
+
+    def _whole_input_plan(self, run: FlowRun) -> EpochPlan:
+        batches = list(self._unclaimed(run))
+        return EpochPlan(batches=[b.id for b in batches], records=sum(b.records for b in batches), final=True)
+
+    def _window_plan(self, run: FlowRun, last: TransformEpoch | None, *, ending: bool) -> EpochPlan | None:
+        batches = list(self._unclaimed(run))
+        times = {b.id: self._times_of(b.id, b.path) for b in batches}
+        start = last.window_to_ms if last is not None else None
+        state = StreamState.of(run)
+        latest = self._latest_per_split(state, batches, times)
+        overall = max((t for t in (state.latest_event_ms, *latest.values()) if t is not None), default=None)
+        live = dict(
+            Split.objects.filter(run=run).exclude(status__in=ENDED_SPLITS).values_list("pk", "updated_at")
+        )
+        mark = self._watermark(live, latest, overall)
+        end = None if ending or mark is None else window_floor(mark, self.query.window_ms)
+        if not ending and not self._closes_a_window(start, end, times):
+            return None
+        if not batches and not LandedBatch.objects.filter(split__run=run, epoch__isnull=False).exists():
+            return None  # no row to emit: the range waits for rows to move it
+        progress = WindowProgress(
+            watermark_ms=mark,
+            latest_event_ms=overall,
+            splits={pk: ms for pk, ms in latest.items() if int(pk) in live},
+            late_rows=self._late_rows(run, batches, times, start),
+            untimed_rows=sum(times[b.id].nulls for b in batches),
+        )
+        return EpochPlan(
+            batches=[b.id for b in batches],
+            records=sum(b.records for b in batches),
+            window_from_ms=start,
+            window_to_ms=end,
+            final=ending,
+            event_times={b.id: times[b.id].max_ms for b in batches},
+            progress=progress,
+        )
+
+    @staticmethod
+    def _latest_per_split(state: StreamState, batches, times: dict[int, BatchTimes]) -> dict[str, int]:
+        """Split pk (as text) -> the latest event time it landed, taken or not."""
+        latest = dict(state.splits)
+        for b in batches:
+            high = times[b.id].max_ms
+            if high is not None:
+                key = str(b.split_id)
+                latest[key] = max(latest.get(key, high), high)
+        return latest
+
+    @staticmethod
+    def _closes_a_window(start: int | None, end: int | None, times: dict[int, BatchTimes]) -> bool:
+        if end is None:
+            return False
+        if start is not None:
+            return end > start
+        # The first epoch: only once a row lies before the end.
+        return any(t.min_ms is not None and t.min_ms < end for t in times.values())
+
+    def _watermark(self, live: dict, latest: dict[str, int], overall: int | None) -> int | None:
+        now = timezone.now()
+        clocks = [
+            SplitClock(latest.get(str(pk)), idle=(now - updated_at).total_seconds() * 1000 >= self.idle_ms)
+            for pk, updated_at in live.items()
+        ]
+        return watermark_ms(clocks, delay_ms=self.delay_ms, latest_ms=overall)
+
+    def _times_of(self, batch_id: int, path: str) -> BatchTimes:
+        if batch_id not in self.times:
+            self.times[batch_id] = batch_times(path, self.time_column)
+        return self.times[batch_id]
+
+    def _late_rows(self, run: FlowRun, batches, times: dict[int, BatchTimes], start: int | None) -> int:
+        """Rows of the new batches whose window was emitted already: they are dropped."""
+        if start is None:
+            return 0
+        late = sum(
+            rows_before(b.path, self.time_column, start)
+            for b in batches
+            if times[b.id].min_ms is not None and times[b.id].min_ms < start
+        )
+        if late:
+            log.info("run %s: %s late rows dropped (event time before %s ms)", run.pk, late, start)
+        return late
+
+    def _claim(self, run: FlowRun, last: TransformEpoch | None, plan: EpochPlan) -> TransformEpoch | None:
+        """Creates the epoch and gives it the plan's batches, in one transaction holding the
+        run's row; None if the run ended or another driver planned meanwhile."""
+        number = (last.number if last is not None else 0) + 1
+        with transaction.atomic():
+            locked = (
+                FlowRun.objects.select_for_update().filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).first()
+            )
+            if locked is None:
+                return None
+            latest = (
+                TransformEpoch.objects.filter(run=run).order_by("-number").values_list("number", flat=True)
+            )
+            if latest.first() != (last.number if last is not None else None):
+                return None
+            taken = LandedBatch.objects.filter(pk__in=plan.batches, epoch__isnull=True).update(epoch=number)
+            if taken != len(plan.batches):
+                transaction.set_rollback(True)
+                return None
+            timed = [
+                LandedBatch(pk=pk, event_time_max_ms=ms)
+                for pk, ms in plan.event_times.items()
+                if ms is not None
+            ]
+            LandedBatch.objects.bulk_update(timed, ["event_time_max_ms"], batch_size=500)
+            epoch = TransformEpoch.objects.create(
+                run=run,
+                number=number,
+                window_from_ms=plan.window_from_ms,
+                window_to_ms=plan.window_to_ms,
+                final=plan.final,
+                records_in=plan.records,
+            )
+            if plan.progress is not None:
+                state = StreamState.of(locked)
+                plan.progress.apply(state)
+                FlowRun.objects.filter(pk=run.pk).update(stream_state=state.as_json())
+        for pk in plan.batches:
+            self.times.pop(pk, None)
+        return epoch
+
+
+class Step(Enum):
+    IDLE = "idle"  # nothing to do at this trigger
+    DONE = "done"  # an epoch ran
+    BACKLOG = "backlog"  # an epoch ran and more waits: the next one starts at once
+    ENDED = "ended"  # the run is over, or waits for the end of its input
+
+
+class StreamDriver:
+    """Runs the epochs of one unbounded run, one per trigger, for one time slice."""
+
+    def __init__(self, run: FlowRun) -> None:
+        self.run = run
+        self.trigger_ms = (run.spec.get("transform_options") or {}).get("trigger_ms", 1000)
+        self.planner: EpochPlanner | None = None
+        self.plan_checked = False
+        self._spark = None
+        self._spark_context = ExitStack()
+        self._source = None
+
+    def run_slice(self, *, deadline: float) -> bool:
+        """Triggers epochs until ``deadline`` (time.monotonic()); True if the run goes on."""
+        try:
+            while True:
+                started = time.monotonic()
+                step = self.trigger()
+                if step == Step.ENDED:
+                    return False
+                pause = 0.0 if step == Step.BACKLOG else self.trigger_ms / 1000 - (time.monotonic() - started)
+                if time.monotonic() + max(pause, 0.0) >= deadline:
+                    return True
+                if pause > 0:
+                    time.sleep(pause)
+        finally:
+            self._drop_spark()
+
+    def trigger(self) -> Step:
+        """One trigger: the run's next epoch planned, run and committed, if there is one."""
+        run = FlowRun.objects.select_related("flow").filter(pk=self.run.pk).first()
+        if run is None or run.status not in ACTIVE_RUN_STATUSES:
+            return Step.ENDED
+        self.run = run
+        try:
+            planner = self._prepare()
+            if planner.query.kind == QueryKind.WHOLE_INPUT and run.status == RunStatus.READING:
+                return Step.ENDED  # queued again once the input ended (ensure_stream_transform)
+            if self._in_backoff():
+                return Step.IDLE
+            epoch = self.plan()
+            if epoch is None:
+                if run.status == RunStatus.TRANSFORMING:
+                    self._finish()
+                    return Step.ENDED
+                return Step.IDLE
+            committed = self.run_epoch(epoch)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
+            return self._failed(exc)
+        if committed and epoch.final:
+            return Step.ENDED
+        return Step.BACKLOG if planner.backlog else Step.DONE
+
+    def _prepare(self) -> EpochPlanner:
+        """The run's planner, made on first use; ConfigError if the run cannot stream."""
+        if self.planner is not None:
+            return self.planner
+        spec = self.run.spec
+        query = _classify(spec["transform_sql"])
+        sink = SINKS.get(spec["sink_type"])
+        if sink is None or sink.append is None:
+            raise ConfigError("sink.type", f"a {spec['sink_type']!r} sink cannot take the rows of a stream")
+        time_column = ""
+        if query.kind == QueryKind.WINDOW:
+            if not self.run.schema_ddl:
+                raise ConfigError(FIELD, "a window over a stream needs the run's schema (format.schema)")
+            schema = parse_ddl(self.run.schema_ddl)
+            problem = time_column_problem(schema, query.time_column)
+            if problem:
+                raise ConfigError(FIELD, problem)
+            time_column = schema_field(schema, query.time_column).name
+        options = spec.get("transform_options") or {}
+        self.planner = EpochPlanner(
+            query,
+            time_column=time_column,
+            delay_ms=parse_duration_ms(options.get("watermark_delay", "0 seconds")),
+            idle_ms=max(10 * self.trigger_ms, IDLE_SPLIT_MIN_MS),
+        )
+        return self.planner
+
+    # PLAN, RUN
+
+    def plan(self) -> TransformEpoch | None:
+        """The epoch to run now: the last one if it never committed, else a new one if there
+        is something to do (``EpochPlanner.next_epoch``); ConfigError if the run cannot stream."""
+        return self._prepare().next_epoch(self.run)
+
+    def run_epoch(self, epoch: TransformEpoch) -> bool:
+        """Runs ``epoch`` with Spark and commits it; False if it was not this driver's to
+        commit (the run ended, or another driver committed it)."""
+        from dataflow.spark import observe_rows
+
+        paths = self.planner.inputs(self.run, epoch)
+        if not paths and self.planner.query.kind != QueryKind.WHOLE_INPUT:
+            return self._commit(epoch, rows=0, move=None)
+        spark = self._session()
+        self._source_frame(spark, paths, epoch).createOrReplaceTempView(SOURCE_VIEW)
+        result = spark.sql(self.run.spec["transform_sql"])
+        self._check_plan(result)
+        observed, job_rows = observe_rows(result, f"epoch_rows_{epoch.number}")
+
+        def publish(staged_rows: int, move) -> bool:
+            written = job_rows()
+            if staged_rows != written:
+                raise SinkRowsMismatch(
+                    f"epoch {epoch.number} staged {staged_rows} rows but the job wrote {written}; "
+                    "nothing was published"
+                )
+            return self._commit(epoch, rows=staged_rows, move=move)
+
+        spec = self.run.spec
+        return SINKS[spec["sink_type"]].append(
+            observed,
+            spec["sink_config"],
+            epoch_key=epoch_key(self.run, epoch.number),
+            publish=publish,
+            env=environment(),
+        )
+
+    def _source_frame(self, spark, paths: list[str], epoch: TransformEpoch):
+        ddl = self.run.schema_ddl
+        if not paths:
+            return spark.createDataFrame([], ddl)
+        frame = (spark.read.schema(ddl) if ddl else spark.read).parquet(*paths)
+        if self.planner.query.kind != QueryKind.WINDOW:
+            return frame
+        column = "`" + self.planner.time_column.replace("`", "``") + "`"
+        bounds = [f"{column} IS NOT NULL"]
+        if epoch.window_from_ms is not None:
+            bounds.append(f"{column} >= timestamp_millis({int(epoch.window_from_ms)})")
+        if epoch.window_to_ms is not None:
+            bounds.append(f"{column} < timestamp_millis({int(epoch.window_to_ms)})")
+        return frame.where(" AND ".join(bounds))
+
+    def _check_plan(self, result) -> None:
+        """Once a slice: Spark's plan must agree with the kind the query was given."""
+        if self.plan_checked:
+            return
+        problem = plan_contradiction(result, self.planner.query.kind)
+        if problem:
+            raise ConfigError(FIELD, problem)
+        self.plan_checked = True
+
+    def _session(self):
+        """The slice's Spark session: its own temp views, on the process's warm JVM."""
+        if self._spark is None:
+            from dataflow.spark import quiet_query_errors, spark_job
+
+            spark = self._spark_context.enter_context(spark_job())
+            self._spark_context.enter_context(quiet_query_errors())
+            spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", LISTING_THRESHOLD)
+            self._spark = spark
+        return self._spark
+
+    def _drop_spark(self) -> None:
+        self._spark_context.close()
+        self._spark_context = ExitStack()
+        self._spark = None
+
+    # COMMIT
+
+    def _commit(self, epoch: TransformEpoch, *, rows: int, move) -> bool:
+        """Publishes the staged files (``move``) and marks the epoch COMMITTED in one
+        transaction holding the run's row, only while the run is active and the epoch is
+        PLANNED; then the landed batches no later epoch reads go. The final epoch ends the
+        run in the same transaction."""
+        with transaction.atomic():
+            run = (
+                FlowRun.objects.select_for_update()
+                .filter(pk=self.run.pk, status__in=ACTIVE_RUN_STATUSES)
+                .first()
+            )
+            if (
+                run is None
+                or not TransformEpoch.objects.filter(pk=epoch.pk, status=EpochStatus.PLANNED).exists()
+            ):
+                log.warning("run %s: epoch %s is not this driver's to commit", self.run.pk, epoch.number)
+                return False
+            if move is not None:
+                move()
+            now = timezone.now()
+            TransformEpoch.objects.filter(pk=epoch.pk).update(
+                status=EpochStatus.COMMITTED,
+                rows_written=rows,
+                committed_at=now,
+                latency_ms=self._latency_ms(epoch, now),
+                output=f"{self.run.spec['sink_config'].get('path', '')}/part-{epoch_key(self.run, epoch.number)}*"[
+                    :2048
+                ],
+            )
+            retired = self.planner.retire(run, epoch)
+            state = StreamState.of(run)
+            state.epoch, state.failures = epoch.number, 0
+            state.rows_written = TransformEpoch.objects.filter(
+                run=run, status=EpochStatus.COMMITTED
+            ).aggregate(n=Sum("rows_written", default=0))["n"]
+            message = "" if run.message.startswith(RETRY_NOTE) else run.message
+            FlowRun.objects.filter(pk=run.pk).update(stream_state=state.as_json(), message=message)
+            if epoch.final:
+                self._end(state)
+            transaction.on_commit(lambda: self._remove_landed(retired))
+        log.debug("run %s: epoch %s committed, %s rows", self.run.pk, epoch.number, rows)
+        return True
+
+    def _latency_ms(self, epoch: TransformEpoch, now) -> int | None:
+        """From the oldest input of the epoch (its entry time where the source tells it,
+        else when it landed) to ``now``."""
+        oldest = LandedBatch.objects.filter(split__run=self.run, epoch=epoch.number).aggregate(
+            landed=Min("landed_at"), position=Min("end_position")
+        )
+        if oldest["landed"] is None:
+            return None
+        oldest_ms = oldest["landed"].timestamp() * 1000
+        entry_ms = self._position_time_ms(oldest["position"])
+        if entry_ms is not None:
+            oldest_ms = min(oldest_ms, entry_ms)
+        return max(0, int(now.timestamp() * 1000 - oldest_ms))
+
+    def _position_time_ms(self, position: int) -> int | None:
+        if self._source is None:
+            try:
+                self._source = source_for(self.run)
+            except Exception as exc:  # noqa: BLE001 - latency is a measure, never a failure
+                log.debug("run %s: no source for entry times: %s", self.run.pk, exc)
+                self._source = False
+        return self._source.position_time_ms(position) if self._source else None
+
+    def _remove_landed(self, paths: list[str]) -> None:
+        """Removes retired landed files, only below the run's landing directory."""
+        zone = landing_zone()
+        root = os.path.realpath(zone.run_dir(run_key(self.run)))
+        for path in paths:
+            real = os.path.realpath(path)
+            if not real.startswith(root + os.sep):
+                log.warning("run %s: %s is not below %s; not removed", self.run.pk, real, root)
+                continue
+            zone.remove(real)
+
+    def _finish(self) -> None:
+        """The input ended and every epoch committed: the run succeeds."""
+        with transaction.atomic():
+            run = (
+                FlowRun.objects.select_for_update()
+                .filter(pk=self.run.pk, status=RunStatus.TRANSFORMING)
+                .first()
+            )
+            if run is None or TransformEpoch.objects.filter(run=run, status=EpochStatus.PLANNED).exists():
+                return
+            state = StreamState.of(run)
+            state.rows_written = TransformEpoch.objects.filter(
+                run=run, status=EpochStatus.COMMITTED
+            ).aggregate(n=Sum("rows_written", default=0))["n"]
+            self._end(state)
+
+    def _end(self, state: StreamState) -> None:
+        dropped = state.late_rows + state.untimed_rows
+        note = ""
+        if dropped:
+            note = (
+                f"{state.late_rows} rows came after their window was emitted and {state.untimed_rows} "
+                "had no event time; they were dropped"
+            )
+        run_finish(run=self.run, status=RunStatus.SUCCEEDED, rows_written=state.rows_written, message=note)
+
+    # Failures
+
+    def _failed(self, exc: Exception) -> Step:
+        """A deterministic error fails the run; any other is retried with backoff, at most
+        ``DATAFLOW_STREAM_FAILURE_LIMIT`` times in a row."""
+        self._drop_spark()  # a broken session is not reused
+        message = _spark_error_message(exc)
+        if isinstance(exc, ConfigError) or _is_deterministic(exc):
+            run_finish(run=self.run, status=RunStatus.FAILED, message=f"transform failed: {message}")
+            return Step.ENDED
+        limit = settings.DATAFLOW_STREAM_FAILURE_LIMIT
+        with transaction.atomic():
+            run = (
+                FlowRun.objects.select_for_update()
+                .filter(pk=self.run.pk, status__in=ACTIVE_RUN_STATUSES)
+                .first()
+            )
+            if run is None:
+                return Step.ENDED
+            state = StreamState.of(run)
+            state.failures += 1
+            state.failed_at = time.time()
+            note = (
+                f"{RETRY_NOTE}{state.failures} of {limit} tries failed, the next in "
+                f"{_backoff_s(state.failures)} s: {message}"
+            )
+            FlowRun.objects.filter(pk=run.pk).update(stream_state=state.as_json(), message=note[:4000])
+        log.warning(
+            "run %s: streaming transform failed (%s of %s)", self.run.pk, state.failures, limit, exc_info=exc
+        )
+        if state.failures >= limit:
+            run_finish(
+                run=self.run,
+                status=RunStatus.FAILED,
+                message=f"transform failed {state.failures} times in a row (DATAFLOW_STREAM_FAILURE_LIMIT): {message}",
+            )
+            return Step.ENDED
+        return Step.IDLE
+
+    def _in_backoff(self) -> bool:
+        state = StreamState.of(self.run)
+        return bool(state.failures) and time.time() - state.failed_at < _backoff_s(state.failures)
+
+
+def _backoff_s(failures: int) -> int:
+    return min(MAX_BACKOFF_S, 2**failures)
