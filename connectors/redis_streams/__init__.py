@@ -15,12 +15,12 @@ register_source(
         unbounded=lambda config: True,
     )
 )
-_sink = {
-    "type": "redis_stream",
-    "validate": validate_redis_stream_sink,
-    "write": RedisStreamSink.write,
-    "description": "Appends each row as an entry of a Redis stream, once per batch.",
-}
-if "append" in SinkConnector.__dataclass_fields__:  # the streaming transform's entry point
-    _sink["append"] = RedisStreamSink.append
-register_sink(SinkConnector(**_sink))
+register_sink(
+    SinkConnector(
+        type="redis_stream",
+        validate=validate_redis_stream_sink,
+        write=RedisStreamSink.write,
+        append=RedisStreamSink.append,
+        description="Appends each row as an entry of a Redis stream, once per batch.",
+    )
+)
