@@ -254,6 +254,7 @@ class DjangoRunStore:
             f"UPDATE {table} SET position = v.end_at, records_read = records_read + v.records,"
             " errors_count = errors_count + v.errors,"
             f" batches = {table}.batches + v.batches, bytes_read = {table}.bytes_read + v.bytes,"
+            f" error = CASE WHEN v.note <> '' THEN v.note ELSE {table}.error END,"
             f" status = CASE WHEN v.finished THEN '{SplitStatus.FINISHED}' ELSE '{SplitStatus.ASSIGNED}' END,"
             f" updated_at = %s FROM {_json_rows(_MOVE_COLUMNS, len(moves))} AS v"
             f" WHERE run_id = %s AND owner_token = %s AND status = '{SplitStatus.ASSIGNED}'"
@@ -316,6 +317,7 @@ _MOVE_COLUMNS = {"split_id": "text", "start_at": "bigint", "end_at": "bigint", "
     "finished": "boolean",
     "batches": "bigint",
     "bytes": "bigint",
+    "note": "text",
 }
 _FINISH_COLUMNS = {"split": "bigint", "end_at": "bigint"}
 _BACKLOG_COLUMNS = {"seq": "bigint", "payload": "json"}
@@ -351,6 +353,7 @@ class _Move:
     finished: bool
     batches: int
     bytes: int
+    note: str = ""
 
 
 def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
@@ -361,7 +364,7 @@ def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
         move = moves.get(c.split_id)
         if move is None:
             moves[c.split_id] = _Move(
-                c.split_id, c.start, c.end, c.records, len(c.bad_records), c.finished, 1, c.bytes_read
+                c.split_id, c.start, c.end, c.records, len(c.bad_records), c.finished, 1, c.bytes_read, c.note
             )
             continue
         if c.start != move.end_at:
@@ -371,4 +374,5 @@ def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:
         move.errors += len(c.bad_records)
         move.batches += 1
         move.bytes += c.bytes_read
+        move.note = c.note or move.note
     return list(moves.values())

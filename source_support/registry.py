@@ -148,6 +148,10 @@ def _never_unbounded(config: dict[str, Any]) -> bool:
     return False
 
 
+def _same_schema(config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+    return schema
+
+
 @dataclass(frozen=True)
 class SourceConnector:
     type: str
@@ -156,6 +160,10 @@ class SourceConnector:
     description: str = ""
     #: Whether a validated config reads without end (a stream, files with ``watch``).
     unbounded: Callable[[dict[str, Any]], bool] = _never_unbounded
+    #: Whether records come as entries (field/value pairs) rather than lines of text.
+    reads_entries: bool = False
+    #: The columns a run lands for a format schema (e.g. metadata columns added).
+    output_schema: Callable[[dict[str, Any], pa.Schema], pa.Schema] = _same_schema
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,10 @@ def validate_sink(table: dict[str, Any], env: Environment) -> tuple[str, dict[st
 
 def source_is_unbounded(type_name: str, config: dict[str, Any]) -> bool:
     return SOURCES[type_name].unbounded(config)
+
+
+def source_output_schema(type_name: str, config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+    return SOURCES[type_name].output_schema(config, schema)
 
 
 def build_source(type_name: str, config: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> Source:

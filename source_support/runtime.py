@@ -54,6 +54,8 @@ class BatchCommit:
     finished: bool
     #: The size of the batch's records in memory (Arrow), for throughput metrics.
     bytes_read: int = 0
+    #: Why a split ended early (its stream was deleted), kept on the split.
+    note: str = ""
 
 
 class RunStore(SplitStore, Protocol):
@@ -480,6 +482,7 @@ class _Commits:
                 batch.bad_records,
                 batch.finished,
                 batch.records.nbytes,
+                batch.note,
             )
         )
 

@@ -3,7 +3,7 @@ its partitions. A source that reads them by entry id, and a ``redis_stream`` sin
 
 from connectors.redis_streams.config import validate_redis_stream_sink, validate_redis_streams_source
 from connectors.redis_streams.sink import RedisStreamSink
-from connectors.redis_streams.source import RedisStreamsSource
+from connectors.redis_streams.source import RedisStreamsSource, output_schema
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
 
 register_source(
@@ -13,6 +13,8 @@ register_source(
         build=RedisStreamsSource.from_config,
         description="Redis streams whose keys match a glob, read as one topic (each stream a split).",
         unbounded=lambda config: True,
+        reads_entries=True,
+        output_schema=output_schema,
     )
 )
 register_sink(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -29,7 +29,13 @@ from connectors.redis_streams.entries import (
 )
 from connectors.redis_streams.enumerator import SCAN_COUNT, StreamEnumerator
 from connectors.redis_streams.reader import METADATA_FIELDS, StreamSplitReader
-from connectors.redis_streams.split import StreamSplit, StreamSplitSerializer
+from connectors.redis_streams.split import (
+    StreamSplit,
+    StreamSplitSerializer,
+    decode_position,
+    encode_id,
+    position_ms,
+)
 from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
 from source_support.errors import ConfigError
 from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
@@ -144,6 +150,34 @@ class RedisStreamsSource(Source[StreamSplit]):
         )
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
+    def format_position(self, position: int) -> str:
+        """The entry id the split was read up to (``0-0``: nothing yet)."""
+        return decode_position(position)
+
+    def parse_position(self, text: str) -> int:
+        """An entry id (``1700000000000-3``, or a bare millisecond time for its first entry)."""
+        return encode_id(text)
+
+    def position_time_ms(self, position: int) -> int | None:
+        """An entry id is the time it was added, in ms (for auto-generated ids)."""
+        return position_ms(position) or None
+
+    def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
+        """Entries past each split's committed position, from the flow's consumer group
+        (Redis 7 keeps its lag; on older servers it is unknown)."""
+        client = shared_client(self.url)
+        lags: dict[str, int | None] = {}
+        for split_id in splits:
+            try:
+                groups = client.xinfo_groups(split_id)
+            except redis.RedisError:
+                lags[split_id] = None
+                continue
+            mine = next((g for g in groups if _text(g.get("name")) == self.group), None)
+            lag = mine.get("lag") if mine else None
+            lags[split_id] = int(lag) if lag is not None else None
+        return lags
+
     def decoder(self) -> FieldsDecoder | RecordFieldDecoder:
         if isinstance(self.fmt, FieldsFormat):
             return FieldsDecoder(self.fmt)
@@ -210,3 +244,7 @@ def output_schema(config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
     """The schema a run of this source lands: the format's, plus ``_stream`` and ``_id``
     when ``metadata`` is set (what the run's schema and the transform's columns must be)."""
     return with_metadata(schema) if config.get("metadata") else schema
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

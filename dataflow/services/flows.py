@@ -21,7 +21,7 @@ from dataflow.models import (
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
-from source_support.registry import BuildContext, build_source, source_is_unbounded
+from source_support.registry import BuildContext, build_source, source_is_unbounded, source_output_schema
 from source_support.schema import parse_ddl, to_ddl
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,8 @@ def _resolve_schema(values: dict[str, Any]) -> str:
         return build_source(values["source_type"], values["source_config"], fmt, context)
 
     schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
+    if schema is not None:
+        schema = source_output_schema(values["source_type"], values["source_config"], schema)
     source = source_with(schema)
     if schema is None:
         try:

@@ -17,13 +17,15 @@ from dataflow.stream_query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
-from source_support.formats import validate_format
+from source_support.formats import check_format_for_source, validate_format
 from source_support.registry import (
+    SOURCES,
     Environment,
     check_fields,
     expected_types,
     glob_static_prefix,
     source_is_unbounded,
+    source_output_schema,
     validate_sink,
     validate_source,
 )
@@ -91,6 +93,7 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     env = environment()
     source_type, source_config = validate_source(doc["source"], env)
     fmt = validate_format(doc.get("format") or {"type": "csv"})
+    check_format_for_source(fmt, entries=SOURCES[source_type].reads_entries)
     sql, query, transform_options = _validate_transform(doc["transform"])
     sink_type, sink_config = validate_sink(doc["sink"], env)
     stop_rule = _validate_stop(
@@ -98,7 +101,7 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     )
     _check_overlap(source_config, sink_config)
     if "schema" in fmt.options:
-        columns = parse_ddl(fmt.options["schema"]).names
+        columns = source_output_schema(source_type, source_config, parse_ddl(fmt.options["schema"])).names
         transform_columns_check(query, columns, sink_config.get("partition_by") or [])
     if source_is_unbounded(source_type, source_config):
         stream_query_check(sql, has_stop_rule=bool(stop_rule), schema_ddl=fmt.options.get("schema"))
