@@ -225,6 +225,7 @@ def append_epoch(
         if published or not moved:
             shutil.rmtree(staging, ignore_errors=True)
     if published:
+        check()
         for debris in target.parent.glob(f"{glob.escape(prefix)}*"):
             shutil.rmtree(debris, ignore_errors=True)
     return published

@@ -105,8 +105,7 @@ def stream_transform(*, run_id: int) -> bool:
     ``trigger_ms`` for ``DATAFLOW_STREAM_SLICE_SECONDS``, while this process holds the run's
     transform lease. Once the input ended (the run is TRANSFORMING) the last epoch runs and
     the run ends. Returns True when the caller should queue the next slice (the run goes on
-    and no other slice is queued); False when the run is over, another process drives it,
-    or its query waits for the end of the input."""
+    and no other slice is queued); False when the run is over or another process drives it."""
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None or run.status not in ACTIVE_RUN_STATUSES:
         return False
@@ -123,11 +122,8 @@ def stream_transform(*, run_id: int) -> bool:
 
 
 def ensure_stream_transform(run: FlowRun) -> None:
-    """Queues a slice of the run's streaming transform unless one is running or queued;
-    a query that needs the whole input is queued only once the input ended."""
+    """Queues a slice of the run's streaming transform unless one is running or queued."""
     if run.status not in ACTIVE_RUN_STATUSES:
-        return
-    if run.status == RunStatus.READING and _waits_for_end(run.spec["transform_sql"]):
         return
     coordinator = coordinator_for(run)
     if coordinator.is_set(LEASE):
@@ -148,13 +144,6 @@ def _classify(sql: str) -> StreamQuery:
     return stream_query_classify(sql)
 
 
-def _waits_for_end(sql: str) -> bool:
-    try:
-        return _classify(sql).kind == QueryKind.WHOLE_INPUT
-    except ConfigError:
-        return False  # the driver fails the run, saying why
-
-
 @dataclass
 class StreamState:
     """``FlowRun.stream_state``: what the streaming transform keeps between epochs."""
@@ -162,12 +151,15 @@ class StreamState:
     #: the last committed epoch, and the rows all committed epochs wrote
     epoch: int = 0
     rows_written: int = 0
-    #: window queries: the watermark at the last plan, the latest event time seen, and per
-    #: split that may still land rows (pk as text), the latest event time it landed
+    #: window queries: the watermark when batches were last taken, the earliest and latest
+    #: event times taken, and per split that may still land rows (pk as text) the latest
+    #: event time it landed
     watermark_ms: int | None = None
+    earliest_event_ms: int | None = None
     latest_event_ms: int | None = None
     splits: dict[str, int] = field(default_factory=dict)
-    #: rows dropped: their window had closed when they landed, or they had no event time
+    #: rows dropped: their window had been emitted when they were taken, or they had no
+    #: event time
     late_rows: int = 0
     untimed_rows: int = 0
     #: consecutive failed epochs, and when the last one failed (time.time())
@@ -185,9 +177,10 @@ class StreamState:
 
 @dataclass(frozen=True)
 class WindowProgress:
-    """What planning a window epoch learned of the event time, for ``StreamState``."""
+    """What taking batches for a window query learned of the event time, for ``StreamState``."""
 
     watermark_ms: int | None
+    earliest_event_ms: int | None
     latest_event_ms: int | None
     splits: dict[str, int]
     late_rows: int
@@ -195,6 +188,7 @@ class WindowProgress:
 
     def apply(self, state: StreamState) -> None:
         state.watermark_ms = self.watermark_ms
+        state.earliest_event_ms = self.earliest_event_ms
         state.latest_event_ms = self.latest_event_ms
         state.splits = self.splits
         state.late_rows += self.late_rows
@@ -203,8 +197,11 @@ class WindowProgress:
 
 @dataclass(frozen=True)
 class EpochPlan:
+    """Batches to give epoch ``number`` (the next), and whether it starts now (False: the
+    batches wait in it for its windows to close, or for the end of the input)."""
+
     batches: list[int]
-    records: int
+    starts: bool = True
     window_from_ms: int | None = None
     window_to_ms: int | None = None
     final: bool = False
@@ -215,15 +212,18 @@ class EpochPlan:
 
 class EpochPlanner:
     """Decides what the next epoch of a run takes (the PLAN step), which landed files it
-    reads, and which of them no later epoch needs once it commits."""
+    reads, and which of them no later epoch needs once it commits.
+
+    A window query, and one that needs the whole input, take each trigger's new batches into
+    the next epoch at once, before it starts (when windows close, or the input ends): what
+    waits is then not "untransformed" for backpressure, and its event times are read once.
+    """
 
     def __init__(self, query: StreamQuery, *, time_column: str, delay_ms: int, idle_ms: int) -> None:
         self.query = query
         self.time_column = time_column
         self.delay_ms = delay_ms
         self.idle_ms = idle_ms
-        #: event times of batches seen but not taken yet (footers are read once a slice)
-        self.times: dict[int, BatchTimes] = {}
         #: the last plan left batches for the next epoch
         self.backlog = False
 
@@ -256,7 +256,7 @@ class EpochPlanner:
         batches = LandedBatch.objects.filter(split__run=run)
         if self.query.kind != QueryKind.WINDOW:
             batches = batches.filter(epoch=epoch.number)
-        elif epoch.window_to_ms is None:
+        elif epoch.final:
             batches = batches.filter(epoch__lte=epoch.number)
         else:
             batches = batches.filter(epoch__lte=epoch.number).filter(
@@ -271,8 +271,7 @@ class EpochPlanner:
         if self.query.kind == QueryKind.WINDOW:
             return self._window_plan(run, last, ending=ending)
         if self.query.kind == QueryKind.WHOLE_INPUT:
-            # Once, even over no input: a global count of nothing is a row with 0.
-            return self._whole_input_plan(run) if ending else None
+            return self._whole_input_plan(run, ending=ending)
         return self._stateless_plan(run)
 
     def _unclaimed(self, run: FlowRun):
@@ -281,46 +280,42 @@ class EpochPlanner:
         return (
             LandedBatch.objects.filter(split__run=run, epoch__isnull=True)
             .order_by("id")
-            .values_list("id", "split_id", "path", "records", named=True)
+            .values_list("id", "split_id", "path", named=True)
         )
 
     def _stateless_plan(self, run: FlowRun) -> EpochPlan | None:
         batches = list(self._unclaimed(run)[:MAX_BATCHES_PER_EPOCH])
         self.backlog = len(batches) == MAX_BATCHES_PER_EPOCH
-        if not batches:
-            return None
-        return EpochPlan(batches=[b.id for b in batches], records=sum(b.records for b in batches))
+        return EpochPlan(batches=[b.id for b in batches]) if batches else None
 
-    def _whole_input_plan(self, run: FlowRun) -> EpochPlan:
-        batches = list(self._unclaimed(run))
-        return EpochPlan(batches=[b.id for b in batches], records=sum(b.records for b in batches), final=True)
+    def _whole_input_plan(self, run: FlowRun, *, ending: bool) -> EpochPlan | None:
+        batches = [b.id for b in self._unclaimed(run)]
+        if ending:  # once, even over no input: a global count of nothing is a row with 0
+            return EpochPlan(batches=batches, final=True)
+        return EpochPlan(batches=batches, starts=False) if batches else None
 
     def _window_plan(self, run: FlowRun, last: TransformEpoch | None, *, ending: bool) -> EpochPlan | None:
         batches = list(self._unclaimed(run))
-        times = {b.id: self._times_of(b.id, b.path) for b in batches}
+        times = {b.id: batch_times(b.path, self.time_column) for b in batches}
         start = last.window_to_ms if last is not None else None
-        state = StreamState.of(run)
-        latest = self._latest_per_split(state, batches, times)
-        overall = max((t for t in (state.latest_event_ms, *latest.values()) if t is not None), default=None)
-        live = dict(
-            Split.objects.filter(run=run).exclude(status__in=ENDED_SPLITS).values_list("pk", "updated_at")
+        progress = self._progress(run, batches, times, start)
+        end = (
+            None
+            if ending or progress.watermark_ms is None
+            else window_floor(progress.watermark_ms, self.query.window_ms)
         )
-        mark = self._watermark(live, latest, overall)
-        end = None if ending or mark is None else window_floor(mark, self.query.window_ms)
-        if not ending and not self._closes_a_window(start, end, times):
-            return None
-        if not batches and not LandedBatch.objects.filter(split__run=run, epoch__isnull=False).exists():
+        starts = ending or self._closes_a_window(start, end, progress.earliest_event_ms)
+        if (
+            starts
+            and not batches
+            and not LandedBatch.objects.filter(split__run=run, epoch__isnull=False).exists()
+        ):
             return None  # no row to emit: the range waits for rows to move it
-        progress = WindowProgress(
-            watermark_ms=mark,
-            latest_event_ms=overall,
-            splits={pk: ms for pk, ms in latest.items() if int(pk) in live},
-            late_rows=self._late_rows(run, batches, times, start),
-            untimed_rows=sum(times[b.id].nulls for b in batches),
-        )
+        if not (starts or batches):
+            return None
         return EpochPlan(
             batches=[b.id for b in batches],
-            records=sum(b.records for b in batches),
+            starts=starts,
             window_from_ms=start,
             window_to_ms=end,
             final=ending,
@@ -328,9 +323,30 @@ class EpochPlanner:
             progress=progress,
         )
 
+    def _progress(
+        self, run: FlowRun, batches, times: dict[int, BatchTimes], start: int | None
+    ) -> WindowProgress:
+        """The event time once ``batches`` are taken: watermark, extremes, late rows."""
+        state = StreamState.of(run)
+        latest = self._latest_per_split(state, batches, times)
+        lows = [t.min_ms for t in times.values() if t.min_ms is not None]
+        earliest = min((t for t in (state.earliest_event_ms, *lows) if t is not None), default=None)
+        overall = max((t for t in (state.latest_event_ms, *latest.values()) if t is not None), default=None)
+        live = dict(
+            Split.objects.filter(run=run).exclude(status__in=ENDED_SPLITS).values_list("pk", "updated_at")
+        )
+        return WindowProgress(
+            watermark_ms=self._watermark(live, latest, overall),
+            earliest_event_ms=earliest,
+            latest_event_ms=overall,
+            splits={pk: ms for pk, ms in latest.items() if int(pk) in live},
+            late_rows=self._late_rows(run, batches, times, start),
+            untimed_rows=sum(t.nulls for t in times.values()),
+        )
+
     @staticmethod
     def _latest_per_split(state: StreamState, batches, times: dict[int, BatchTimes]) -> dict[str, int]:
-        """Split pk (as text) -> the latest event time it landed, taken or not."""
+        """Split pk (as text) -> the latest event time it landed."""
         latest = dict(state.splits)
         for b in batches:
             high = times[b.id].max_ms
@@ -340,13 +356,12 @@ class EpochPlanner:
         return latest
 
     @staticmethod
-    def _closes_a_window(start: int | None, end: int | None, times: dict[int, BatchTimes]) -> bool:
+    def _closes_a_window(start: int | None, end: int | None, earliest: int | None) -> bool:
         if end is None:
             return False
         if start is not None:
             return end > start
-        # The first epoch: only once a row lies before the end.
-        return any(t.min_ms is not None and t.min_ms < end for t in times.values())
+        return earliest is not None and earliest < end  # the first epoch: a row lies before its end
 
     def _watermark(self, live: dict, latest: dict[str, int], overall: int | None) -> int | None:
         now = timezone.now()
@@ -355,11 +370,6 @@ class EpochPlanner:
             for pk, updated_at in live.items()
         ]
         return watermark_ms(clocks, delay_ms=self.delay_ms, latest_ms=overall)
-
-    def _times_of(self, batch_id: int, path: str) -> BatchTimes:
-        if batch_id not in self.times:
-            self.times[batch_id] = batch_times(path, self.time_column)
-        return self.times[batch_id]
 
     def _late_rows(self, run: FlowRun, batches, times: dict[int, BatchTimes], start: int | None) -> int:
         """Rows of the new batches whose window was emitted already: they are dropped."""
@@ -375,8 +385,9 @@ class EpochPlanner:
         return late
 
     def _claim(self, run: FlowRun, last: TransformEpoch | None, plan: EpochPlan) -> TransformEpoch | None:
-        """Creates the epoch and gives it the plan's batches, in one transaction holding the
-        run's row; None if the run ended or another driver planned meanwhile."""
+        """Gives the plan's batches to the next epoch and, if it starts, creates it, in one
+        transaction holding the run's row; None if the epoch does not start, the run ended,
+        or another driver planned meanwhile."""
         number = (last.number if last is not None else 0) + 1
         with transaction.atomic():
             locked = (
@@ -399,21 +410,23 @@ class EpochPlanner:
                 if ms is not None
             ]
             LandedBatch.objects.bulk_update(timed, ["event_time_max_ms"], batch_size=500)
-            epoch = TransformEpoch.objects.create(
+            if plan.progress is not None:
+                state = StreamState.of(locked)
+                plan.progress.apply(state)
+                FlowRun.objects.filter(pk=run.pk).update(stream_state=state.as_json())
+            if not plan.starts:
+                return None
+            records = LandedBatch.objects.filter(split__run=run, epoch=number).aggregate(
+                n=Sum("records", default=0)
+            )
+            return TransformEpoch.objects.create(
                 run=run,
                 number=number,
                 window_from_ms=plan.window_from_ms,
                 window_to_ms=plan.window_to_ms,
                 final=plan.final,
-                records_in=plan.records,
+                records_in=records["n"],
             )
-            if plan.progress is not None:
-                state = StreamState.of(locked)
-                plan.progress.apply(state)
-                FlowRun.objects.filter(pk=run.pk).update(stream_state=state.as_json())
-        for pk in plan.batches:
-            self.times.pop(pk, None)
-        return epoch
 
 
 class Step(Enum):
@@ -459,8 +472,6 @@ class StreamDriver:
         self.run = run
         try:
             planner = self._prepare()
-            if planner.query.kind == QueryKind.WHOLE_INPUT and run.status == RunStatus.READING:
-                return Step.ENDED  # queued again once the input ended (ensure_stream_transform)
             if self._in_backoff():
                 return Step.IDLE
             epoch = self.plan()

@@ -31,6 +31,7 @@ from dataflow.services import streaming
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.runs import landing_zone, run_key
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
+from dataflow.services.stream_runs import untransformed_records
 from dataflow.services.streaming import Step, StreamDriver, ensure_stream_transform, epoch_key
 from dataflow.spark import spark_job
 from dataflow.stream_query import QueryKind, plan_contradiction
@@ -412,6 +413,7 @@ def test_windows_are_emitted_once_each_as_the_slowest_split_passes_their_end(dir
     fast, slow = stream.land("fast", [0, 3, 11, 19.5]), stream.land("slow", [1, 9.9])
 
     assert run_one_epoch(stream) is None  # the slow split holds the watermark at 9.9 s
+    assert untransformed_records(stream.run) == 0  # taken into epoch 1, which waits
     slow += stream.land("slow", [12, 24])  # watermark 19.5 s: window [0, 10) closes
     epoch = run_one_epoch(stream)
     assert (epoch.window_from_ms, epoch.window_to_ms) == (
@@ -490,9 +492,11 @@ def test_an_aggregation_without_window_writes_only_when_the_input_ends(dirs):
     stream.land("s1", [1, 2, 3])
     stream.land("s2", [4])
 
-    assert driver(stream).trigger() == Step.ENDED  # nothing to do while reading...
+    assert driver(stream).trigger() == Step.IDLE  # the batches wait in epoch 1 while reading...
     assert not TransformEpoch.objects.filter(run=stream.run).exists()
+    assert untransformed_records(stream.run) == 0  # ... so backpressure does not hold readers
     assert not stream.sink.exists()
+    stream.land("s2", [5])
     stream.end_input()
     assert driver(stream).trigger() == Step.ENDED  # ... then one final epoch ends the run
 
