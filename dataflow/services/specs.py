@@ -19,6 +19,7 @@ from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.formats import check_format_for_source, validate_format
 from source_support.registry import (
+    SINKS,
     SOURCES,
     Environment,
     check_fields,
@@ -96,15 +97,19 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     check_format_for_source(fmt, entries=SOURCES[source_type].reads_entries)
     sql, query, transform_options = _validate_transform(doc["transform"])
     sink_type, sink_config = validate_sink(doc["sink"], env)
-    stop_rule = _validate_stop(
-        doc.get("stop") or {}, unbounded=source_is_unbounded(source_type, source_config)
-    )
+    unbounded = source_is_unbounded(source_type, source_config)
+    stop_rule = _validate_stop(doc.get("stop") or {}, unbounded=unbounded)
     _check_overlap(source_config, sink_config)
     if "schema" in fmt.options:
         columns = source_output_schema(source_type, source_config, parse_ddl(fmt.options["schema"])).names
         transform_columns_check(query, columns, sink_config.get("partition_by") or [])
-    if source_is_unbounded(source_type, source_config):
+    if unbounded:
         stream_query_check(sql, has_stop_rule=bool(stop_rule), schema_ddl=fmt.options.get("schema"))
+        if SINKS[sink_type].append is None:
+            appending = ", ".join(sorted(t for t, sink in SINKS.items() if sink.append is not None))
+            raise ConfigError(
+                "sink.type", f"{sink_type} cannot take a stream's output (sinks that append: {appending})"
+            )
     return {
         **flow,
         "source_type": source_type,

@@ -236,7 +236,9 @@ def offsets_reset(*, flow: DataFlow) -> None:
 def _drop_untransformed(split: Split, *, beyond: int) -> None:
     from dataflow.services.runs import landing_zone
 
-    doomed = LandedBatch.objects.filter(split=split, epoch__isnull=True, end_position__gt=beyond)
+    # Every landed batch still kept reaches the sink some day (a planned epoch, an open
+    # window): all of them past the new position would be read twice.
+    doomed = LandedBatch.objects.filter(split=split, end_position__gt=beyond)
     for path in doomed.values_list("path", flat=True):
         landing_zone().remove(path)
     doomed.delete()
