@@ -34,6 +34,11 @@ def fleet_env() -> dict[str, str]:
         DATAFLOW_READER_PARK_SECONDS=str(settings.DATAFLOW_READER_PARK_SECONDS),
         DATAFLOW_TICK_SECONDS=str(settings.DATAFLOW_TICK_SECONDS),
         DATAFLOW_KEEP_LANDED="1" if settings.DATAFLOW_KEEP_LANDED else "0",
+        DATAFLOW_TRANSFORM_LEASE_SECONDS=str(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS),
+        DATAFLOW_STREAM_SLICE_SECONDS=str(settings.DATAFLOW_STREAM_SLICE_SECONDS),
+        DATAFLOW_CHECKPOINT_SECONDS=str(settings.DATAFLOW_CHECKPOINT_SECONDS),
+        DATAFLOW_METRICS_SECONDS=str(settings.DATAFLOW_METRICS_SECONDS),
+        DATAFLOW_STALL_SECONDS=str(settings.DATAFLOW_STALL_SECONDS),
         PYTHONUNBUFFERED="1",
     )
     return env
@@ -72,13 +77,17 @@ class Fleet:
         self.procs[name] = proc
         return proc
 
-    def worker(self, name: str, concurrency: int = 4, env: dict[str, str] | None = None) -> subprocess.Popen:
-        """A worker process; ``env`` overrides the fleet's environment (e.g. its REDIS_URL)."""
+    def worker(
+        self, name: str, concurrency: int = 4, env: dict[str, str] | None = None, queues: str = ""
+    ) -> subprocess.Popen:
+        """A worker process; ``env`` overrides the fleet's environment (e.g. its REDIS_URL),
+        ``queues`` (comma-separated) replaces the default queue it consumes."""
         return self._start(
             name,
             [
                 "worker", "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
+                *(["-Q", queues] if queues else []),
             ],
             env,
         )  # fmt: skip

@@ -1,0 +1,155 @@
+"""Unbounded Redis Streams flows end to end: a producer writes into a topic of streams while
+the flow runs, and the sink, as pyarrow reads it, must hold every id the producer wrote
+exactly once, through worker crashes, stops and resumes, restores, rescales, new streams,
+moved offsets and backpressure.
+
+Real Redis, PostgreSQL and Spark. The tests with a fleet of worker processes come first:
+the in-process ``worker`` (module-scoped) starts with the first test that asks for it and
+would take the fleet's tasks from the same queue.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+
+import pytest
+import redis
+
+from dataflow.celery import app as celery_app
+from dataflow.models import Assignment, EpochStatus, FlowRun, RunStatus, TransformEpoch
+from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from tests.e2e.fleet import Fleet
+from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stream_spec, what_differs
+from tests.helpers import live, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture()
+def rds():
+    from dataflow.redis_client import redis_url
+
+    client = redis.Redis.from_url(redis_url())
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def prefix(rds) -> str:
+    """A key prefix of the test's own; every key under it is deleted after the test."""
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    keys = list(rds.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        rds.delete(*keys)
+
+
+@pytest.fixture()
+def quick(settings, dirs):
+    """Short checkpoint, metrics, transform lease and transform slice intervals (set before
+    a fleet starts: its processes take them from the environment)."""
+    settings.DATAFLOW_CHECKPOINT_SECONDS = 1
+    settings.DATAFLOW_METRICS_SECONDS = 1
+    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 6
+    settings.DATAFLOW_STREAM_SLICE_SECONDS = 10
+    return dirs
+
+
+def _only_the_fleet_consumes(fleet: Fleet) -> None:
+    """No worker but the fleet's answers (an in-process worker would take its tasks)."""
+    nodes = {node for reply in celery_app.control.ping(timeout=1) for node in reply}
+    ours = {f"{name}@" for name in fleet.procs}
+    assert all(node.split("@")[0] + "@" in ours for node in nodes), f"other workers consume: {nodes}"
+
+
+def _worker_reading(fleet: Fleet, run: FlowRun, names: tuple[str, ...], timeout: float = 60) -> str:
+    """The fleet name of a worker that runs a reader slice of ``run`` right now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if fleet.reader_slices(name, run):
+                return name
+        time.sleep(0.1)
+    raise AssertionError(f"no worker of {names} runs a reader of run {run.pk}")
+
+
+# With a fleet of worker processes.
+
+
+def test_a_sigkilled_reader_worker_loses_and_duplicates_no_entry(fleet, quick, rds, prefix):
+    producer = Producer(rds, prefix)
+    producer.write(40)  # every stream of the topic exists at the first discovery
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"kill-{prefix[:-1]}", prefix, sink))
+    fleet.beat()
+    fleet.worker("w1")
+    fleet.worker("w2")
+    fleet.wait_ready("w1", "w2")
+    _only_the_fleet_consumes(fleet)
+    run = flow_start(flow=flow)
+    producer.start(rate=200)
+
+    wait_until(lambda: live(run) >= 300, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
+    victim = _worker_reading(fleet, run, ("w1", "w2"))
+    fleet.kill(victim)
+    killed_at = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= killed_at + 400, 30, lambda: "the producer stalled")
+    sent = producer.stop()
+
+    survivor = "w2" if victim == "w1" else "w1"
+    wait_until(
+        lambda: arrived(sink, sent),
+        150,
+        lambda: what_differs(sink, sent, run) + "\n" + fleet.log(survivor)[-3000:],
+    )
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    flow_stop(flow=flow)
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    assert FlowRun.objects.get(pk=run.pk).status == RunStatus.STOPPED
+    assert Assignment.objects.filter(split__run=run, outcome="expired").exists(), "the victim held splits"
+
+
+def test_a_sigkilled_spark_worker_mid_epoch_loses_and_duplicates_no_entry(fleet, quick, rds, prefix):
+    spark_queue = {"DATAFLOW_SPARK_QUEUE": "spark"}
+    producer = Producer(rds, prefix)
+    producer.write(40)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"spark-{prefix[:-1]}", prefix, sink, trigger_ms=200))
+    fleet.beat()
+    fleet.worker("w1", env=spark_queue)
+    fleet.worker("s1", env=spark_queue, queues="spark")
+    fleet.wait_ready("w1", "s1")
+    _only_the_fleet_consumes(fleet)
+    run_id = flowctl("start", flow.name, env=spark_queue)["run"]  # its Spark tasks go to "spark"
+    run = FlowRun.objects.get(pk=run_id)
+    producer.start(rate=200)
+
+    def epoch_running() -> bool:
+        committed = TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED).count()
+        return committed >= 2 and TransformEpoch.objects.filter(run=run, status=EpochStatus.PLANNED).exists()
+
+    wait_until(
+        epoch_running,
+        120,
+        lambda: f"no epoch: {what_differs(sink, producer.sent, run)}\n{fleet.log('s1')[-2000:]}",
+    )
+    fleet.kill("s1")
+    killed_at = len(producer.sent)
+    fleet.worker("s2", env=spark_queue, queues="spark")
+    wait_until(lambda: len(producer.sent) >= killed_at + 400, 30, lambda: "the producer stalled")
+    sent = producer.stop()
+
+    wait_until(
+        lambda: arrived(sink, sent),
+        150,
+        lambda: what_differs(sink, sent, run) + "\n" + fleet.log("s2")[-3000:],
+    )
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    flow_stop(flow=flow)
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    pids = {
+        loc for loc in Assignment.objects.filter(split__run=run).values_list("reader_location", flat=True)
+    }
+    assert all(loc.endswith(f":{fleet.procs['w1'].pid}") for loc in pids), "readers ran on w1 only"
