@@ -116,15 +116,7 @@ class DjangoRunStore:
         )
         if not stale:
             return {}
-        pks = [row[0] for row in stale]
-        Assignment.objects.filter(split_id__in=pks, outcome=AssignmentOutcome.ACTIVE).update(
-            outcome=AssignmentOutcome.EXPIRED,
-            end_position=Subquery(Split.objects.filter(pk=OuterRef("split_id")).values("position")[:1]),
-            ended_at=timezone.now(),
-        )
-        Split.objects.filter(pk__in=pks).update(
-            status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
-        )
+        _take_back([row[0] for row in stale], AssignmentOutcome.EXPIRED)
         reclaimed: dict[int, list[AssignedSplit]] = {}
         for _, subtask, split_id, payload, position in stale:
             reclaimed.setdefault(subtask, []).append((split_id, payload, position))
@@ -141,15 +133,7 @@ class DjangoRunStore:
         )
         if not rows:
             return []
-        pks = [row[0] for row in rows]
-        Assignment.objects.filter(split_id__in=pks, outcome=AssignmentOutcome.ACTIVE).update(
-            outcome=AssignmentOutcome.REVOKED,
-            end_position=Subquery(Split.objects.filter(pk=OuterRef("split_id")).values("position")[:1]),
-            ended_at=timezone.now(),
-        )
-        Split.objects.filter(pk__in=pks).update(
-            status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
-        )
+        _take_back([row[0] for row in rows], AssignmentOutcome.REVOKED)
         return [(owner, (split_id, payload, position)) for _, owner, split_id, payload, position in rows]
 
     def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
@@ -291,6 +275,19 @@ class DjangoRunStore:
             Assignment.objects.filter(
                 split__run=self.run, split__split_id=split_id, reader_token=token
             ).update(outcome=AssignmentOutcome.FAILED, ended_at=timezone.now())
+
+
+def _take_back(pks: list[int], outcome: str) -> None:
+    """Ends the active assignments of splits ``pks`` with ``outcome`` at their checkpoints,
+    and leaves the splits unowned (UNASSIGNED) for the enumerator to assign again."""
+    Assignment.objects.filter(split_id__in=pks, outcome=AssignmentOutcome.ACTIVE).update(
+        outcome=outcome,
+        end_position=Subquery(Split.objects.filter(pk=OuterRef("split_id")).values("position")[:1]),
+        ended_at=timezone.now(),
+    )
+    Split.objects.filter(pk__in=pks).update(
+        status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
+    )
 
 
 def _now() -> Any:

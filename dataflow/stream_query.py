@@ -260,34 +260,22 @@ def _aliases(query: exp.Expression) -> set[str]:
 
 #: Spark plan nodes (analyzed) that contradict a kind: found there, the classification missed
 #: something, and the run fails rather than write a wrong result.
+_REFUSED_IN_ANY_EPOCH = (
+    "Window",
+    "GlobalLimit",
+    "Deduplicate",
+    "Distinct",
+    "Join",
+    "Intersect",
+    "Except",
+    "Expand",
+    "ScalarSubquery",
+    "Exists",
+    "ListQuery",
+)
 _PLAN_NODES_REFUSED = {
-    QueryKind.STATELESS: (
-        "Aggregate",
-        "Window",
-        "GlobalLimit",
-        "Deduplicate",
-        "Distinct",
-        "Join",
-        "Intersect",
-        "Except",
-        "Expand",
-        "ScalarSubquery",
-        "Exists",
-        "ListQuery",
-    ),
-    QueryKind.WINDOW: (
-        "Window",
-        "GlobalLimit",
-        "Deduplicate",
-        "Distinct",
-        "Join",
-        "Intersect",
-        "Except",
-        "Expand",
-        "ScalarSubquery",
-        "Exists",
-        "ListQuery",
-    ),
+    QueryKind.STATELESS: ("Aggregate", *_REFUSED_IN_ANY_EPOCH),
+    QueryKind.WINDOW: _REFUSED_IN_ANY_EPOCH,
 }
 
 
