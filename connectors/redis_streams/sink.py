@@ -52,14 +52,7 @@ class RedisStreamSink:
         client = shared_client(resolve_url(config, env))
         run_prefix = attempt_key.rsplit("-", 1)[0]
         target = StreamTarget(client, config, marker=f"run:{run_prefix}")
-        staging = target.stage(_arrow_of(df), attempt_key)
-        published = False
-        try:
-            published = publish(target.staged_rows, lambda: target.publish(staging))
-        finally:
-            if not published:
-                target.discard(staging)
-        return published
+        return _publish_through(target, target.stage(_arrow_of(df), attempt_key), publish)
 
     @staticmethod
     def append(df, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment) -> bool:
@@ -69,13 +62,7 @@ class RedisStreamSink:
         client = shared_client(resolve_url(config, env))
         target = StreamTarget(client, config, marker=f"epoch:{epoch_key}")
         staging = target.pending_staging() or target.stage(_arrow_of(df), epoch_key)
-        published = False
-        try:
-            published = publish(target.staged_rows, lambda: target.publish(staging))
-        finally:
-            if not published:
-                target.discard(staging)
-        return published
+        return _publish_through(target, staging, publish)
 
 
 def append_batch(df, config: dict[str, Any], *, batch_key: str, env: Environment) -> int:
@@ -238,3 +225,15 @@ def _texts(values: pa.Array) -> list[Any]:
         texts = values.cast(pa.string())
         return pc.replace_substring(texts, " ", "T", max_replacements=1).to_pylist()
     return values.cast(pa.string()).to_pylist()
+
+
+def _publish_through(target: StreamTarget, staging: str, publish: Publish) -> bool:
+    """Moves the staged entries into the target through the caller's fence; the staging
+    stream goes if the caller did not publish."""
+    published = False
+    try:
+        published = publish(target.staged_rows, lambda: target.publish(staging))
+    finally:
+        if not published:
+            target.discard(staging)
+    return published
