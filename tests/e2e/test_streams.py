@@ -20,6 +20,7 @@ import redis
 from dataflow.celery import app as celery_app
 from dataflow.models import Assignment, EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.services.stream_runs import untransformed_records
 from tests.e2e.fleet import Fleet
 from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stream_spec, what_differs
 from tests.helpers import live, wait_until
@@ -153,3 +154,53 @@ def test_a_sigkilled_spark_worker_mid_epoch_loses_and_duplicates_no_entry(fleet,
         loc for loc in Assignment.objects.filter(split__run=run).values_list("reader_location", flat=True)
     }
     assert all(loc.endswith(f":{fleet.procs['w1'].pid}") for loc in pids), "readers ran on w1 only"
+
+
+def test_readers_pause_while_the_transform_is_behind_and_nothing_is_lost(fleet, quick, rds, prefix):
+    spark_queue = {"DATAFLOW_SPARK_QUEUE": "spark"}
+    limit = 1000
+    producer = Producer(rds, prefix)
+    producer.write(40)
+    sink = quick.out / "sink"
+    doc = stream_spec(f"bp-{prefix[:-1]}", prefix, sink, batch_size=100, backpressure_records=limit)
+    flow, _ = flow_apply(spec=doc)
+    fleet.beat()
+    fleet.worker("w1", env=spark_queue)  # readers and ticks, no Spark: the transform waits
+    fleet.wait_ready("w1")
+    _only_the_fleet_consumes(fleet)
+    run = FlowRun.objects.get(pk=flowctl("start", flow.name, env=spark_queue)["run"])
+    producer.start(rate=800)
+
+    most_waiting = 0
+
+    def paused_with_all_written() -> bool:
+        nonlocal most_waiting
+        most_waiting = max(most_waiting, untransformed_records(run))
+        run.refresh_from_db()
+        return len(producer.sent) >= 6000 and run.message.startswith("paused:")
+
+    wait_until(paused_with_all_written, 60, lambda: f"not paused: {what_differs(sink, producer.sent, run)}")
+    sent = producer.stop()
+    read_when_paused = live(run)
+    time.sleep(3)  # paused readers read nothing, however long the transform is away
+    most_waiting = max(most_waiting, untransformed_records(run))
+    assert live(run) == read_when_paused < len(sent)
+    assert most_waiting <= 3 * limit, f"{most_waiting} records waited for the transform"
+    assert not sink_ids(sink)
+
+    fleet.worker("s1", env=spark_queue, queues="spark")
+    wait_until(
+        lambda: arrived(sink, sent),
+        150,
+        lambda: what_differs(sink, sent, run) + "\n" + fleet.log("s1")[-3000:],
+    )
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    # The backlog read after the readers went on may pause them again; they go on for good
+    # once the transform has caught up.
+    wait_until(
+        lambda: not FlowRun.objects.get(pk=run.pk).message.startswith("paused:"),
+        30,
+        lambda: f"still paused: {FlowRun.objects.get(pk=run.pk).message}",
+    )
+    flow_stop(flow=flow)
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
