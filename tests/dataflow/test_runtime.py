@@ -8,10 +8,14 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from dataflow.models import FlowRun, LandedBatch, Split
+from connectors.sequence.enumerator import NumberSequenceEnumerator
+from connectors.sequence.source import NumberRangeReader, NumberSequenceSource
+from dataflow.models import Assignment, FlowRun, LandedBatch, Split
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs import coordinator_for, landing_zone, read_slice, source_for
 from dataflow.store import DjangoRunStore
+from source_support.api import SourceEvent
+from source_support.reader_base import SourceReaderBase
 from source_support.runtime import ReaderSettings, SliceOutcome, enumerator_tick, reader_slice
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,9 +31,9 @@ class CountingStore(DjangoRunStore):
         return super().commit_batches(token, commits)
 
 
-def read_all(run: FlowRun, store: DjangoRunStore, **reader_settings) -> SliceOutcome:
+def read_all(run: FlowRun, store: DjangoRunStore, source=None, **reader_settings) -> SliceOutcome:
     """Runs reader 0 until it is told there is no more, ticking while it reads."""
-    coordinator, source = coordinator_for(run), source_for(run)
+    coordinator, source = coordinator_for(run), source or source_for(run)
     outcome: list[SliceOutcome] = []
 
     def reader() -> None:
@@ -113,3 +117,105 @@ def test_a_reader_serves_its_own_split_requests_when_no_tick_runs(dirs, settings
     assert report.outcome == SliceOutcome.DONE
     assert report.records == 1000
     assert Split.objects.filter(run=run, status="finished").count() == 20
+
+
+# The reader contract for streams: source events both ways, and revoked splits.
+#
+# A sequence source whose enumerator talks to its readers: a test double of a connector
+# (the sequence source itself has nothing to say), driven by the real runtime on Redis and
+# PostgreSQL.
+
+
+#: 400 batches in each split: the first is still being read when the reader's reply comes.
+COUNT = 8000
+
+
+class TalkingEnumerator(NumberSequenceEnumerator):
+    """Greets a reader when it first asks and remembers the replies; with ``revoke``, the
+    reply (which comes while the reader reads its first split) makes it take that split
+    back and hand it out again."""
+
+    def __init__(self, context, *, state, revoke: bool):
+        super().__init__(context, count=COUNT, splits=2, state=state)
+        self.replies = (state or {}).get("replies", [])
+        self.greeted = (state or {}).get("greeted", False)
+        self.revoked = (state or {}).get("revoked", False)
+        self.revoke = revoke
+
+    def handle_split_request(self, subtask, requester_location=""):
+        if not self.greeted:
+            self.context.send_event_to_source_reader(subtask, SourceEvent("hello", {"to": subtask}))
+            self.greeted = True
+        super().handle_split_request(subtask, requester_location)
+
+    def handle_source_event(self, subtask, event):
+        self.replies.append({"from": subtask, **event.payload})
+        if self.revoke and not self.revoked:
+            self.revoked = True
+            moved = self.context.revoke_splits(["range-0"])
+            self.context.assign_splits({subtask: moved})
+
+    def snapshot_state(self):
+        return super().snapshot_state() | {
+            "replies": self.replies,
+            "greeted": self.greeted,
+            "revoked": self.revoked,
+        }
+
+
+class AnsweringReader(NumberRangeReader):
+    def __init__(self, context, heard):
+        super().__init__()
+        self.context, self.heard = context, heard
+
+    def handle_source_event(self, event):
+        self.heard.append(event)
+        self.context.send_source_event_to_coordinator(SourceEvent("reply", {"heard": event.kind}))
+
+
+class TalkingSource(NumberSequenceSource):
+    def __init__(self, *, revoke: bool = False):
+        super().__init__(count=COUNT, splits=2, batch_size=10)
+        self.heard: list[SourceEvent] = []
+        self.revoke = revoke
+
+    def create_enumerator(self, context):
+        return TalkingEnumerator(context, state=None, revoke=self.revoke)
+
+    def restore_enumerator(self, context, state):
+        return TalkingEnumerator(context, state=state, revoke=self.revoke)
+
+    def create_reader(self, context):
+        return SourceReaderBase(context, AnsweringReader(context, self.heard), batch_size=10)
+
+
+def test_source_events_reach_the_reader_and_its_reply_the_enumerator(dirs):
+    run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
+    source = TalkingSource()
+
+    assert read_all(run, DjangoRunStore(run), source=source) == SliceOutcome.DONE
+
+    assert source.heard == [SourceEvent("hello", {"to": 0})]
+    assert FlowRun.objects.get(pk=run.pk).enumerator_state["replies"] == [{"from": 0, "heard": "hello"}]
+
+
+def test_a_revoked_split_goes_on_from_its_checkpoint_under_its_new_owner(dirs):
+    run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
+
+    assert read_all(run, DjangoRunStore(run), source=TalkingSource(revoke=True)) == SliceOutcome.DONE
+
+    outcomes = list(
+        Assignment.objects.filter(split__run=run, split__split_id="range-0").values_list("outcome", flat=True)
+    )
+    assert outcomes == ["revoked", "finished"]
+    # The revocation is the runtime's to handle: the connector never hears of it.
+    assert FlowRun.objects.get(pk=run.pk).enumerator_state["replies"] == [{"from": 0, "heard": "hello"}]
+    landed = LandedBatch.objects.filter(split__run=run).order_by("split_id", "start_position")
+    numbers = sorted(n for path in landed.values_list("path", flat=True) for n in _values(path))
+    assert numbers == list(range(COUNT))  # each once: nothing lost or read twice across the move
+
+
+def _values(path: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).column("value").to_pylist()
