@@ -10,20 +10,24 @@ would take the fleet's tasks from the same queue.
 
 from __future__ import annotations
 
+import io
+import json
 import time
 import uuid
 from collections import Counter
 
 import pytest
 import redis
+from django.core.management import call_command
 
+from connectors.redis_streams.split import decode_position
 from dataflow.celery import app as celery_app
-from dataflow.models import Assignment, EpochStatus, FlowRun, RunStatus, TransformEpoch
-from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.models import Assignment, Checkpoint, EpochStatus, FlowRun, RunStatus, TransformEpoch
+from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
 from dataflow.services.stream_runs import untransformed_records
 from tests.e2e.fleet import Fleet
 from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stream_spec, what_differs
-from tests.helpers import live, wait_until
+from tests.helpers import Beat, live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -204,3 +208,70 @@ def test_readers_pause_while_the_transform_is_behind_and_nothing_is_lost(fleet, 
     )
     flow_stop(flow=flow)
     assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+
+
+# With the in-process worker.
+
+
+def _flowctl(*args: str):
+    out = io.StringIO()
+    call_command("flowctl", *args, "--json", stdout=out)
+    return json.loads(out.getvalue())
+
+
+def test_a_stopped_flow_resumes_from_its_checkpoints_and_restores_an_older_one(
+    worker, quick, rds, prefix, settings
+):
+    settings.DATAFLOW_CHECKPOINTS_KEPT = 1000
+    producer = Producer(rds, prefix)
+    producer.write(100)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"resume-{prefix[:-1]}", prefix, sink))
+    with Beat():
+        run = flow_start(flow=flow)
+        producer.start(rate=200)
+        wait_until(
+            lambda: sum(sink_ids(sink).values()) >= 300,
+            90,
+            lambda: f"too little arrived: {what_differs(sink, producer.sent, run)}",
+        )
+        flow_stop(flow=flow)  # while entries are written, read, landed and transformed
+        producer.stop()
+        stopped_with = sink_ids(sink)
+        producer.write(300)  # while the flow is stopped
+        sent = list(producer.sent)
+
+        assert flow_resume(flow=flow).pk == run.pk
+        wait_until(lambda: arrived(sink, sent), 90, lambda: what_differs(sink, sent, run))
+        assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+        assert 0 < sum(stopped_with.values()) < len(sent)
+        flow_stop(flow=flow)
+
+        # A checkpoint from before the stop: what was read after it is read again.
+        checkpoints = _flowctl("checkpoints", flow.name)
+        read = [c for c in reversed(checkpoints) if c["records_read"] > 0]
+        assert read, checkpoints
+        older = read[0]
+        positions = Checkpoint.objects.get(pk=older["id"]).splits
+        again = [
+            i
+            for split_id, entry in positions.items()
+            for i in producer.ids_after(
+                split_id.removeprefix(f"{prefix}orders:"), decode_position(entry["position"])
+            )
+        ]
+        restored = FlowRun.objects.get(
+            pk=_flowctl("restore", flow.name, "--checkpoint", str(older["id"]))["run"]
+        )
+        fresh = producer.write(100)
+        expected = Counter(sent) + Counter(again) + Counter(fresh)
+        wait_until(
+            lambda: arrived(sink, expected.elements()),
+            90,
+            lambda: what_differs(sink, list(expected.elements()), restored),
+        )
+        flow_stop(flow=flow)
+
+    assert 0 < len(again) < len(sent)
+    assert sink_ids(sink, restored) == Counter(again) + Counter(fresh)
+    assert sink_ids(sink) == expected, what_differs(sink, list(expected.elements()), restored)
