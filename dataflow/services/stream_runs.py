@@ -7,6 +7,7 @@ metrics, and the flow's offsets (read, set, reset) and restores.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -292,6 +293,10 @@ def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
         latency_ms=_last_epoch_latency_ms(run),
     )
     MetricSample.objects.bulk_create([*samples, total])
+    # A run that reads for months keeps samples for DATAFLOW_RETENTION_DAYS, not forever.
+    MetricSample.objects.filter(
+        run=run, at__lt=now - timedelta(days=settings.DATAFLOW_RETENTION_DAYS)
+    ).delete()
     return [*samples, total]
 
 

@@ -10,14 +10,16 @@ import io
 import json
 import os
 import uuid
+from datetime import timedelta
 
 import pyarrow as pa
 import pytest
 import redis
 from django.core.management import call_command
+from django.utils import timezone
 
 from connectors.redis_streams.split import encode_id
-from dataflow.models import Checkpoint, FlowRun, LandedBatch, RunStatus, Split, SplitStatus
+from dataflow.models import Checkpoint, FlowRun, LandedBatch, MetricSample, RunStatus, Split, SplitStatus
 from dataflow.services.flows import FlowStateError, flow_apply, flow_rescale, flow_start, flow_stop
 from dataflow.services.runs import coordinator_for, landing_zone, run_key, source_for
 from dataflow.services.stream_runs import (
@@ -240,9 +242,23 @@ def test_metrics_sample_the_run_and_each_split_with_rates_and_lag(topic, dirs, r
     samples = {s.split_id: s for s in metrics_sample(run=run)}
 
     assert samples[f"{topic}:0"].last_offset == "1002-0"
+    assert MetricSample.objects.filter(run=run).count() == 2 * 2  # two rounds of a split and the run
     assert samples[f"{topic}:0"].records_per_s > 0 and samples[""].records_read == 13
     if int(rds.info("server")["redis_version"].split(".")[0]) >= 7:
         assert samples[f"{topic}:0"].lag == 2  # entries 1003-0 and 1004-0
+
+
+@pytest.mark.django_db
+def test_metric_samples_older_than_the_retention_go(topic, dirs, settings):
+    settings.DATAFLOW_RETENTION_DAYS = 1
+    run = flow_start(flow=_flow(topic, dirs))
+    _read(run, f"{topic}:0", "1002-0")
+    metrics_sample(run=run)
+    MetricSample.objects.filter(run=run).update(at=timezone.now() - timedelta(days=2))
+
+    metrics_sample(run=run)
+
+    assert MetricSample.objects.filter(run=run).count() == 2  # the new split and run samples
 
 
 @pytest.mark.django_db
