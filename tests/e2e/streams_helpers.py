@@ -28,6 +28,7 @@ class Producer:
     def __init__(self, rds: redis.Redis, prefix: str, *, streams: int = 4) -> None:
         self.rds, self.prefix, self.streams = rds, prefix, streams
         self.sent: list[int] = []
+        self._lock = threading.Lock()  # writes from the test and from the background thread
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -36,14 +37,15 @@ class Producer:
 
     def write(self, count: int, *, stream: int | str | None = None) -> list[int]:
         """Writes ``count`` orders (into ``stream`` only, if given); returns their ids."""
-        first = len(self.sent)
-        ids = list(range(first, first + count))
-        pipe = self.rds.pipeline(transaction=False)
-        for i in ids:
-            key = self.key(i % self.streams if stream is None else stream)
-            pipe.xadd(key, {"id": i, "customer": f"c{i % 5}", "amount": i / 2})
-        pipe.execute()
-        self.sent.extend(ids)
+        with self._lock:
+            first = len(self.sent)
+            ids = list(range(first, first + count))
+            pipe = self.rds.pipeline(transaction=False)
+            for i in ids:
+                key = self.key(i % self.streams if stream is None else stream)
+                pipe.xadd(key, {"id": i, "customer": f"c{i % 5}", "amount": i / 2})
+            pipe.execute()
+            self.sent.extend(ids)
         return ids
 
     def start(self, rate: int) -> None:

@@ -22,7 +22,17 @@ from django.core.management import call_command
 
 from connectors.redis_streams.split import decode_position
 from dataflow.celery import app as celery_app
-from dataflow.models import Assignment, Checkpoint, EpochStatus, FlowRun, RunStatus, TransformEpoch
+from dataflow.models import (
+    Assignment,
+    AssignmentOutcome,
+    Checkpoint,
+    EpochStatus,
+    FlowRun,
+    RunStatus,
+    Split,
+    SplitStatus,
+    TransformEpoch,
+)
 from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
 from dataflow.services.stream_runs import untransformed_records
 from tests.e2e.fleet import Fleet
@@ -275,3 +285,86 @@ def test_a_stopped_flow_resumes_from_its_checkpoints_and_restores_an_older_one(
     assert 0 < len(again) < len(sent)
     assert sink_ids(sink, restored) == Counter(again) + Counter(fresh)
     assert sink_ids(sink) == expected, what_differs(sink, list(expected.elements()), restored)
+
+
+def _placement(run: FlowRun) -> dict[str, int | None]:
+    """Each split of ``run`` and the reader that holds it, if every split is assigned and has
+    exactly one active assignment, by that reader; else empty."""
+    splits = list(Split.objects.filter(run=run).values_list("pk", "split_id", "status", "owner_subtask"))
+    active = Counter(
+        Assignment.objects.filter(split__run=run, outcome=AssignmentOutcome.ACTIVE).values_list(
+            "split_id", "subtask"
+        )
+    )
+    for pk, _, status, owner in splits:
+        if status != SplitStatus.ASSIGNED or owner is None:
+            return {}
+        if [key for key, n in active.items() if key[0] == pk] != [(pk, owner)] or active[(pk, owner)] != 1:
+            return {}
+    return {split_id: owner for _, split_id, _, owner in splits}
+
+
+def _balanced_on(run: FlowRun, readers: int) -> bool:
+    owners = Counter(_placement(run).values())
+    return sorted(owners) == list(range(readers)) and max(owners.values()) - min(owners.values()) <= 1
+
+
+def test_rescaling_2_4_2_keeps_every_stream_on_one_reader_and_each_entry_once(worker, quick, rds, prefix):
+    producer = Producer(rds, prefix)
+    producer.write(40)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"scale-{prefix[:-1]}", prefix, sink, parallelism=2))
+    with Beat():
+        run = flow_start(flow=flow)
+        producer.start(rate=200)
+        placed = []
+        for readers in (2, 4, 2):
+            if readers != 2 or placed:
+                _flowctl("rescale", flow.name, str(readers))
+            wait_until(
+                lambda readers=readers: _balanced_on(run, readers) and live(run) > len(placed) * 200 + 100,
+                60,
+                lambda readers=readers: f"not balanced on {readers} readers: {_placement(run)} "
+                f"{list(Split.objects.filter(run=run).values_list('split_id', 'status', 'owner_subtask'))}",
+            )
+            placed.append(_placement(run))
+            time.sleep(1)  # readers read in this placement for a while
+        sent = producer.stop()
+        wait_until(lambda: arrived(sink, sent), 90, lambda: what_differs(sink, sent, run))
+        flow_stop(flow=flow)
+
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    assert [sorted(Counter(p.values()).items()) for p in placed] == [
+        [(0, 2), (1, 2)],
+        [(0, 1), (1, 1), (2, 1), (3, 1)],
+        [(0, 2), (1, 2)],
+    ]
+    # Readers 2 and 3 read what they were given after the scale-up.
+    for subtask in (2, 3):
+        assignments = Assignment.objects.filter(split__run=run, subtask=subtask)
+        assert assignments.exists() and all(a.end_position > a.start_position for a in assignments), subtask
+
+
+def test_a_stream_created_while_the_flow_runs_is_found_and_read_once(worker, quick, rds, prefix):
+    producer = Producer(rds, prefix, streams=2)
+    producer.write(40)
+    sink = quick.out / "sink"
+    doc = stream_spec(f"found-{prefix[:-1]}", prefix, sink, source={"discovery_interval_ms": 500})
+    flow, _ = flow_apply(spec=doc)
+    with Beat():
+        run = flow_start(flow=flow)
+        producer.start(rate=100)
+        wait_until(
+            lambda: sink_ids(sink), 60, lambda: f"nothing arrived: {what_differs(sink, producer.sent, run)}"
+        )
+        late = producer.write(150, stream="late")  # a third stream, after the flow started
+        time.sleep(1)
+        late += producer.write(150, stream="late")
+        sent = producer.stop()
+        wait_until(lambda: arrived(sink, sent), 60, lambda: what_differs(sink, sent, run))
+        flow_stop(flow=flow)
+
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+    assert not Counter(late) - sink_ids(sink)
+    late_split = Split.objects.get(run=run, split_id=producer.key("late"))
+    assert late_split.records_read == len(late)
