@@ -368,3 +368,45 @@ def test_a_stream_created_while_the_flow_runs_is_found_and_read_once(worker, qui
     assert not Counter(late) - sink_ids(sink)
     late_split = Split.objects.get(run=run, split_id=producer.key("late"))
     assert late_split.records_read == len(late)
+
+
+def test_offsets_show_entry_ids_and_set_or_reset_where_the_flow_reads_from(worker, quick, rds, prefix):
+    producer = Producer(rds, prefix)
+    producer.write(200)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"offsets-{prefix[:-1]}", prefix, sink))
+    with Beat():
+        run = flow_start(flow=flow)
+        sent = list(producer.sent)
+        wait_until(lambda: arrived(sink, sent), 60, lambda: what_differs(sink, sent, run))
+        flow_stop(flow=flow)
+
+        shown = {o["split"]: o["offset"] for o in _flowctl("offsets", flow.name)}
+        assert shown == {producer.key(n): producer.entry_ids(n)[-1] for n in range(4)}
+
+        back_to = producer.entry_ids(0)[9]
+        moved = _flowctl("offsets", flow.name, "--set", f"{producer.key(0)}={back_to}")
+        assert {o["split"]: o["offset"] for o in moved}[producer.key(0)] == back_to
+        again = producer.ids_after(0, back_to)
+        fresh = producer.write(40)  # while stopped: read once
+        flow_resume(flow=flow)
+        expected = Counter(sent) + Counter(again) + Counter(fresh)
+        wait_until(
+            lambda: arrived(sink, expected.elements()),
+            60,
+            lambda: what_differs(sink, list(expected.elements()), run),
+        )
+        flow_stop(flow=flow)
+        assert sink_ids(sink) == expected, what_differs(sink, list(expected.elements()), run)
+
+        _flowctl("offsets", flow.name, "--reset")
+        everything = list(producer.sent)
+        rerun = flow_start(flow=flow)
+        wait_until(
+            lambda: arrived(sink, everything, rerun), 60, lambda: what_differs(sink, everything, rerun)
+        )
+        flow_stop(flow=flow)
+
+    assert len(again) == 50 - 10
+    assert sink_ids(sink, rerun) == Counter(everything), what_differs(sink, everything, rerun)
+    assert sink_ids(sink) == expected + Counter(everything)
