@@ -1,0 +1,611 @@
+"""Redis Streams flows end to end: each ``[stop]`` rule through ``manage.py runflow NAME
+--until-done`` (a subprocess, as a user runs it), the window query against pandas, a source
+Redis restarted mid-flow, and bad input.
+
+What arrived in the sink is read with pyarrow/pandas and compared with what was written to
+the streams. Each test keeps its streams under a key prefix of its own and deletes them.
+``runflow`` runs on the test's PostgreSQL database and its own embedded Redis (broker and
+coordination), so its worker never takes tasks meant for the in-process ``worker`` fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import redis
+from django.conf import settings
+from django.db import connection
+
+from dataflow.models import DataFlow, FlowRun, Split
+from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.services.runs import flow_tick
+from tests.helpers import Beat, live, multiset, wait_for_run, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = "id BIGINT, customer STRING, amount DOUBLE"
+#: A millisecond time in the past that explicit entry ids are placed around.
+T = 1_700_000_000_000
+
+
+def source_url() -> str:
+    return settings.REDIS_URL
+
+
+@pytest.fixture()
+def rds() -> redis.Redis:
+    client = redis.Redis.from_url(source_url())
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def prefix(rds) -> str:
+    """A key prefix no other test uses; every key under it is deleted after the test."""
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    keys = list(rds.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        rds.delete(*keys)
+
+
+def record(i: int) -> dict:
+    return {"id": i, "customer": f"c{i % 4}", "amount": i / 2}
+
+
+def row(i: int) -> tuple:
+    return (i, f"c{i % 4}", i / 2)
+
+
+def flow_doc(name: str, prefix: str, sink: Path, *, stop: dict | None = None, **source) -> dict:
+    doc = {
+        "flow": {"name": name, "parallelism": 2, "batch_size": 50, "poll_interval_ms": 50},
+        "source": {
+            "type": "redis_streams",
+            "url": source_url(),
+            "streams": f"{prefix}orders:*",
+            "discovery_interval_ms": 300,
+            **source,
+        },
+        "format": {"type": "fields", "schema": FIELDS},
+        "transform": {"sql": "SELECT id, customer, amount FROM source", "trigger_ms": 200},
+        "sink": {"type": "parquet", "path": str(sink)},
+    }
+    if stop is not None:
+        doc["stop"] = stop
+    return doc
+
+
+def sink_rows(sink: Path) -> list[tuple]:
+    """The sink's rows as a plain reader (pyarrow) lists them; none if it has no file yet."""
+    if not sink.exists() or not any(p for p in sink.rglob("*.parquet") if not _hidden(p, sink)):
+        return []
+    table = pq.read_table(sink)
+    return list(zip(*[table.column(c).to_pylist() for c in ("id", "customer", "amount")], strict=True))
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith((".", "_")) for part in path.relative_to(root).parts)
+
+
+class Cli:
+    """``manage.py`` subprocesses on the test's database and directories, each with an
+    embedded Redis of its own (under ``var``) for its broker and coordination."""
+
+    def __init__(self, dirs) -> None:
+        db = connection.settings_dict
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAFLOW_", "REDIS_URL"))}
+        env.update(
+            DATABASE_URL=f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            DATAFLOW_VAR_DIR=str(dirs.root / "var"),
+            DATAFLOW_BASE_DIR=str(dirs.root),
+            DATAFLOW_ALLOWED_ROOTS=f"{dirs.data}:{dirs.out}",
+            DATAFLOW_TICK_SECONDS="1",
+            DATAFLOW_READER_LEASE_SECONDS="3",
+            DATAFLOW_READER_SLICE_SECONDS="2",
+            DATAFLOW_READER_PARK_SECONDS="8",
+            DATAFLOW_CHECKPOINT_SECONDS="2",
+        )
+        self.env = env
+        self.procs: list[subprocess.Popen] = []
+
+    def manage(self, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start(self, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+
+
+@pytest.fixture()
+def cli(dirs):
+    cli = Cli(dirs)
+    yield cli
+    cli.close()
+
+
+def runflow_until_done(cli: Cli, name: str, *, timeout: float = 240) -> subprocess.Popen:
+    return cli.start("runflow", name, "--until-done", "--no-progress")
+
+
+def finished(proc: subprocess.Popen, timeout: float = 240) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out + err
+
+
+def active_run(name: str) -> FlowRun | None:
+    return FlowRun.objects.filter(flow__name=name).order_by("-id").first()
+
+
+def iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
+
+
+# Stop rules, through runflow
+
+
+def test_stop_at_latest_reads_what_was_there_when_the_run_started_and_ends(cli, rds, prefix, dirs):
+    sent = []
+    for i in range(90):
+        rds.xadd(f"{prefix}orders:{i % 3}", record(i))
+        sent.append(row(i))
+    # Two streams that never get data: one never had any, one lost its only entry.
+    rds.xgroup_create(f"{prefix}orders:empty", "other", id="$", mkstream=True)
+    gone = rds.xadd(f"{prefix}orders:emptied", record(-1))
+    rds.xdel(f"{prefix}orders:emptied", gone)
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("latest", prefix, sink, stop={"at": "latest"}))
+
+    proc = runflow_until_done(cli, "latest")
+    wait_until(
+        lambda: active_run("latest") is not None or proc.poll() is not None,
+        120,
+        lambda: "runflow started no run",
+    )
+    for i in range(90, 120):  # after the run started: not read
+        rds.xadd(f"{prefix}orders:{i % 4}", record(i))
+    code, output = finished(proc)
+
+    assert code == 0, output[-3000:]
+    assert f"run {active_run('latest').pk} succeeded: 90 records read" in output, output[-3000:]
+    assert multiset(sink_rows(sink)) == multiset(sent)
+
+
+def _records_around_t(rds, prefix: str) -> dict[str, tuple]:
+    """Entries placed in time around ``T`` in three streams (entry id -> row), and a
+    fourth stream whose entries all come after ``T``; then entries added now."""
+    placed = {}
+    i = 0
+    for s in range(3):
+        key = f"{prefix}orders:{s}"
+        ids = [f"{T - 3000 + k * 700}-0" for k in range(4)]
+        ids += [f"{T}-0", f"{T}-1", f"{T}-2", f"{T + 1}-0", f"{T + 2500}-0"]
+        for entry_id in ids:
+            rds.xadd(key, record(i), id=entry_id)
+            placed[(key, entry_id)] = row(i)
+            i += 1
+        rds.xadd(key, record(i))  # now: long after T
+        placed[(key, "now")] = row(i)
+        i += 1
+    for k in range(3):
+        rds.xadd(f"{prefix}orders:late", record(i), id=f"{T + 5000 + k}-0")
+        placed[(f"{prefix}orders:late", f"{T + 5000 + k}-0")] = row(i)
+        i += 1
+    return placed
+
+
+def _id_at_most(entry_id: str, bound: tuple[int, int]) -> bool:
+    if entry_id == "now":
+        return False
+    ms, seq = (int(part) for part in entry_id.split("-"))
+    return (ms, seq) <= bound
+
+
+@pytest.mark.parametrize(
+    ("at", "bound"),
+    [(iso(T), (T, 2**20 - 1)), (f"{T}-1", (T, 1))],
+    ids=["iso-time", "entry-id"],
+)
+def test_stop_at_a_time_or_an_entry_id_reads_the_entries_up_to_it_and_ends(cli, rds, prefix, dirs, at, bound):
+    placed = _records_around_t(rds, prefix)
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("placed", prefix, sink, stop={"at": at}))
+
+    code, output = finished(runflow_until_done(cli, "placed"))
+
+    expected = [r for (_, entry_id), r in placed.items() if _id_at_most(entry_id, bound)]
+    assert code == 0, output[-3000:]
+    assert len(expected) == 3 * (4 + (3 if bound[1] > 1 else 2))
+    assert multiset(sink_rows(sink)) == multiset(expected)
+    assert f"succeeded: {len(expected)} records read" in output, output[-3000:]
+
+
+class Producer:
+    """Adds records to three streams, a few every 20 ms, until stopped."""
+
+    def __init__(self, rds: redis.Redis, prefix: str, *, first: int = 0) -> None:
+        self.rds, self.prefix, self.next = rds, prefix, first
+        self.sent: list[tuple] = []
+        self.halt = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.halt.wait(0.02):
+            pipe = self.rds.pipeline(transaction=False)
+            for _ in range(6):
+                pipe.xadd(f"{self.prefix}orders:{self.next % 3}", record(self.next))
+                self.sent.append(row(self.next))
+                self.next += 1
+            pipe.execute()
+
+    def __enter__(self) -> Producer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.halt.set()
+        self.thread.join()
+
+
+AFTER_RECORDS = 500
+
+
+def test_stop_after_records_ends_once_that_many_were_committed_each_once(cli, rds, prefix, dirs, capsys):
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("counted", prefix, sink, stop={"after_records": AFTER_RECORDS}))
+
+    with Producer(rds, prefix) as producer:
+        code, output = finished(runflow_until_done(cli, "counted"))
+
+    run = active_run("counted")
+    rows = sink_rows(sink)
+    assert code == 0, output[-3000:]
+    assert run.status == "succeeded"
+    assert len(rows) >= AFTER_RECORDS
+    assert len(set(rows)) == len(rows), "a row reached the sink twice"
+    assert set(rows) <= set(producer.sent), "the sink holds a row that was never produced"
+    assert len(rows) == run.records_read
+    for s in range(3):  # what was read of each stream is its first entries, without a gap
+        read = sorted(r for r in rows if r[0] % 3 == s)
+        assert read == [r for r in producer.sent if r[0] % 3 == s][: len(read)]
+    with capsys.disabled():
+        print(f"\nafter_records = {AFTER_RECORDS}: read {run.records_read} of {len(producer.sent)} produced")
+
+
+# The window query and the stateless query, in the in-process worker
+
+EVENTS = "id BIGINT, customer STRING, amount DOUBLE, ts TIMESTAMP"
+T0_MS = int(datetime(2024, 5, 1, tzinfo=UTC).timestamp() * 1000)
+WINDOW_SQL = (
+    "SELECT window.start AS window_start, customer, count(*) AS n, sum(amount) AS total "
+    "FROM source GROUP BY window(ts, '10 seconds'), customer"
+)
+
+
+class Events:
+    """Events with an event time (``ts``) in three streams, in time order within each."""
+
+    def __init__(self, rds: redis.Redis, prefix: str) -> None:
+        self.rds, self.prefix = rds, prefix
+        self.sent: list[dict] = []
+
+    def add(self, windows: range, per_window: int = 4) -> None:
+        """``per_window`` events per stream in each 10 s window of ``windows`` (counted
+        from ``T0_MS``), spread over the window."""
+        for s in range(3):
+            for w in windows:
+                for k in range(per_window):
+                    offset_ms = (k * 10_000 + s * 1_700 + (len(self.sent) * 37) % 900) // per_window
+                    self._add(s, T0_MS + w * 10_000 + offset_ms)
+
+    def _add(self, stream: int, ts_ms: int) -> None:
+        i = len(self.sent)
+        event = {"id": i, "customer": f"c{i % 3}", "amount": i / 2, "ts": iso(ts_ms)}
+        self.rds.xadd(f"{self.prefix}orders:{stream}", event)
+        self.sent.append({**event, "ts_ms": ts_ms})
+
+    def windows(self, *, before_ms: int | None = None) -> list[tuple]:
+        """pandas' groupby of the events (of windows ending by ``before_ms``): (window start
+        in ms, customer, count, sum)."""
+        frame = pd.DataFrame(self.sent)
+        frame["ts"] = pd.to_datetime(frame["ts_ms"], unit="ms", utc=True)
+        grouped = (
+            frame.groupby([pd.Grouper(key="ts", freq="10s"), "customer"])
+            .agg(n=("id", "count"), total=("amount", "sum"))
+            .reset_index()
+        )
+        grouped = grouped[grouped["n"] > 0]
+        starts = grouped["ts"].map(lambda t: int(t.timestamp() * 1000))
+        rows = sorted(zip(starts, grouped["customer"], grouped["n"], grouped["total"], strict=True))
+        return [r for r in rows if before_ms is None or r[0] + 10_000 <= before_ms]
+
+
+def window_rows(sink: Path) -> list[tuple]:
+    """The window results in the sink, read with pandas."""
+    if not sink.exists() or not any(p for p in sink.rglob("*.parquet") if not _hidden(p, sink)):
+        return []
+    frame = pd.read_parquet(sink)
+    starts = pd.to_datetime(frame["window_start"])
+    if starts.dt.tz is None:
+        starts = starts.dt.tz_localize("UTC")  # Spark's session time zone is UTC
+    ms = starts.map(lambda t: int(t.timestamp() * 1000))
+    return sorted(zip(ms, frame["customer"], frame["n"], frame["total"], strict=True))
+
+
+def event_doc(name: str, prefix: str, sink: Path, sql: str, *, stop: dict | None = None) -> dict:
+    doc = flow_doc(name, prefix, sink, stop=stop)
+    doc["format"] = {"type": "fields", "schema": EVENTS}
+    doc["transform"] = {"sql": sql, "trigger_ms": 200}
+    return doc
+
+
+def test_windows_over_three_streams_equal_pandas_groupby_at_the_end(worker, rds, prefix, dirs):
+    events = Events(rds, prefix)
+    events.add(range(5))
+    sink = dirs.out / "sink"
+    flow, _ = flow_apply(spec=event_doc("windows", prefix, sink, WINDOW_SQL, stop={"at": "latest"}))
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=180)
+
+    assert run.status == "succeeded", run.message
+    assert window_rows(sink) == events.windows()
+    assert run.rows_written == len(events.windows())
+
+
+def test_a_running_window_flow_writes_only_closed_windows(worker, rds, prefix, dirs):
+    events = Events(rds, prefix)
+    events.add(range(4))  # every stream's latest event lies in window 3: it stays open
+    sink = dirs.out / "sink"
+    flow, _ = flow_apply(spec=event_doc("open-windows", prefix, sink, WINDOW_SQL))
+
+    with Beat():
+        run = flow_start(flow=flow)
+        closed = events.windows(before_ms=T0_MS + 30_000)
+        wait_until(
+            lambda: window_rows(sink) == closed,
+            120,
+            lambda: f"windows 0-2 not written: {window_rows(sink)} ({run_note(run)})",
+        )
+        latest = max(e["ts_ms"] for e in events.sent)
+        wait_until(
+            lambda: (FlowRun.objects.get(pk=run.pk).stream_state or {}).get("latest_event_ms") == latest,
+            60,
+            lambda: f"the transform did not take every event ({run_note(run)})",
+        )
+        assert window_rows(sink) == closed  # having seen every event, window 3 is still open
+        events.add(range(4, 5))  # every stream passes the end of window 3
+        closed = events.windows(before_ms=T0_MS + 40_000)
+        wait_until(
+            lambda: window_rows(sink) == closed,
+            120,
+            lambda: f"window 3 not written: {window_rows(sink)} ({run_note(run)})",
+        )
+        run.refresh_from_db()
+        assert run.status == "reading", run.message
+        flow_stop(flow=flow)
+
+    assert window_rows(sink) == closed  # window 4 never closed: it was not written
+
+
+def run_state(run: FlowRun) -> str:
+    """What a run that does not end is at: its note, splits and live readers."""
+    from dataflow.services.runs import coordinator_for
+
+    splits = [
+        f"{s.split_id} {s.status} owner={s.owner_subtask}/{s.owner_token[:6]} read={s.records_read}"
+        for s in Split.objects.filter(run=run).order_by("split_id")
+    ]
+    live = coordinator_for(run).live_readers(run.spec["parallelism"])
+    return f"{run_note(run)}; splits: {'; '.join(splits)}; live readers: {live}"
+
+
+def run_note(run: FlowRun) -> str:
+    run.refresh_from_db()
+    return f"run {run.status}: {run.message}"
+
+
+def test_a_stateless_query_writes_rows_while_the_flow_runs(worker, rds, prefix, dirs):
+    sink = dirs.out / "sink"
+    doc = flow_doc("stateless", prefix, sink)
+    doc["transform"]["sql"] = "SELECT id, customer, amount FROM source WHERE id % 5 <> 0"
+    flow, _ = flow_apply(spec=doc)
+
+    with Beat(), Producer(rds, prefix) as producer:
+        run = flow_start(flow=flow)
+        wait_until(
+            lambda: len(sink_rows(sink)) >= 100,
+            120,
+            lambda: f"no rows reached the sink while the flow ran ({run_note(run)})",
+        )
+        assert FlowRun.objects.get(pk=run.pk).status == "reading"
+        producer.halt.set()
+        producer.thread.join()
+        wanted = multiset(r for r in producer.sent if r[0] % 5)
+        wait_until(
+            lambda: multiset(sink_rows(sink)) == wanted,
+            120,
+            lambda: f"{len(sink_rows(sink))} of {sum(wanted.values())} rows in the sink ({run_note(run)})",
+        )
+        flow_stop(flow=flow)
+
+    assert multiset(sink_rows(sink)) == wanted
+
+
+# A source Redis restarted mid-flow
+
+
+class PrivateRedis:
+    """A redis-server of the test's own on a free port, persisting every write
+    (appendonly, fsync always), that the test stops and starts again."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
+            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        client = redis.Redis.from_url(self.url)
+        wait_until(lambda: _pings(client), 30, lambda: f"redis-server on {self.port} did not start")
+        client.close()
+
+    def stop(self) -> None:
+        self.proc.terminate()  # SIGTERM: a clean shutdown, the AOF flushed
+        self.proc.wait(timeout=30)
+
+    def client(self) -> redis.Redis:
+        return redis.Redis.from_url(self.url)
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return client.ping()
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.fixture()
+def private_redis(tmp_path):
+    server = PrivateRedis(tmp_path / "redis")
+    server.start()
+    yield server
+    if server.proc.poll() is None:
+        server.proc.kill()
+        server.proc.wait()
+
+
+class SturdyBeat(Beat):
+    """``Beat`` that, as celery beat and runflow's beat do, tries again at the next tick
+    after a tick that failed (the source's Redis was down)."""
+
+    def _run(self) -> None:
+        from django.db import close_old_connections
+
+        while not self.stop.wait(self.interval):
+            for flow_id in DataFlow.objects.values_list("pk", flat=True):
+                try:
+                    flow_tick(flow_id=flow_id)
+                except redis.RedisError as exc:
+                    self.failed.append(exc)
+            close_old_connections()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: list[Exception] = []
+
+
+def test_a_source_redis_restarted_mid_flow_loses_and_repeats_nothing(worker, private_redis, dirs):
+    source = private_redis.client()
+
+    def write(ids: range) -> list[tuple]:
+        for i in ids:
+            source.xadd(f"orders:{i % 3}", record(i))
+        return [row(i) for i in ids]
+
+    # The run ends after 300 records, and the last 150 are written only after the restart:
+    # the restart falls in the middle of the run whatever the speed of the machine.
+    sent = write(range(150))
+    sink = dirs.out / "sink"
+    doc = flow_doc("restarted", "", sink, stop={"after_records": 300}, url=private_redis.url)
+    doc["flow"]["batch_size"] = 20
+    flow, _ = flow_apply(spec=doc)
+
+    with SturdyBeat():
+        run = flow_start(flow=flow)
+        wait_until(
+            lambda: live(run) == len(sent), 120, lambda: f"the first half was not read ({run_note(run)})"
+        )
+        private_redis.stop()
+        time.sleep(4)  # down for longer than a client's quick retries
+        private_redis.start()
+        sent += write(range(150, 300))
+        wait_until(
+            lambda: FlowRun.objects.get(pk=run.pk).status not in ("reading", "transforming"),
+            180,
+            lambda: f"the run did not end: {run_state(run)}",
+        )
+        run.refresh_from_db()
+
+    source.close()
+    assert run.status == "succeeded", run.message
+    assert multiset(sink_rows(sink)) == multiset(sent)
+    assert run.records_read == len(sent)
+
+
+def test_runflow_rides_out_a_restart_of_its_only_redis(cli, private_redis, dirs):
+    """The private Redis is the source, and runflow's broker and coordination too."""
+    source = private_redis.client()
+
+    def write(ids: range) -> list[tuple]:
+        for i in ids:
+            source.xadd(f"orders:{i % 3}", record(i))
+        return [row(i) for i in ids]
+
+    sent = write(range(150))
+    sink = dirs.out / "sink"
+    doc = flow_doc("restarted-all", "", sink, stop={"after_records": 300})
+    del doc["source"]["url"]  # the deployment's Redis
+    doc["flow"]["batch_size"] = 20
+    flow_apply(spec=doc)
+    cli.env["REDIS_URL"] = private_redis.url
+
+    proc = runflow_until_done(cli, "restarted-all")
+    wait_until(
+        lambda: (run := active_run("restarted-all")) is not None and live(run) == len(sent),
+        120,
+        lambda: f"the first half was not read: {proc.poll()}",
+    )
+    private_redis.stop()
+    time.sleep(4)
+    private_redis.start()
+    sent += write(range(150, 300))
+    code, output = finished(proc)
+
+    source.close()
+    assert code == 0, output[-3000:]
+    assert multiset(sink_rows(sink)) == multiset(sent)
+    assert active_run("restarted-all").records_read == len(sent)
