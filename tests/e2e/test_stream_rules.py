@@ -27,7 +27,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
-from dataflow.models import DataFlow, FlowRun, Split
+from connectors.redis_streams.split import decode_position, encode_id, position_ms
+from dataflow.models import DataFlow, DeadLetter, FlowRun, Split
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.runs import flow_tick
 from tests.helpers import Beat, live, multiset, wait_for_run, wait_until
@@ -171,6 +172,11 @@ def active_run(name: str) -> FlowRun | None:
     return FlowRun.objects.filter(flow__name=name).order_by("-id").first()
 
 
+def server_ms(rds: redis.Redis) -> int:
+    seconds, micros = rds.time()
+    return seconds * 1000 + micros // 1000
+
+
 def iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat().replace("+00:00", "Z")
 
@@ -252,6 +258,29 @@ def test_stop_at_a_time_or_an_entry_id_reads_the_entries_up_to_it_and_ends(cli, 
     assert len(expected) == 3 * (4 + (3 if bound[1] > 1 else 2))
     assert multiset(sink_rows(sink)) == multiset(expected)
     assert f"succeeded: {len(expected)} records read" in output, output[-3000:]
+
+
+def test_stop_at_a_time_ahead_reads_up_to_it_as_it_passes_and_ends_with_idle_streams(cli, rds, prefix, dirs):
+    stop_ms = server_ms(rds) + 4000
+    rds.xadd(f"{prefix}orders:idle", record(-1))  # read, then nothing more comes
+    sent = {f"{prefix}orders:idle": [(encode_id(rds.xrange(f"{prefix}orders:idle")[0][0]), row(-1))]}
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("ahead", prefix, sink, stop={"at": iso(stop_ms)}))
+
+    proc = runflow_until_done(cli, "ahead")
+    i = 0
+    while server_ms(rds) <= stop_ms + 1500:
+        key = f"{prefix}orders:{i % 3}"
+        entry_id = rds.xadd(key, record(i))
+        sent.setdefault(key, []).append((encode_id(entry_id), row(i)))
+        i += 1
+        time.sleep(0.02)
+    code, output = finished(proc)
+
+    expected = [r for entries in sent.values() for position, r in entries if position_ms(position) <= stop_ms]
+    assert code == 0, output[-3000:]
+    assert len(expected) < sum(len(e) for e in sent.values()), "no record came after the stop time"
+    assert multiset(sink_rows(sink)) == multiset(expected)
 
 
 class Producer:
@@ -609,3 +638,117 @@ def test_runflow_rides_out_a_restart_of_its_only_redis(cli, private_redis, dirs)
     assert code == 0, output[-3000:]
     assert multiset(sink_rows(sink)) == multiset(sent)
     assert active_run("restarted-all").records_read == len(sent)
+
+
+# Bad input
+
+
+def test_a_start_that_is_no_id_and_no_time_is_refused_naming_source_start(cli, prefix, dirs):
+    doc = flow_doc("bad-start", prefix, dirs.out / "sink", stop={"at": "latest"}, start="yesterday")
+    (dirs.root / "flow.toml").write_text(toml(doc))
+
+    done = cli.manage("applyflows", str(dirs.root / "flow.toml"))
+
+    assert done.returncode != 0
+    assert "source.start" in done.stderr and "'yesterday'" in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not DataFlow.objects.filter(name="bad-start").exists()
+
+
+def toml(doc: dict) -> str:
+    """A flow spec as TOML (tables of strings, numbers and booleans)."""
+
+    def value(v) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return str(v)
+        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return "\n".join(
+        f"[{section}]\n" + "".join(f"{k} = {value(v)}\n" for k, v in table.items())
+        for section, table in doc.items()
+    )
+
+
+def test_streams_that_match_nothing_yet_wait_and_are_read_when_they_appear(worker, rds, prefix, dirs):
+    sink = dirs.out / "sink"
+    flow, _ = flow_apply(spec=flow_doc("waiting", prefix, sink, stop={"after_records": 40}))
+
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(
+            lambda: FlowRun.objects.get(pk=run.pk).message.startswith("waiting:"),
+            60,
+            lambda: f"the run does not say it waits: {run_note(run)}",
+        )
+        run.refresh_from_db()
+        assert run.status == "reading"
+        assert f"{prefix}orders:*" in run.message, run.message
+        for i in range(40):
+            rds.xadd(f"{prefix}orders:{i % 2}", record(i))
+        run = wait_for_run(run, timeout=120)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(sink_rows(sink)) == multiset(row(i) for i in range(40))
+
+
+def test_an_unreachable_url_fails_runflow_naming_source_url_without_its_password(cli, prefix, dirs):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"redis://reader:s3cr3t-pw@127.0.0.1:{port}/0"
+    flow_apply(spec=flow_doc("unreachable", prefix, dirs.out / "sink", stop={"at": "latest"}, url=url))
+
+    code, output = finished(runflow_until_done(cli, "unreachable"), timeout=120)
+
+    assert code != 0
+    assert "source.url" in output, output[-3000:]
+    assert f"127.0.0.1:{port}" in output, output[-3000:]
+    assert "s3cr3t-pw" not in output
+    assert "Traceback" not in output, output[-3000:]
+
+
+def _bad_amount_streams(rds, prefix: str) -> tuple[list[tuple], str]:
+    """Records in two streams, one of which has amount "abc" (a DOUBLE column); returns
+    the good rows and the bad entry's id."""
+    good = []
+    bad_id = ""
+    for i in range(30):
+        key = f"{prefix}orders:{i % 2}"
+        if i == 17:
+            bad_id = rds.xadd(key, {**record(i), "amount": "abc"}).decode()
+            continue
+        rds.xadd(key, record(i))
+        good.append(row(i))
+    return good, bad_id
+
+
+def test_a_bad_record_fails_its_split_naming_the_entry_id(worker, rds, prefix, dirs):
+    good, bad_id = _bad_amount_streams(rds, prefix)
+    flow, _ = flow_apply(spec=flow_doc("poison", prefix, dirs.out / "sink", stop={"at": "latest"}))
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=120)
+
+    assert run.status == "failed"
+    assert bad_id in run.message and f"{prefix}orders:1" in run.message, run.message
+    assert "amount" in run.message, run.message
+
+
+def test_bad_records_go_to_dead_letters_with_their_entry_ids_when_skipped(worker, rds, prefix, dirs):
+    good, bad_id = _bad_amount_streams(rds, prefix)
+    sink = dirs.out / "sink"
+    doc = flow_doc("skipping", prefix, sink, stop={"at": "latest"})
+    doc["flow"]["skip_errors"] = True
+    flow, _ = flow_apply(spec=doc)
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=120)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(sink_rows(sink)) == multiset(good)
+    letters = list(DeadLetter.objects.filter(run=run))
+    assert [(d.split_id, decode_position(d.position)) for d in letters] == [(f"{prefix}orders:1", bad_id)]
+    assert '"abc"' in letters[0].raw and "amount" in letters[0].error
+    assert run.errors_count == 1
