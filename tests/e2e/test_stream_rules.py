@@ -11,6 +11,7 @@ coordination), so its worker never takes tasks meant for the in-process ``worker
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -234,17 +235,18 @@ def _records_around_t(rds, prefix: str) -> dict[str, tuple]:
     return placed
 
 
-def _id_at_most(entry_id: str, bound: tuple[int, int]) -> bool:
+def _id_at_most(entry_id: str, bound: tuple[int, int], *, below: bool = False) -> bool:
+    """Whether ``entry_id`` ("now": later than any) is at most ``bound`` (below it)."""
     if entry_id == "now":
         return False
     ms, seq = (int(part) for part in entry_id.split("-"))
-    return (ms, seq) <= bound
+    return (ms, seq) < bound if below else (ms, seq) <= bound
 
 
 @pytest.mark.parametrize(
     ("at", "bound"),
-    [(iso(T), (T, 2**20 - 1)), (f"{T}-1", (T, 1))],
-    ids=["iso-time", "entry-id"],
+    [(iso(T), (T, 2**20 - 1)), (f"{T}-1", (T, 1)), (str(T), (T, 2**20 - 1))],
+    ids=["iso-time", "entry-id", "entry-ms"],
 )
 def test_stop_at_a_time_or_an_entry_id_reads_the_entries_up_to_it_and_ends(cli, rds, prefix, dirs, at, bound):
     placed = _records_around_t(rds, prefix)
@@ -256,6 +258,26 @@ def test_stop_at_a_time_or_an_entry_id_reads_the_entries_up_to_it_and_ends(cli, 
     expected = [r for (_, entry_id), r in placed.items() if _id_at_most(entry_id, bound)]
     assert code == 0, output[-3000:]
     assert len(expected) == 3 * (4 + (3 if bound[1] > 1 else 2))
+    assert multiset(sink_rows(sink)) == multiset(expected)
+    assert f"succeeded: {len(expected)} records read" in output, output[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("start", "first"),
+    [(iso(T), (T, 0)), (f"{T}-1", (T, 1)), ("latest", None)],
+    ids=["iso-time", "entry-id", "latest"],
+)
+def test_a_start_time_or_entry_id_reads_from_it(cli, rds, prefix, dirs, start, first):
+    placed = _records_around_t(rds, prefix)
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("started", prefix, sink, stop={"at": "latest"}, start=start))
+
+    code, output = finished(runflow_until_done(cli, "started"))
+
+    expected = [
+        r for (_, entry_id), r in placed.items() if first and not _id_at_most(entry_id, first, below=True)
+    ]
+    assert code == 0, output[-3000:]
     assert multiset(sink_rows(sink)) == multiset(expected)
     assert f"succeeded: {len(expected)} records read" in output, output[-3000:]
 
@@ -286,9 +308,11 @@ def test_stop_at_a_time_ahead_reads_up_to_it_as_it_passes_and_ends_with_idle_str
 class Producer:
     """Adds records to three streams, a few every 20 ms, until stopped."""
 
-    def __init__(self, rds: redis.Redis, prefix: str, *, first: int = 0) -> None:
-        self.rds, self.prefix, self.next = rds, prefix, first
+    def __init__(self, rds: redis.Redis, prefix: str, *, fields=record) -> None:
+        self.rds, self.prefix, self.fields, self.next = rds, prefix, fields, 0
+        #: the rows of the sink's records (``row``), and the entries as written
         self.sent: list[tuple] = []
+        self.entries: list[dict] = []
         self.halt = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -296,8 +320,10 @@ class Producer:
         while not self.halt.wait(0.02):
             pipe = self.rds.pipeline(transaction=False)
             for _ in range(6):
-                pipe.xadd(f"{self.prefix}orders:{self.next % 3}", record(self.next))
+                entry = self.fields(self.next)
+                pipe.xadd(f"{self.prefix}orders:{self.next % 3}", entry)
                 self.sent.append(row(self.next))
+                self.entries.append(entry)
                 self.next += 1
             pipe.execute()
 
@@ -335,6 +361,35 @@ def test_stop_after_records_ends_once_that_many_were_committed_each_once(cli, rd
         print(f"\nafter_records = {AFTER_RECORDS}: read {run.records_read} of {len(producer.sent)} produced")
 
 
+def test_runflow_interrupted_then_resumed_writes_each_entry_once(cli, rds, prefix, dirs):
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("resumed", prefix, sink, stop={"after_records": 3000}))
+
+    with Producer(rds, prefix) as producer:
+        proc = cli.start("runflow", "resumed", "--no-progress")
+        wait_until(
+            lambda: len(sink_rows(sink)) >= 300 or proc.poll() is not None,
+            120,
+            lambda: f"no rows in the sink ({run_note(active_run('resumed'))})",
+        )
+        proc.send_signal(signal.SIGINT)  # Ctrl-C, mid-epoch perhaps
+        code, output = finished(proc)
+        assert code == 130, output[-3000:]
+        stopped = len(sink_rows(sink))
+        code, output = finished(runflow_until_done(cli, "resumed"))
+
+    run = active_run("resumed")
+    rows = sink_rows(sink)
+    assert code == 0, output[-3000:]
+    assert "resuming stopped run" in output
+    assert len(rows) > stopped
+    assert len(set(rows)) == len(rows), "a row reached the sink twice"
+    assert len(rows) == run.records_read >= 3000
+    for s in range(3):  # what was read of each stream is its first entries, without a gap
+        read = sorted(r for r in rows if r[0] % 3 == s)
+        assert read == [r for r in producer.sent if r[0] % 3 == s][: len(read)]
+
+
 # The window query and the stateless query, in the in-process worker
 
 EVENTS = "id BIGINT, customer STRING, amount DOUBLE, ts TIMESTAMP"
@@ -368,19 +423,23 @@ class Events:
         self.sent.append({**event, "ts_ms": ts_ms})
 
     def windows(self, *, before_ms: int | None = None) -> list[tuple]:
-        """pandas' groupby of the events (of windows ending by ``before_ms``): (window start
-        in ms, customer, count, sum)."""
-        frame = pd.DataFrame(self.sent)
-        frame["ts"] = pd.to_datetime(frame["ts_ms"], unit="ms", utc=True)
-        grouped = (
-            frame.groupby([pd.Grouper(key="ts", freq="10s"), "customer"])
-            .agg(n=("id", "count"), total=("amount", "sum"))
-            .reset_index()
-        )
-        grouped = grouped[grouped["n"] > 0]
-        starts = grouped["ts"].map(lambda t: int(t.timestamp() * 1000))
-        rows = sorted(zip(starts, grouped["customer"], grouped["n"], grouped["total"], strict=True))
-        return [r for r in rows if before_ms is None or r[0] + 10_000 <= before_ms]
+        return pandas_windows(self.sent, before_ms=before_ms)
+
+
+def pandas_windows(events: list[dict], *, before_ms: int | None = None) -> list[tuple]:
+    """pandas' groupby of ``events`` into 10 s windows (those ending by ``before_ms``):
+    (window start in ms, customer, count, sum)."""
+    frame = pd.DataFrame(events)
+    frame["ts"] = pd.to_datetime(frame["ts_ms"], unit="ms", utc=True)
+    grouped = (
+        frame.groupby([pd.Grouper(key="ts", freq="10s"), "customer"])
+        .agg(n=("id", "count"), total=("amount", "sum"))
+        .reset_index()
+    )
+    grouped = grouped[grouped["n"] > 0]
+    starts = grouped["ts"].map(lambda t: int(t.timestamp() * 1000))
+    rows = sorted(zip(starts, grouped["customer"], grouped["n"], grouped["total"], strict=True))
+    return [r for r in rows if before_ms is None or r[0] + 10_000 <= before_ms]
 
 
 def window_rows(sink: Path) -> list[tuple]:
@@ -752,3 +811,33 @@ def test_bad_records_go_to_dead_letters_with_their_entry_ids_when_skipped(worker
     assert [(d.split_id, decode_position(d.position)) for d in letters] == [(f"{prefix}orders:1", bad_id)]
     assert '"abc"' in letters[0].raw and "amount" in letters[0].error
     assert run.errors_count == 1
+
+
+def test_a_window_flow_interrupted_then_resumed_equals_pandas_over_what_it_read(cli, rds, prefix, dirs):
+    def event(i: int) -> dict:
+        ts_ms = T0_MS + i * 25  # 400 events a window, in time order in every stream
+        return {"id": i, "customer": f"c{i % 3}", "amount": i / 2, "ts": iso(ts_ms), "ts_ms": ts_ms}
+
+    sink = dirs.out / "sink"
+    flow_apply(spec=event_doc("windows-resumed", prefix, sink, WINDOW_SQL, stop={"after_records": 2000}))
+
+    with Producer(rds, prefix, fields=event) as producer:
+        proc = cli.start("runflow", "windows-resumed", "--no-progress")
+        wait_until(
+            lambda: window_rows(sink) or proc.poll() is not None,
+            120,
+            lambda: f"no window in the sink ({run_note(active_run('windows-resumed'))})",
+        )
+        proc.send_signal(signal.SIGINT)
+        code, output = finished(proc)
+        assert code == 130, output[-3000:]
+        code, output = finished(runflow_until_done(cli, "windows-resumed"))
+
+    assert code == 0, output[-3000:]
+    run = active_run("windows-resumed")
+    read = {int(s.split_id.rsplit(":", 1)[1]): s.records_read for s in Split.objects.filter(run=run)}
+    events = [
+        e for s, count in read.items() for e in [e for e in producer.entries if e["id"] % 3 == s][:count]
+    ]
+    assert len(events) == run.records_read >= 2000
+    assert window_rows(sink) == pandas_windows(events)
