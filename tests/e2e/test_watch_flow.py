@@ -98,3 +98,27 @@ def test_a_watched_flow_stopped_at_latest_reads_what_was_there_and_ends(worker, 
     assert run.status == "succeeded", run.message
     assert multiset(sink_rows(sink)) == multiset(sent)
     assert run.records_read == len(sent)
+
+
+def test_a_file_renamed_into_place_after_a_newer_one_is_still_read(worker, dirs):
+    sink = dirs.out / "sink"
+    early = dirs.data / ".part-early.csv.tmp"
+    sent = write_csv(early, range(0, 100))  # written first, renamed into place last
+    os.utime(early, ns=(early.stat().st_mtime_ns - 60 * 10**9,) * 2)  # a minute older
+    flow, _ = flow_apply(spec=watched("watched-old", dirs))
+
+    with Beat():
+        run = flow_start(flow=flow)
+        sent_late = drop(dirs.data, "part-late.csv", range(100, 200))
+        wait_until(
+            lambda: multiset(sink_rows(sink)) == multiset(sent_late),
+            120,
+            lambda: f"{len(sink_rows(sink))} rows in the sink ({note(run)})",
+        )
+        os.rename(early, dirs.data / "part-early.csv")
+        wait_until(
+            lambda: multiset(sink_rows(sink)) == multiset(sent + sent_late),
+            120,
+            lambda: f"the older file was not read: {len(sink_rows(sink))} rows in the sink ({note(run)})",
+        )
+        flow_stop(flow=flow)
