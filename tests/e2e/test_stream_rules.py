@@ -752,6 +752,25 @@ def test_streams_that_match_nothing_yet_wait_and_are_read_when_they_appear(worke
     assert multiset(sink_rows(sink)) == multiset(row(i) for i in range(40))
 
 
+def test_runflow_says_it_waits_for_streams_that_match_nothing(cli, rds, prefix, dirs):
+    sink = dirs.out / "sink"
+    flow_apply(spec=flow_doc("waiting-cli", prefix, sink, stop={"after_records": 20}))
+
+    proc = cli.start("runflow", "waiting-cli", "--until-done")
+    wait_until(
+        lambda: (run := active_run("waiting-cli")) is not None and run.message.startswith("waiting:"),
+        120,
+        lambda: f"the run does not say it waits ({proc.poll()})",
+    )
+    for i in range(20):
+        rds.xadd(f"{prefix}orders:{i % 2}", record(i))
+    code, output = finished(proc)
+
+    assert code == 0, output[-3000:]
+    assert f"waiting: nothing matches source.streams '{prefix}orders:*' yet" in output, output[-3000:]
+    assert multiset(sink_rows(sink)) == multiset(row(i) for i in range(20))
+
+
 def test_an_unreachable_url_fails_runflow_naming_source_url_without_its_password(cli, prefix, dirs):
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
