@@ -185,6 +185,21 @@ def iso(ms: int) -> str:
 # Stop rules, through runflow
 
 
+def test_one_stream_and_more_readers_than_streams_end_at_latest(cli, rds, prefix, dirs):
+    for i in range(40):
+        rds.xadd(f"{prefix}orders", record(i))
+    sink = dirs.out / "sink"
+    doc = flow_doc("one-stream", prefix, sink, stop={"at": "latest"})
+    doc["source"]["streams"] = f"{prefix}orders"  # a key, not a pattern
+    doc["flow"]["parallelism"] = 4
+    flow_apply(spec=doc)
+
+    code, output = finished(runflow_until_done(cli, "one-stream"))
+
+    assert code == 0, output[-3000:]
+    assert multiset(sink_rows(sink)) == multiset(row(i) for i in range(40))
+
+
 def test_stop_at_latest_reads_what_was_there_when_the_run_started_and_ends(cli, rds, prefix, dirs):
     sent = []
     for i in range(90):
@@ -626,31 +641,39 @@ class SturdyBeat(Beat):
         self.failed: list[Exception] = []
 
 
-def test_a_source_redis_restarted_mid_flow_loses_and_repeats_nothing(worker, private_redis, dirs):
+@pytest.mark.parametrize("when", ["caught-up", "mid-read"])
+def test_a_source_redis_restarted_mid_flow_loses_and_repeats_nothing(worker, private_redis, dirs, when):
     source = private_redis.client()
 
     def write(ids: range) -> list[tuple]:
+        pipe = source.pipeline(transaction=False)
         for i in ids:
-            source.xadd(f"orders:{i % 3}", record(i))
+            pipe.xadd(f"orders:{i % 3}", record(i))
+        pipe.execute()
         return [row(i) for i in ids]
 
-    # The run ends after 300 records, and the last 150 are written only after the restart:
-    # the restart falls in the middle of the run whatever the speed of the machine.
-    sent = write(range(150))
+    # The run ends after all records, and the last 300 are written only after the
+    # restart: the restart falls in the middle of the run whatever the speed of the
+    # machine; "caught-up" restarts once the readers wait for more, "mid-read" while they
+    # work through a backlog (most likely: they may be quicker).
+    first = 300 if when == "caught-up" else 6000
+    sent = write(range(first))
     sink = dirs.out / "sink"
-    doc = flow_doc("restarted", "", sink, stop={"after_records": 300}, url=private_redis.url)
+    doc = flow_doc("restarted", "", sink, stop={"after_records": first + 300}, url=private_redis.url)
     doc["flow"]["batch_size"] = 20
     flow, _ = flow_apply(spec=doc)
 
     with SturdyBeat():
         run = flow_start(flow=flow)
         wait_until(
-            lambda: live(run) == len(sent), 120, lambda: f"the first half was not read ({run_note(run)})"
+            lambda: live(run) >= (first if when == "caught-up" else 200),
+            120,
+            lambda: f"the first records were not read ({run_note(run)})",
         )
         private_redis.stop()
         time.sleep(4)  # down for longer than a client's quick retries
         private_redis.start()
-        sent += write(range(150, 300))
+        sent += write(range(first, first + 300))
         wait_until(
             lambda: FlowRun.objects.get(pk=run.pk).status not in ("reading", "transforming"),
             180,
