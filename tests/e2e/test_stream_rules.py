@@ -525,6 +525,24 @@ def test_a_running_window_flow_writes_only_closed_windows(worker, rds, prefix, d
     assert window_rows(sink) == closed  # window 4 never closed: it was not written
 
 
+def test_a_stream_that_never_gets_an_event_does_not_hold_windows_open(worker, rds, prefix, dirs):
+    events = Events(rds, prefix)
+    events.add(range(4))
+    rds.xgroup_create(f"{prefix}orders:quiet", "other", id="$", mkstream=True)  # no event, ever
+    sink = dirs.out / "sink"
+    flow, _ = flow_apply(spec=event_doc("quiet-stream", prefix, sink, WINDOW_SQL))
+
+    with Beat():
+        run = flow_start(flow=flow)
+        closed = events.windows(before_ms=T0_MS + 30_000)
+        wait_until(
+            lambda: window_rows(sink) == closed,
+            90,
+            lambda: f"windows 0-2 not written: {window_rows(sink)} ({run_state(run)})",
+        )
+        flow_stop(flow=flow)
+
+
 def run_state(run: FlowRun) -> str:
     """What a run that does not end is at: its note, splits and live readers."""
     from dataflow.services.runs import coordinator_for
