@@ -34,14 +34,17 @@ def connect(url: str) -> redis.Redis:
     few quick retries of a dropped connection before an error reaches the caller.
     Replies are parsed by hiredis (in requirements.txt; redis-py uses it when installed):
     an XREAD of 10,000 entries has over 100,000 elements, and redis-py's pure-Python
-    parser spent most of a reader's time on them."""
+    parser spent most of a reader's time on them.
+
+    No ``health_check_interval``: the retries already replace a dropped connection, and
+    with them redis-py's health check recurses until RecursionError against a server that
+    takes connections and closes them (redis-py#2866), instead of failing at once."""
     client = redis.Redis.from_url(
         url,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
-        health_check_interval=30,
     )
     # Replies as Redis sends them: redis-py would build a dict per entry.
     client.set_response_callback("XREAD", lambda response, **options: response)
