@@ -812,11 +812,59 @@ def test_runflow_says_it_waits_for_streams_that_match_nothing(cli, rds, prefix, 
     assert multiset(sink_rows(sink)) == multiset(row(i) for i in range(20))
 
 
-def test_an_unreachable_url_fails_runflow_naming_source_url_without_its_password(cli, prefix, dirs):
-    with socket.socket() as probe:  # a port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    url = f"redis://reader:s3cr3t-pw@127.0.0.1:{port}/0"
+@pytest.fixture()
+def tcp_server():
+    """Starts TCP servers that take each connection and answer it with fixed bytes
+    (nothing: they close it at once, as a proxy whose backend is down does); returns the
+    port. They stop at the end of the test."""
+    servers: list[tuple[socket.socket, threading.Event, threading.Thread]] = []
+
+    def start(answer: bytes) -> int:
+        server = socket.create_server(("127.0.0.1", 0))
+        server.settimeout(0.2)
+        halt = threading.Event()
+
+        def serve() -> None:
+            while not halt.is_set():
+                try:
+                    conn, _ = server.accept()
+                except TimeoutError:
+                    continue
+                with conn:
+                    conn.recv(1024)
+                    conn.sendall(answer)
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        servers.append((server, halt, thread))
+        return server.getsockname()[1]
+
+    yield start
+    for server, halt, thread in servers:
+        halt.set()
+        thread.join()
+        server.close()
+
+
+@pytest.mark.parametrize(
+    ("server", "auth"),
+    [
+        ("nothing", "reader:s3cr3t-pw@"),
+        ("web", "reader:s3cr3t-pw@"),
+        ("closes", "reader:s3cr3t-pw@"),
+        ("closes", ""),
+    ],
+)
+def test_an_unreachable_url_fails_runflow_naming_source_url_without_its_password(
+    cli, prefix, dirs, tcp_server, server, auth
+):
+    if server == "nothing":
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    else:
+        port = tcp_server({"web": b"HTTP/1.1 400 Bad Request\r\n\r\n", "closes": b""}[server])
+    url = f"redis://{auth}127.0.0.1:{port}/0"
     flow_apply(spec=flow_doc("unreachable", prefix, dirs.out / "sink", stop={"at": "latest"}, url=url))
 
     code, output = finished(runflow_until_done(cli, "unreachable"), timeout=120)
