@@ -125,7 +125,7 @@ class FlowRunAdmin(admin.ModelAdmin):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(admin.ModelAdmin):
-    list_display = ["id", "flow", "run", "split_id", "position", "error", "created_at"]
+    list_display = ["id", "flow", "run", "split_id", "offset", "line", "error", "created_at"]
     list_filter = ["flow"]
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
 

@@ -293,6 +293,8 @@ class DeadLetter(models.Model):
     run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="dead_letters")
     split_id = models.CharField(max_length=1024)
     position = models.BigIntegerField()
+    #: The position in the source's own words (a stream's entry id, a byte offset).
+    offset = models.CharField(max_length=64, blank=True)
     #: 1-based line of the record in its file, where the source has lines.
     line = models.BigIntegerField(null=True, blank=True)
     raw = models.TextField()

@@ -213,6 +213,8 @@ class BadRecord:
     reason: str
     #: 1-based line where the record starts, where the source has lines.
     line: int | None = None
+    #: ``position`` in the source's own words (``Source.format_position``), set by the runtime.
+    offset: str = ""
 
 
 @dataclass

@@ -75,6 +75,18 @@ def decode_notices(raw: Sequence[bytes]) -> list[AssignedSplit]:
     return [tuple(json.loads(notice)) for notice in raw if notice]
 
 
+class HeldLease:
+    """What ``RunCoordinator.held_lease`` yields: true while this process got the lease."""
+
+    def __init__(self, held: bool) -> None:
+        self.held = held
+        #: Set once another process holds the lease (taken after it lapsed or was purged).
+        self.lost = threading.Event()
+
+    def __bool__(self) -> bool:
+        return self.held
+
+
 @dataclass
 class ReaderInbox:
     stopped: bool
@@ -332,8 +344,10 @@ class RunCoordinator:
 
     @contextmanager
     def held_lease(self, name: str, ttl_ms: int):
-        """Holds lease ``name`` while the block runs, renewed by a thread; yields False if
-        another process holds it. A crash lets it lapse after ``ttl_ms``.
+        """Holds lease ``name`` while the block runs, renewed by a thread; yields a
+        ``HeldLease`` that is false if another process holds it, and whose ``lost`` is set
+        once another process has taken it (a long job then stops at its next step). A crash
+        lets it lapse after ``ttl_ms``.
 
         A lease that vanished (Redis restarted empty, the key deleted) is taken back if no
         one else took it. A lease only keeps a second process from starting the same work;
@@ -341,26 +355,26 @@ class RunCoordinator:
         """
         key, token = self.key(name), uuid.uuid4().hex
         if not self.redis.set(key, token, nx=True, px=ttl_ms):
-            yield False
+            yield HeldLease(False)
             return
         stop = threading.Event()
+        lease = HeldLease(True)
 
         def renew() -> None:
-            warned = False
             while not stop.wait(ttl_ms / 3000):
                 try:
                     held = self._renew_or_retake(keys=[key], args=[token, ttl_ms])
                 except redis.RedisError as error:  # the lease lapses unless Redis comes back
                     log.warning("could not renew %s: %s", key, error)
                     continue
-                if not held and not warned:
+                if not held and not lease.lost.is_set():
                     log.warning("lease %s was taken by another process", key)
-                    warned = True
+                    lease.lost.set()
 
         renewer = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
         renewer.start()
         try:
-            yield True
+            yield lease
         finally:
             stop.set()
             renewer.join()

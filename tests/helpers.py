@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -51,9 +52,13 @@ class Beat:
         from django.db import close_old_connections
 
         while not self.stop.wait(self.interval):
-            for flow_id in DataFlow.objects.values_list("pk", flat=True):
-                flow_tick(flow_id=flow_id)
-            close_old_connections()
+            try:
+                for flow_id in DataFlow.objects.values_list("pk", flat=True):
+                    flow_tick(flow_id=flow_id)
+            except Exception:  # noqa: BLE001 - as celery beat, the next tick tries again
+                logging.getLogger(__name__).warning("tick failed", exc_info=True)
+            finally:
+                close_old_connections()
 
     def __enter__(self) -> Beat:
         self.thread.start()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, fields
@@ -116,7 +117,9 @@ def stream_transform(*, run_id: int) -> bool:
         if not held:
             return False
         deadline = time.monotonic() + settings.DATAFLOW_STREAM_SLICE_SECONDS
-        more = StreamDriver(run).run_slice(deadline=deadline)
+        more = StreamDriver(run).run_slice(deadline=deadline, lease_lost=held.lost)
+        if held.lost.is_set():
+            return False  # another driver took over (a resume purged the lease): it goes on
         # Marked before the lease goes, so a tick in between does not queue a second slice.
         return more and coordinator.mark_once(QUEUED, QUEUED_TTL_MS)
 
@@ -448,10 +451,11 @@ class StreamDriver:
         self._spark_context = ExitStack()
         self._source = None
 
-    def run_slice(self, *, deadline: float) -> bool:
-        """Triggers epochs until ``deadline`` (time.monotonic()); True if the run goes on."""
+    def run_slice(self, *, deadline: float, lease_lost: threading.Event | None = None) -> bool:
+        """Triggers epochs until ``deadline`` (time.monotonic()), or until ``lease_lost`` is
+        set (another driver took the run over); True if the run goes on."""
         try:
-            while True:
+            while lease_lost is None or not lease_lost.is_set():
                 started = time.monotonic()
                 step = self.trigger()
                 if step == Step.ENDED:
@@ -461,6 +465,7 @@ class StreamDriver:
                     return True
                 if pause > 0:
                     time.sleep(pause)
+            return True
         finally:
             self._drop_spark()
 

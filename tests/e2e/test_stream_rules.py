@@ -918,6 +918,7 @@ def test_bad_records_go_to_dead_letters_with_their_entry_ids_when_skipped(worker
     assert multiset(sink_rows(sink)) == multiset(good)
     letters = list(DeadLetter.objects.filter(run=run))
     assert [(d.split_id, decode_position(d.position)) for d in letters] == [(f"{prefix}orders:1", bad_id)]
+    assert letters[0].offset == bad_id  # in the source's own words, for a person
     assert '"abc"' in letters[0].raw and "amount" in letters[0].error
     assert run.errors_count == 1
 
