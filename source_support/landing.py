@@ -1,9 +1,13 @@
-"""The landing zone: one Parquet file per (split, start position), written atomically.
+"""The landing zone: one Parquet file per (split, start and end position), written atomically.
 
 A batch is written to a temporary name, flushed to disk, and renamed into place, so a file
-under its final name is always complete. Names are derived from the split and the position
-the batch starts at, and reading the same positions again yields the same records, so a
-replay after a crash overwrites a file with identical content instead of adding a copy.
+under its final name is always complete. Names are derived from the split and the positions
+the batch starts and ends at, and reading the same positions again yields the same records,
+so a replay after a crash overwrites a file with identical content instead of adding a copy.
+The end is part of the name because a batch of a stream that starts at the same position
+may end elsewhere (more had arrived): a stale reader (its lease lapsed, its split moved on)
+that lands such a batch before its commit is refused then writes a file no commit names,
+instead of replacing the committed file of the split's new reader.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ class LandingZone:
     def run_dir(self, run_key: str) -> Path:
         return self.root / f"run-{run_key}"
 
-    def batch_path(self, run_key: str, split_id: str, start: int) -> Path:
+    def batch_path(self, run_key: str, split_id: str, start: int, end: int | None = None) -> Path:
         split_dir = hashlib.sha1(split_id.encode()).hexdigest()[:20]
-        return self.run_dir(run_key) / split_dir / f"{start:020d}.parquet"
+        name = f"{start:020d}" if end is None else f"{start:020d}-{end:020d}"
+        return self.run_dir(run_key) / split_dir / f"{name}.parquet"
 
     def land(self, path: Path, table: pa.Table) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

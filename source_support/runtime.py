@@ -4,7 +4,7 @@ Both are plain functions over a ``Source``, a ``RunCoordinator`` (Redis) and a `
 (durable state), so the same code runs under Celery, in ``runflow``'s threads and in tests.
 
 The order of a reader's steps is what makes a crash harmless at any point:
-poll -> land the batch under a name fixed by (split, start position) -> commit the new
+poll -> land the batch under a name fixed by (split, start, end position) -> commit the new
 position and the landed file in one store transaction, fenced by the reader's token.
 A crash before the commit replays the same positions into the same file name.
 """
@@ -506,9 +506,9 @@ class _Commits:
 
 
 def _land(batch: RecordBatch, landing: LandingZone, run_key: str) -> str | None:
-    """Writes the batch's records under a name fixed by (split, start position)."""
+    """Writes the batch's records under a name fixed by (split, start and end position)."""
     if not batch.records.num_rows:
         return None
-    path = landing.batch_path(run_key, batch.split_id, batch.start.position)
+    path = landing.batch_path(run_key, batch.split_id, batch.start.position, batch.end.position)
     landing.land(path, batch.records)
     return str(path)
