@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
@@ -163,6 +164,7 @@ class DjangoRunStore:
     def load_enumerator_state(self) -> dict[str, Any] | None:
         """The state, with the run's row locked until the transaction ends: two ticks that
         both believe they hold the Redis lock (one lost Redis) still run one at a time."""
+        _end_session_if_frozen()
         runs = FlowRun.objects.select_for_update().filter(pk=self.run.pk)
         return runs.values_list("enumerator_state", flat=True).first()
 
@@ -177,6 +179,7 @@ class DjangoRunStore:
         assignments of the splits that moved are written in bulk."""
         moves = _merge_per_split(commits)
         with transaction.atomic():
+            _end_session_if_frozen()
             moved = self._advance(token, moves)
             if not moved:
                 return set()
@@ -288,6 +291,18 @@ def _take_back(pks: list[int], outcome: str) -> None:
     Split.objects.filter(pk__in=pks).update(
         status=SplitStatus.UNASSIGNED, owner_token="", owner_subtask=None, updated_at=timezone.now()
     )
+
+
+def _end_session_if_frozen() -> None:
+    """Bounds how long the current transaction may sit idle (PostgreSQL). A reader or tick
+    whose process freezes mid-transaction (a long GC pause, a stopped VM) would otherwise
+    hold its row locks until it woke: its expired splits could not be reclaimed, nor the
+    run enumerated. After two reader leases (by then its splits belong to others) the
+    server ends its session and the transaction rolls back; what it read is read again."""
+    if connection.vendor == "postgresql":
+        idle_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 2000)
+        with connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}")
 
 
 def _now() -> Any:
