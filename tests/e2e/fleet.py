@@ -108,6 +108,14 @@ class Fleet:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
+    def freeze(self, name: str) -> None:
+        """SIGSTOP: the process stops where it is (a long GC pause, a frozen VM) and its
+        leases lapse; ``thaw`` lets it go on from there."""
+        os.killpg(self.procs[name].pid, signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        os.killpg(self.procs[name].pid, signal.SIGCONT)
+
     def name_of(self, pid: int) -> str | None:
         return next((name for name, proc in self.procs.items() if proc.pid == pid), None)
 

@@ -170,6 +170,56 @@ def test_a_sigkilled_spark_worker_mid_epoch_loses_and_duplicates_no_entry(fleet,
     assert all(loc.endswith(f":{fleet.procs['w1'].pid}") for loc in pids), "readers ran on w1 only"
 
 
+def test_a_frozen_reader_worker_that_wakes_after_its_streams_moved_corrupts_nothing(
+    fleet, quick, rds, prefix
+):
+    spark_queue = {"DATAFLOW_SPARK_QUEUE": "spark"}
+    producer = Producer(rds, prefix)
+    producer.write(40)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"freeze-{prefix[:-1]}", prefix, sink))
+    fleet.beat()
+    fleet.worker("w1", env=spark_queue)
+    fleet.worker("w2", env=spark_queue)
+    fleet.wait_ready("w1", "w2")
+    _only_the_fleet_consumes(fleet)
+    # No Spark worker yet: what lands stays in the landing zone until the victim woke up.
+    run = FlowRun.objects.get(pk=flowctl("start", flow.name, env=spark_queue)["run"])
+    producer.start(rate=60)
+
+    wait_until(lambda: live(run) >= 100, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
+    victim = _worker_reading(fleet, run, ("w1", "w2"))
+    # Frozen mid-read (mostly in a blocking XREAD, whose reply waits in its socket), or
+    # mid-commit (holding row locks): its leases lapse and its streams go to the other worker.
+    fleet.freeze(victim)
+    wait_until(
+        lambda: Assignment.objects.filter(split__run=run, outcome=AssignmentOutcome.EXPIRED).exists(),
+        60,
+        lambda: f"the victim's streams did not move: {what_differs(sink, producer.sent, run)}",
+    )
+    moved_at = live(run)
+    wait_until(
+        lambda: live(run) >= moved_at + 100,
+        60,
+        lambda: f"no progress: {what_differs(sink, producer.sent, run)}",
+    )
+    # It goes on from where it stopped, with splits that are no longer its own: the batch it
+    # had read lands before its commit is refused, and must not replace the new owner's.
+    fleet.thaw(victim)
+    thawed_at = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= thawed_at + 100, 30, lambda: "the producer stalled")
+    sent = producer.stop()
+
+    fleet.worker("s1", env=spark_queue, queues="spark")
+    wait_until(
+        lambda: arrived(sink, sent),
+        150,
+        lambda: what_differs(sink, sent, run) + "\n" + fleet.log("s1")[-3000:],
+    )
+    flow_stop(flow=flow)
+    assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
+
+
 def test_readers_pause_while_the_transform_is_behind_and_nothing_is_lost(fleet, quick, rds, prefix):
     spark_queue = {"DATAFLOW_SPARK_QUEUE": "spark"}
     limit = 1000
