@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, Min, Sum
 from django.utils import timezone
 
 from dataflow.models import (
@@ -99,15 +99,34 @@ def _clear_note(run: FlowRun, prefix: str) -> None:
 
 
 def checkpoint_take(*, run: FlowRun) -> Checkpoint:
-    """Records every split's committed position and the enumerator's state, read in one
-    transaction (so they agree), and keeps the newest ``DATAFLOW_CHECKPOINTS_KEPT``."""
+    """Records, for every split, the position up to which the sink holds what was read, and
+    the enumerator's state, read in one transaction (so they agree); keeps the newest
+    ``DATAFLOW_CHECKPOINTS_KEPT``.
+
+    That position is the split's committed one, or, while some of what it landed is still
+    in the landing zone (not yet transformed, or kept for a window not yet emitted), where
+    the first such batch starts: a run restored from the checkpoint reads that again. The
+    landed batches belong to the run that read them, so a position past them would lose
+    them."""
     with transaction.atomic():
         state = FlowRun.objects.filter(pk=run.pk).values_list("enumerator_state", flat=True).first()
-        rows = Split.objects.filter(run=run).values_list(
-            "split_id", "payload", "position", "status", "records_read"
+        rows = list(
+            Split.objects.filter(run=run).values_list(
+                "split_id", "payload", "position", "status", "records_read"
+            )
+        )
+        # Read after the positions: a batch committed since starts at or after them.
+        kept = dict(
+            LandedBatch.objects.filter(split__run=run)
+            .values_list("split__split_id")
+            .annotate(first=Min("start_position"))
         )
         splits = {
-            split_id: {"payload": payload, "position": position, "finished": status == SplitStatus.FINISHED}
+            split_id: {
+                "payload": payload,
+                "position": min(position, kept.get(split_id, position)),
+                "finished": status == SplitStatus.FINISHED and split_id not in kept,
+            }
             for split_id, payload, position, status, _ in rows
         }
         records = sum(row[4] for row in rows)
