@@ -460,3 +460,45 @@ def test_offsets_show_entry_ids_and_set_or_reset_where_the_flow_reads_from(worke
     assert len(again) == 50 - 10
     assert sink_ids(sink, rerun) == Counter(everything), what_differs(sink, everything, rerun)
     assert sink_ids(sink) == expected + Counter(everything)
+
+
+def test_a_restore_loses_nothing_that_was_read_before_its_checkpoint_but_not_transformed(
+    worker, quick, rds, prefix
+):
+    producer = Producer(rds, prefix)
+    producer.write(100)
+    sink = quick.out / "sink"
+    # Epochs far apart: what readers read runs well ahead of what the sink got.
+    flow, _ = flow_apply(spec=stream_spec(f"ahead-{prefix[:-1]}", prefix, sink, trigger_ms=4000))
+    with Beat():
+        run = flow_start(flow=flow)
+        producer.start(rate=200)
+
+        def checkpoint_ahead_of_the_sink() -> bool:
+            newest = Checkpoint.objects.filter(run=run).order_by("-id").first()
+            return newest is not None and newest.records_read >= sum(sink_ids(sink).values()) + 300
+
+        wait_until(checkpoint_ahead_of_the_sink, 60, lambda: what_differs(sink, producer.sent, run))
+        flow_stop(flow=flow)
+        producer.stop()
+        before = sink_ids(sink)
+        newest = Checkpoint.objects.filter(run=run).order_by("-id").first()
+        after = [
+            i
+            for split_id, entry in newest.splits.items()
+            for i in producer.ids_after(
+                split_id.removeprefix(f"{prefix}orders:"), decode_position(entry["position"])
+            )
+        ]
+        restored = FlowRun.objects.get(pk=_flowctl("restore", flow.name)["run"])
+        fresh = producer.write(100)
+        again = after + fresh
+        wait_until(lambda: arrived(sink, again, restored), 60, lambda: what_differs(sink, again, restored))
+        flow_stop(flow=flow)
+
+    assert newest.records_read > sum(before.values())
+    sent = producer.sent
+    assert not Counter(sent) - sink_ids(sink), f"lost: {what_differs(sink, sent)}"
+    # The restored run read what came after the checkpoint, and nothing before it.
+    assert sink_ids(sink, restored) == Counter(again), what_differs(sink, again, restored)
+    assert sink_ids(sink) == before + Counter(again)
