@@ -201,6 +201,7 @@ class DjangoRunStore:
                         run=self.run,
                         split_id=c.split_id,
                         position=bad.position,
+                        offset=bad.offset[:64],
                         line=bad.line,
                         raw=bad.raw,
                         error=bad.reason,

@@ -294,6 +294,7 @@ class _ReaderLoop:
     ) -> None:
         self.coordinator, self.store, self.landing = coordinator, store, landing
         self.run_key, self.subtask, self.token, self.settings = run_key, subtask, token, settings
+        self.source = source
         self.report = SliceReport(SliceOutcome.CONTINUE, token)
         self.context = RedisReaderContext(coordinator, subtask, on_split_request)
         self.context.bad_record_fails_split = not settings.skip_errors
@@ -391,6 +392,8 @@ class _ReaderLoop:
             where = reader.describe(batch.split_id, first.position, line=first.line)
             raw = f": {first.raw[:200]!r}" if first.raw else ""
             return self.fail(batch.split_id, f"{where}: {first.reason}{raw}")
+        for bad in batch.bad_records:
+            bad.offset = self.source.format_position(bad.position)
         self.commits.add(batch, _land(batch, self.landing, self.run_key), now)
         self.report.batches += 1
         self.report.records += batch.records.num_rows
