@@ -287,16 +287,35 @@ def test_a_stopped_flow_resumes_from_its_checkpoints_and_restores_an_older_one(
     producer.write(100)
     sink = quick.out / "sink"
     flow, _ = flow_apply(spec=stream_spec(f"resume-{prefix[:-1]}", prefix, sink))
+
+    def after(checkpoint: Checkpoint) -> list[int]:
+        """The ids written after the checkpoint's positions."""
+        return [
+            i
+            for split_id, entry in checkpoint.splits.items()
+            for i in producer.ids_after(
+                split_id.removeprefix(f"{prefix}orders:"), decode_position(entry["position"])
+            )
+        ]
+
+    def midway() -> Checkpoint | None:
+        """The first checkpoint of every stream with some of the ids written so far before
+        its positions."""
+        written = len(producer.sent)
+        checkpoints = Checkpoint.objects.filter(run=run).order_by("id")
+        return next((c for c in checkpoints if len(c.splits) == 4 and len(after(c)) < written), None)
+
     with Beat():
         run = flow_start(flow=flow)
         producer.start(rate=200)
         wait_until(
-            lambda: sum(sink_ids(sink).values()) >= 300,
+            lambda: sum(sink_ids(sink).values()) >= 300 and midway(),
             90,
             lambda: f"too little arrived: {what_differs(sink, producer.sent, run)}",
         )
         flow_stop(flow=flow)  # while entries are written, read, landed and transformed
         producer.stop()
+        older = midway()
         stopped_with = sink_ids(sink)
         producer.write(300)  # while the flow is stopped
         sent = list(producer.sent)
@@ -307,21 +326,11 @@ def test_a_stopped_flow_resumes_from_its_checkpoints_and_restores_an_older_one(
         assert 0 < sum(stopped_with.values()) < len(sent)
         flow_stop(flow=flow)
 
-        # A checkpoint from before the stop: what was read after it is read again.
-        checkpoints = _flowctl("checkpoints", flow.name)
-        read = [c for c in reversed(checkpoints) if c["records_read"] > 0]
-        assert read, checkpoints
-        older = read[0]
-        positions = Checkpoint.objects.get(pk=older["id"]).splits
-        again = [
-            i
-            for split_id, entry in positions.items()
-            for i in producer.ids_after(
-                split_id.removeprefix(f"{prefix}orders:"), decode_position(entry["position"])
-            )
-        ]
+        # The older checkpoint, from before the stop: what came after it is read again.
+        assert older.pk in [c["id"] for c in _flowctl("checkpoints", flow.name)]
+        again = after(older)
         restored = FlowRun.objects.get(
-            pk=_flowctl("restore", flow.name, "--checkpoint", str(older["id"]))["run"]
+            pk=_flowctl("restore", flow.name, "--checkpoint", str(older.pk))["run"]
         )
         fresh = producer.write(100)
         expected = Counter(sent) + Counter(again) + Counter(fresh)
