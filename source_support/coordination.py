@@ -91,6 +91,8 @@ class HeldLease:
 class ReaderInbox:
     stopped: bool
     paused: bool
+    #: Records the run's readers committed (counted where a rule needs it; 0 otherwise).
+    records_committed: int
     events: list[SourceEvent]
     assigned: list[AssignedSplit]
 
@@ -275,16 +277,25 @@ class RunCoordinator:
         pipe = self.redis.pipeline()
         pipe.exists(self.key("stopped"))
         pipe.exists(self.key("paused"))
+        pipe.get(self.key("records-committed"))
         pipe.lrange(events, 0, -1)
         pipe.lrange(assigned, 0, -1)
         pipe.delete(events, assigned)
-        stopped, paused, raw_events, notices, _ = pipe.execute()
+        stopped, paused, committed, raw_events, notices, _ = pipe.execute()
         return ReaderInbox(
             stopped=bool(stopped),
             paused=bool(paused),
+            records_committed=int(committed or 0),
             events=[self._decode_event(item)[1] for item in raw_events],
             assigned=decode_notices(notices),
         )
+
+    def count_committed(self, records: int) -> None:
+        """Adds to the run's count of committed records (for ``after_records``)."""
+        pipe = self.redis.pipeline()
+        pipe.incrby(self.key("records-committed"), records)
+        pipe.pexpire(self.key("records-committed"), DAY_MS)
+        pipe.execute()
 
     def pause(self, paused: bool) -> None:
         """Pauses every reader of the run (backpressure) or lets them go on."""

@@ -244,6 +244,8 @@ class ReaderSettings:
     commit_interval_s: float = 0.5
     #: ... or once this many batches wait, whichever comes first.
     max_batches_per_commit: int = 256
+    #: ``[stop] after_records``: readers stop once the run has committed this many.
+    stop_after_records: int | None = None
 
 
 def reader_slice(
@@ -324,7 +326,10 @@ class _ReaderLoop:
             return SliceOutcome.LOST
         inbox = self.coordinator.reader_inbox(self.subtask)
         self.take_inbox(inbox)
-        if inbox.stopped:
+        limit = self.settings.stop_after_records
+        if inbox.stopped or (limit and inbox.records_committed >= limit):
+            # After ``after_records``: every reader stops after its current batch; the tick
+            # then ends the input (it counts from the database, so a lost count is harmless).
             self.commit()
             return SliceOutcome.STOPPED
         if now >= self.deadline:
@@ -418,6 +423,8 @@ class _ReaderLoop:
         committed, refused = self.commits.flush()
         for split_id in refused:
             self.reader.remove_split(split_id)  # it went to another reader
+        if committed and self.settings.stop_after_records:
+            self.coordinator.count_committed(self.commits.records)
         self.reader.notify_checkpoint_complete(committed)
 
     def adopt_stored(self) -> None:
@@ -468,6 +475,8 @@ class _Commits:
         self.store, self.token, self.settings = store, token, settings
         self.waiting: list[BatchCommit] = []
         self.since = 0.0
+        #: Records the last ``flush`` committed.
+        self.records = 0
 
     def __bool__(self) -> bool:
         return bool(self.waiting)
@@ -505,6 +514,7 @@ class _Commits:
         waiting, self.waiting = self.waiting, []
         moved = self.store.commit_batches(self.token, waiting)
         committed = {c.split_id: c.end for c in waiting if c.split_id in moved}
+        self.records = sum(c.records for c in waiting if c.split_id in moved)
         return committed, {c.split_id for c in waiting} - moved
 
 

@@ -329,6 +329,7 @@ def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
             skip_errors=spec["skip_errors"],
             park_seconds=settings.DATAFLOW_READER_PARK_SECONDS,
             location=f"{socket.gethostname()}:{os.getpid()}",
+            stop_after_records=(spec.get("stop_rule") or {}).get("after_records"),
         ),
         on_split_request=lambda: serve_split_requests(run, source),
     )
