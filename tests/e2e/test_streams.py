@@ -245,6 +245,7 @@ def test_readers_pause_while_the_transform_is_behind_and_nothing_is_lost(fleet, 
 
     wait_until(paused_with_all_written, 60, lambda: f"not paused: {what_differs(sink, producer.sent, run)}")
     sent = producer.stop()
+    time.sleep(1)  # a reader commits the batch it read before it saw the pause
     read_when_paused = live(run)
     time.sleep(3)  # paused readers read nothing, however long the transform is away
     most_waiting = max(most_waiting, untransformed_records(run))
