@@ -334,7 +334,7 @@ class RunCoordinator:
         with self.held_lease("enum-lock", self.lease_ms) as held:
             if not held:
                 self.redis.set(self.key("enum-dirty"), 1)
-            yield held
+            yield bool(held)
 
     # Marks and leases of the run's own jobs (queued ticks, the transform).
 

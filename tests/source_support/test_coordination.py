@@ -489,10 +489,21 @@ def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
 def test_held_lease_is_exclusive_outlives_its_ttl_while_held_and_is_released(coordinator):
     with coordinator.held_lease("job", 300) as first:
         with coordinator.held_lease("job", 300) as second:
-            assert (first, second) == (True, False)
+            assert (bool(first), bool(second)) == (True, False)
         time.sleep(0.8)  # more than two time-to-lives: the renewing thread keeps it
         assert coordinator.is_set("job")
     assert not coordinator.is_set("job")
+
+
+def test_held_lease_says_when_another_process_took_it(coordinator):
+    from tests.helpers import wait_until
+
+    with coordinator.held_lease("job", 300) as held:
+        coordinator.purge()  # e.g. a resume purges a stopped run's keys...
+        coordinator.redis.set(coordinator.key("job"), "another-driver", px=10_000)  # ...and one takes it
+        wait_until(held.lost.is_set, 5, lambda: "the lease was not seen lost")
+
+        assert coordinator.redis.get(coordinator.key("job")) == b"another-driver"  # not taken back
 
 
 def test_mark_once_is_set_by_one_caller_until_cleared(coordinator):
