@@ -86,7 +86,10 @@ log = logging.getLogger(__name__)
 #: The bounded transform's lease too: one run never has both.
 LEASE = "transform-lease"
 QUEUED = "transform-queued"
-QUEUED_TTL_MS = 60_000
+#: How long a queued slice keeps another from being queued. Short: a slice whose worker
+#: was killed holding its message must not stop the stream for long; a second slice
+#: queued while the first still waits is harmless (it finds the lease held and leaves).
+QUEUED_TTL_MS = 10_000
 #: A stateless epoch takes at most this many batches: a backlog (the transform was down)
 #: is worked off in epochs of bounded size, one right after the other.
 MAX_BATCHES_PER_EPOCH = 1000
