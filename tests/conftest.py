@@ -6,11 +6,14 @@ Redis server); the embedded defaults are under test only in tests/e2e/test_quick
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+import redis
 from celery.contrib.testing.worker import start_worker
 
 from dataflow.celery import app as celery_app
-from dataflow.redis_client import get_redis
+from dataflow.redis_client import get_redis, redis_url
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -60,3 +63,23 @@ def celery_worker_module(django_db_setup, django_db_blocker):
 def worker(celery_worker_module, transactional_db, dirs):
     """A running worker for a test whose rows must be visible to the worker's threads."""
     return celery_worker_module
+
+
+@pytest.fixture()
+def rds() -> redis.Redis:
+    """A client of the tests' Redis, for tests that write streams as a producer would."""
+    client = redis.Redis.from_url(redis_url())
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def prefix(rds) -> str:
+    """A key prefix no other test uses; every key under it (and the redis_stream sink's
+    staging and marker keys for it) is deleted after the test."""
+    prefix = f"t{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    for pattern in (f"{prefix}*", f"adf:sink:staging:{prefix}*", f"adf:sink:marker:*{prefix}*"):
+        keys = list(rds.scan_iter(match=pattern, count=1000))
+        if keys:
+            rds.delete(*keys)

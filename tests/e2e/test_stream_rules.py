@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,23 +44,6 @@ T = 1_700_000_000_000
 
 def source_url() -> str:
     return settings.REDIS_URL
-
-
-@pytest.fixture()
-def rds() -> redis.Redis:
-    client = redis.Redis.from_url(source_url())
-    yield client
-    client.close()
-
-
-@pytest.fixture()
-def prefix(rds) -> str:
-    """A key prefix no other test uses; every key under it is deleted after the test."""
-    prefix = f"t{uuid.uuid4().hex[:10]}:"
-    yield prefix
-    keys = list(rds.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        rds.delete(*keys)
 
 
 def record(i: int) -> dict:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import io
 import json
 import time
-import uuid
 from collections import Counter
 
 import pytest
-import redis
 from django.core.management import call_command
 
 from connectors.redis_streams.split import decode_position
@@ -40,25 +38,6 @@ from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stre
 from tests.helpers import Beat, live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture()
-def rds():
-    from dataflow.redis_client import redis_url
-
-    client = redis.Redis.from_url(redis_url())
-    yield client
-    client.close()
-
-
-@pytest.fixture()
-def prefix(rds) -> str:
-    """A key prefix of the test's own; every key under it is deleted after the test."""
-    prefix = f"t{uuid.uuid4().hex[:10]}:"
-    yield prefix
-    keys = list(rds.scan_iter(match=f"{prefix}*", count=1000))
-    if keys:
-        rds.delete(*keys)
 
 
 @pytest.fixture()

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 import pytest
-import redis
 
 from connectors.redis_streams.config import validate_redis_streams_source
 from connectors.redis_streams.source import RedisStreamsSource
@@ -20,24 +18,6 @@ FIELDS_SCHEMA = "id BIGINT, customer STRING, amount DOUBLE"
 
 def redis_url() -> str:
     return os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/12"
-
-
-@pytest.fixture()
-def rds() -> redis.Redis:
-    client = redis.Redis.from_url(redis_url())
-    yield client
-    client.close()
-
-
-@pytest.fixture()
-def prefix(rds) -> str:
-    """A key prefix no other test uses; every key under it is deleted after the test."""
-    prefix = f"t{uuid.uuid4().hex[:10]}:"
-    yield prefix
-    for pattern in (f"{prefix}*", f"adf:sink:staging:{prefix}*", f"adf:sink:marker:*{prefix}*"):
-        keys = list(rds.scan_iter(match=pattern, count=1000))
-        if keys:
-            rds.delete(*keys)
 
 
 @pytest.fixture()

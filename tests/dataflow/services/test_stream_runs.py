@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import uuid
 from datetime import timedelta
 
 import pyarrow as pa
 import pytest
-import redis
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -32,13 +30,6 @@ from dataflow.services.stream_runs import (
     run_backpressure,
 )
 from source_support.errors import ConfigError
-
-
-@pytest.fixture()
-def rds():
-    client = redis.Redis.from_url(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")
-    yield client
-    client.close()
 
 
 @pytest.fixture()
