@@ -1,4 +1,4 @@
-"""Connector registry: each source and sink type, with the validator of its config.
+"""Connector registry: each source and sink type, with the type or validator of its config.
 
 The admin, the REST API and TOML files all validate through ``validate_source`` and
 ``validate_sink``, so a config is refused the same way, naming the same field, wherever it
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, Self
 
 import pyarrow as pa
 
@@ -144,26 +144,48 @@ class BuildContext:
     stop: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _never_unbounded(config: dict[str, Any]) -> bool:
+class SourceConfig(Protocol):
+    """A source connector's config: a frozen dataclass validated once, by ``parse``."""
+
+    @classmethod
+    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
+        """The config of a ``[source]`` table (without ``type``), or a ConfigError naming
+        the field."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-able form that is stored (``DataFlow.source_config``)."""
+        ...
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The config of a stored dict, not validated again."""
+        ...
+
+
+def _never_unbounded(config: Any) -> bool:
     return False
 
 
-def _same_schema(config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+def _same_schema(config: Any, schema: pa.Schema) -> pa.Schema:
     return schema
 
 
 @dataclass(frozen=True)
 class SourceConnector:
+    """A source type. ``build``, ``unbounded`` and ``output_schema`` receive an instance of
+    ``config``, never the stored dict."""
+
     type: str
-    validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
-    build: Callable[[dict[str, Any], FormatSpec, BuildContext], Source]
+    config: type[SourceConfig]
+    build: Callable[[Any, FormatSpec, BuildContext], Source]
     description: str = ""
-    #: Whether a validated config reads without end (a stream, files with ``watch``).
-    unbounded: Callable[[dict[str, Any]], bool] = _never_unbounded
+    #: Whether a config reads without end (a stream, files with ``watch``).
+    unbounded: Callable[[Any], bool] = _never_unbounded
     #: Whether records come as entries (field/value pairs) rather than lines of text.
     reads_entries: bool = False
     #: The columns a run lands for a format schema (e.g. metadata columns added).
-    output_schema: Callable[[dict[str, Any], pa.Schema], pa.Schema] = _same_schema
+    output_schema: Callable[[Any, pa.Schema], pa.Schema] = _same_schema
 
 
 @dataclass(frozen=True)
@@ -202,8 +224,9 @@ def _lookup(table: dict, registry: dict, section: str) -> tuple[Any, dict[str, A
 
 
 def validate_source(table: dict[str, Any], env: Environment) -> tuple[str, dict[str, Any]]:
+    """The source type and the dict to store of its validated config."""
     connector, config = _lookup(table, SOURCES, "source")
-    return connector.type, connector.validate(config, env)
+    return connector.type, connector.config.parse(config, env).to_dict()
 
 
 def validate_sink(table: dict[str, Any], env: Environment) -> tuple[str, dict[str, Any]]:
@@ -211,16 +234,20 @@ def validate_sink(table: dict[str, Any], env: Environment) -> tuple[str, dict[st
     return connector.type, connector.validate(config, env)
 
 
-def source_is_unbounded(type_name: str, config: dict[str, Any]) -> bool:
-    return SOURCES[type_name].unbounded(config)
+def source_is_unbounded(type_name: str, stored: dict[str, Any]) -> bool:
+    connector = SOURCES[type_name]
+    return connector.unbounded(connector.config.from_dict(stored))
 
 
-def source_output_schema(type_name: str, config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
-    return SOURCES[type_name].output_schema(config, schema)
+def source_output_schema(type_name: str, stored: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+    connector = SOURCES[type_name]
+    return connector.output_schema(connector.config.from_dict(stored), schema)
 
 
-def build_source(type_name: str, config: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> Source:
-    return SOURCES[type_name].build(config, fmt, context)
+def build_source(type_name: str, stored: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> Source:
+    """The source of a stored (validated) config."""
+    connector = SOURCES[type_name]
+    return connector.build(connector.config.from_dict(stored), fmt, context)
 
 
 def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tuple]) -> None:

@@ -1,7 +1,7 @@
 """Files in a directory or matching a glob: a source (bounded, or watched for new files),
 and Parquet/CSV/JSON sinks."""
 
-from connectors.files.config import validate_files_source
+from connectors.files.config import FilesSourceConfig
 from connectors.files.sink import FILE_SINKS
 from connectors.files.source import FileSource
 from source_support.registry import SourceConnector, register_sink, register_source
@@ -9,11 +9,11 @@ from source_support.registry import SourceConnector, register_sink, register_sou
 register_source(
     SourceConnector(
         type="files",
-        validate=validate_files_source,
+        config=FilesSourceConfig,
         build=FileSource.from_config,
         description="Files in a directory or matching a glob (CSV, JSON lines; gzip too); "
         "with watch = true, new files too, as they come.",
-        unbounded=lambda config: bool(config.get("watch")),
+        unbounded=lambda config: config.watch,
     )
 )
 for sink in FILE_SINKS:

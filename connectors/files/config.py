@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, Self
 
 from source_support.errors import ConfigError
 from source_support.registry import Environment, check_fields, glob_static_prefix
@@ -41,35 +41,66 @@ class WatchOptions:
     settle_ms: int = WATCH_FIELDS["settle_ms"][0]
     max_file_age_ms: int = WATCH_FIELDS["max_file_age_ms"][0]
 
+
+@dataclass(frozen=True)
+class FilesSourceConfig:
+    """A validated ``[source]`` table of a files source; ``path`` is absolute and normalized."""
+
+    path: str
+    split_size_mb: int | float = DEFAULT_SPLIT_SIZE_MB
+    allow_empty: bool = False
+    watch: bool = False
+    discovery_interval_ms: int = WATCH_FIELDS["discovery_interval_ms"][0]
+    settle_ms: int = WATCH_FIELDS["settle_ms"][0]
+    max_file_age_ms: int = WATCH_FIELDS["max_file_age_ms"][0]
+
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> WatchOptions | None:
-        """The options of a validated config; None without ``watch``."""
-        if not config.get("watch"):
+    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
+        """The config of a ``[source]`` table, or a ConfigError naming the field."""
+        check_fields("source", table, FIELDS)
+        path = table.get("path")
+        if not path:
+            raise ConfigError("source.path", "is required: a directory or a glob such as data/*.csv")
+        pattern = os.path.normpath(path if os.path.isabs(path) else env.base_dir / path)
+        # The directory part, symlinks resolved, must lie under a root: a link out of the roots
+        # is refused here rather than reading nothing.
+        env.resolve_path(glob_static_prefix(pattern), "source.path")
+        if table.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB) <= 0:
+            raise ConfigError("source.split_size_mb", "must be greater than 0")
+        _check_watch_fields(table)
+        return cls(**{**table, "path": pattern})
+
+    def to_dict(self) -> dict[str, Any]:
+        """What is stored: ``path`` and the fields not at their defaults (as a table
+        leaves them out)."""
+        stored = {"path": self.path}
+        for name in FIELDS:
+            value = getattr(self, name)
+            if name != "path" and value != FIELD_DEFAULTS[name]:
+                stored[name] = value
+        return stored
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The config of a stored (already validated) dict."""
+        return cls(**data)
+
+    @property
+    def watch_options(self) -> WatchOptions | None:
+        """How new files are looked for; None without ``watch``."""
+        if not self.watch:
             return None
-        return cls(**{name: config[name] for name in WATCH_FIELDS if name in config})
+        return WatchOptions(**{name: getattr(self, name) for name in WATCH_FIELDS})
 
 
-def validate_files_source(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-    check_fields("source", config, FIELDS)
-    path = config.get("path")
-    if not path:
-        raise ConfigError("source.path", "is required: a directory or a glob such as data/*.csv")
-    pattern = os.path.normpath(path if os.path.isabs(path) else env.base_dir / path)
-    # The directory part, symlinks resolved, must lie under a root: a link out of the roots
-    # is refused here rather than reading nothing.
-    env.resolve_path(glob_static_prefix(pattern), "source.path")
-    split_size = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
-    if split_size <= 0:
-        raise ConfigError("source.split_size_mb", "must be greater than 0")
-    _check_watch_fields(config)
-    return {**config, "path": pattern}
+FIELD_DEFAULTS = {f.name: f.default for f in fields(FilesSourceConfig)}
 
 
-def _check_watch_fields(config: dict[str, Any]) -> None:
+def _check_watch_fields(table: dict[str, Any]) -> None:
     for name, (_, least, most) in WATCH_FIELDS.items():
-        if name not in config:
+        if name not in table:
             continue
-        if not config.get("watch"):
+        if not table.get("watch"):
             raise ConfigError(f"source.{name}", "applies only to a watched source (watch = true)")
-        if not least <= config[name] <= most:
+        if not least <= table[name] <= most:
             raise ConfigError(f"source.{name}", f"must be between {least} and {most}")

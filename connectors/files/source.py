@@ -9,7 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from connectors.files.config import DEFAULT_SPLIT_SIZE_MB, WatchOptions
+from connectors.files.config import FilesSourceConfig, WatchOptions
 from connectors.files.enumerator import (
     COMPRESSED_SUFFIXES,
     ContinuousFileEnumerator,
@@ -63,7 +63,7 @@ class FileSource(Source[FileSplit]):
     @classmethod
     def from_config(
         cls,
-        config: dict[str, Any],
+        config: FilesSourceConfig,
         fmt: FormatSpec,
         context: BuildContext,
         *,
@@ -73,14 +73,13 @@ class FileSource(Source[FileSplit]):
             raise ConfigError(
                 "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
             )
-        split_mb = config.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB)
         return cls(
-            pattern=config["path"],
+            pattern=config.path,
             fmt=fmt.build(context.schema),
-            split_size=max(1, int(split_mb * (1 << 20))),
+            split_size=max(1, int(config.split_size_mb * (1 << 20))),
             env=context.env,
             batch_size=context.batch_size,
-            watch=WatchOptions.from_config(config),
+            watch=config.watch_options,
             stop=context.stop,
             clock=clock,
         )

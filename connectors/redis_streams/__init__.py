@@ -1,7 +1,7 @@
 """Redis streams as a Kafka-like topic ("Rafka"): the streams whose keys match a glob are
 its partitions. A source that reads them by entry id, and a ``redis_stream`` sink."""
 
-from connectors.redis_streams.config import validate_redis_stream_sink, validate_redis_streams_source
+from connectors.redis_streams.config import RedisStreamsSourceConfig, validate_redis_stream_sink
 from connectors.redis_streams.sink import RedisStreamSink
 from connectors.redis_streams.source import RedisStreamsSource, output_schema
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
@@ -9,7 +9,7 @@ from source_support.registry import SinkConnector, SourceConnector, register_sin
 register_source(
     SourceConnector(
         type="redis_streams",
-        validate=validate_redis_streams_source,
+        config=RedisStreamsSourceConfig,
         build=RedisStreamsSource.from_config,
         description="Redis streams whose keys match a glob, read as one topic (each stream a split).",
         unbounded=lambda config: True,

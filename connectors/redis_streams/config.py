@@ -4,7 +4,8 @@ is up (``Source.check_input`` connects when a run starts)."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Self
 
 import redis
 
@@ -33,26 +34,52 @@ START_WORDS = ("earliest", "latest")
 GLOB_CHARS = "*?["
 
 
-def validate_redis_streams_source(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-    check_fields("source", config, SOURCE_FIELDS)
-    streams = config.get("streams", "")
-    if not streams.strip():
-        raise ConfigError("source.streams", "is required: a stream key or a glob such as orders:*")
-    start = config.get("start", "earliest").strip()
-    start_position(start)  # refuses what is not a start
-    interval = config.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS)
-    low, high = DISCOVERY_INTERVAL_BOUNDS
-    if not low <= interval <= high:
-        raise ConfigError("source.discovery_interval_ms", f"must be between {low} and {high}")
-    validated = {
-        "streams": streams,
-        "start": start,
-        "discovery_interval_ms": interval,
-        "metadata": config.get("metadata", False),
-    }
-    if "url" in config:
-        validated["url"] = validate_url(config["url"], "source.url")
-    return validated
+@dataclass(frozen=True)
+class RedisStreamsSourceConfig:
+    """A validated ``[source]`` table of a redis_streams source."""
+
+    streams: str
+    start: str = "earliest"
+    discovery_interval_ms: int = DEFAULT_DISCOVERY_INTERVAL_MS
+    metadata: bool = False
+    #: None: the deployment's Redis (``Environment.redis_url``), read when the source is built.
+    url: str | None = None
+
+    @classmethod
+    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
+        """The config of a ``[source]`` table, or a ConfigError naming the field. Does not
+        connect: a flow may be defined before its Redis is up."""
+        check_fields("source", table, SOURCE_FIELDS)
+        streams = table.get("streams", "")
+        if not streams.strip():
+            raise ConfigError("source.streams", "is required: a stream key or a glob such as orders:*")
+        start = table.get("start", "earliest").strip()
+        start_position(start)  # refuses what is not a start
+        interval = table.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS)
+        low, high = DISCOVERY_INTERVAL_BOUNDS
+        if not low <= interval <= high:
+            raise ConfigError("source.discovery_interval_ms", f"must be between {low} and {high}")
+        url = validate_url(table["url"], "source.url") if "url" in table else None
+        return cls(
+            streams=streams,
+            start=start,
+            discovery_interval_ms=interval,
+            metadata=table.get("metadata", False),
+            url=url,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """What is stored: every field, its default too, but ``url`` only when given (the
+        deployment's Redis is never written into a flow)."""
+        stored = asdict(self)
+        if self.url is None:
+            del stored["url"]
+        return stored
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        """The config of a stored (already validated) dict."""
+        return cls(**data)
 
 
 def validate_redis_stream_sink(config: dict[str, Any], env: Environment) -> dict[str, Any]:

@@ -9,11 +9,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from connectors.redis_streams.config import (
-    DEFAULT_DISCOVERY_INTERVAL_MS,
-    is_pattern,
-    resolve_url,
-)
+from connectors.redis_streams.config import RedisStreamsSourceConfig, is_pattern
 from connectors.redis_streams.connection import (
     connect,
     connection_reason,
@@ -81,9 +77,9 @@ class RedisStreamsSource(Source[StreamSplit]):
 
     @classmethod
     def from_config(
-        cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext
+        cls, config: RedisStreamsSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> RedisStreamsSource:
-        metadata = config.get("metadata", False)
+        metadata = config.metadata
         schema = context.schema
         if schema is not None and metadata:  # the run's schema: the format's columns are the others
             schema_of_format = pa.schema([f for f in schema if f.name not in METADATA_NAMES])
@@ -98,10 +94,10 @@ class RedisStreamsSource(Source[StreamSplit]):
                 )
             schema = with_metadata(record_format.schema)
         return cls(
-            url=resolve_url(config, context.env),
-            streams=config["streams"],
-            start=config.get("start", "earliest"),
-            discovery_interval_ms=config.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS),
+            url=config.url or context.env.redis_url,
+            streams=config.streams,
+            start=config.start,
+            discovery_interval_ms=config.discovery_interval_ms,
             metadata=metadata,
             fmt=record_format,
             schema=schema if schema is not None else record_format.schema,
@@ -240,10 +236,10 @@ def with_metadata(schema: pa.Schema) -> pa.Schema:
     return pa.schema([*[f for f in schema if f.name not in METADATA_NAMES], *METADATA_FIELDS])
 
 
-def output_schema(config: dict[str, Any], schema: pa.Schema) -> pa.Schema:
+def output_schema(config: RedisStreamsSourceConfig, schema: pa.Schema) -> pa.Schema:
     """The schema a run of this source lands: the format's, plus ``_stream`` and ``_id``
     when ``metadata`` is set (what the run's schema and the transform's columns must be)."""
-    return with_metadata(schema) if config.get("metadata") else schema
+    return with_metadata(schema) if config.metadata else schema
 
 
 def _text(value: Any) -> str:

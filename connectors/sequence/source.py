@@ -6,6 +6,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors.sequence.config import SequenceSourceConfig
 from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.split import NumberRangeSerializer, NumberRangeSplit
 from source_support.api import (
@@ -42,9 +43,9 @@ class NumberSequenceSource(Source[NumberRangeSplit]):
 
     @classmethod
     def from_config(
-        cls, config: dict[str, Any], fmt: FormatSpec, context: BuildContext
+        cls, config: SequenceSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> NumberSequenceSource:
-        return cls(count=config["count"], splits=config["splits"], batch_size=context.batch_size)
+        return cls(count=config.count, splits=config.splits, batch_size=context.batch_size)
 
     @property
     def boundedness(self) -> Boundedness:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.files.config import validate_files_source
+from connectors.files.config import FilesSourceConfig
 from connectors.files.source import FileSource
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, Environment
@@ -54,7 +54,7 @@ class FilesContext(ExternalContext):
         if self.watch:
             table |= {"watch": True, "discovery_interval_ms": 1000}
         context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
-        config = validate_files_source(table, self.env)
+        config = FilesSourceConfig.parse(table, self.env)
         return FileSource.from_config(config, FORMAT, context, clock=options.clock)
 
     def expected(self) -> list[Record]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.files.config import validate_files_source
+from connectors.files.config import FilesSourceConfig
 from source_support.errors import ConfigError
 from source_support.registry import Environment
 
@@ -18,10 +18,10 @@ def env(tmp_path) -> Environment:
 
 
 def test_allow_empty_defaults_to_false(env):
-    assert "allow_empty" not in validate_files_source({"path": "data"}, env)
+    assert "allow_empty" not in FilesSourceConfig.parse({"path": "data"}, env).to_dict()
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])
 def test_allow_empty_must_be_a_boolean(env, value):
     with pytest.raises(ConfigError, match=r"^source\.allow_empty: must be"):
-        validate_files_source({"path": "data", "allow_empty": value}, env)
+        FilesSourceConfig.parse({"path": "data", "allow_empty": value}, env)

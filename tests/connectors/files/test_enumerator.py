@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.files.config import validate_files_source
+from connectors.files.config import FilesSourceConfig
 from connectors.files.enumerator import StaticFileEnumerator, list_files
 from connectors.files.split import WHOLE_FILE, FileSplit
 from source_support.errors import ConfigError
@@ -294,24 +294,24 @@ def test_list_files_returns_nothing_for_a_path_that_does_not_exist(data, env):
     assert list_files(str(data / "missing" / "*.csv"), env) == []
 
 
-# validate_files_source
+# FilesSourceConfig.parse
 
 
 def test_validate_resolves_a_relative_path_against_the_base_dir(tmp_path, data, env):
-    config = validate_files_source({"path": "data/*.csv", "split_size_mb": 0.5}, env)
+    config = FilesSourceConfig.parse({"path": "data/*.csv", "split_size_mb": 0.5}, env)
 
-    assert config == {"path": str(data / "*.csv"), "split_size_mb": 0.5}
+    assert config.to_dict() == {"path": str(data / "*.csv"), "split_size_mb": 0.5}
 
 
 def test_validate_accepts_an_absolute_directory(data, env):
-    config = validate_files_source({"path": str(data)}, env)
+    config = FilesSourceConfig.parse({"path": str(data)}, env)
 
-    assert config == {"path": str(data)}
+    assert config.to_dict() == {"path": str(data)}
 
 
 def test_validate_requires_a_path(env):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({}, env)
+        FilesSourceConfig.parse({}, env)
 
     assert excinfo.value.field == "source.path"
 
@@ -319,7 +319,7 @@ def test_validate_requires_a_path(env):
 @pytest.mark.parametrize("path", ["/etc/*.conf", "/etc", "data/../../elsewhere/*.csv", "../*.csv"])
 def test_validate_refuses_a_path_outside_the_allowed_roots(env, path):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": path}, env)
+        FilesSourceConfig.parse({"path": path}, env)
 
     assert excinfo.value.field == "source.path"
     assert "outside the allowed roots" in excinfo.value.reason
@@ -328,7 +328,7 @@ def test_validate_refuses_a_path_outside_the_allowed_roots(env, path):
 def test_validate_refuses_a_glob_whose_wildcard_could_reach_outside(tmp_path, env):
     # The part before the first wildcard must itself lie under an allowed root.
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(tmp_path / "*" / "x.csv")}, env)
+        FilesSourceConfig.parse({"path": str(tmp_path / "*" / "x.csv")}, env)
 
     assert excinfo.value.field == "source.path"
 
@@ -336,7 +336,7 @@ def test_validate_refuses_a_glob_whose_wildcard_could_reach_outside(tmp_path, en
 @pytest.mark.parametrize("size", [0, -1, -0.5])
 def test_validate_refuses_a_split_size_that_is_not_positive(data, env, size):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), "split_size_mb": size}, env)
+        FilesSourceConfig.parse({"path": str(data), "split_size_mb": size}, env)
 
     assert excinfo.value.field == "source.split_size_mb"
 
@@ -344,7 +344,7 @@ def test_validate_refuses_a_split_size_that_is_not_positive(data, env, size):
 @pytest.mark.parametrize("size", ["64", True])
 def test_validate_refuses_a_split_size_that_is_not_a_number(data, env, size):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), "split_size_mb": size}, env)
+        FilesSourceConfig.parse({"path": str(data), "split_size_mb": size}, env)
 
     assert excinfo.value.field == "source.split_size_mb"
     assert excinfo.value.reason.startswith("must be a ")
@@ -352,7 +352,7 @@ def test_validate_refuses_a_split_size_that_is_not_a_number(data, env, size):
 
 def test_validate_refuses_an_unknown_field_naming_it(data, env):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), "pattern": "*.csv"}, env)
+        FilesSourceConfig.parse({"path": str(data), "pattern": "*.csv"}, env)
 
     assert excinfo.value.field == "source.pattern"
     assert "is not a field of source" in excinfo.value.reason
@@ -360,6 +360,6 @@ def test_validate_refuses_an_unknown_field_naming_it(data, env):
 
 def test_validate_refuses_a_path_that_is_not_a_string(env):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": ["a", "b"]}, env)
+        FilesSourceConfig.parse({"path": ["a", "b"]}, env)
 
     assert excinfo.value.field == "source.path"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from connectors.files.config import FilesSourceConfig
 from connectors.files.reader import FileSplitReader
 from connectors.files.source import FileSource
 from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
@@ -343,7 +344,7 @@ def test_no_more_splits_is_remembered():
 def test_file_source_turns_split_size_mb_into_bytes(tmp_path, split_size_mb, expected):
     env = Environment(allowed_roots=(tmp_path,), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path), "split_size_mb": split_size_mb},
+        FilesSourceConfig(path=str(tmp_path), split_size_mb=split_size_mb),
         validate_format({"type": "csv", "schema": "id BIGINT"}),
         BuildContext(env=env, batch_size=100),
     )
@@ -356,7 +357,9 @@ def test_file_source_infers_the_schema_from_the_first_non_empty_file(tmp_path):
     (tmp_path / "b.csv.gz").write_bytes(gzip.compress(HEADER + rows(range(3))))
     env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path)}, validate_format({"type": "csv"}), BuildContext(env=env, batch_size=100)
+        FilesSourceConfig(path=str(tmp_path)),
+        validate_format({"type": "csv"}),
+        BuildContext(env=env, batch_size=100),
     )
 
     assert source.infer_schema() == SCHEMA
@@ -365,7 +368,7 @@ def test_file_source_infers_the_schema_from_the_first_non_empty_file(tmp_path):
 def test_file_source_infers_no_schema_without_files(tmp_path):
     env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path / "*.csv")},
+        FilesSourceConfig(path=str(tmp_path / "*.csv")),
         validate_format({"type": "jsonl"}),
         BuildContext(env=env, batch_size=1),
     )
@@ -414,7 +417,7 @@ def test_file_source_check_input_refuses_a_header_without_schema_columns(tmp_pat
     fmt = validate_format({"type": "csv", "schema": "id BIGINT, sensor STRING, temperature DOUBLE"})
     env = Environment(allowed_roots=(tmp_path.resolve(),), base_dir=tmp_path)
     source = FileSource.from_config(
-        {"path": str(tmp_path / "*.csv")}, fmt, BuildContext(env=env, batch_size=10)
+        FilesSourceConfig(path=str(tmp_path / "*.csv")), fmt, BuildContext(env=env, batch_size=10)
     )
 
     with pytest.raises(ConfigError) as refused:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from connectors.files import enumerator as enumerator_module
-from connectors.files.config import WatchOptions, validate_files_source
+from connectors.files.config import FilesSourceConfig, WatchOptions
 from connectors.files.enumerator import ContinuousFileEnumerator, StaticFileEnumerator
 from connectors.files.source import FileSource
 from source_support.api import Boundedness
@@ -359,7 +359,7 @@ def test_discovery_waits_while_many_splits_are_pending(data, env, monkeypatch):
 
 
 def source(data: Path, env: Environment, stop=None, **table) -> FileSource:
-    config = validate_files_source({"path": str(data), **table}, env)
+    config = FilesSourceConfig.parse({"path": str(data), **table}, env)
     fmt = FormatSpec("csv", {"schema": "n BIGINT"})
     return FileSource.from_config(config, fmt, BuildContext(env=env, batch_size=10, stop=stop or {}))
 
@@ -392,7 +392,7 @@ def test_the_watch_fields_are_read_from_the_table(data, env):
 @pytest.mark.parametrize("name", ["discovery_interval_ms", "settle_ms", "max_file_age_ms"])
 def test_a_watch_field_without_watch_is_refused(data, env, name):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), name: 1000}, env)
+        FilesSourceConfig.parse({"path": str(data), name: 1000}, env)
 
     assert excinfo.value.field == f"source.{name}"
     assert "watch = true" in excinfo.value.reason
@@ -410,7 +410,7 @@ def test_a_watch_field_without_watch_is_refused(data, env, name):
 )
 def test_a_watch_field_out_of_range_is_refused(data, env, name, value):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), "watch": True, name: value}, env)
+        FilesSourceConfig.parse({"path": str(data), "watch": True, name: value}, env)
 
     assert excinfo.value.field == f"source.{name}"
     assert excinfo.value.reason.startswith("must be between")
@@ -418,7 +418,7 @@ def test_a_watch_field_out_of_range_is_refused(data, env, name, value):
 
 def test_watch_must_be_true_or_false(data, env):
     with pytest.raises(ConfigError) as excinfo:
-        validate_files_source({"path": str(data), "watch": "yes"}, env)
+        FilesSourceConfig.parse({"path": str(data), "watch": "yes"}, env)
 
     assert excinfo.value.field == "source.watch"
 

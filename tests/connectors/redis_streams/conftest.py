@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.redis_streams.config import validate_redis_streams_source
+from connectors.redis_streams.config import RedisStreamsSourceConfig
 from connectors.redis_streams.source import RedisStreamsSource
 from source_support.api import SourceEvent, SourceReaderContext
 from source_support.formats import validate_format
@@ -52,7 +52,7 @@ def build_source(
     flow_name: str = "",
     batch_size: int = 1000,
 ) -> RedisStreamsSource:
-    config = validate_redis_streams_source(dict(source), env)
+    config = RedisStreamsSourceConfig.parse(dict(source), env)
     spec = validate_format(fmt or {"type": "fields", "schema": FIELDS_SCHEMA})
     context = BuildContext(
         env=env, batch_size=batch_size, schema=schema, flow_name=flow_name, stop=stop or {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.redis_streams.config import validate_redis_stream_sink, validate_redis_streams_source
+from connectors.redis_streams.config import RedisStreamsSourceConfig, validate_redis_stream_sink
 from source_support.errors import ConfigError
 from source_support.registry import SINKS, SOURCES, Environment, source_is_unbounded
 
@@ -16,14 +16,14 @@ def env(tmp_path) -> Environment:
 
 def refused(config: dict, env: Environment) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
-        validate_redis_streams_source(config, env)
+        RedisStreamsSourceConfig.parse(config, env)
     return caught.value
 
 
 def test_a_minimal_source_gets_its_defaults(env):
-    config = validate_redis_streams_source({"streams": "orders:*"}, env)
+    config = RedisStreamsSourceConfig.parse({"streams": "orders:*"}, env)
 
-    assert config == {
+    assert config.to_dict() == {
         "streams": "orders:*",
         "start": "earliest",
         "discovery_interval_ms": 10_000,
@@ -40,7 +40,7 @@ def test_every_field_is_kept(env):
         "metadata": True,
     }
 
-    assert validate_redis_streams_source(table, env) == table
+    assert RedisStreamsSourceConfig.parse(table, env).to_dict() == table
 
 
 def test_the_connector_is_registered_as_unbounded():
@@ -52,7 +52,7 @@ def test_the_connector_is_registered_as_unbounded():
     "start", ["earliest", "latest", "1700000000000-0", "1700000000000", "2024-05-01T12:00:00Z", "2024-05-01"]
 )
 def test_starts_that_are_accepted(env, start):
-    assert validate_redis_streams_source({"streams": "s", "start": start}, env)["start"] == start
+    assert RedisStreamsSourceConfig.parse({"streams": "s", "start": start}, env).start == start
 
 
 @pytest.mark.parametrize("start", ["newest", "1700-0-0", "17000-", "tomorrow", "", "1-1048576"])
@@ -91,7 +91,7 @@ def test_each_mistake_names_its_field(env, table, field):
 
 def test_unix_socket_and_tls_urls_are_accepted(env):
     for url in ("unix:///var/run/redis.sock", "rediss://user:pw@host:6380/1"):
-        assert validate_redis_streams_source({"streams": "s", "url": url}, env)["url"] == url
+        assert RedisStreamsSourceConfig.parse({"streams": "s", "url": url}, env).url == url
 
 
 def test_a_password_never_appears_in_an_error(env):
@@ -104,13 +104,13 @@ def test_a_password_never_appears_in_an_error(env):
 
 def test_validation_does_not_connect(env):
     # Nothing listens there: a flow may be defined before its Redis is up.
-    config = validate_redis_streams_source({"streams": "s", "url": "redis://127.0.0.1:1/0"}, env)
+    config = RedisStreamsSourceConfig.parse({"streams": "s", "url": "redis://127.0.0.1:1/0"}, env)
 
-    assert config["url"] == "redis://127.0.0.1:1/0"
+    assert config.url == "redis://127.0.0.1:1/0"
 
 
 def test_the_default_url_is_not_written_into_the_config(env):
-    assert "url" not in validate_redis_streams_source({"streams": "s"}, env)
+    assert "url" not in RedisStreamsSourceConfig.parse({"streams": "s"}, env).to_dict()
 
 
 # The sink

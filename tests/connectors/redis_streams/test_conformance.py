@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from connectors.redis_streams.config import validate_redis_streams_source
+from connectors.redis_streams.config import RedisStreamsSourceConfig
 from connectors.redis_streams.source import RedisStreamsSource
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, Environment
@@ -46,7 +46,7 @@ class RedisStreamsContext(ExternalContext):
             env=self.env, batch_size=options.batch_size, stop=options.stop, flow_name=GROUP
         )
         source = RedisStreamsSource.from_config(
-            validate_redis_streams_source(table, self.env), FORMAT, context
+            RedisStreamsSourceConfig.parse(table, self.env), FORMAT, context
         )
         source.clock = options.clock  # the kit moves time: discovery follows it
         return source

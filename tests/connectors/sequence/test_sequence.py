@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.sequence.config import validate_sequence_source
+from connectors.sequence.config import SequenceSourceConfig
 from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.source import NumberRangeReader
 from source_support.api import MAX_SPLITS_PER_REQUEST
@@ -72,5 +72,5 @@ def test_reader_emits_the_range_from_the_position_in_batches():
 )
 def test_bad_sequence_config_names_the_field(config, field):
     with pytest.raises(ConfigError) as caught:
-        validate_sequence_source(config, None)
+        SequenceSourceConfig.parse(config, None)
     assert caught.value.field == field

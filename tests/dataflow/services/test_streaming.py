@@ -515,7 +515,7 @@ def stream_source(monkeypatch):
         SOURCES,
         "endless",
         SourceConnector(
-            type="endless", validate=files.validate, build=files.build, unbounded=lambda config: True
+            type="endless", config=files.config, build=files.build, unbounded=lambda config: True
         ),
     )
 
