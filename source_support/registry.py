@@ -163,6 +163,10 @@ class SourceConfig(Protocol):
         ...
 
 
+def _no_read_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], env: Environment) -> str:
+    return ""
+
+
 def _never_unbounded(config: Any) -> bool:
     return False
 
@@ -182,6 +186,9 @@ class SourceConnector:
     description: str = ""
     #: Whether a config reads without end (a stream, files with ``watch``).
     unbounded: Callable[[Any], bool] = _never_unbounded
+    #: Why a sink would feed this source back its own output (empty: it would not); a
+    #: file sink inside a file source is refused by the path checks of every flow.
+    sink_reads_back: Callable[[dict[str, Any], str, dict[str, Any], Environment], str] = _no_read_back
     #: Whether records come as entries (field/value pairs) rather than lines of text.
     reads_entries: bool = False
     #: The columns a run lands for a format schema (e.g. metadata columns added).

@@ -1,7 +1,11 @@
 """Redis streams as a Kafka-like topic ("Rafka"): the streams whose keys match a glob are
 its partitions. A source that reads them by entry id, and a ``redis_stream`` sink."""
 
-from connectors.redis_streams.config import RedisStreamsSourceConfig, validate_redis_stream_sink
+from connectors.redis_streams.config import (
+    RedisStreamsSourceConfig,
+    sink_reads_back,
+    validate_redis_stream_sink,
+)
 from connectors.redis_streams.sink import RedisStreamSink
 from connectors.redis_streams.source import RedisStreamsSource, output_schema
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
@@ -14,6 +18,7 @@ register_source(
         description="Redis streams whose keys match a glob, read as one topic (each stream a split).",
         unbounded=lambda config: True,
         reads_entries=True,
+        sink_reads_back=sink_reads_back,
         output_schema=output_schema,
     )
 )

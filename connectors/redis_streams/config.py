@@ -4,6 +4,7 @@ is up (``Source.check_input`` connects when a run starts)."""
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import asdict, dataclass
 from typing import Any, Self
 
@@ -144,3 +145,17 @@ def resolve_url(config: dict[str, Any], env: Environment) -> str:
 
 def is_pattern(streams: str) -> bool:
     return any(char in streams for char in GLOB_CHARS)
+
+
+def sink_reads_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], env: Environment) -> str:
+    """Why a ``redis_stream`` sink would feed the flow's own source (its key matches
+    ``source.streams`` on the same Redis: every row read would be read again, for ever);
+    empty when it does not."""
+    if sink_type != "redis_stream" or resolve_url(source, env) != resolve_url(sink, env):
+        return ""
+    if not fnmatch.fnmatchcase(sink["key"], source["streams"]):
+        return ""
+    return (
+        f"{sink['key']} matches source.streams {source['streams']!r} on the same Redis: the flow "
+        "would read its own output again, for ever; write to a key the pattern does not match"
+    )

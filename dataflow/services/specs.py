@@ -100,6 +100,9 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     unbounded = source_is_unbounded(source_type, source_config)
     stop_rule = _validate_stop(doc.get("stop") or {}, unbounded=unbounded)
     _check_overlap(source_config, sink_config)
+    reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
+    if reads_back:
+        raise ConfigError("sink.key", reads_back)
     if "schema" in fmt.options:
         columns = source_output_schema(source_type, source_config, parse_ddl(fmt.options["schema"])).names
         transform_columns_check(query, columns, sink_config.get("partition_by") or [])

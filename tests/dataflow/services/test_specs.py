@@ -363,3 +363,34 @@ def test_start_refuses_a_source_that_now_overlaps_the_sink(good, dirs):
         flow_start(flow=flow)
 
     assert caught.value.field == "sink.path"
+
+
+def _stream_flow(sink: dict) -> dict:
+    return {
+        "flow": {"name": "loop"},
+        "source": {"type": "redis_streams", "streams": "orders:*"},
+        "format": {"type": "fields", "schema": "id BIGINT"},
+        "transform": {"sql": "SELECT * FROM source"},
+        "sink": sink,
+    }
+
+
+def test_a_stream_sink_the_source_would_read_back_is_refused(dirs):
+    refused = _refused(_stream_flow({"type": "redis_stream", "key": "orders:out"}))
+
+    assert refused.field == "sink.key"
+    assert "matches source.streams 'orders:*' on the same Redis" in refused.reason
+
+
+@pytest.mark.parametrize(
+    "sink",
+    [
+        {"type": "redis_stream", "key": "results:out"},  # outside the pattern
+        {"type": "redis_stream", "key": "orders:out", "url": "redis://127.0.0.1:6399/3"},  # another Redis
+    ],
+)
+@pytest.mark.django_db
+def test_a_stream_sink_outside_the_source_pattern_or_on_another_redis_is_accepted(dirs, sink):
+    flow, created = flow_apply(spec=_stream_flow(sink))
+
+    assert created and flow.sink_config["key"] == sink["key"]
