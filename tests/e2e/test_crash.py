@@ -89,6 +89,10 @@ def test_restarted_fleet_resumes_from_checkpoints(fleet, dirs):
     fleet.kill("w2")
     run.refresh_from_db()
     read_before_restart = live(run)
+    # The splits the fleet was in the middle of when it died, at their checkpoints.
+    midway = dict(
+        Split.objects.filter(run=run, status="assigned", position__gt=0).values_list("split_id", "position")
+    )
     fleet.worker("w3")
     fleet.worker("w4")
     run = wait_for_run(run, timeout=240)
@@ -98,5 +102,10 @@ def test_restarted_fleet_resumes_from_checkpoints(fleet, dirs):
     # Each record was committed once: what was read before the restart was not read again.
     assert run.records_read == len(sent)
     assert 0 < read_before_restart < len(sent)
-    resumed = Assignment.objects.filter(split__run=run, start_position__gt=0, split__payload__start=0)
-    assert resumed.exists(), "after the restart, splits went on from their checkpoints"
+    for split_id, checkpoint in midway.items():
+        resumed = Assignment.objects.filter(
+            split__run=run, split__split_id=split_id, start_position=checkpoint
+        )
+        assert resumed.exists(), (
+            f"after the restart, {split_id} did not go on from its checkpoint {checkpoint}"
+        )
