@@ -8,7 +8,6 @@ its own and SIGKILL it.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -340,7 +339,7 @@ def committed(run: FlowRun) -> int:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path, capsys):
+def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path):
     stream = Stream(dirs, "SELECT id, customer, amount FROM source", transform={"trigger_ms": 100})
     process = DriverProcess(stream.run, tmp_path)
     rng = random.Random(int(os.environ.get("STREAM_KILL_SEED", "7")))
@@ -382,8 +381,6 @@ def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_pa
     assert run.rows_written == len(stream.landed)
     assert stream.hidden_beside_sink() == []
     assert committed(run) >= 10
-    with capsys.disabled():
-        print(f"\nkills left: {kills}")
 
 
 # Windows
@@ -616,16 +613,13 @@ def test_a_success_after_a_failure_clears_the_retry_note(dirs, monkeypatch):
 
 
 @pytest.mark.usefixtures("worker")
-def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, settings, capsys):
+def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, settings):
     settings.DATAFLOW_STREAM_SLICE_SECONDS = 2
     stream = Stream(dirs, "SELECT * FROM source", transform={"trigger_ms": 100})
     ensure_stream_transform(stream.run)
-    latencies = []
     for i in range(8):
         rows = stream.land("s1", [i])
-        landed = time.monotonic()
         wait_until(lambda rows=rows: rows[0][0] in stream.sink_ids(), 60, lambda: stream.refreshed().message)
-        latencies.append(time.monotonic() - landed)
         ensure_stream_transform(stream.refreshed())  # as each tick does; never a second driver
     stream.end_input()
     ensure_stream_transform(stream.refreshed())
@@ -633,13 +627,10 @@ def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, sett
 
     assert stream.sink_ids() == ids(stream.landed)
     assert stream.run.rows_written == 8
-    epochs = TransformEpoch.objects.filter(run=stream.run)
-    with capsys.disabled():
-        print(
-            "\nlanding -> visible in the sink (trigger 100 ms), s: "
-            + json.dumps([round(x, 3) for x in latencies])
-            + f"; epoch latency_ms: {[e.latency_ms for e in epochs]}"
-        )
+    # Each epoch says how old its oldest input was when it committed (for metrics).
+    assert all(
+        e.latency_ms is not None and e.latency_ms >= 0 for e in TransformEpoch.objects.filter(run=stream.run)
+    )
 
 
 @pytest.mark.usefixtures("worker")
