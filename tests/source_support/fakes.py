@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
-from source_support.api import ReaderInfo, SourceEvent, SourceSplit, SplitBacklog, SplitEnumeratorContext
+from source_support.api import (
+    ReaderInfo,
+    SourceEvent,
+    SourceReaderContext,
+    SourceSplit,
+    SplitBacklog,
+    SplitEnumeratorContext,
+)
 
 
 class MemoryBacklog(SplitBacklog):
@@ -70,3 +77,23 @@ class RecordingContext(SplitEnumeratorContext):
     def pending(self) -> list[SourceSplit]:
         """What waits in the backlog, head first."""
         return list(self.queue.queue)
+
+
+class RecordingReaderContext(SourceReaderContext):
+    """A SourceReaderContext (an interface we own) that records split requests and events
+    sent to the enumerator, for tests that drive a reader without the runtime."""
+
+    def __init__(self, *, fails_split: bool = False) -> None:
+        self.bad_record_fails_split = fails_split
+        self.requests = 0
+        self.events: list[SourceEvent] = []
+
+    @property
+    def subtask(self) -> int:
+        return 0
+
+    def send_split_request(self) -> None:
+        self.requests += 1
+
+    def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
+        self.events.append(event)

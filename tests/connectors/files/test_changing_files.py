@@ -16,8 +16,7 @@ from source_support.formats import CsvFormat
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import Environment
 from source_support.schema import parse_ddl
-from tests.connectors.files.test_reader import QuietReaderContext
-from tests.source_support.fakes import RecordingContext
+from tests.source_support.fakes import RecordingContext, RecordingReaderContext
 
 SCHEMA = parse_ddl("id BIGINT, sensor STRING, temperature DOUBLE")
 HEADER = b"id,sensor,temperature\n"
@@ -38,7 +37,7 @@ def discover(path: Path, *, split_size: int = 1 << 20) -> list[FileSplit]:
 
 def reader(batch_size: int = 10) -> SourceReaderBase[FileSplit]:
     fmt = CsvFormat(schema=SCHEMA, header=True)
-    return SourceReaderBase(QuietReaderContext(), FileSplitReader(fmt), batch_size=batch_size)
+    return SourceReaderBase(RecordingReaderContext(), FileSplitReader(fmt), batch_size=batch_size)
 
 
 def ids(batches) -> list[int]:

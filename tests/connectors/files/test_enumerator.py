@@ -17,18 +17,6 @@ from source_support.registry import Environment
 from tests.source_support.fakes import RecordingContext
 
 
-@pytest.fixture()
-def data(tmp_path) -> Path:
-    data = tmp_path / "data"
-    data.mkdir()
-    return data.resolve()
-
-
-@pytest.fixture()
-def env(tmp_path, data) -> Environment:
-    return Environment(allowed_roots=(data,), base_dir=tmp_path)
-
-
 def enumerator(
     pattern,
     env: Environment,

@@ -12,39 +12,20 @@ from connectors.files.reader import FileSplitReader
 from connectors.files.source import FileSource
 from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer
 from source_support import lines as lines_module
-from source_support.api import SourceEvent, SourceReaderContext
 from source_support.errors import ConfigError, SplitFailed
 from source_support.formats import CsvFormat, JsonLinesFormat, validate_format
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext, Environment
 from source_support.schema import parse_ddl
+from tests.source_support.fakes import RecordingReaderContext
 
 SCHEMA = parse_ddl("id BIGINT, sensor STRING, temperature DOUBLE")
 HEADER = b"id,sensor,temperature\n"
 
 
-class QuietReaderContext(SourceReaderContext):
-    """A SourceReaderContext (an interface we own) that records requests; the reader
-    loop under test never calls it, the runtime does."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.events: list[SourceEvent] = []
-
-    @property
-    def subtask(self) -> int:
-        return 0
-
-    def send_split_request(self) -> None:
-        self.requests += 1
-
-    def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
-        self.events.append(event)
-
-
 def reader(fmt=None, batch_size: int = 10) -> SourceReaderBase[FileSplit]:
     fmt = fmt or CsvFormat(schema=SCHEMA, header=True)
-    return SourceReaderBase(QuietReaderContext(), FileSplitReader(fmt), batch_size=batch_size)
+    return SourceReaderBase(RecordingReaderContext(), FileSplitReader(fmt), batch_size=batch_size)
 
 
 def rows(ids) -> bytes:
@@ -289,7 +270,7 @@ def test_remove_split_stops_reading_it_and_closes_its_file(tmp_path):
     path = tmp_path / "a.csv"
     path.write_bytes(HEADER + rows(range(30)))
     split_reader = FileSplitReader(CsvFormat(schema=SCHEMA, header=True))
-    source_reader = SourceReaderBase(QuietReaderContext(), split_reader, batch_size=10)
+    source_reader = SourceReaderBase(RecordingReaderContext(), split_reader, batch_size=10)
     source_reader.add_splits([whole(path)])
     source_reader.poll()
     block_reader = split_reader.open[f"{path}@0"]
@@ -460,7 +441,7 @@ def test_a_split_of_20000_bad_records_stops_at_the_first_when_errors_fail_it(tmp
     )
     fmt = CsvFormat(schema=SCHEMA, header=True)
     source_reader = SourceReaderBase(
-        QuietReaderContext(), FileSplitReader(fmt, first_bad_record_only=True), batch_size=20_000
+        RecordingReaderContext(), FileSplitReader(fmt, first_bad_record_only=True), batch_size=20_000
     )
     source_reader.add_splits([whole(tmp_path / "a.csv")])
     parses = []

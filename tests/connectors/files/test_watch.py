@@ -24,18 +24,6 @@ T0 = 1_700_000_000.0  # the clock's start, in seconds
 INTERVAL_S = 10
 
 
-@pytest.fixture()
-def data(tmp_path) -> Path:
-    data = tmp_path / "data"
-    data.mkdir()
-    return data.resolve()
-
-
-@pytest.fixture()
-def env(tmp_path, data) -> Environment:
-    return Environment(allowed_roots=(data,), base_dir=tmp_path)
-
-
 def write(path: Path, *, at: float, rows: int = 3) -> Path:
     """A file whose mtime is ``at`` (seconds, the test clock's time)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,6 @@ import pytest
 
 from connectors.redis_streams.config import RedisStreamsSourceConfig
 from connectors.redis_streams.source import RedisStreamsSource
-from source_support.api import SourceEvent, SourceReaderContext
 from source_support.formats import validate_format
 from source_support.registry import BuildContext, Environment
 
@@ -23,23 +22,6 @@ def redis_url() -> str:
 @pytest.fixture()
 def env(tmp_path) -> Environment:
     return Environment(allowed_roots=(tmp_path,), base_dir=Path(tmp_path), redis_url=redis_url())
-
-
-class ReaderContext(SourceReaderContext):
-    def __init__(self, *, fails_split: bool = False) -> None:
-        self.bad_record_fails_split = fails_split
-        self.requests = 0
-        self.events: list[SourceEvent] = []
-
-    @property
-    def subtask(self) -> int:
-        return 0
-
-    def send_split_request(self) -> None:
-        self.requests += 1
-
-    def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
-        self.events.append(event)
 
 
 def build_source(

@@ -14,13 +14,14 @@ import pytest
 from connectors.redis_streams.split import StreamSplit, decode_position, encode_id
 from source_support.errors import ConfigError, SplitFailed
 from source_support.schema import parse_ddl
-from tests.connectors.redis_streams.conftest import ReaderContext, build_source
+from tests.connectors.redis_streams.conftest import build_source
+from tests.source_support.fakes import RecordingReaderContext
 
 
 def reader_of(env, source: dict, fmt: dict | None = None, *, fails_split=False, flow_name="", stop=None):
     """The split reader of a redis_streams source (what ``SourceReaderBase`` drives)."""
     source = build_source(env, source, fmt, flow_name=flow_name, stop=stop)
-    return source.create_reader(ReaderContext(fails_split=fails_split)).split_reader
+    return source.create_reader(RecordingReaderContext(fails_split=fails_split)).split_reader
 
 
 def orders(rds, key: str, count: int, first: int = 0) -> list[bytes]:
@@ -385,7 +386,7 @@ def test_a_stream_missing_when_its_split_is_added_ends_it(rds, prefix, env):
 def test_through_the_reader_base_positions_follow_the_batches(rds, prefix, env):
     ids = orders(rds, f"{prefix}o", 3)
     source = build_source(env, {"streams": f"{prefix}o"}, batch_size=2)
-    reader = source.create_reader(ReaderContext())
+    reader = source.create_reader(RecordingReaderContext())
     reader.add_splits([StreamSplit(f"{prefix}o", 0)])
 
     first, second = reader.poll(0), reader.poll(0)
