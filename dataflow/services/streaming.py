@@ -490,6 +490,11 @@ class StreamDriver:
                 return Step.IDLE
             committed = self.run_epoch(epoch)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
+            if _committed_by_another_driver(epoch):
+                # A second driver (e.g. after a quick stop and resume) committed this epoch
+                # and removed its input while this one ran it: not a failure; it goes on.
+                log.info("run %s: epoch %s was committed by another driver", self.run.pk, epoch.number)
+                return Step.ENDED
             return self._failed(exc)
         if committed and epoch.final:
             return Step.ENDED
@@ -752,3 +757,7 @@ class StreamDriver:
 
 def _backoff_s(failures: int) -> int:
     return min(MAX_BACKOFF_S, 2**failures)
+
+
+def _committed_by_another_driver(epoch: TransformEpoch) -> bool:
+    return TransformEpoch.objects.filter(pk=epoch.pk, status=EpochStatus.COMMITTED).exists()

@@ -277,6 +277,29 @@ def test_a_stopped_run_commits_nothing_more(dirs):
     assert stream.hidden_beside_sink() == []
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_driver_whose_epoch_another_driver_committed_meanwhile_steps_back(dirs):
+    # After a quick stop and resume two drivers may run the same planned epoch: the one that
+    # commits first removes its landed input, and the other's Spark job then finds it gone.
+    stream = Stream(dirs, "SELECT * FROM source")
+    stream.land("s1", [1, 2])
+    slow, fast = driver(stream), driver(stream)
+    epoch = slow.plan()
+    read_input = slow._source_frame
+
+    def read_after_the_other_committed(spark, paths, planned):
+        assert fast.run_epoch(fast.plan()) is True  # the same epoch, committed first
+        return read_input(spark, paths, planned)
+
+    slow.plan = lambda: epoch
+    slow._source_frame = read_after_the_other_committed
+
+    assert slow.trigger() == Step.ENDED  # it leaves the run to the other driver
+    run = stream.refreshed()
+    assert run.status == RunStatus.READING and run.message == ""
+    assert stream.sink_ids() == ids(stream.landed)
+
+
 DRIVER = """
 import sys, time
 import django
