@@ -218,7 +218,7 @@ def test_flow_runs_on_a_standalone_cluster_and_its_application_ends(worker, dirs
     # The session was stopped after the job, so the master lists the application as finished.
     status = _wait_until(
         lambda: (s := cluster.status()) and not s["activeapps"] and s,
-        timeout=20,
+        timeout=60,
         what="the application to finish",
     )
     # One application for the transform check as the run starts and one for the job, or one
