@@ -200,6 +200,7 @@ def append_epoch(
         raise NotADirectoryError(f"the sink path {target} is a file, not a directory")
     check()
     target.mkdir(parents=True, exist_ok=True)
+    _remove_earlier_staging(target, epoch_key)
     prefix = f".{target.name}.epoch-{epoch_key}-"
     staging = target.with_name(f"{prefix}{uuid.uuid4().hex[:12]}")
     moved: list[Path] = []
@@ -229,6 +230,18 @@ def append_epoch(
         for debris in target.parent.glob(f"{glob.escape(prefix)}*"):
             shutil.rmtree(debris, ignore_errors=True)
     return published
+
+
+def _remove_earlier_staging(target: Path, epoch_key: str) -> None:
+    """Removes the staging directories of the run's earlier epochs: a driver killed after its
+    epoch committed, before it removed its staging, leaves one that no retry will sweep.
+    An epoch is only planned once the one before it committed, so those are all debris."""
+    run_key, number = epoch_key.rsplit("-", 1)
+    prefix = f".{target.name}.epoch-{run_key}-"
+    for debris in target.parent.glob(f"{glob.escape(prefix)}*"):
+        earlier = debris.name[len(prefix) :].split("-", 1)[0]
+        if earlier.isdigit() and len(earlier) == len(number) and earlier < number:
+            shutil.rmtree(debris, ignore_errors=True)
 
 
 #: What follows Spark's task and file counter in a written file's name: ``.snappy.parquet``.

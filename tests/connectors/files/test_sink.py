@@ -436,6 +436,18 @@ def test_a_retry_after_a_crash_between_move_and_commit_leaves_the_epoch_once(out
     assert sorted(p.name for p in out.iterdir()) == ["result"]
 
 
+def test_an_epoch_removes_what_a_driver_killed_after_an_earlier_commit_left(out):
+    target = out / "result"
+    append(target, write_parts({SPARK_PART: b"epoch 1"}), "r1-00000001")
+    # Killed after epoch 1 committed, before its staging went; another run's attempt is live.
+    write_parts({"x": b""})(str(out / ".result.epoch-r1-00000001-dead"))
+    write_parts({"x": b""})(str(out / ".result.epoch-r2-00000001-live"))
+
+    append(target, write_parts({SPARK_PART: b"epoch 2"}), "r1-00000002")
+
+    assert sorted(p.name for p in out.iterdir()) == [".result.epoch-r2-00000001-live", "result"]
+
+
 def test_a_retry_leaves_the_files_of_other_epochs_and_runs_alone(out):
     target = out / "result"
     append(target, write_parts({SPARK_PART: b"epoch 1"}), "r1-00000001")
