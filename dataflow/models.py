@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -14,6 +15,7 @@ class FlowStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
+    PAUSED = "paused"
 
 
 class RunStatus(models.TextChoices):
@@ -59,6 +61,15 @@ class DataFlow(models.Model):
     #: transformed (Spark is behind), and go on once it has caught up to half of it.
     backpressure_records = models.PositiveIntegerField(default=1_000_000)
     status = models.CharField(max_length=20, choices=FlowStatus.choices, default=FlowStatus.IDLE)
+    #: Who may see and steer the flow besides staff (None: staff only, e.g. from a TOML file).
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="dataflows"
+    )
+    #: ``[schedule]``: a bounded flow's runs on a timetable (``cron`` or ``every``), kept in
+    #: django-celery-beat's tables by ``services.schedules``.
+    schedule = models.JSONField(default=dict, blank=True)
+    #: ``[notify]``: a webhook called when a run ends (``webhook``, ``on``).
+    notify = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -96,6 +107,12 @@ class FlowRun(models.Model):
     message = models.TextField(blank=True)
     #: The streaming transform's own state (watermarks per split, what was emitted).
     stream_state = models.JSONField(null=True, blank=True)
+    #: Set while a user holds the run's readers (``flow_pause``); the run stays active.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    #: What started the run: a user, the schedule, a restore, a dead-letter replay.
+    trigger = models.CharField(max_length=20, default="manual")
+    #: The Spark application that ran the transform (its id in the Spark UI and logs).
+    spark_app_id = models.CharField(max_length=100, blank=True)
     started_at = models.DateTimeField(auto_now_add=True)
     transform_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -309,3 +326,28 @@ class DeadLetter(models.Model):
                 name="one_dead_letter_per_position",
             )
         ]
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # every retry failed
+
+
+class WebhookDelivery(models.Model):
+    """One call of a flow's webhook about one run's outcome, with its retries."""
+
+    flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    event = models.CharField(max_length=20)
+    url = models.CharField(max_length=2048)
+    status = models.CharField(max_length=20, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    response_status = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["run", "event"], name="one_delivery_per_run_event")]
