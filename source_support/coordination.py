@@ -270,13 +270,13 @@ class RunCoordinator:
 
     def reader_inbox(self, subtask: int) -> ReaderInbox:
         """What reached reader ``subtask`` since the last call, taken off its queues in one
-        round trip: whether the run was stopped or paused, the enumerator's events and new
-        assignments (a reader of a stream holds its splits for good, so it must see a new
-        split while it reads the others)."""
+        round trip: whether the run was stopped or paused (backpressure or a user's hold),
+        the enumerator's events and new assignments (a reader of a stream holds its splits
+        for good, so it must see a new split while it reads the others)."""
         events, assigned = self.key("events", f"reader:{subtask}"), self.key("assigned", subtask)
         pipe = self.redis.pipeline()
         pipe.exists(self.key("stopped"))
-        pipe.exists(self.key("paused"))
+        pipe.exists(self.key("paused"), self.key("held"))
         pipe.get(self.key("records-committed"))
         pipe.lrange(events, 0, -1)
         pipe.lrange(assigned, 0, -1)
@@ -303,6 +303,15 @@ class RunCoordinator:
             self.redis.set(self.key("paused"), 1, px=DAY_MS)
         else:
             self.redis.delete(self.key("paused"))
+
+    def hold(self, held: bool) -> None:
+        """Holds every reader of the run (a user's pause) or lets them go on. Apart from the
+        backpressure pause, so that the transform catching up never ends a user's pause;
+        kept until the run's keys are purged, and set again from the database by each tick."""
+        if held:
+            self.redis.set(self.key("held"), 1)
+        else:
+            self.redis.delete(self.key("held"))
 
     def pop_events(self, target: str) -> list[tuple[int | None, SourceEvent]]:
         return [self._decode_event(raw) for raw in self._drain(self.key("events", target))]

@@ -340,7 +340,7 @@ class _ReaderLoop:
         ):
             self.commit()
             return None
-        if inbox.paused:  # backpressure: the transform is behind; read nothing for a while
+        if inbox.paused:  # backpressure, or a user's pause: read nothing for a while
             time.sleep(min(self.settings.poll_interval_s, max(0.0, self.deadline - now)))
             return None
         if not reader.has_splits():

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from dataflow.models import (
@@ -17,6 +18,8 @@ from dataflow.models import (
     FlowRun,
     FlowStatus,
     RunStatus,
+    Split,
+    SplitStatus,
 )
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
@@ -31,8 +34,9 @@ class FlowStateError(RuntimeError):
     """The flow is not in a state that allows the action (e.g. starting a running flow)."""
 
 
-def flow_apply(*, spec: dict[str, Any]) -> tuple[DataFlow, bool]:
-    """Creates the flow named in ``spec`` or updates it; returns (flow, created).
+def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
+    """Creates the flow named in ``spec`` or updates it; returns (flow, created). ``owner``
+    (a user) owns a flow it creates; an update keeps the flow's owner.
 
     A running flow keeps the settings its run started with; the change applies from the
     next run.
@@ -40,7 +44,9 @@ def flow_apply(*, spec: dict[str, Any]) -> tuple[DataFlow, bool]:
     values = flow_spec_validate(spec)
     name = values.pop("name")
     with transaction.atomic():
-        flow, created = DataFlow.objects.select_for_update().get_or_create(name=name, defaults=values)
+        flow, created = DataFlow.objects.select_for_update().get_or_create(
+            name=name, defaults={**values, "owner": owner}
+        )
         if not created:
             for field, value in values.items():
                 setattr(flow, field, value)
@@ -85,34 +91,69 @@ def _queue_transform_check(run_id: int) -> None:
     tasks.transform_check.delay(run_id)
 
 
-def flow_stop(*, flow: DataFlow) -> FlowRun | None:
-    """Stops the active run, if any; landed data and checkpoints are kept."""
+def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun | None:
+    """Stops the active run, if any (paused or not); landed data and checkpoints are kept."""
     from dataflow.services.runs import run_finish
 
     run = flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     if run is None:
         return None
-    run_finish(run=run, status=RunStatus.STOPPED, message="stopped by request")
+    run_finish(run=run, status=RunStatus.STOPPED, message=message)
+    return run
+
+
+def flow_pause(*, flow: DataFlow) -> FlowRun:
+    """Holds the readers of the active run: they keep their splits and leases and read
+    nothing until ``flow_resume``; what they read is committed first. The run stays active
+    (a stream's transform goes on with what landed). Refuses with FlowStateError if no run
+    is active or it is paused already."""
+    from dataflow.services.runs import coordinator_for
+
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        run = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
+        if run is None:
+            raise FlowStateError(f"flow {flow.name!r} has no active run to pause")
+        if run.paused_at is not None:
+            raise FlowStateError(f"flow {flow.name!r} is paused already")
+        if run.status != RunStatus.READING:
+            raise FlowStateError(f"run {run.pk} of {flow.name!r} has read its input: nothing to pause")
+        run.paused_at = timezone.now()
+        run.save(update_fields=["paused_at"])
+        flow.status = FlowStatus.PAUSED
+        flow.save(update_fields=["status", "updated_at"])
+        coordinator = coordinator_for(run)
+        transaction.on_commit(lambda: coordinator.hold(True))
     return run
 
 
 def flow_resume(*, flow: DataFlow) -> FlowRun:
-    """Resumes the flow's latest run if it was stopped: its splits go on from their
-    checkpoints and what it landed is kept. Refuses with FlowStateError if a run is active
-    or the latest run was not stopped."""
+    """Lets a paused run's readers go on; or resumes the flow's latest run if it was
+    stopped: its splits go on from their checkpoints and what it landed is kept. Refuses
+    with FlowStateError if the active run is not paused, or if no run is active and the
+    latest was not stopped."""
     from dataflow.services.runs import coordinator_for, request_tick
 
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
-        if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
-            raise FlowStateError(f"flow {flow.name!r} is already running")
+        active = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
+        if active is not None and active.paused_at is not None:
+            active.paused_at = None
+            active.save(update_fields=["paused_at"])
+            flow.status = FlowStatus.RUNNING
+            flow.save(update_fields=["status", "updated_at"])
+            coordinator = coordinator_for(active)
+            transaction.on_commit(lambda: coordinator.hold(False))
+            return active
+        if active is not None:
+            raise FlowStateError(f"flow {flow.name!r} is running, not paused")
         run = flow.runs.order_by("-id").first()
         if run is None or run.status != RunStatus.STOPPED:
             latest = f"its latest run {run.pk} {run.status}" if run else "it has no run"
             raise FlowStateError(f"flow {flow.name!r} has no stopped run to resume ({latest})")
-        run.status, run.finished_at = RunStatus.READING, None
+        run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
-        run.save(update_fields=["status", "finished_at", "message"])
+        run.save(update_fields=["status", "finished_at", "paused_at", "message"])
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
         _schedule_ticks(flow, enabled=True)
@@ -120,6 +161,41 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         # The stop mark and every lease of the stopped run go: readers start afresh and
         # take the splits back from their checkpoints.
         transaction.on_commit(coordinator.purge)
+    transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    return run
+
+
+def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
+    """Restarts the flow. By default the active run, if any, is stopped and a new run
+    starts (``flow_start``). With ``only_failed``, the latest run's failed splits are read
+    again from their checkpoints within that run, which becomes active again; its other
+    splits and what it landed are kept. Refuses with FlowStateError if there is no failed
+    split to restart."""
+    if not only_failed:
+        flow_stop(flow=flow, message="stopped to restart")
+        return flow_start(flow=flow)
+    from dataflow.services.runs import coordinator_for, request_tick
+
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        run = flow.runs.select_for_update().order_by("-id").first()
+        failed = Split.objects.filter(run=run, status=SplitStatus.FAILED) if run else Split.objects.none()
+        if run is None or not failed.exists():
+            raise FlowStateError(f"flow {flow.name!r} has no failed split to restart")
+        if run.status == RunStatus.TRANSFORMING:
+            raise FlowStateError(f"run {run.pk} of {flow.name!r} is transforming: its splits are done")
+        # Left ASSIGNED to a reader that is gone: the next tick takes them back from their
+        # checkpoints and hands them out again, as after a crash.
+        restarted = failed.update(status=SplitStatus.ASSIGNED, owner_token="", error="")
+        was_active = run.status == RunStatus.READING
+        run.status, run.finished_at = RunStatus.READING, None
+        run.message = f"restarted {restarted} failed split(s)"
+        run.save(update_fields=["status", "finished_at", "message"])
+        flow.status = FlowStatus.PAUSED if run.paused_at else FlowStatus.RUNNING
+        flow.save(update_fields=["status", "updated_at"])
+        _schedule_ticks(flow, enabled=True)
+        if not was_active:
+            transaction.on_commit(coordinator_for(run).purge)
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 

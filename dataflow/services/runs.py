@@ -123,6 +123,7 @@ def run_tick(*, run_id: int) -> None:
         run_finish(run=run, status=RunStatus.FAILED, message=f"split failed: {failed.error}")
         return
     coordinator = coordinator_for(run)
+    coordinator.hold(run.paused_at is not None)  # also after a Redis that lost the mark
     if unbounded and _records_rule_met(run):
         _end_input(run, coordinator)
         return
@@ -136,10 +137,12 @@ def run_tick(*, run_id: int) -> None:
         _reading_done(run, coordinator)
         return
     _watch_for_stall(run, coordinator, live=bool(result.live))
-    if unbounded:
-        from dataflow.services.stream_runs import stream_run_tick
+    from dataflow.services.stream_runs import metrics_sample, stream_run_tick
 
+    if unbounded:
         stream_run_tick(run=run, coordinator=coordinator, result=result)
+    elif coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
+        metrics_sample(run=run)  # a bounded run's progress, for its charts
 
 
 def run_is_unbounded(run: FlowRun) -> bool:

@@ -274,9 +274,10 @@ def _source(run: FlowRun):
 
 
 def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
-    """One sample of the run (``split_id`` empty) and of each of its splits: counters, lag
-    where the connector can tell, records/s since the previous sample, and the end-to-end
-    latency of the last committed transform epoch."""
+    """One sample of the run (``split_id`` empty) and of each of its splits that is open or
+    moved since the last sample (a finished file is sampled once, not every time): counters,
+    lag where the connector can tell, records/s since the previous sample, and the
+    end-to-end latency of the last committed transform epoch."""
     now = timezone.now()
     source = _source(run)
     splits = list(run.splits.all())
@@ -298,6 +299,7 @@ def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
             lag=lags.get(split.split_id),
         )
         for split in splits
+        if split.split_id in open_splits or _moved(split, previous.get(split.split_id))
     ]
     known = [lag for lag in lags.values() if lag is not None]
     total = _sample(
@@ -317,6 +319,10 @@ def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
         run=run, at__lt=now - timedelta(days=settings.DATAFLOW_RETENTION_DAYS)
     ).delete()
     return [*samples, total]
+
+
+def _moved(split: Split, previous: MetricSample | None) -> bool:
+    return previous is None or previous.records_read != split.records_read
 
 
 def _sample(run: FlowRun, now, previous: MetricSample | None, **counters: Any) -> MetricSample:
