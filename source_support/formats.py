@@ -28,6 +28,7 @@ import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
 from source_support.errors import ConfigError
+from source_support.options import Option, option_types
 from source_support.schema import parse_ddl, spark_type, widen
 
 NEWLINE = 10
@@ -869,20 +870,79 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
         )
 
 
-_FORMAT_OPTIONS = {
-    "csv": {
-        "schema": str,
-        "header": bool,
-        "delimiter": str,
-        "quote": str,
-        "multiline": bool,
-        "field": str,
-    },
-    "jsonl": {"schema": str, "field": str},
-    "fields": {"schema": str},
+@dataclass(frozen=True)
+class FormatType:
+    """A ``[format]`` type: its name, what it reads, and the options of its table."""
+
+    type: str
+    description: str
+    options: tuple[Option, ...]
+    #: Other names a table may give as its ``type`` (stored as ``type``).
+    aliases: tuple[str, ...] = ()
+
+
+SCHEMA_OPTION = Option(
+    "schema",
+    str,
+    'The columns and their types in Spark DDL, such as "id BIGINT, ts TIMESTAMP, sensor STRING"; '
+    "inferred from the first records when left out (a stream source whose streams are empty needs it).",
+    default=None,
+    example="id BIGINT, ts TIMESTAMP, sensor STRING, temperature DOUBLE",
+)
+FIELD_OPTION = Option(
+    "field",
+    str,
+    "Stream sources only (redis_streams): the entry field that holds the record as text; "
+    "left out, the field data.",
+    default=None,
+    example="data",
+)
+FORMATS: dict[str, FormatType] = {
+    "csv": FormatType(
+        "csv",
+        "Delimited text (comma-separated by default), one record per line, optionally after a header line.",
+        (
+            SCHEMA_OPTION,
+            Option(
+                "header",
+                bool,
+                "Whether the first line of each file names the columns (a stream entry has no header).",
+                default=True,
+            ),
+            Option("delimiter", str, 'The single character between values, such as "," or ";".', default=","),
+            Option(
+                "quote", str, "The single character that quotes a value holding the delimiter.", default='"'
+            ),
+            Option(
+                "multiline",
+                bool,
+                "Whether a quoted value may hold newlines; files are then read whole, not cut into byte ranges.",
+                default=False,
+            ),
+            FIELD_OPTION,
+        ),
+    ),
+    "jsonl": FormatType(
+        "jsonl",
+        "JSON lines: one JSON object per line, nested values included.",
+        (SCHEMA_OPTION, FIELD_OPTION),
+        aliases=("json", "ndjson"),
+    ),
+    "fields": FormatType(
+        "fields",
+        "The field/value pairs of a stream entry as the record, each value converted to its column's "
+        "type (redis_streams only).",
+        (SCHEMA_OPTION,),
+    ),
 }
-FORMAT_ALIASES = {"json": "jsonl", "jsonl": "jsonl", "ndjson": "jsonl", "csv": "csv", "fields": "fields"}
-FORMAT_TYPES = "csv, jsonl, fields"
+FORMAT_ALIASES = {name: kind.type for kind in FORMATS.values() for name in (kind.type, *kind.aliases)}
+FORMAT_TYPES = ", ".join(FORMATS)
+
+
+def format_type(name: str) -> FormatType | None:
+    """The format type a table's ``type`` names (an alias too, any case); None if none."""
+    kind = FORMAT_ALIASES.get(str(name).lower())
+    return FORMATS[kind] if kind else None
 
 
 def validate_format(table: dict[str, Any]) -> FormatSpec:
@@ -891,23 +951,29 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     type_name = table.pop("type", None)
     if not type_name:
         raise ConfigError("format.type", f"is required (one of: {FORMAT_TYPES})")
-    kind = FORMAT_ALIASES.get(str(type_name).lower())
+    kind = format_type(type_name)
     if kind is None:
         raise ConfigError("format.type", f"unknown format {type_name!r} (one of: {FORMAT_TYPES})")
-    allowed = _FORMAT_OPTIONS[kind]
-    for name, value in table.items():
-        if name not in allowed:
-            raise ConfigError(f"format.{name}", f"is not an option of {kind} ({', '.join(allowed)})")
-        if not isinstance(value, allowed[name]):
-            raise ConfigError(f"format.{name}", f"must be a {allowed[name].__name__}")
+    _check_option_types(kind, table)
     for name in ("delimiter", "quote"):
         if name in table and len(table[name]) != 1:
             raise ConfigError(f"format.{name}", "must be a single character")
     if "field" in table and not table["field"].strip():
         raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
     if "schema" in table:
-        _check_schema(kind, parse_ddl(table["schema"]))
-    return FormatSpec(kind, table)
+        _check_schema(kind.type, parse_ddl(table["schema"]))
+    return FormatSpec(kind.type, table)
+
+
+def _check_option_types(kind: FormatType, table: dict[str, Any]) -> None:
+    allowed = option_types(kind.options)
+    for name, value in table.items():
+        if name not in allowed:
+            raise ConfigError(f"format.{name}", f"is not an option of {kind.type} ({', '.join(allowed)})")
+        expected = allowed[name]
+        types = expected if isinstance(expected, tuple) else (expected,)
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise ConfigError(f"format.{name}", f"must be a {' or a '.join(t.__name__ for t in types)}")
 
 
 def _check_schema(kind: str, schema: pa.Schema) -> None:

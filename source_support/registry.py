@@ -1,8 +1,11 @@
-"""Connector registry: each source and sink type, with the type or validator of its config.
+"""Connector registry: each source and sink type, with the type or validator of its config
+and the options it declares.
 
 The admin, the REST API and TOML files all validate through ``validate_source`` and
 ``validate_sink``, so a config is refused the same way, naming the same field, wherever it
-comes from.
+comes from. ``connector_catalog`` describes every source, format and sink with the JSON
+Schema of its table, and ``mask_section`` shows a table with its secrets masked; both are
+derived from the same ``Option`` declarations that the validators check against.
 """
 
 from __future__ import annotations
@@ -12,13 +15,14 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Any, Literal, Protocol, Self
 
 import pyarrow as pa
 
 from source_support.api import Source
 from source_support.errors import ConfigError
-from source_support.formats import FormatSpec
+from source_support.formats import FORMATS, FormatSpec, FormatType, format_type
+from source_support.options import Option, mask_config, options_json_schema, unmask_config
 
 
 @dataclass(frozen=True)
@@ -171,8 +175,17 @@ def _never_unbounded(config: Any) -> bool:
     return False
 
 
+def _always_unbounded(config: Any) -> bool:
+    return True
+
+
 def _same_schema(config: Any, schema: pa.Schema) -> pa.Schema:
     return schema
+
+
+#: Whether a source's runs end: always ("bounded"), never ("unbounded"), or as its config
+#: says ("config", e.g. files with ``watch``).
+Boundedness = Literal["bounded", "unbounded", "config"]
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,12 @@ class SourceConnector:
     config: type[SourceConfig]
     build: Callable[[Any, FormatSpec, BuildContext], Source]
     description: str = ""
-    #: Whether a config reads without end (a stream, files with ``watch``).
+    #: The fields of its ``[source]`` table; ``config.parse`` checks against them.
+    options: tuple[Option, ...] = ()
+    #: Whether it can read without end; with "config", ``unbounded`` says for a config.
+    boundedness: Boundedness = "bounded"
+    #: Whether a config reads without end (a stream, files with ``watch``); left out, what
+    #: ``boundedness`` says.
     unbounded: Callable[[Any], bool] = _never_unbounded
     #: Why a sink would feed this source back its own output (empty: it would not); a
     #: file sink inside a file source is refused by the path checks of every flow.
@@ -194,14 +212,22 @@ class SourceConnector:
     #: The columns a run lands for a format schema (e.g. metadata columns added).
     output_schema: Callable[[Any, pa.Schema], pa.Schema] = _same_schema
 
+    def __post_init__(self) -> None:
+        if self.boundedness == "unbounded" and self.unbounded is _never_unbounded:
+            object.__setattr__(self, "unbounded", _always_unbounded)
+
 
 @dataclass(frozen=True)
 class SinkConnector:
+    """A sink type. ``validate`` checks a ``[sink]`` table (without ``type``) against
+    ``options`` and returns the dict to store."""
+
     type: str
     validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
     write: Callable[..., int]
     description: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    #: The fields of its ``[sink]`` table.
+    options: tuple[Option, ...] = ()
     #: ``append(df, config, *, epoch_key, publish, env) -> bool``: adds one epoch of an
     #: unbounded run's streaming transform (None: the sink cannot take a stream).
     append: Callable[..., bool] | None = None
@@ -255,6 +281,84 @@ def build_source(type_name: str, stored: dict[str, Any], fmt: FormatSpec, contex
     """The source of a stored (validated) config."""
     connector = SOURCES[type_name]
     return connector.build(connector.config.from_dict(stored), fmt, context)
+
+
+SECTIONS = ("source", "format", "sink")
+
+
+def section_options(section: str, type_name: str) -> tuple[Option, ...]:
+    """The options of a ``source``, ``format`` or ``sink`` type (a format alias too); ()
+    for an unknown section or type."""
+    if section == "format":
+        kind = format_type(type_name) if isinstance(type_name, str) else None
+        return kind.options if kind else ()
+    registry: dict[str, Any] = {"source": SOURCES, "sink": SINKS}.get(section, {})
+    connector = registry.get(type_name) if isinstance(type_name, str) else None
+    return connector.options if connector else ()
+
+
+def mask_section(section: str, config_with_type: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a table (with its ``type``) that may be shown: its secrets masked."""
+    return mask_config(section_options(section, config_with_type.get("type")), config_with_type)
+
+
+def unmask_section(section: str, new: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a table sent back (with its ``type``) in which each secret left as
+    ``mask_section`` showed it is the stored secret again (see ``unmask_config``)."""
+    if new.get("type") != stored.get("type"):
+        return dict(new)  # another type: nothing stored applies
+    return unmask_config(section_options(section, new.get("type")), new, stored)
+
+
+def connector_catalog() -> dict[str, list[dict[str, Any]]]:
+    """Every source, format and sink type with its description and the JSON Schema of its
+    table, by type name: what the API lists and the admin builds its forms from."""
+    return {
+        "sources": [_source_entry(SOURCES[name]) for name in sorted(SOURCES)],
+        "formats": [_format_entry(FORMATS[name]) for name in sorted(FORMATS)],
+        "sinks": [_sink_entry(SINKS[name]) for name in sorted(SINKS)],
+    }
+
+
+_UNBOUNDED = {"bounded": False, "unbounded": True, "config": "config"}
+
+
+def _source_entry(connector: SourceConnector) -> dict[str, Any]:
+    return {
+        "type": connector.type,
+        "description": connector.description,
+        "unbounded": _UNBOUNDED[connector.boundedness],
+        "schema": options_json_schema(
+            connector.options,
+            title=f"{connector.type} source",
+            type_name=connector.type,
+            description=connector.description,
+        ),
+    }
+
+
+def _format_entry(kind: FormatType) -> dict[str, Any]:
+    return {
+        "type": kind.type,
+        "description": kind.description,
+        "schema": options_json_schema(
+            kind.options, title=f"{kind.type} format", type_name=kind.type, description=kind.description
+        ),
+    }
+
+
+def _sink_entry(connector: SinkConnector) -> dict[str, Any]:
+    return {
+        "type": connector.type,
+        "description": connector.description,
+        "appends": connector.append is not None,
+        "schema": options_json_schema(
+            connector.options,
+            title=f"{connector.type} sink",
+            type_name=connector.type,
+            description=connector.description,
+        ),
+    }
 
 
 def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tuple]) -> None:
