@@ -3,43 +3,81 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Self
 
 from source_support.errors import ConfigError
+from source_support.options import Option, check_bounds, option_defaults, option_types
 from source_support.registry import Environment, check_fields, glob_static_prefix
 
-FIELDS = {
-    "path": str,
-    "split_size_mb": (int, float),
-    "allow_empty": bool,
-    "watch": bool,
-    "discovery_interval_ms": int,
-    "settle_ms": int,
-    "max_file_age_ms": int,
-}
-DEFAULT_SPLIT_SIZE_MB = 64
 DAY_MS = 24 * 3600 * 1000
-#: The fields of ``watch = true``: (default, least, most).
-WATCH_FIELDS = {
-    # How often the directory is listed for new files.
-    "discovery_interval_ms": (10_000, 100, DAY_MS),
-    # How long a file's mtime must stand still before the file is taken: a file still
-    # being written keeps moving it. 0 suits writers that rename finished files into place.
-    "settle_ms": (1_000, 0, 3600 * 1000),
-    # How much older than the newest file taken a file may be and still be taken when it
-    # appears (Spark's maxFileAge); the state remembers the paths of this window only.
-    "max_file_age_ms": (3600 * 1000, 0, 30 * DAY_MS),
-}
+OPTIONS = (
+    Option(
+        "path",
+        str,
+        "A directory, a file or a glob (** recurses) to read, relative to DATAFLOW_BASE_DIR; "
+        "it must lie under DATAFLOW_ALLOWED_ROOTS, symlinks followed.",
+        example="data/sensors/*.csv",
+    ),
+    Option(
+        "split_size_mb",
+        (int, float),
+        "The size in MB (greater than 0) of the byte ranges a large uncompressed file is cut into, "
+        "so that several readers share it.",
+        default=64,
+    ),
+    Option(
+        "allow_empty",
+        bool,
+        "Whether a path that matches no file, or only files without a record, gives an empty result "
+        "instead of failing the run.",
+        default=False,
+    ),
+    Option(
+        "watch",
+        bool,
+        "Whether new files are read too, as they come (the flow then runs until stopped or its stop rule).",
+        default=False,
+    ),
+    Option(
+        "discovery_interval_ms",
+        int,
+        "With watch = true: how often, in milliseconds, the path is listed for new files.",
+        default=10_000,
+        minimum=100,
+        maximum=DAY_MS,
+    ),
+    Option(
+        "settle_ms",
+        int,
+        "With watch = true: how long, in milliseconds, a file must stay unchanged before it is read; "
+        "0 suits writers that rename finished files into place.",
+        default=1_000,
+        minimum=0,
+        maximum=3600 * 1000,
+    ),
+    Option(
+        "max_file_age_ms",
+        int,
+        "With watch = true: how much older, in milliseconds, than the newest file read a file may be "
+        "and still be read when it appears (Spark's maxFileAge).",
+        default=3600 * 1000,
+        minimum=0,
+        maximum=30 * DAY_MS,
+    ),
+)
+DEFAULTS = option_defaults(OPTIONS)
+#: The options of ``watch = true``.
+WATCH_FIELDS = ("discovery_interval_ms", "settle_ms", "max_file_age_ms")
 
 
 @dataclass(frozen=True)
 class WatchOptions:
     """How a watched files source (``watch = true``) looks for new files."""
 
-    discovery_interval_ms: int = WATCH_FIELDS["discovery_interval_ms"][0]
-    settle_ms: int = WATCH_FIELDS["settle_ms"][0]
-    max_file_age_ms: int = WATCH_FIELDS["max_file_age_ms"][0]
+    discovery_interval_ms: int = DEFAULTS["discovery_interval_ms"]
+    settle_ms: int = DEFAULTS["settle_ms"]
+    max_file_age_ms: int = DEFAULTS["max_file_age_ms"]
 
 
 @dataclass(frozen=True)
@@ -47,17 +85,17 @@ class FilesSourceConfig:
     """A validated ``[source]`` table of a files source; ``path`` is absolute and normalized."""
 
     path: str
-    split_size_mb: int | float = DEFAULT_SPLIT_SIZE_MB
-    allow_empty: bool = False
-    watch: bool = False
-    discovery_interval_ms: int = WATCH_FIELDS["discovery_interval_ms"][0]
-    settle_ms: int = WATCH_FIELDS["settle_ms"][0]
-    max_file_age_ms: int = WATCH_FIELDS["max_file_age_ms"][0]
+    split_size_mb: int | float = DEFAULTS["split_size_mb"]
+    allow_empty: bool = DEFAULTS["allow_empty"]
+    watch: bool = DEFAULTS["watch"]
+    discovery_interval_ms: int = DEFAULTS["discovery_interval_ms"]
+    settle_ms: int = DEFAULTS["settle_ms"]
+    max_file_age_ms: int = DEFAULTS["max_file_age_ms"]
 
     @classmethod
     def parse(cls, table: dict[str, Any], env: Environment) -> Self:
         """The config of a ``[source]`` table, or a ConfigError naming the field."""
-        check_fields("source", table, FIELDS)
+        check_fields("source", table, option_types(OPTIONS))
         path = table.get("path")
         if not path:
             raise ConfigError("source.path", "is required: a directory or a glob such as data/*.csv")
@@ -65,7 +103,7 @@ class FilesSourceConfig:
         # The directory part, symlinks resolved, must lie under a root: a link out of the roots
         # is refused here rather than reading nothing.
         env.resolve_path(glob_static_prefix(pattern), "source.path")
-        if table.get("split_size_mb", DEFAULT_SPLIT_SIZE_MB) <= 0:
+        if table.get("split_size_mb", DEFAULTS["split_size_mb"]) <= 0:
             raise ConfigError("source.split_size_mb", "must be greater than 0")
         _check_watch_fields(table)
         return cls(**{**table, "path": pattern})
@@ -74,9 +112,9 @@ class FilesSourceConfig:
         """What is stored: ``path`` and the fields not at their defaults (as a table
         leaves them out)."""
         stored = {"path": self.path}
-        for name in FIELDS:
+        for name, default in DEFAULTS.items():
             value = getattr(self, name)
-            if name != "path" and value != FIELD_DEFAULTS[name]:
+            if value != default:
                 stored[name] = value
         return stored
 
@@ -93,14 +131,8 @@ class FilesSourceConfig:
         return WatchOptions(**{name: getattr(self, name) for name in WATCH_FIELDS})
 
 
-FIELD_DEFAULTS = {f.name: f.default for f in fields(FilesSourceConfig)}
-
-
 def _check_watch_fields(table: dict[str, Any]) -> None:
-    for name, (_, least, most) in WATCH_FIELDS.items():
-        if name not in table:
-            continue
-        if not table.get("watch"):
+    for name in WATCH_FIELDS:
+        if name in table and not table.get("watch"):
             raise ConfigError(f"source.{name}", "applies only to a watched source (watch = true)")
-        if not least <= table[name] <= most:
-            raise ConfigError(f"source.{name}", f"must be between {least} and {most}")
+    check_bounds("source", OPTIONS, table)

@@ -23,18 +23,52 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from source_support.errors import ConfigError
+from source_support.options import Option, check_bounds, option_defaults, option_types
 from source_support.registry import Environment, SinkConnector, check_fields
 
-COMPRESSIONS = {"none", "snappy", "gzip", "zstd", "lz4"}
+COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4")
 
 
-def _validator(kind: str):
-    fields: dict[str, Any] = {"path": str, "compression": str, "partition_by": list}
+def sink_options(kind: str) -> tuple[Option, ...]:
+    """The options of a ``parquet``, ``csv`` or ``json`` sink table."""
+    options = (
+        Option(
+            "path",
+            str,
+            "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root: a bounded "
+            "run replaces it whole, a stream adds files to it.",
+            example="out/sensor-averages",
+        ),
+        Option(
+            "compression",
+            str,
+            "The codec of the files written.",
+            default="snappy" if kind == "parquet" else "none",
+            choices=COMPRESSIONS,
+        ),
+        Option(
+            "partition_by",
+            list,
+            "Columns whose values name subdirectories (column=value) the rows are written into.",
+            default=[],
+            items=str,
+            example=["country"],
+        ),
+    )
     if kind == "csv":
-        fields |= {"header": bool, "delimiter": str}
+        options += (
+            Option("header", bool, "Whether each file starts with a line naming the columns.", default=True),
+            Option("delimiter", str, "The single character written between values.", default=","),
+        )
+    return options
+
+
+def _validator(options: tuple[Option, ...]):
+    types = option_types(options)
+    defaults = option_defaults(options)
 
     def validate(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-        check_fields("sink", config, fields)
+        check_fields("sink", config, types)
         if not config.get("path"):
             raise ConfigError("sink.path", "is required: the directory to write")
         target = env.resolve_path(config["path"], "sink.path")  # symlinks resolved
@@ -48,14 +82,16 @@ def _validator(kind: str):
         blocker = _file_among_parents(target)
         if blocker is not None:
             raise ConfigError("sink.path", f"{blocker} is a file, so {target} cannot be created below it")
-        compression = config.get("compression", "snappy" if kind == "parquet" else "none")
-        if compression not in COMPRESSIONS:
-            raise ConfigError("sink.compression", f"must be one of {', '.join(sorted(COMPRESSIONS))}")
+        check_bounds("sink", options, config)
         if not all(isinstance(c, str) for c in config.get("partition_by", [])):
             raise ConfigError("sink.partition_by", "must be a list of column names")
         if len(config.get("delimiter", ",")) != 1:
             raise ConfigError("sink.delimiter", "must be a single character")
-        return {**config, "path": str(target), "compression": compression}
+        return {
+            **config,
+            "path": str(target),
+            "compression": config.get("compression", defaults["compression"]),
+        }
 
     return validate
 
@@ -287,13 +323,20 @@ def count_rows(target: Path, kind: str, *, header: bool = False) -> int:
     return total
 
 
+def _file_sink(kind: str, description: str) -> SinkConnector:
+    options = sink_options(kind)
+    return SinkConnector(
+        type=kind,
+        validate=_validator(options),
+        write=_writer(kind),
+        append=_appender(kind),
+        description=description,
+        options=options,
+    )
+
+
 FILE_SINKS = [
-    SinkConnector(
-        type=kind, validate=_validator(kind), write=_writer(kind), append=_appender(kind), description=desc
-    )
-    for kind, desc in (
-        ("parquet", "A directory of Parquet files."),
-        ("csv", "A directory of CSV files."),
-        ("json", "A directory of JSON-lines files."),
-    )
+    _file_sink("parquet", "A directory of Parquet files, replaced whole by each bounded run."),
+    _file_sink("csv", "A directory of CSV files, replaced whole by each bounded run."),
+    _file_sink("json", "A directory of JSON-lines files, replaced whole by each bounded run."),
 ]

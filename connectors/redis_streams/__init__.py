@@ -2,6 +2,8 @@
 its partitions. A source that reads them by entry id, and a ``redis_stream`` sink."""
 
 from connectors.redis_streams.config import (
+    SINK_OPTIONS,
+    SOURCE_OPTIONS,
     RedisStreamsSourceConfig,
     sink_reads_back,
     validate_redis_stream_sink,
@@ -14,9 +16,10 @@ register_source(
     SourceConnector(
         type="redis_streams",
         config=RedisStreamsSourceConfig,
+        options=SOURCE_OPTIONS,
         build=RedisStreamsSource.from_config,
         description="Redis streams whose keys match a glob, read as one topic (each stream a split).",
-        unbounded=lambda config: True,
+        boundedness="unbounded",
         reads_entries=True,
         sink_reads_back=sink_reads_back,
         output_schema=output_schema,
@@ -26,6 +29,7 @@ register_sink(
     SinkConnector(
         type="redis_stream",
         validate=validate_redis_stream_sink,
+        options=SINK_OPTIONS,
         write=RedisStreamSink.write,
         append=RedisStreamSink.append,
         description="Appends each row as an entry of a Redis stream, once per batch.",

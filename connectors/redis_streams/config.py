@@ -19,18 +19,57 @@ from connectors.redis_streams.split import (
 )
 from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
+from source_support.options import Option, check_bounds, option_defaults, option_types
 from source_support.registry import Environment, check_fields
 
-SOURCE_FIELDS: dict[str, type | tuple] = {
-    "url": str,
-    "streams": str,
-    "start": str,
-    "discovery_interval_ms": int,
-    "metadata": bool,
-}
-SINK_FIELDS: dict[str, type | tuple] = {"url": str, "key": str, "maxlen": int}
-DEFAULT_DISCOVERY_INTERVAL_MS = 10_000
-DISCOVERY_INTERVAL_BOUNDS = (100, 86_400_000)
+URL_HELP = (
+    "The Redis server, such as redis://:password@host:6379/0 (also rediss:// and unix://); "
+    "left out, the deployment's Redis (REDIS_URL)."
+)
+SOURCE_OPTIONS = (
+    Option("url", str, URL_HELP, default=None, secret="url", example="redis://127.0.0.1:6379/0"),
+    Option(
+        "streams",
+        str,
+        "A stream key or a glob over keys; each matching stream is a split, streams that appear later too.",
+        example="orders:*",
+    ),
+    Option(
+        "start",
+        str,
+        "Where a stream is first read: earliest, latest, an entry id (1700000000000-0) or an ISO-8601 "
+        "time (2024-05-01T12:00:00Z).",
+        default="earliest",
+    ),
+    Option(
+        "discovery_interval_ms",
+        int,
+        "How often, in milliseconds, streams that newly match are looked for while the flow runs.",
+        default=10_000,
+        minimum=100,
+        maximum=86_400_000,
+    ),
+    Option(
+        "metadata",
+        bool,
+        "Whether each record gets the columns _stream (its stream key) and _id (its entry id).",
+        default=False,
+    ),
+)
+SINK_OPTIONS = (
+    Option("url", str, URL_HELP, default=None, secret="url", example="redis://127.0.0.1:6379/0"),
+    Option("key", str, "The stream each row is appended to, as one entry.", example="orders:large"),
+    Option(
+        "maxlen",
+        int,
+        "Trims the stream to about this many entries as rows are appended (XADD MAXLEN ~); "
+        "left out, the stream is not trimmed.",
+        default=None,
+        minimum=1,
+        example=1_000_000,
+    ),
+)
+SOURCE_DEFAULTS = option_defaults(SOURCE_OPTIONS)
 START_WORDS = ("earliest", "latest")
 GLOB_CHARS = "*?["
 
@@ -40,9 +79,9 @@ class RedisStreamsSourceConfig:
     """A validated ``[source]`` table of a redis_streams source."""
 
     streams: str
-    start: str = "earliest"
-    discovery_interval_ms: int = DEFAULT_DISCOVERY_INTERVAL_MS
-    metadata: bool = False
+    start: str = SOURCE_DEFAULTS["start"]
+    discovery_interval_ms: int = SOURCE_DEFAULTS["discovery_interval_ms"]
+    metadata: bool = SOURCE_DEFAULTS["metadata"]
     #: None: the deployment's Redis (``Environment.redis_url``), read when the source is built.
     url: str | None = None
 
@@ -50,24 +89,15 @@ class RedisStreamsSourceConfig:
     def parse(cls, table: dict[str, Any], env: Environment) -> Self:
         """The config of a ``[source]`` table, or a ConfigError naming the field. Does not
         connect: a flow may be defined before its Redis is up."""
-        check_fields("source", table, SOURCE_FIELDS)
+        check_fields("source", table, option_types(SOURCE_OPTIONS))
         streams = table.get("streams", "")
         if not streams.strip():
             raise ConfigError("source.streams", "is required: a stream key or a glob such as orders:*")
-        start = table.get("start", "earliest").strip()
+        start = table.get("start", SOURCE_DEFAULTS["start"]).strip()
         start_position(start)  # refuses what is not a start
-        interval = table.get("discovery_interval_ms", DEFAULT_DISCOVERY_INTERVAL_MS)
-        low, high = DISCOVERY_INTERVAL_BOUNDS
-        if not low <= interval <= high:
-            raise ConfigError("source.discovery_interval_ms", f"must be between {low} and {high}")
+        check_bounds("source", SOURCE_OPTIONS, table)
         url = validate_url(table["url"], "source.url") if "url" in table else None
-        return cls(
-            streams=streams,
-            start=start,
-            discovery_interval_ms=interval,
-            metadata=table.get("metadata", False),
-            url=url,
-        )
+        return cls(**{**SOURCE_DEFAULTS, **table, "streams": streams, "start": start, "url": url})
 
     def to_dict(self) -> dict[str, Any]:
         """What is stored: every field, its default too, but ``url`` only when given (the
@@ -84,7 +114,7 @@ class RedisStreamsSourceConfig:
 
 
 def validate_redis_stream_sink(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-    check_fields("sink", config, SINK_FIELDS)
+    check_fields("sink", config, option_types(SINK_OPTIONS))
     key = config.get("key", "")
     if not key.strip():
         raise ConfigError("sink.key", "is required: the stream to append the rows to")
