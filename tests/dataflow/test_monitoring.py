@@ -1,0 +1,257 @@
+"""/metrics (Prometheus text format) and /healthz, against real PostgreSQL and Redis."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import factory
+import pytest
+import redis
+from django.utils import timezone
+from factory.django import DjangoModelFactory
+from prometheus_client.parser import text_string_to_metric_families
+
+from dataflow import monitoring
+from dataflow.models import DataFlow, FlowRun, FlowStatus, MetricSample, RunStatus, Split, SplitStatus
+from dataflow.services.runs import coordinator_for
+
+pytestmark = pytest.mark.django_db
+
+
+class FlowFactory(DjangoModelFactory):
+    class Meta:
+        model = DataFlow
+
+    name = factory.Sequence(lambda n: f"flow-{n}")
+    source_type = "files"
+    source_config = factory.LazyFunction(lambda: {"path": "/data/in"})
+    format_type = "csv"
+    transform_sql = "SELECT * FROM source"
+    sink_type = "parquet"
+    sink_config = factory.LazyFunction(lambda: {"path": "/data/out"})
+    parallelism = 2
+
+
+class RunFactory(DjangoModelFactory):
+    """An ended run by default; ``took`` says how long it ran (60 s unless given)."""
+
+    class Meta:
+        model = FlowRun
+        skip_postgeneration_save = True
+
+    flow = factory.SubFactory(FlowFactory)
+    status = RunStatus.SUCCEEDED
+    spec = factory.LazyAttribute(lambda run: {"parallelism": run.flow.parallelism})
+    finished_at = factory.LazyFunction(timezone.now)
+
+    @factory.post_generation
+    def took(run, create, extracted, **kwargs):
+        # started_at is auto_now_add: set after the insert, as for a run that began earlier.
+        if run.finished_at is not None:
+            run.started_at = run.finished_at - (extracted or timedelta(seconds=60))
+            FlowRun.objects.filter(pk=run.pk).update(started_at=run.started_at)
+
+
+class SplitFactory(DjangoModelFactory):
+    class Meta:
+        model = Split
+
+    run = factory.SubFactory(RunFactory)
+    split_id = factory.Sequence(lambda n: f"/data/in/{n}.csv@0")
+    payload = factory.LazyFunction(dict)
+    status = SplitStatus.FINISHED
+    records_read = 100
+    bytes_read = 4_000
+    batches = 2
+    errors_count = 1
+
+
+def _scrape(client, **headers) -> dict[tuple[str, frozenset], float]:
+    """Every sample of a 200 scrape, by (sample name, labels)."""
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.content
+    assert response["Content-Type"].startswith("text/plain; version=")
+    families = text_string_to_metric_families(response.content.decode())
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in families
+        for sample in family.samples
+    }
+
+
+def _of(samples: dict, name: str, **labels) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
+@pytest.fixture()
+def active_run():
+    """A flow that ran twice (succeeded, then failed) and now reads: its active run has a
+    split in each state, two pending ones, a lag sample and one reader registered in Redis."""
+    flow = FlowFactory(name="orders", status=FlowStatus.RUNNING)
+    first = SplitFactory(run__flow=flow, run__took=timedelta(seconds=90), run__rows_written=500).run
+    SplitFactory(run=first)
+    second = RunFactory(flow=flow, status=RunStatus.FAILED, took=timedelta(seconds=30), rows_written=120)
+    SplitFactory(
+        run=second, status=SplitStatus.FAILED, records_read=7, bytes_read=70, batches=0, errors_count=3
+    )
+    run = RunFactory(flow=flow, status=RunStatus.READING, finished_at=None, splits_pending=2)
+    SplitFactory(run=run, status=SplitStatus.FINISHED)
+    SplitFactory(
+        run=run, status=SplitStatus.ASSIGNED, records_read=50, bytes_read=500, batches=1, errors_count=0
+    )
+    SplitFactory.create_batch(
+        3, run=run, status=SplitStatus.UNASSIGNED, records_read=0, bytes_read=0, batches=0
+    )
+    now = timezone.now()
+    for at, lag in ((now - timedelta(seconds=20), 900), (now - timedelta(seconds=10), 400), (now, None)):
+        MetricSample.objects.create(run=run, split_id="", at=at, lag=lag)
+    MetricSample.objects.create(run=run, split_id="/data/in/x.csv@0", at=now, lag=99_999)
+    coordinator = coordinator_for(run)
+    assert coordinator.acquire_reader(0, None) is not None
+    yield run
+    coordinator.purge()
+
+
+def test_metrics_sum_a_flows_splits_over_its_runs(client, active_run):
+    samples = _scrape(client)
+
+    # 2 finished splits of run 1, the failed one of run 2, 5 of the active run (3 read nothing)
+    assert _of(samples, "dataflow_records_read_total", flow="orders") == 100 + 100 + 7 + 100 + 50
+    assert _of(samples, "dataflow_read_bytes_total", flow="orders") == 4_000 * 3 + 70 + 500
+    assert _of(samples, "dataflow_batches_total", flow="orders") == 2 * 3 + 0 + 1
+    assert _of(samples, "dataflow_errors_total", flow="orders") == 1 * 3 + 3 + 0 + 3 * 1
+
+
+def test_metrics_show_the_active_runs_splits_lag_and_readers(client, active_run):
+    samples = _scrape(client)
+
+    splits = {
+        state: _of(samples, "dataflow_splits", flow="orders", state=state)
+        for state in ("finished", "assigned", "unassigned", "failed", "pending")
+    }
+    assert splits == {"finished": 1, "assigned": 1, "unassigned": 3, "failed": 0, "pending": 2}
+    # the newest whole-run sample that knows the lag; a split's own sample is not the run's
+    assert _of(samples, "dataflow_lag_records", flow="orders") == 400
+    assert _of(samples, "dataflow_live_readers", flow="orders") == 1
+    assert _of(samples, "dataflow_flow_status", flow="orders", status="running") == 1
+    assert _of(samples, "dataflow_flow_status", flow="orders", status="idle") == 0
+
+
+def test_metrics_show_the_last_ended_run_and_runs_by_outcome(client, active_run):
+    samples = _scrape(client)
+
+    assert _of(samples, "dataflow_last_run_duration_seconds", flow="orders") == 30
+    assert _of(samples, "dataflow_last_run_rows_written", flow="orders") == 120
+    assert _of(samples, "dataflow_run_duration_seconds_count", flow="orders") == 2
+    assert _of(samples, "dataflow_run_duration_seconds_sum", flow="orders") == 90 + 30
+    assert _of(samples, "dataflow_runs_total", flow="orders", status="succeeded") == 1
+    assert _of(samples, "dataflow_runs_total", flow="orders", status="failed") == 1
+    assert _of(samples, "dataflow_runs_total", flow="orders", status="stopped") == 0
+
+
+def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
+    text = client.get("/metrics").content.decode()
+    families = list(text_string_to_metric_families(text))
+
+    assert len(families) == 12
+    for family in families:
+        assert family.name.startswith("dataflow_"), family.name
+        assert family.documentation, family.name
+    assert {f.name for f in families if f.type == "counter"} == {
+        "dataflow_records_read",
+        "dataflow_read_bytes",
+        "dataflow_batches",
+        "dataflow_errors",
+        "dataflow_runs",
+    }
+    assert "process_cpu_seconds_total" not in text  # not the default registry
+
+
+def test_a_flow_without_runs_appears_with_zeros_and_its_status(client):
+    FlowFactory(name="fresh")
+
+    samples = _scrape(client)
+
+    for counter in ("records_read", "read_bytes", "batches", "errors"):
+        assert _of(samples, f"dataflow_{counter}_total", flow="fresh") == 0, counter
+    for state in ("finished", "assigned", "unassigned", "failed", "pending"):
+        assert _of(samples, "dataflow_splits", flow="fresh", state=state) == 0, state
+    assert _of(samples, "dataflow_runs_total", flow="fresh", status="succeeded") == 0
+    assert _of(samples, "dataflow_live_readers", flow="fresh") == 0
+    assert _of(samples, "dataflow_flow_status", flow="fresh", status="idle") == 1
+    assert _of(samples, "dataflow_flow_status", flow="fresh", status="running") == 0
+    # unknown, so absent rather than a misleading 0
+    assert _of(samples, "dataflow_last_run_duration_seconds", flow="fresh") is None
+    assert _of(samples, "dataflow_lag_records", flow="fresh") is None
+
+
+def test_metrics_want_the_bearer_token_when_one_is_set(client, settings):
+    settings.DATAFLOW_METRICS_TOKEN = "s3cret-token"
+    FlowFactory(name="guarded")
+
+    wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
+    missing = client.get("/metrics")
+
+    for response in (wrong, missing):
+        assert response.status_code == 401
+        assert response["WWW-Authenticate"].startswith("Bearer")
+        assert b"guarded" not in response.content
+    assert (
+        _of(_scrape(client, Authorization="Bearer s3cret-token"), "dataflow_live_readers", flow="guarded")
+        == 0
+    )
+
+
+def _flows_with_history(count: int) -> None:
+    for _ in range(count):
+        ended = SplitFactory().run
+        active = RunFactory(flow=ended.flow, status=RunStatus.READING, finished_at=None)
+        SplitFactory(run=active, status=SplitStatus.ASSIGNED)
+        MetricSample.objects.create(run=active, split_id="", at=timezone.now(), lag=5)
+
+
+@pytest.mark.parametrize("flows", [3, 30])
+def test_a_scrape_makes_as_many_queries_for_30_flows_as_for_3(client, django_assert_max_num_queries, flows):
+    _flows_with_history(flows)
+
+    with django_assert_max_num_queries(5):
+        samples = _scrape(client)
+
+    assert sum(1 for name, _ in samples if name == "dataflow_lag_records") == flows
+
+
+def test_healthz_reports_ok_when_database_and_redis_answer(client):
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+
+
+def test_healthz_names_redis_when_it_cannot_be_reached(client, settings):
+    settings.REDIS_URL = "redis://:hunter2@127.0.0.1:1/0"  # nothing listens on port 1
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "unavailable"
+    assert body["failed"] == ["redis"]
+    assert body["database"] == "ok"
+    assert body["redis"].startswith("ConnectionError: ")
+    assert "127.0.0.1:1" in body["redis"]
+    assert "hunter2" not in response.content.decode()
+    assert "Traceback" not in response.content.decode()
+
+
+def test_a_failed_checks_reason_shows_no_password_of_a_url():
+    reason = monitoring._describe(
+        redis.ConnectionError("no route to redis://:hunter2@10.0.0.9:6379/0\nTraceback")
+    )
+
+    assert reason == "ConnectionError: no route to redis://***@10.0.0.9:6379/0"
+
+
+def test_healthz_and_metrics_answer_only_get_and_head(client):
+    assert client.head("/healthz").status_code == 200
+    assert client.post("/healthz").status_code == 405
+    assert client.post("/metrics").status_code == 405
