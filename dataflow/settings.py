@@ -169,6 +169,13 @@ DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")  # set: /m
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
 # A reading run with no live reader for this long says so on the run (no worker running?).
 DATAFLOW_STALL_SECONDS = float(os.environ.get("DATAFLOW_STALL_SECONDS", "60"))
+# Webhooks ([notify]): a call waits this long for an answer; a failed one is made again after
+# BACKOFF s, doubled each time, up to ATTEMPTS calls in all. PUBLIC_URL, the site's address
+# (https://flows.example.com), lets a webhook's payload link to the run.
+DATAFLOW_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("DATAFLOW_WEBHOOK_TIMEOUT_SECONDS", "5"))
+DATAFLOW_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("DATAFLOW_WEBHOOK_BACKOFF_SECONDS", "2"))
+DATAFLOW_WEBHOOK_ATTEMPTS = int(os.environ.get("DATAFLOW_WEBHOOK_ATTEMPTS", "5"))
+DATAFLOW_PUBLIC_URL = os.environ.get("DATAFLOW_PUBLIC_URL", "")
 
 # Seconds a Redis call may go unanswered before its connection counts as lost. Without it a
 # network partition that drops packets hangs the call forever, and with it a reader or the

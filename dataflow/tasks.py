@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from dataflow.services import runs, streaming
+from dataflow.services import notify, runs, schedules, streaming
 from source_support.runtime import SliceOutcome
 
 
@@ -41,3 +41,17 @@ def stream_transform(run_id: int) -> None:
 @shared_task(name="dataflow.tasks.transform_check", ignore_result=True)
 def transform_check(run_id: int) -> None:
     runs.transform_check(run_id=run_id)
+
+
+@shared_task(name="dataflow.tasks.run_scheduled", ignore_result=True)
+def run_scheduled(flow_id: int) -> None:
+    """A flow's schedule is due: beat sends this from the flow's ``dataflow-schedule:`` entry."""
+    schedules.flow_run_scheduled(flow_id=flow_id)
+
+
+@shared_task(bind=True, name="dataflow.tasks.webhook_deliver", ignore_result=True, max_retries=None)
+def webhook_deliver(self, delivery_id: int) -> None:
+    """One call of a flow's webhook; the service counts the attempts and says when to call again."""
+    countdown = notify.webhook_deliver(delivery_id=delivery_id)
+    if countdown is not None:
+        raise self.retry(countdown=countdown)

@@ -21,6 +21,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.schedules import schedule_remove, schedule_sync
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
@@ -51,13 +52,15 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
             for field, value in values.items():
                 setattr(flow, field, value)
             flow.save()
+        schedule_sync(flow=flow)  # beat's entry follows [schedule], in the same transaction
     return flow, created
 
 
-def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None) -> FlowRun:
+def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: str = "manual") -> FlowRun:
     """Starts a run: validates the flow again, fixes its schema, and schedules its ticks;
     with ``restore``, the run goes on from that checkpoint's positions (see
-    ``stream_runs.flow_restore``).
+    ``stream_runs.flow_restore``). ``trigger`` says on the run what started it ("manual",
+    "schedule").
 
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
     and with FlowStateError if a run is already active.
@@ -71,7 +74,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None) -> FlowRun:
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
             raise FlowStateError(f"flow {flow.name!r} is already running")
-        run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl)
+        run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
         if restore is not None:
             from dataflow.services.stream_runs import seed_run_from_checkpoint
 
@@ -229,14 +232,15 @@ def flow_schedule_off(*, flow: DataFlow) -> None:
 
 def flow_delete(*, flow: DataFlow) -> None:
     """Deletes the flow with its runs, splits and dead letters: its active run is stopped
-    first (readers leave, its Redis keys are purged), its periodic tick is removed so beat
-    sends nothing more, and the landed files of its runs are removed (its sink is kept)."""
+    first (readers leave, its Redis keys are purged), its periodic tick and its schedule are
+    removed so beat sends nothing more, and the landed files of its runs are removed (its sink is kept)."""
     from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
     with transaction.atomic():
         PeriodicTask.objects.filter(name=_tick_task_name(flow)).delete()
+        schedule_remove(flow=flow)
         flow.delete()
     for run in runs:
         try:

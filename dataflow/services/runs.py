@@ -567,6 +567,7 @@ def run_finish(
     is stopped.
     """
     from dataflow.services.flows import flow_schedule_off
+    from dataflow.services.notify import run_notify
 
     with transaction.atomic():
         totals = Split.objects.filter(run_id=run.pk).aggregate(
@@ -587,6 +588,7 @@ def run_finish(
             return False
         DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
         flow_schedule_off(flow=DataFlow.objects.get(pk=run.flow_id))
+        run_notify(run=run, status=status)  # the webhook is called once this commits
         transaction.on_commit(lambda: _release_run(run, status))
     log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)
     return True

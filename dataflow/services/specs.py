@@ -1,4 +1,5 @@
-"""Flow specs: the TOML shape (``[flow] [source] [format] [transform] [sink]``), validated.
+"""Flow specs: the TOML shape (``[flow] [source] [format] [transform] [sink]``, and optional
+``[stop] [schedule] [notify]``), validated.
 
 Every entry point (TOML, admin, API) turns its input into this shape and calls
 ``flow_spec_validate``; a refused spec raises ``ConfigError`` naming the field.
@@ -13,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.services.notify import notify_validate
+from dataflow.services.schedules import schedule_validate
 from dataflow.stream_query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
 from source_support.durations import parse_duration_ms, parse_instant_ms
@@ -42,8 +45,8 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "max_errors": (int, 1000, (0, 2**31 - 1)),
     "backpressure_records": (int, 1_000_000, (1000, 2**31 - 1)),
 }
-SECTIONS = ("flow", "source", "format", "transform", "sink", "stop")
-OPTIONAL_SECTIONS = ("format", "stop")
+SECTIONS = ("flow", "source", "format", "transform", "sink", "stop", "schedule", "notify")
+OPTIONAL_SECTIONS = ("format", "stop", "schedule", "notify")
 #: ``[transform]`` keys besides ``sql``: (type, default, bounds).
 TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "trigger_ms": (int, 1000, (100, 3_600_000)),
@@ -99,6 +102,8 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
     sink_type, sink_config = validate_sink(doc["sink"], env)
     unbounded = source_is_unbounded(source_type, source_config)
     stop_rule = _validate_stop(doc.get("stop") or {}, unbounded=unbounded)
+    schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
+    notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
@@ -124,6 +129,8 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
         "sink_type": sink_type,
         "sink_config": sink_config,
         "stop_rule": stop_rule,
+        "schedule": schedule,
+        "notify": notify,
     }
 
 
@@ -138,6 +145,10 @@ def flow_spec_of(flow) -> dict[str, Any]:
     }
     if flow.stop_rule:
         spec["stop"] = {k: v for k, v in flow.stop_rule.items() if k in STOP_FIELDS}
+    if flow.schedule:
+        spec["schedule"] = dict(flow.schedule)
+    if flow.notify:
+        spec["notify"] = dict(flow.notify)
     return spec
 
 
