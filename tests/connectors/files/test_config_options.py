@@ -1,0 +1,117 @@
+"""The files source and the parquet/csv/json sinks check what they declare, and their
+defaults and bounds are the declared ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from connectors.files.config import OPTIONS, WATCH_FIELDS, FilesSourceConfig
+from source_support.errors import ConfigError
+from source_support.options import option_named
+from source_support.registry import section_options, validate_sink
+from tests.source_support.test_options import OptionsContract
+
+
+class TestFilesSourceOptions(OptionsContract):
+    section, type_name = "source", "files"
+
+    def full_table(self, env):
+        return {
+            "path": "data/sensors/*.csv",
+            "split_size_mb": 0.5,
+            "allow_empty": True,
+            "watch": True,
+            "discovery_interval_ms": 500,
+            "settle_ms": 0,
+            "max_file_age_ms": 60_000,
+        }
+
+
+class TestParquetSinkOptions(OptionsContract):
+    section, type_name = "sink", "parquet"
+
+    def full_table(self, env):
+        return {"path": "data/out", "compression": "zstd", "partition_by": ["country"]}
+
+
+class TestCsvSinkOptions(OptionsContract):
+    section, type_name = "sink", "csv"
+
+    def full_table(self, env):
+        return {
+            "path": "data/out",
+            "compression": "gzip",
+            "partition_by": [],
+            "header": False,
+            "delimiter": ";",
+        }
+
+
+class TestJsonSinkOptions(OptionsContract):
+    section, type_name = "sink", "json"
+
+    def full_table(self, env):
+        return {"path": "data/out", "compression": "none", "partition_by": ["day", "country"]}
+
+
+def test_a_source_without_options_takes_the_declared_defaults(env):
+    config = FilesSourceConfig.parse({"path": "data"}, env)
+
+    for option in OPTIONS[1:]:
+        assert getattr(config, option.name) == option.default, option.name
+    assert config.to_dict() == {"path": str(env.base_dir / "data")}
+
+
+@pytest.mark.parametrize("name", WATCH_FIELDS)
+def test_a_watch_option_is_accepted_at_the_ends_of_its_declared_range(env, name):
+    option = option_named(OPTIONS, name)
+
+    for value in (option.minimum, option.maximum):
+        config = FilesSourceConfig.parse({"path": "data", "watch": True, name: value}, env)
+        assert getattr(config.watch_options, name) == value
+
+
+@pytest.mark.parametrize("name", WATCH_FIELDS)
+def test_a_watch_option_past_its_declared_range_is_refused_naming_it(env, name):
+    option = option_named(OPTIONS, name)
+
+    for value in (option.minimum - 1, option.maximum + 1):
+        with pytest.raises(ConfigError) as caught:
+            FilesSourceConfig.parse({"path": "data", "watch": True, name: value}, env)
+        assert caught.value.field == f"source.{name}"
+        assert caught.value.reason == f"must be between {option.minimum} and {option.maximum}"
+
+
+def test_a_watch_option_without_watch_is_refused_before_its_range(env):
+    with pytest.raises(ConfigError) as caught:
+        FilesSourceConfig.parse({"path": "data", "settle_ms": -5}, env)
+
+    assert caught.value.field == "source.settle_ms"
+    assert caught.value.reason == "applies only to a watched source (watch = true)"
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "json"])
+def test_a_sink_stores_the_declared_default_compression(env, kind):
+    declared = option_named(section_options("sink", kind), "compression")
+
+    _, stored = validate_sink({"type": kind, "path": "data/out"}, env)
+
+    assert stored["compression"] == declared.default == ("snappy" if kind == "parquet" else "none")
+
+
+@pytest.mark.parametrize("kind", ["parquet", "csv", "json"])
+def test_a_sink_refuses_a_compression_it_does_not_declare(env, kind):
+    declared = option_named(section_options("sink", kind), "compression")
+
+    with pytest.raises(ConfigError) as caught:
+        validate_sink({"type": kind, "path": "data/out", "compression": "rar"}, env)
+
+    assert caught.value.field == "sink.compression"
+    assert caught.value.reason == f"must be one of {', '.join(declared.choices)}"
+
+
+def test_only_the_csv_sink_declares_header_and_delimiter():
+    names = {kind: {o.name for o in section_options("sink", kind)} for kind in ("parquet", "csv", "json")}
+
+    assert names["csv"] - names["parquet"] == {"header", "delimiter"}
+    assert names["parquet"] == names["json"] == {"path", "compression", "partition_by"}
