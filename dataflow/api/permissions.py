@@ -1,0 +1,43 @@
+"""Who may do what through the API, and how often.
+
+Seeing a flow (and its runs, dead letters, offsets...) takes only a login and ownership or
+staff: get_queryset hides other users' flows, so they are a 404. Writing takes Django's
+model permissions as well: ``add_dataflow`` to create, ``change_dataflow`` to change a
+flow or act on it, ``delete_dataflow`` to delete it.
+"""
+
+from __future__ import annotations
+
+from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
+from rest_framework.settings import api_settings
+from rest_framework.throttling import ScopedRateThrottle
+
+#: What an unsafe method needs by default: a view sets ``flow_permissions`` to differ.
+DEFAULT_FLOW_PERMISSIONS = {"POST": "change", "PUT": "change", "PATCH": "change", "DELETE": "change"}
+
+
+class FlowModelPermission(IsAuthenticated):
+    """A login for any request; for an unsafe one, the model permission the view names for
+    the method in ``flow_permissions`` ("add", "change", "delete" or None: none)."""
+
+    def has_permission(self, request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        if request.method in SAFE_METHODS:
+            return True
+        needed = getattr(view, "flow_permissions", DEFAULT_FLOW_PERMISSIONS).get(request.method, "change")
+        return needed is None or request.user.has_perm(f"dataflow.{needed}_dataflow")
+
+
+class WriteRateThrottle(ScopedRateThrottle):
+    """ScopedRateThrottle on unsafe methods only (reads are not throttled). The rate is read
+    from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] on each request, not once at import, so a
+    deployment or a test that changes the setting is obeyed."""
+
+    def allow_request(self, request, view) -> bool:
+        if request.method in SAFE_METHODS:
+            return True
+        return super().allow_request(request, view)
+
+    def get_rate(self):
+        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)

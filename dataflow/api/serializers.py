@@ -1,0 +1,422 @@
+"""What the API reads and writes. The flow body is the TOML spec flattened (``[flow]`` keys at
+the top level, each other section an object); the rest are read-only views of what the
+selectors return, each declared field by field so the OpenAPI schema says what is sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+from rest_framework.reverse import reverse
+
+from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatus
+from dataflow.selectors import run_progress
+from dataflow.services.api_support import flow_latest_run
+from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
+from source_support.registry import mask_section
+
+#: The sections of a flow besides ``[flow]``, as objects of the body.
+SECTION_NAMES = tuple(s for s in SECTIONS if s != "flow")
+#: Keys the API writes in a flow's JSON that a client may send back unchanged (ignored).
+READ_ONLY_KEYS = ("status", "owner", "created_at", "updated_at", "last_run", "url")
+SECTION_HELP = (
+    "The [{}] table of the TOML file, as an object; its fields per type are listed, with "
+    "their JSON Schemas, by GET /api/connectors/."
+)
+
+
+def _section(name: str, *, required: bool) -> serializers.DictField:
+    return serializers.DictField(
+        required=required, allow_null=not required, help_text=SECTION_HELP.format(name)
+    )
+
+
+class ValuesSerializer(serializers.Serializer):
+    """Read-only: ``values(instance)`` gives the data as a dict, and each declared field
+    renders its entry (None as null). The fields are there for the schema and the
+    rendering of dates; nothing is read from a model behind the serializer's back."""
+
+    def values(self, instance) -> dict[str, Any]:
+        return instance
+
+    def to_representation(self, instance):
+        values = self.values(instance)
+        return {
+            name: None if values.get(name) is None else field.to_representation(values[name])
+            for name, field in self.fields.items()
+        }
+
+
+class LastRunSerializer(ValuesSerializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    records_read = serializers.IntegerField()
+    rows_written = serializers.IntegerField(allow_null=True)
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def values(self, run: FlowRun) -> dict[str, Any]:
+        values = {name: getattr(run, name) for name in self.fields}
+        if run.status in (RunStatus.READING, RunStatus.TRANSFORMING):
+            progress = run_progress(run_id=run.pk)  # totals are set on the run when it ends
+            values["records_read"], values["rows_written"] = progress.records_read, progress.rows_written
+        return values
+
+
+class FlowSerializer(serializers.Serializer):
+    """A flow as the TOML file holds it, flattened: the [flow] keys and the sections; with
+    its state, owner, times, latest run and URL when read. Secrets are shown masked; one
+    sent back masked keeps the stored secret. Validation is the services' (ConfigError,
+    keyed by the TOML names); this serializer only checks the shape."""
+
+    name = serializers.RegexField(
+        NAME_RE.pattern, max_length=100, help_text="Unique; lowercase letters, digits, '-' or '_'."
+    )
+    description = serializers.CharField(required=False, allow_blank=True)
+    parallelism = serializers.IntegerField(required=False, min_value=1, max_value=256)
+    batch_size = serializers.IntegerField(required=False, min_value=1, max_value=10_000_000)
+    poll_interval_ms = serializers.IntegerField(required=False, min_value=10, max_value=600_000)
+    skip_errors = serializers.BooleanField(required=False)
+    max_errors = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
+    backpressure_records = serializers.IntegerField(required=False, min_value=1000, max_value=2**31 - 1)
+    source = _section("source", required=True)
+    format = _section("format", required=False)
+    transform = _section("transform", required=True)
+    sink = _section("sink", required=True)
+    stop = _section("stop", required=False)
+    schedule = _section("schedule", required=False)
+    notify = _section("notify", required=False)
+    status = serializers.ChoiceField(choices=FlowStatus.choices, read_only=True)
+    owner = serializers.CharField(read_only=True, allow_null=True, help_text="The owner's username.")
+    created_at = serializers.DateTimeField(read_only=True)
+    updated_at = serializers.DateTimeField(read_only=True)
+    last_run = LastRunSerializer(read_only=True, allow_null=True)
+    url = serializers.URLField(read_only=True)
+
+    def to_internal_value(self, data) -> dict[str, Any]:
+        """The TOML-shaped spec: ``{"flow": {...}, "<section>": {...}}``; a section given
+        as null is kept as None (PATCH: remove it; POST, PUT: leave it out)."""
+        if not isinstance(data, dict):
+            raise serializers.ValidationError(
+                {"non_field_errors": ["a flow is a JSON object: the [flow] keys and the sections as objects"]}
+            )
+        errors: dict[str, list[str]] = {}
+        for key, value in data.items():
+            if key in SECTION_NAMES:
+                if value is not None and not isinstance(value, dict):
+                    errors[key] = [f"must be an object (the [{key}] table)"]
+            elif key not in FLOW_FIELDS and key not in READ_ONLY_KEYS:
+                errors[key] = [
+                    f"is not a field of a flow ({', '.join(FLOW_FIELDS)}) nor a section ({', '.join(SECTION_NAMES)})"
+                ]
+        expected = self.context.get("name")
+        if expected is not None and "name" in data and data["name"] != expected:
+            errors["name"] = [f"must be the flow's name, {expected!r}, or left out: a flow cannot be renamed"]
+        if errors:
+            raise serializers.ValidationError(errors)
+        spec: dict[str, Any] = {"flow": {k: v for k, v in data.items() if k in FLOW_FIELDS}}
+        for section in SECTION_NAMES:
+            if section in data and (data[section] is not None or self.partial):
+                spec[section] = data[section]
+        return spec
+
+    def to_representation(self, flow: DataFlow) -> dict[str, Any]:
+        spec = flow_spec_of(flow)
+        out: dict[str, Any] = dict(spec["flow"])
+        for section in SECTION_NAMES:
+            if section in spec:
+                out[section] = mask_section(section, spec[section])
+        last_run = getattr(flow, "api_last_run", None) or flow_latest_run(flow=flow)
+        request = self.context.get("request")
+        out |= {
+            "status": flow.status,
+            "owner": flow.owner.username if flow.owner_id else None,
+            "created_at": self.fields["created_at"].to_representation(flow.created_at),
+            "updated_at": self.fields["updated_at"].to_representation(flow.updated_at),
+            "last_run": None if last_run is None else LastRunSerializer(last_run).data,
+            "url": reverse("api:flow-detail", kwargs={"name": flow.name}, request=request),
+        }
+        return out
+
+
+class FlowReplaceSerializer(FlowSerializer):
+    """PUT: the whole spec; ``name`` may be left out (it must equal the URL's if given)."""
+
+    name = serializers.RegexField(NAME_RE.pattern, max_length=100, required=False)
+
+
+class ValidSerializer(serializers.Serializer):
+    valid = serializers.BooleanField()
+
+
+class ActionSerializer(ValuesSerializer):
+    """What an action did: the flow, the run it acted on, and the flow's state now."""
+
+    flow = serializers.CharField()
+    run = serializers.IntegerField(allow_null=True, help_text="The id of the run acted on.")
+    status = serializers.ChoiceField(choices=FlowStatus.choices, help_text="The flow's state now.")
+    run_status = serializers.ChoiceField(choices=RunStatus.choices, allow_null=True)
+    run_url = serializers.URLField(allow_null=True)
+
+    def values(self, instance) -> dict[str, Any]:
+        flow, run = instance
+        flow.refresh_from_db(fields=["status"])
+        if run is not None:
+            run.refresh_from_db(fields=["status"])
+        request = self.context.get("request")
+        return {
+            "flow": flow.name,
+            "run": run.pk if run else None,
+            "status": flow.status,
+            "run_status": run.status if run else None,
+            "run_url": reverse("api:run-detail", kwargs={"pk": run.pk}, request=request) if run else None,
+        }
+
+
+class RestartQuerySerializer(serializers.Serializer):
+    only_failed = serializers.BooleanField(
+        required=False, default=False, help_text="Restart only the latest run's failed splits."
+    )
+
+
+class RunSerializer(ValuesSerializer):
+    """A run with its counters (summed over its splits while it runs)."""
+
+    id = serializers.IntegerField()
+    flow = serializers.CharField()
+    url = serializers.URLField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    trigger = serializers.CharField(help_text="manual, schedule, restore, replay...")
+    paused = serializers.BooleanField()
+    records_read = serializers.IntegerField()
+    errors_count = serializers.IntegerField()
+    rows_written = serializers.IntegerField(allow_null=True)
+    splits_total = serializers.IntegerField()
+    splits_finished = serializers.IntegerField()
+    message = serializers.CharField(allow_blank=True)
+    error = serializers.CharField(allow_null=True, help_text="Why the run failed (null unless it failed).")
+    spark_app_id = serializers.CharField(allow_blank=True)
+    started_at = serializers.DateTimeField()
+    transform_started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    duration_seconds = serializers.FloatField(help_text="Until it finished, or until now while it runs.")
+
+    def values(self, run: FlowRun) -> dict[str, Any]:
+        from django.utils import timezone
+
+        progress = run_progress(run_id=run.pk)
+        end = run.finished_at or timezone.now()
+        request = self.context.get("request")
+        return {
+            "id": run.pk,
+            "flow": run.flow.name,
+            "url": reverse("api:run-detail", kwargs={"pk": run.pk}, request=request),
+            "status": run.status,
+            "trigger": run.trigger,
+            "paused": run.paused_at is not None,
+            "records_read": progress.records_read
+            if not progress.done
+            else max(run.records_read, progress.records_read),
+            "errors_count": progress.errors_count
+            if not progress.done
+            else max(run.errors_count, progress.errors_count),
+            "rows_written": progress.rows_written,
+            "splits_total": progress.splits_total,
+            "splits_finished": progress.splits_finished,
+            "message": run.message,
+            "error": run.message if run.status == RunStatus.FAILED else None,
+            "spark_app_id": run.spark_app_id,
+            "started_at": run.started_at,
+            "transform_started_at": run.transform_started_at,
+            "finished_at": run.finished_at,
+            "duration_seconds": round(max((end - run.started_at).total_seconds(), 0.0), 3),
+        }
+
+
+class StatusRunSerializer(ValuesSerializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=RunStatus.choices)
+    paused = serializers.BooleanField()
+    trigger = serializers.CharField()
+    started_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    message = serializers.CharField(allow_blank=True)
+    splits_total = serializers.IntegerField()
+    splits_finished = serializers.IntegerField()
+    records_read = serializers.IntegerField()
+    errors_count = serializers.IntegerField()
+    rows_written = serializers.IntegerField(allow_null=True)
+
+
+class ReaderSerializer(ValuesSerializer):
+    subtask = serializers.IntegerField()
+    location = serializers.CharField(allow_blank=True, help_text="host:pid of the reader's process")
+
+
+class SplitStateSerializer(ValuesSerializer):
+    split_id = serializers.CharField()
+    state = serializers.ChoiceField(choices=SplitStatus.choices)
+    reader = ReaderSerializer(allow_null=True)
+    position = serializers.IntegerField()
+    offset = serializers.CharField(help_text="The position in the source's own words.")
+    records_read = serializers.IntegerField()
+    bytes_read = serializers.IntegerField()
+    errors_count = serializers.IntegerField()
+    lag = serializers.IntegerField(allow_null=True, help_text="Entries not read yet, where the source tells.")
+    error = serializers.CharField(allow_blank=True)
+
+
+class FlowStatusSerializer(ValuesSerializer):
+    flow = serializers.CharField()
+    status = serializers.ChoiceField(choices=FlowStatus.choices)
+    run = StatusRunSerializer(allow_null=True, help_text="The latest run, with live counters.")
+    splits = SplitStateSerializer(many=True)
+    splits_listed = serializers.IntegerField(help_text="Splits listed (at most 1000; counts cover all).")
+    last_error = serializers.CharField(allow_null=True)
+
+
+class DeadLetterSerializer(ValuesSerializer):
+    id = serializers.IntegerField()
+    flow = serializers.CharField()
+    run = serializers.IntegerField()
+    split_id = serializers.CharField()
+    position = serializers.IntegerField()
+    offset = serializers.CharField(allow_blank=True, help_text="Where the record was, in the source's words.")
+    line = serializers.IntegerField(allow_null=True)
+    raw = serializers.CharField(allow_blank=True)
+    error = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    url = serializers.URLField()
+
+    def values(self, letter) -> dict[str, Any]:
+        values = {name: getattr(letter, name, None) for name in self.fields}
+        values["flow"], values["run"] = letter.flow.name, letter.run_id
+        values["url"] = reverse(
+            "api:dead-letter-detail", kwargs={"pk": letter.pk}, request=self.context.get("request")
+        )
+        return values
+
+
+class DeadLetterSelectionSerializer(serializers.Serializer):
+    """Which dead letters: ``ids``, or all of ``run`` (both: those ids of that run)."""
+
+    ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, allow_empty=False, max_length=100_000
+    )
+    run = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, attrs):
+        if "ids" not in attrs and "run" not in attrs:
+            raise serializers.ValidationError('give "ids" (a list of dead letter ids) or "run" (a run id)')
+        return attrs
+
+
+class DeadLettersDiscardedSerializer(serializers.Serializer):
+    discarded = serializers.IntegerField()
+
+
+class OffsetSerializer(ValuesSerializer):
+    split = serializers.CharField()
+    position = serializers.IntegerField()
+    offset = serializers.CharField(help_text="The position in the source's own words.")
+    status = serializers.ChoiceField(choices=SplitStatus.choices)
+    records_read = serializers.IntegerField()
+
+
+class OffsetsSerializer(ValuesSerializer):
+    flow = serializers.CharField()
+    run = serializers.IntegerField(allow_null=True, help_text="The run whose splits these are (the latest).")
+    offsets = OffsetSerializer(many=True)
+
+
+class OffsetsUpdateSerializer(serializers.Serializer):
+    offsets = serializers.DictField(
+        child=serializers.CharField(max_length=256),
+        allow_empty=False,
+        help_text='Split id -> new offset in the source\'s words, e.g. {"orders": "1700000000000-0"}.',
+    )
+
+
+class CheckpointSplitSerializer(ValuesSerializer):
+    position = serializers.IntegerField()
+    finished = serializers.BooleanField()
+
+
+class CheckpointSerializer(ValuesSerializer):
+    id = serializers.IntegerField()
+    run = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    records_read = serializers.IntegerField()
+    splits = serializers.DictField(child=CheckpointSplitSerializer(), help_text="Split id -> its position.")
+
+    def values(self, checkpoint) -> dict[str, Any]:
+        return {
+            "id": checkpoint.pk,
+            "run": checkpoint.run_id,
+            "created_at": checkpoint.created_at,
+            "records_read": checkpoint.records_read,
+            "splits": {
+                split_id: {"position": entry.get("position", 0), "finished": bool(entry.get("finished"))}
+                for split_id, entry in (checkpoint.splits or {}).items()
+            },
+        }
+
+
+class RestoreSerializer(serializers.Serializer):
+    checkpoint = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, help_text="The checkpoint's id; left out: the newest."
+    )
+
+
+class MetricsQuerySerializer(serializers.Serializer):
+    split = serializers.CharField(required=False, allow_blank=True, default="", max_length=1024)
+    since = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    run = serializers.IntegerField(required=False, allow_null=True, min_value=1, default=None)
+
+
+class MetricSampleSerializer(ValuesSerializer):
+    at = serializers.DateTimeField()
+    records_read = serializers.IntegerField()
+    bytes_read = serializers.IntegerField()
+    batches = serializers.IntegerField()
+    errors = serializers.IntegerField()
+    records_per_s = serializers.FloatField()
+    lag = serializers.IntegerField(allow_null=True)
+    latency_ms = serializers.IntegerField(allow_null=True)
+
+
+class MetricsSerializer(ValuesSerializer):
+    flow = serializers.CharField()
+    run = serializers.IntegerField(allow_null=True, help_text="The run (the latest by default; null: none).")
+    split = serializers.CharField(allow_blank=True, help_text="The split (empty: the whole run).")
+    series = MetricSampleSerializer(many=True, help_text="Samples, oldest first.")
+
+
+class ConnectorSerializer(ValuesSerializer):
+    type = serializers.CharField()
+    description = serializers.CharField(allow_blank=True)
+    schema = serializers.DictField(help_text="The JSON Schema of the section's object for this type.")
+    unbounded = serializers.JSONField(
+        required=False,
+        help_text='Sources: true, false, or "config" (as the config says, e.g. files with watch).',
+    )
+    appends = serializers.BooleanField(
+        required=False, help_text="Sinks: whether it can take a stream's output."
+    )
+
+    def to_representation(self, instance):
+        return {k: v for k, v in super().to_representation(instance).items() if k in instance}
+
+
+class ConnectorCatalogSerializer(ValuesSerializer):
+    sources = ConnectorSerializer(many=True)
+    formats = ConnectorSerializer(many=True)
+    sinks = ConnectorSerializer(many=True)
+
+
+class DetailSerializer(serializers.Serializer):
+    detail = serializers.CharField()
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField()

@@ -1,0 +1,38 @@
+"""The API's URLs, under /api/ (see dataflow/urls.py)."""
+
+from __future__ import annotations
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from dataflow.api.views import actions, auth, catalog, offsets, runs
+from dataflow.api.views.flows import FlowViewSet
+
+app_name = "api"
+
+router = SimpleRouter()
+router.register("flows", FlowViewSet, basename="flow")
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("auth/token/", auth.TokenView.as_view(), name="token"),
+    path("connectors/", catalog.ConnectorCatalogView.as_view(), name="connectors"),
+    *router.urls,
+    path("flows/<slug:name>/start/", actions.FlowStartView.as_view(), name="flow-start"),
+    path("flows/<slug:name>/stop/", actions.FlowStopView.as_view(), name="flow-stop"),
+    path("flows/<slug:name>/pause/", actions.FlowPauseView.as_view(), name="flow-pause"),
+    path("flows/<slug:name>/resume/", actions.FlowResumeView.as_view(), name="flow-resume"),
+    path("flows/<slug:name>/restart/", actions.FlowRestartView.as_view(), name="flow-restart"),
+    path("flows/<slug:name>/restore/", actions.FlowRestoreView.as_view(), name="flow-restore"),
+    path("flows/<slug:name>/status/", runs.FlowStatusView.as_view(), name="flow-status"),
+    path("flows/<slug:name>/metrics/", runs.FlowMetricsView.as_view(), name="flow-metrics"),
+    path("flows/<slug:name>/runs/", runs.FlowRunsView.as_view(), name="flow-runs"),
+    path("flows/<slug:name>/offsets/", offsets.FlowOffsetsView.as_view(), name="flow-offsets"),
+    path(
+        "flows/<slug:name>/offsets/reset/", offsets.FlowOffsetsResetView.as_view(), name="flow-offsets-reset"
+    ),
+    path("flows/<slug:name>/checkpoints/", offsets.FlowCheckpointsView.as_view(), name="flow-checkpoints"),
+    path("runs/<int:pk>/", runs.RunDetailView.as_view(), name="run-detail"),
+]

@@ -1,0 +1,75 @@
+"""A flow's runs (the timeline), a run, and where a flow is now (status, metrics)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import NotFound
+from rest_framework.generics import ListAPIView, RetrieveAPIView
+from rest_framework.response import Response
+
+from dataflow.api.schema import errors
+from dataflow.api.serializers import (
+    FlowStatusSerializer,
+    MetricsQuerySerializer,
+    MetricsSerializer,
+    RunSerializer,
+)
+from dataflow.api.views.base import FlowScopedView
+from dataflow.models import FlowRun
+from dataflow.selectors import metrics_series
+from dataflow.services.api_support import flow_latest_run, flow_status_report, runs_of
+
+
+@extend_schema(
+    summary="A flow's runs, newest first", responses={200: RunSerializer(many=True), **errors(404)}
+)
+class FlowRunsView(FlowScopedView, ListAPIView):
+    serializer_class = RunSerializer
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator: no request
+            return FlowRun.objects.none()
+        return self.get_flow().runs.select_related("flow").order_by("-id")
+
+
+@extend_schema(
+    summary="A run, with its counters (live while it runs)", responses={200: RunSerializer, **errors(404)}
+)
+class RunDetailView(RetrieveAPIView):
+    serializer_class = RunSerializer
+
+    def get_queryset(self):
+        return runs_of(user=self.request.user)
+
+
+@extend_schema(
+    summary="Where the flow is: its state, latest run, and per split its state, reader, position, records, lag, error",
+    responses={200: FlowStatusSerializer, **errors(404)},
+)
+class FlowStatusView(FlowScopedView):
+    serializer_class = FlowStatusSerializer
+
+    def get(self, request, name: str):
+        return Response(FlowStatusSerializer(flow_status_report(flow=self.get_flow())).data)
+
+
+@extend_schema(
+    summary="Metric samples of a run (the latest by default) or of one of its splits",
+    parameters=[MetricsQuerySerializer],
+    responses={200: MetricsSerializer, **errors(400, 404)},
+)
+class FlowMetricsView(FlowScopedView):
+    serializer_class = MetricsSerializer
+
+    def get(self, request, name: str):
+        query = MetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        flow = self.get_flow()
+        run_id = query.validated_data["run"]
+        run = flow_latest_run(flow=flow) if run_id is None else flow.runs.filter(pk=run_id).first()
+        if run_id is not None and run is None:
+            raise NotFound(f"run {run_id} is not a run of flow {flow.name!r}")
+        split, since = query.validated_data["split"], query.validated_data["since"]
+        series = [] if run is None else metrics_series(run=run, split_id=split, since=since)
+        values = {"flow": flow.name, "run": run.pk if run else None, "split": split, "series": series}
+        return Response(MetricsSerializer(values).data)
