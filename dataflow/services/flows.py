@@ -154,6 +154,8 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         if run is None or run.status != RunStatus.STOPPED:
             latest = f"its latest run {run.pk} {run.status}" if run else "it has no run"
             raise FlowStateError(f"flow {flow.name!r} has no stopped run to resume ({latest})")
+        if run.spec.get("replay"):  # it reads no source: resumed, it would read the whole of it
+            raise FlowStateError(f"run {run.pk} of {flow.name!r} replayed dead letters: replay them again")
         run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])

@@ -147,7 +147,9 @@ def run_tick(*, run_id: int) -> None:
 
 def run_is_unbounded(run: FlowRun) -> bool:
     """Whether the run reads without end (a stream, files with ``watch``), until stopped or
-    until its ``[stop]`` rule is met."""
+    until its ``[stop]`` rule is met. A replay of dead letters is bounded whatever its source."""
+    if run.spec.get("replay"):
+        return False
     return source_is_unbounded(run.spec["source_type"], run.spec["source_config"])
 
 
@@ -476,7 +478,16 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
                 )
             return _publish(run, attempt, swap, rows=staged_rows)
 
-        return SINKS[spec["sink_type"]].write(
+        sink = SINKS[spec["sink_type"]]
+        if spec.get("replay"):
+            # Replayed dead letters join the rows earlier runs wrote, as a stream's epoch does.
+            from dataflow.services.dead_letters import replay_epoch_key
+
+            epoch_key = replay_epoch_key(run)
+            return sink.append(
+                result, spec["sink_config"], epoch_key=epoch_key, publish=publish, env=environment()
+            )
+        return sink.write(
             result,
             spec["sink_config"],
             attempt_key=f"{run_key(run)}-{attempt}",
@@ -498,6 +509,10 @@ def _publish(run: FlowRun, attempt: int, swap, *, rows: int) -> bool:
             log.warning("run %s: transform attempt %s is stale; it publishes nothing", run.pk, attempt)
             return False
         swap()
+        if run.spec.get("replay"):
+            from dataflow.services.dead_letters import dead_letters_replay_commit
+
+            dead_letters_replay_commit(run=run)  # with the rows that reached the sink
         run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=rows, attempt=attempt)
     return True
 
