@@ -1,0 +1,284 @@
+"""[notify]: a run's end calls the flow's webhook once, retried with backoff, never waited for."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import socket
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from dataflow.models import DeliveryStatus, FlowRun, RunStatus, WebhookDelivery
+from dataflow.services.flows import flow_apply
+from dataflow.services.notify import webhook_url_masked
+from dataflow.services.runs import run_finish
+from dataflow.services.specs import flow_spec_of
+from source_support.errors import ConfigError
+from tests.helpers import spec, wait_until, write_csv
+
+
+@dataclass
+class Call:
+    headers: dict[str, str]
+    body: dict
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on 127.0.0.1: answers each call with the next of ``answers``
+    (the last one again once they run out) and keeps what it was sent."""
+
+    answers: list[int]
+    calls: list[Call] = field(default_factory=list)
+    #: Cleared: each call waits for it to be set before answering.
+    go_on: threading.Event = field(default_factory=threading.Event)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/flows"
+
+    def answer(self, call: Call) -> int:
+        self.calls.append(call)
+        self.go_on.wait(timeout=30)
+        return self.answers[min(len(self.calls), len(self.answers)) - 1]
+
+
+@pytest.fixture()
+def receiver():
+    state = Receiver(answers=[200])
+    state.go_on.set()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status = state.answer(Call(dict(self.headers), body))
+            self.send_response(status)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):  # the test asserts on calls, not on a server log
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.port = server.server_port
+    yield state
+    state.go_on.set()
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture()
+def quick_retries(settings):
+    settings.DATAFLOW_WEBHOOK_BACKOFF_SECONDS = 0.05
+    settings.DATAFLOW_WEBHOOK_ATTEMPTS = 3
+
+
+@pytest.fixture()
+def notify_log(caplog):
+    """What the notify service logs (the "dataflow" loggers do not propagate to caplog's)."""
+    logger = logging.getLogger("dataflow.services.notify")
+    logger.addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger=logger.name):
+        yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def _flow_spec(dirs, notify: dict | None) -> dict:
+    write_csv(dirs.data / "a.csv", range(10))
+    doc = spec("hooked", str(dirs.data / "*.csv"), str(dirs.out / "sink"))
+    if notify is not None:
+        doc["notify"] = notify
+    return doc
+
+
+def _run_of(dirs, notify: dict | None) -> FlowRun:
+    """An active run of a flow with ``[notify]``; the tests end it themselves."""
+    flow, _ = flow_apply(spec=_flow_spec(dirs, notify))
+    return FlowRun.objects.create(flow=flow, spec={"name": flow.name}, records_read=0)
+
+
+def _delivery_over(run: FlowRun) -> WebhookDelivery:
+    def over() -> bool:
+        return WebhookDelivery.objects.filter(run=run).exclude(status=DeliveryStatus.PENDING).exists()
+
+    wait_until(over, 30, lambda: f"deliveries still pending: {list(WebhookDelivery.objects.values())}")
+    return WebhookDelivery.objects.get(run=run)
+
+
+def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dirs, receiver, quick_retries):
+    receiver.answers = [500, 200]
+    run = _run_of(dirs, {"webhook": receiver.url})
+
+    run_finish(run=run, status=RunStatus.FAILED, message="split failed: bad record")
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts, delivery.response_status, delivery.event) == (
+        DeliveryStatus.DELIVERED,
+        2,
+        200,
+        "run.failed",
+    )
+    assert delivery.delivered_at is not None and delivery.last_error == ""
+    assert len(receiver.calls) == 2
+    call = receiver.calls[-1]
+    assert call.headers["User-Agent"] == "activedataflow"
+    assert call.headers["X-Dataflow-Event"] == "run.failed"
+    assert call.headers["Content-Type"] == "application/json"
+    run.refresh_from_db()
+    assert call.body == {
+        "flow": "hooked",
+        "run": run.pk,
+        "event": "run.failed",
+        "status": "failed",
+        "trigger": "manual",
+        "message": "split failed: bad record",
+        "records_read": 0,
+        "rows_written": None,
+        "errors": 0,
+        "started_at": run.started_at.isoformat(),
+        "finished_at": run.finished_at.isoformat(),
+    }
+
+
+def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quick_retries):
+    receiver.answers = [404]
+    run = _run_of(dirs, {"webhook": receiver.url})
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts, delivery.response_status) == (DeliveryStatus.FAILED, 1, 404)
+    assert delivery.last_error == "HTTP 404 Not Found"
+    assert len(receiver.calls) == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_up(
+    worker, dirs, quick_retries
+):
+    run = _run_of(dirs, {"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"})
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts, delivery.response_status) == (DeliveryStatus.FAILED, 3, None)
+    assert "Connection refused" in delivery.last_error
+
+
+def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver, quick_retries):
+    run = _run_of(dirs, {"webhook": receiver.url})
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+    _delivery_over(run)
+    # Active again (as a restart of its failed splits makes it), then failed again.
+    FlowRun.objects.filter(pk=run.pk).update(status=RunStatus.READING, finished_at=None)
+
+    ended_again = run_finish(run=run, status=RunStatus.FAILED, message="boom again")
+    ended_once_more = run_finish(run=run, status=RunStatus.FAILED, message="and again")
+
+    assert (ended_again, ended_once_more) == (True, False)
+    assert WebhookDelivery.objects.filter(run=run).count() == 1
+    assert len(receiver.calls) == 1
+
+
+def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, quick_retries):
+    receiver.go_on.clear()  # the receiver takes the call and answers only when told
+    run = _run_of(dirs, {"webhook": receiver.url})
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    wait_until(lambda: receiver.calls, 30, lambda: "the webhook was never called")
+    assert WebhookDelivery.objects.get(run=run).status == DeliveryStatus.PENDING
+    receiver.go_on.set()
+    assert _delivery_over(run).status == DeliveryStatus.DELIVERED
+
+
+def test_credentials_in_the_url_go_as_basic_auth_and_never_into_the_log(
+    worker, dirs, receiver, quick_retries, notify_log
+):
+    receiver.answers = [403]
+    url = receiver.url.replace("http://", "http://hook%40user:s3cret@") + "?token=t0ps3cret"
+    run = _run_of(dirs, {"webhook": url, "on": ["stopped"]})
+
+    run_finish(run=run, status=RunStatus.STOPPED, message="stopped by request")
+
+    assert _delivery_over(run).status == DeliveryStatus.FAILED
+    sent = receiver.calls[0].headers["Authorization"]
+    assert base64.b64decode(sent.removeprefix("Basic ")) == b"hook@user:s3cret"
+    assert "run.stopped of run" in notify_log.text
+    assert "s3cret" not in notify_log.text
+    assert f"http://***@127.0.0.1:{receiver.port}/hooks/flows?***" in notify_log.text
+
+
+@pytest.mark.django_db
+def test_an_outcome_not_listed_in_on_calls_nothing(dirs, receiver):
+    run = _run_of(dirs, {"webhook": receiver.url, "on": ["failed"]})
+
+    run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=10)
+
+    assert not WebhookDelivery.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_flow_without_notify_records_no_delivery(dirs):
+    run = _run_of(dirs, None)
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    assert not WebhookDelivery.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("notify", "field", "reason"),
+    [
+        ({"webhook": "ftp://example.com/hook"}, "notify.webhook", "must be an http or https URL"),
+        ({"webhook": "file:///etc/passwd"}, "notify.webhook", "must be an http or https URL"),
+        ({"webhook": "example.com/hook"}, "notify.webhook", "must be an http or https URL"),
+        ({"webhook": "https:///hook"}, "notify.webhook", "must name a host"),
+        ({"webhook": "https://example.com:99999/hook"}, "notify.webhook", "out of range"),
+        ({"webhook": "https://example.com/a b"}, "notify.webhook", "without spaces"),
+        ({"on": ["failed"]}, "notify.webhook", "is required"),
+        ({"webhook": "https://example.com/hook", "on": ["finished"]}, "notify.on", "'finished' is not one"),
+        ({"webhook": "https://example.com/hook", "on": []}, "notify.on", "must list run outcomes"),
+        ({"webhook": "https://example.com/hook", "on": "failed"}, "notify.on", "must be a list"),
+        ({"webhook": "https://example.com/hook", "secret": "x"}, "notify.secret", "is not a field of notify"),
+    ],
+)
+def test_a_bad_notify_is_refused_naming_the_field(dirs, notify, field, reason):
+    with pytest.raises(ConfigError) as refused:
+        flow_apply(spec=_flow_spec(dirs, notify))
+
+    assert refused.value.field == field
+    assert reason in refused.value.reason
+
+
+@pytest.mark.django_db
+def test_notify_reads_back_with_its_default_outcomes(dirs):
+    flow, _ = flow_apply(spec=_flow_spec(dirs, {"webhook": "https://example.com/hooks/flows"}))
+
+    written = flow_spec_of(flow)["notify"]
+
+    assert written == {"webhook": "https://example.com/hooks/flows", "on": ["failed", "succeeded"]}
+    assert flow_apply(spec=copy.deepcopy(flow_spec_of(flow)))[0].notify == written
+
+
+def test_a_masked_url_keeps_no_credentials_nor_query():
+    masked = webhook_url_masked("https://bot:hunter2@hooks.example.com:8443/flows?sig=abc#frag")
+
+    assert masked == "https://***@hooks.example.com:8443/flows?***"
