@@ -153,7 +153,7 @@ def flow_restore(*, flow: DataFlow, checkpoint_id: int | None = None) -> FlowRun
     checkpoints = Checkpoint.objects.filter(run__flow=flow).order_by("-id")
     checkpoint = checkpoints.filter(pk=checkpoint_id).first() if checkpoint_id else checkpoints.first()
     if checkpoint is None:
-        which = f"checkpoint {checkpoint_id}" if checkpoint_id else "a checkpoint"
+        which = f"checkpoint {checkpoint_id}" if checkpoint_id else "checkpoint"
         raise FlowStateError(f"flow {flow.name!r} has no {which} to restore")
     return flow_start(flow=flow, restore=checkpoint)
 
