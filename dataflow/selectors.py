@@ -155,3 +155,188 @@ def metrics_series(*, run: FlowRun, split_id: str = "", since=None, limit: int =
     fields = ("at", "records_read", "bytes_read", "batches", "errors", "records_per_s", "lag", "latency_ms")
     latest = list(samples.order_by("-at").values(*fields)[:limit])
     return latest[::-1]
+
+
+# Dashboard (dataflow/web): what a user may see, at a glance and per flow.
+
+#: Runs, dead letters and run messages the flow page lists (the latest ones).
+DASHBOARD_RUNS = 12
+DASHBOARD_DEAD_LETTERS = 10
+DASHBOARD_RUN_ERRORS = 5
+#: Splits the flow page lists (the counts cover them all).
+DASHBOARD_SPLITS = 200
+
+
+def flows_visible(*, user):
+    """The flows ``user`` may see: every flow for staff, only the ones they own otherwise."""
+    flows = DataFlow.objects.all()
+    if getattr(user, "is_staff", False):
+        return flows
+    if not getattr(user, "is_authenticated", False):
+        return flows.none()
+    return flows.filter(owner=user)
+
+
+def flow_overview(*, user) -> list[dict]:
+    """Each flow ``user`` may see, by name: its state, its latest run, the records that run
+    read, and the records/s and lag of that run's latest sample (None where no sample was
+    taken; records/s also while the run does not read, lag once it has ended)."""
+    from dataflow.models import MetricSample
+
+    latest_run = FlowRun.objects.filter(flow=OuterRef("pk")).order_by("-id").values("id")[:1]
+    flows = list(flows_visible(user=user).annotate(latest_run_id=Subquery(latest_run)))
+    sample = MetricSample.objects.filter(run=OuterRef("pk"), split_id="").order_by("-at")
+    runs = FlowRun.objects.filter(pk__in=[f.latest_run_id for f in flows if f.latest_run_id]).annotate(
+        last_records_per_s=Subquery(sample.values("records_per_s")[:1]),
+        last_lag=Subquery(sample.values("lag")[:1]),
+        split_records=Sum("splits__records_read", default=0),
+    )
+    runs = {run.pk: run for run in runs}
+    return [_overview_row(flow, runs.get(flow.latest_run_id)) for flow in flows]
+
+
+def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
+    from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
+
+    row = {
+        "name": flow.name,
+        "description": flow.description,
+        "status": flow.status,
+        "source_type": flow.source_type,
+        "format_type": flow.format_type,
+        "sink_type": flow.sink_type,
+        "run": None,
+        "records_read": 0,
+        "records_per_s": None,
+        "lag": None,
+    }
+    if run is None:
+        return row
+    reading = run.status == RunStatus.READING and run.paused_at is None
+    row["run"] = {
+        "id": run.pk,
+        "status": run.status,
+        "paused": run.paused_at is not None,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+    # Totals land on the run when it ends; until then its splits hold them.
+    row["records_read"] = max(run.records_read, run.split_records)
+    row["records_per_s"] = run.last_records_per_s if reading else None
+    # A paused run reads nothing, but its lag still grows.
+    row["lag"] = run.last_lag if run.status in ACTIVE_RUN_STATUSES else None
+    return row
+
+
+def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> dict:
+    """Everything a flow's page shows: its status (``flow_status``) with each listed split's
+    progress where its size is known, the latest run's metric series, the latest runs and
+    the latest errors. The series holds only samples after ``since`` when ``run_id`` is
+    still the latest run (a page that polls), else the whole series (``series_reset``);
+    ``latest_sample`` is the run's latest sample either way."""
+    status = flow_status(flow=flow, splits_max=DASHBOARD_SPLITS)
+    run = flow.runs.order_by("-id").first()
+    keep = run is not None and run_id == run.pk and since is not None
+    status["flow"] = {
+        "name": flow.name,
+        "description": flow.description,
+        "status": flow.status,
+        "source_type": flow.source_type,
+        "format_type": flow.format_type,
+        "sink_type": flow.sink_type,
+        "parallelism": flow.parallelism,
+    }
+    status["series_reset"] = not keep
+    status["series"] = [] if run is None else metrics_series(run=run, since=since if keep else None)
+    latest = [] if run is None else metrics_series(run=run, limit=1)
+    status["latest_sample"] = latest[0] if latest else None
+    if run is not None:
+        _add_split_progress(run, status["splits"])
+    status["runs"] = _recent_runs(flow)
+    status["errors"] = _recent_errors(flow)
+    return status
+
+
+def _add_split_progress(run: FlowRun, rows: list[dict]) -> None:
+    """Sets ``size`` and ``progress`` (0..1) on rows whose split payload is a byte range
+    (``start``, ``end``: the files connector) that positions count in; None elsewhere."""
+    payloads = dict(
+        run.splits.filter(split_id__in=[r["split_id"] for r in rows]).values_list("split_id", "payload")
+    )
+    for row in rows:
+        extent = _byte_range(payloads.get(row["split_id"]))
+        row["size"], row["progress"] = None, None
+        if row["state"] == SplitStatus.FINISHED:
+            row["progress"] = 1.0
+        if extent is not None:
+            start, end = extent
+            row["size"] = end - start
+            if row["progress"] is None:
+                row["progress"] = min(1.0, max(0.0, (row["position"] - start) / (end - start)))
+
+
+#: A range that ends here runs to the end of a file whose length is not known up front.
+_OPEN_END = 2**62
+
+
+def _byte_range(payload) -> tuple[int, int] | None:
+    if not isinstance(payload, dict) or payload.get("compressed"):
+        return None  # a compressed file's positions count uncompressed bytes
+    start, end = payload.get("start"), payload.get("end")
+    if not isinstance(start, int) or not isinstance(end, int) or not start < end < _OPEN_END:
+        return None
+    return start, end
+
+
+def _recent_runs(flow: DataFlow) -> list[dict]:
+    runs = list(
+        flow.runs.order_by("-id").annotate(split_records=Sum("splits__records_read", default=0))[
+            :DASHBOARD_RUNS
+        ]
+    )
+    return [
+        {
+            "id": run.pk,
+            "status": run.status,
+            "paused": run.paused_at is not None,
+            "trigger": run.trigger,
+            "started_at": run.started_at,
+            "finished_at": run.finished_at,
+            "duration_s": None
+            if run.finished_at is None
+            else max(0.0, (run.finished_at - run.started_at).total_seconds()),
+            "records_read": max(run.records_read, run.split_records),
+            "rows_written": run.rows_written,
+            "message": run.message,
+        }
+        for run in runs
+    ]
+
+
+def _recent_errors(flow: DataFlow) -> dict:
+    """The latest runs that failed or say why they stopped, and the latest dead letters."""
+    from dataflow.models import DeadLetter, RunStatus
+
+    runs = (
+        flow.runs.exclude(message="")
+        .exclude(status=RunStatus.SUCCEEDED)
+        .order_by("-id")
+        .values("id", "status", "message", "finished_at", "started_at")[:DASHBOARD_RUN_ERRORS]
+    )
+    letters = DeadLetter.objects.filter(flow=flow).order_by("-id")
+    return {
+        "runs": list(runs),
+        "dead_letters": [
+            {
+                "run_id": letter.run_id,
+                "split_id": letter.split_id,
+                "offset": letter.offset or str(letter.position),
+                "line": letter.line,
+                "error": letter.error,
+                "raw": letter.raw[:300],
+                "created_at": letter.created_at,
+            }
+            for letter in letters[:DASHBOARD_DEAD_LETTERS]
+        ],
+        "dead_letters_total": letters.count(),
+    }

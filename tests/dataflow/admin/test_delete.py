@@ -42,11 +42,3 @@ def test_deleting_selected_flows_in_the_admin_leaves_no_periodic_task(admin_clie
     assert response.status_code == 302
     assert not DataFlow.objects.exists()
     assert not PeriodicTask.objects.filter(name__startswith="dataflow-tick:").exists()
-
-
-@pytest.mark.django_db
-def test_root_url_leads_to_the_admin(client):
-    response = client.get("/")
-
-    assert response.status_code == 302
-    assert response["Location"] == "/admin/"

@@ -1,0 +1,20 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from dataflow.web import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("live.json", views.index_live, name="index-live"),
+    path("flows/<slug:name>/", views.flow_page, name="flow"),
+    path("flows/<slug:name>/live.json", views.flow_live, name="flow-live"),
+    # Its own login: the admin's accepts staff only, and a flow's owner need not be staff.
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="dashboard/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(next_page="dashboard:login"), name="logout"),
+]

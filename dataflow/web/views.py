@@ -1,0 +1,78 @@
+"""Dashboard pages and the JSON they poll; what they show comes from ``dataflow.selectors``.
+
+A page is rendered once on the server; it then polls its ``live.json`` view, which sends
+the same data and the page's changing parts rendered by the same templates, so there is
+one way to draw a table.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django.contrib.auth.decorators import login_required
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, render
+from django.template.loader import render_to_string
+from django.urls import reverse_lazy
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from dataflow import selectors
+
+#: How often a page asks for fresh data.
+POLL_MS = 3000
+#: The parts of a flow's page that each poll redraws (``dashboard/flow/_<part>.html``).
+FLOW_PARTS = ("state", "kpis", "splits", "runs", "errors")
+
+dashboard_login_required = partial(login_required, login_url=reverse_lazy("dashboard:login"))
+
+
+@dashboard_login_required
+def index(request):
+    flows = selectors.flow_overview(user=request.user)
+    return render(request, "dashboard/index.html", {"flows": flows, "poll_ms": POLL_MS})
+
+
+@dashboard_login_required
+def index_live(request):
+    flows = selectors.flow_overview(user=request.user)
+    html = {
+        "flows": render_to_string("dashboard/_flow_rows.html", {"flows": flows}, request),
+        "summary": render_to_string("dashboard/_summary.html", {"flows": flows}, request),
+    }
+    return JsonResponse({"now": timezone.now(), "flows": flows, "html": html})
+
+
+@dashboard_login_required
+def flow_page(request, name: str):
+    flow = get_object_or_404(selectors.flows_visible(user=request.user), name=name)
+    data = selectors.flow_dashboard(flow=flow)
+    return render(request, "dashboard/flow.html", {"flow": flow, "data": data, "poll_ms": POLL_MS})
+
+
+@dashboard_login_required
+def flow_live(request, name: str):
+    """The flow page's data; with ``run`` (the run the page charts) and ``since`` (its
+    latest sample's time) only the samples after it, unless a newer run has started."""
+    flow = get_object_or_404(selectors.flows_visible(user=request.user), name=name)
+    data = selectors.flow_dashboard(
+        flow=flow, run_id=_int_or_none(request.GET.get("run")), since=_time_or_none(request.GET.get("since"))
+    )
+    context = {"flow": flow, "data": data}
+    html = {part: render_to_string(f"dashboard/flow/_{part}.html", context, request) for part in FLOW_PARTS}
+    return JsonResponse({"now": timezone.now(), **data, "html": html})
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None  # a bad parameter asks for the whole series
+
+
+def _time_or_none(text: str | None):
+    try:
+        moment = parse_datetime(text) if text else None
+    except ValueError:
+        return None
+    return moment if moment is not None and timezone.is_aware(moment) else None

@@ -1,0 +1,115 @@
+"""A headless Chromium (Debian's ``chromium`` and ``chromium-driver``) driven by Selenium
+against pytest-django's live server; screenshots go to the test's ``tmp_path`` and to
+``var/screenshots/`` (git-ignored) for a person to look at."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver")
+WIDTH, HEIGHT = 1440, 900
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: drives a headless Chromium against the live server")
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if "tests/browser/" in str(item.path).replace("\\", "/"):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip(
+            "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # root in a container has no user namespace for the sandbox
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--hide-scrollbars",
+        f"--window-size={WIDTH},{HEIGHT}",
+        "--lang=en-US",
+    ):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver.set_page_load_timeout(20)
+    yield driver
+    driver.quit()
+
+
+class Page:
+    """The browser on the live server: go to a path, wait for something, take a screenshot,
+    read the console's errors."""
+
+    def __init__(self, driver, base_url: str, out: Path) -> None:
+        self.driver = driver
+        self.base_url = base_url
+        self.out = out
+
+    def get(self, path: str) -> None:
+        self.driver.get(self.base_url + path)
+
+    def wait_for(self, css: str, timeout: float = 10):
+        return WebDriverWait(self.driver, timeout).until(
+            ec.visibility_of_element_located((By.CSS_SELECTOR, css))
+        )
+
+    def wait_until(self, condition, timeout: float = 10, message: str = ""):
+        return WebDriverWait(self.driver, timeout).until(lambda driver: condition(), message)
+
+    def find(self, css: str):
+        return self.driver.find_element(By.CSS_SELECTOR, css)
+
+    def find_all(self, css: str):
+        return self.driver.find_elements(By.CSS_SELECTOR, css)
+
+    def js(self, script: str, *args):
+        return self.driver.execute_script(script, *args)
+
+    def console_errors(self) -> list[str]:
+        """Console messages at level SEVERE since the last call (uncaught errors, failed loads)."""
+        return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+    def screenshot(self, name: str, *, width: int = WIDTH, full_page: bool = True) -> Path:
+        """A PNG of the page at ``width`` CSS pixels (all of it, or the first screen), in
+        ``tmp_path`` and ``var/screenshots/``."""
+        metrics = {"width": width, "height": HEIGHT, "deviceScaleFactor": 1, "mobile": False}
+        self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+        try:
+            if full_page:
+                # The page reflows at the new width before its height is measured.
+                height = self.js("return document.documentElement.scrollHeight")
+                metrics["height"] = max(HEIGHT, height)
+                self.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
+            path = self.out / f"{name}.png"
+            self.driver.save_screenshot(str(path))
+        finally:
+            self.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, SCREENSHOTS / path.name)
+        return path
+
+
+@pytest.fixture()
+def page(browser, live_server, transactional_db, tmp_path):
+    browser.delete_all_cookies()
+    browser.get_log("browser")  # drop what an earlier test left
+    return Page(browser, live_server.url, tmp_path)

@@ -1,0 +1,135 @@
+"""A person's view of the dashboard: log in, see the flows, open one, watch it update."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from dataflow.models import FlowStatus, RunStatus
+from tests.dataflow.web.factories import (
+    PASSWORD,
+    DataFlowFactory,
+    FlowRunFactory,
+    MetricSampleFactory,
+    UserFactory,
+    flow_with_history,
+)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _fleet(owner) -> None:
+    """Flows in each state, as the list shows them."""
+    flow_with_history(owner=owner, name="orders-daily")
+    paused = DataFlowFactory(
+        name="clicks-stream",
+        owner=owner,
+        status=FlowStatus.PAUSED,
+        source_type="redis_stream",
+        format_type="json",
+        description="Click events from the web shop, per minute",
+    )
+    run = FlowRunFactory(flow=paused, paused_at=timezone.now())
+    MetricSampleFactory(run=run, records_per_s=0, lag=182_400)
+    invoices = DataFlowFactory(
+        name="invoices-monthly",
+        owner=owner,
+        status=FlowStatus.SUCCEEDED,
+        sink_type="postgres",
+        description="Invoices into the accounting database",
+    )
+    FlowRunFactory(
+        flow=invoices,
+        status=RunStatus.SUCCEEDED,
+        records_read=48_210,
+        rows_written=48_210,
+        finished_at=timezone.now() - timedelta(hours=5),
+    )
+    failed = DataFlowFactory(name="sensor-backfill", owner=owner, status=FlowStatus.FAILED, description="")
+    FlowRunFactory(
+        flow=failed,
+        status=RunStatus.FAILED,
+        message="no live reader for 300 s",
+        records_read=18_000,
+        finished_at=timezone.now() - timedelta(minutes=42),
+    )
+    DataFlowFactory(name="partner-feed", owner=owner, status=FlowStatus.IDLE, description="Not started yet")
+    DataFlowFactory(name="someone-elses", owner=UserFactory(username="bob"))
+
+
+def _log_in(page, username: str) -> None:
+    page.get("/")
+    page.wait_for("form input[name=username]").send_keys(username)
+    page.find("form input[name=password]").send_keys(PASSWORD)
+    page.find("form button[type=submit]").click()
+    page.wait_for("table.flows-table")
+
+
+def test_owner_sees_their_flows_and_a_flow_page_that_updates_itself(page):
+    owner = UserFactory(username="ada")
+    _fleet(owner)
+
+    _log_in(page, "ada")
+    names = [a.text for a in page.find_all("a.flow-link")]
+    assert names == ["clicks-stream", "invoices-monthly", "orders-daily", "partner-feed", "sensor-backfill"]
+    assert page.find('tr[data-flow="clicks-stream"] .badge').text.lower() == "paused"
+    page.screenshot("dashboard-index")
+    page.screenshot("dashboard-index-narrow", width=420)
+
+    page.find('a.flow-link[href="/flows/orders-daily/"]').click()
+    page.wait_until(
+        lambda: page.js("return Number(document.querySelector('#chart-throughput').dataset.points || 0)")
+        == 90,
+        message="the throughput chart never drew its 90 samples",
+    )
+    assert page.js("return document.querySelector('#chart-throughput canvas').width") > 0
+    assert page.js("return document.querySelector('#chart-lag').dataset.points") == "90"
+    assert len(page.find_all("#runs-timeline .timeline-seg")) == 3
+    assert len(page.find_all(".splits-table tbody tr")) == 4
+
+    # A sample taken after the page loaded shows up without a reload.
+    run = owner.dataflows.get(name="orders-daily").runs.order_by("-id").first()
+    MetricSampleFactory(run=run, records_per_s=9000.0, lag=1000)
+    page.wait_until(
+        lambda: page.js("return document.querySelector('#chart-throughput').dataset.points") == "91",
+        message="the page did not pick up the new sample",
+    )
+    assert page.find("[data-live-status]").text.startswith("updated")
+    assert page.find('[data-kpi="records_per_s"]').text == "9,000"
+    page.screenshot("dashboard-flow")
+    page.screenshot("dashboard-flow-narrow", width=420)
+
+    assert page.console_errors() == []
+
+
+def test_flow_that_never_ran_shows_empty_charts_without_errors(page):
+    DataFlowFactory(name="partner-feed", owner=UserFactory(username="ada"))
+
+    _log_in(page, "ada")
+    page.get("/flows/partner-feed/")
+    page.wait_for("#chart-throughput canvas")
+
+    assert "is-empty" in page.find("#chart-throughput").get_attribute("class")
+    assert page.find("[data-part=splits]").text == "This flow has not run yet."
+    page.screenshot("dashboard-flow-never-ran", full_page=False)
+    assert page.console_errors() == []
+
+
+def test_a_finished_run_without_lag_says_the_source_reports_none(page):
+    owner = UserFactory(username="ada")
+    run = FlowRunFactory(flow=DataFlowFactory(name="files-once", owner=owner), status=RunStatus.SUCCEEDED)
+    now = timezone.now()
+    for i in range(12):
+        MetricSampleFactory(run=run, at=now - timedelta(seconds=10 * (12 - i)), records_per_s=1000 + 50 * i)
+
+    _log_in(page, "ada")
+    page.get("/flows/files-once/")
+    page.wait_until(
+        lambda: page.js("return document.querySelector('#chart-throughput').dataset.points") == "12"
+    )
+
+    assert "is-empty" in page.find("#chart-lag").get_attribute("class")
+    assert "is-empty" not in page.find("#chart-throughput").get_attribute("class")
+    assert page.console_errors() == []
