@@ -58,6 +58,40 @@ def flow_list() -> list[tuple[DataFlow, FlowRun | None]]:
     return [(flow, runs.get(flow.latest_run_id)) for flow in flows]
 
 
+#: The most runs ``flow_runs`` lists by default (the newest).
+RUNS_LISTED = 50
+
+
+def flow_runs(*, flow: DataFlow, limit: int = RUNS_LISTED) -> list[dict]:
+    """The flow's newest runs, newest first: what started each, its outcome and counters
+    (live while it runs) and how long it took (until now while it runs)."""
+    from django.utils import timezone
+
+    rows = []
+    for run in flow.runs.order_by("-id")[:limit]:
+        progress = run_progress(run_id=run.pk)
+        end = run.finished_at or timezone.now()
+        # An ended run keeps its totals when a clean-up has removed its splits.
+        records, errors = progress.records_read, progress.errors_count
+        if progress.done:
+            records, errors = max(run.records_read, records), max(run.errors_count, errors)
+        rows.append(
+            {
+                "id": run.pk,
+                "status": run.status,
+                "paused": run.paused_at is not None,
+                "trigger": run.trigger,
+                "records_read": records,
+                "rows_written": progress.rows_written,
+                "errors_count": errors,
+                "started_at": run.started_at,
+                "duration_s": round((end - run.started_at).total_seconds(), 1),
+                "message": run.message,
+            }
+        )
+    return rows
+
+
 #: The most splits ``flow_status`` lists (a files source may have thousands; the counts
 #: cover them all).
 STATUS_SPLITS_MAX = 1000

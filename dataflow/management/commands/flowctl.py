@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
-from dataflow.selectors import run_progress
-from dataflow.services.flows import FlowStateError, flow_rescale, flow_resume, flow_start, flow_stop
+from dataflow.selectors import flow_runs, flow_status
+from dataflow.services.flows import (
+    FlowStateError,
+    flow_pause,
+    flow_rescale,
+    flow_restart,
+    flow_resume,
+    flow_start,
+    flow_stop,
+)
+from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.stream_runs import (
     checkpoints_of,
     flow_restore,
@@ -17,23 +27,51 @@ from dataflow.services.stream_runs import (
     offsets_reset,
     offsets_set,
 )
+from dataflow.services.toml_export import flow_toml
+from dataflow.services.toml_import import flow_spec_from_toml_bytes
 from source_support.errors import ConfigError
 
-ACTIONS = ("start", "stop", "resume", "status", "rescale", "offsets", "checkpoints", "restore")
+ACTIONS = (
+    "start",
+    "stop",
+    "pause",
+    "resume",
+    "restart",
+    "status",
+    "runs",
+    "validate",
+    "export",
+    "rescale",
+    "offsets",
+    "checkpoints",
+    "restore",
+)
+#: Columns of ``status``'s split table, in the order shown.
+SPLIT_COLUMNS = ("split_id", "state", "reader", "offset", "records_read", "errors_count", "lag", "error")
 
 
 class Command(BaseCommand):
     help = (
-        "Steers one flow: start, stop, resume (a stopped run, from its checkpoints), status, "
-        "rescale N (readers of a running flow), offsets (read; --set SPLIT=OFFSET, --reset on a "
-        "stopped flow), checkpoints, restore [--checkpoint ID] (a new run from a checkpoint)."
+        "Steers one flow: start, stop, pause (hold its readers), resume (a paused run, or a stopped "
+        "one from its checkpoints), restart [--only-failed] (a new run, or only the latest run's "
+        "failed splits), status, runs (newest first), validate (NAME: a TOML file or a flow; exit "
+        "code 1 if invalid), export (the flow as TOML for applyflows), rescale N (readers of a "
+        "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
+        "restore [--checkpoint ID] (a new run from a checkpoint). --json prints JSON for scripts."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=ACTIONS)
-        parser.add_argument("name")
+        parser.add_argument("name", help="the flow's name (validate: also a TOML file)")
         parser.add_argument("count", nargs="?", type=int, help="rescale: the new parallelism")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
+        parser.add_argument(
+            "--only-failed", action="store_true", help="restart: read only the failed splits again"
+        )
+        parser.add_argument("--limit", type=int, default=50, help="runs: how many of the newest (50)")
+        parser.add_argument(
+            "--reveal-secrets", action="store_true", help="export: secrets as stored, not masked"
+        )
         parser.add_argument(
             "--set", action="append", default=[], metavar="SPLIT=OFFSET", help="offsets: move a split"
         )
@@ -41,15 +79,19 @@ class Command(BaseCommand):
         parser.add_argument("--checkpoint", type=int, help="restore: the checkpoint id (default: the newest)")
 
     def handle(self, *args, action: str, name: str, **options):
-        flow = flow_named(name)
         try:
-            result = getattr(self, f"_{action}")(flow, options)
+            if action == "validate":
+                result = self._validate(name, options)
+            else:
+                result = getattr(self, f"_{action}")(flow_named(name), options)
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
         if options["json"]:
             self.stdout.write(json.dumps(result, indent=2, default=str))
         else:
-            self.stdout.write(_as_text(result))
+            self.stdout.write(_TEXT.get(action, _as_text)(result))
+        if action == "validate" and not result["valid"]:
+            raise CommandError(f"{result['field']}: {result['error']}")  # exit code 1
 
     def _start(self, flow, options) -> dict[str, Any]:
         run = flow_start(flow=flow)
@@ -61,19 +103,37 @@ class Command(BaseCommand):
             raise FlowStateError(f"flow {flow.name!r} has no active run")
         return {"flow": flow.name, "run": run.pk, "status": "stopped"}
 
+    def _pause(self, flow, options) -> dict[str, Any]:
+        run = flow_pause(flow=flow)
+        return {"flow": flow.name, "run": run.pk, "status": "paused"}
+
     def _resume(self, flow, options) -> dict[str, Any]:
         run = flow_resume(flow=flow)
         return {"flow": flow.name, "run": run.pk, "status": run.status}
 
+    def _restart(self, flow, options) -> dict[str, Any]:
+        run = flow_restart(flow=flow, only_failed=options["only_failed"])
+        return {"flow": flow.name, "run": run.pk, "status": run.status, "only_failed": options["only_failed"]}
+
     def _status(self, flow, options) -> dict[str, Any]:
         flow.refresh_from_db()
-        run = flow.runs.order_by("-id").first()
-        out: dict[str, Any] = {"flow": flow.name, "status": flow.status, "run": None}
-        if run is not None:
-            progress = run_progress(run_id=run.pk)
-            out["run"] = {"id": run.pk, **progress.__dict__}
-            out["splits"] = offsets_of(flow=flow)
-        return out
+        return flow_status(flow=flow)
+
+    def _runs(self, flow, options) -> list[dict[str, Any]]:
+        return flow_runs(flow=flow, limit=options["limit"])
+
+    def _validate(self, name: str, options) -> dict[str, Any]:
+        """NAME is a TOML file if one is there (or it ends in .toml), else a stored flow."""
+        is_file = os.path.exists(name) or name.endswith(".toml")
+        try:
+            spec = _read_toml(name) if is_file else flow_spec_of(flow_named(name))
+            values = flow_spec_validate(spec)
+        except ConfigError as exc:
+            return {"valid": False, "source": name, "field": exc.field, "error": exc.reason}
+        return {"valid": True, "source": name, "flow": values["name"]}
+
+    def _export(self, flow, options) -> dict[str, Any]:
+        return {"flow": flow.name, "toml": flow_toml(flow=flow, reveal_secrets=options["reveal_secrets"])}
 
     def _rescale(self, flow, options) -> dict[str, Any]:
         if options["count"] is None:
@@ -107,6 +167,15 @@ class Command(BaseCommand):
         return {"flow": flow.name, "run": run.pk, "status": run.status}
 
 
+def _read_toml(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise ConfigError("file", f"{path}: {exc.strerror}") from None
+    return flow_spec_from_toml_bytes(data)
+
+
 def _split_assignment(item: str) -> tuple[str, str]:
     split_id, sep, offset = item.rpartition("=")
     if not sep or not split_id:
@@ -117,14 +186,66 @@ def _split_assignment(item: str) -> tuple[str, str]:
 def _as_text(result: Any) -> str:
     """A table for lists of rows, ``key: value`` lines otherwise."""
     if isinstance(result, list):
-        if not result:
-            return "(none)"
-        keys = list(result[0])
-        rows = [[str(row.get(k, "")) for k in keys] for row in result]
-        widths = [max(len(k), *(len(r[i]) for r in rows)) for i, k in enumerate(keys)]
-        lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True))]
-        lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in rows]
-        return "\n".join(lines)
+        return _table(result, list(result[0]) if result else [])
     return "\n".join(
         f"{k}: {json.dumps(v, default=str) if isinstance(v, dict | list) else v}" for k, v in result.items()
     )
+
+
+def _table(rows: list[dict[str, Any]], keys: list[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[_cell(row.get(k)) for k in keys] for row in rows]
+    widths = [max(len(k), *(len(r[i]) for r in cells)) for i, k in enumerate(keys)]
+    lines = ["  ".join(k.ljust(w) for k, w in zip(keys, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    return "\n".join(lines)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "strftime"):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    return str(value).splitlines()[0] if str(value) else ""
+
+
+def _status_text(status: dict[str, Any]) -> str:
+    lines = [f"flow: {status['flow']}", f"status: {status['status']}"]
+    run = status["run"]
+    if run is None:
+        return "\n".join([*lines, "run: (none)"])
+    paused = ", paused" if run["paused"] else ""
+    lines += [
+        f"run: {run['id']} {run['status']}{paused} (trigger {run['trigger']}, started {_cell(run['started_at'])})",
+        f"splits: {run['splits_finished']}/{run['splits_total']} finished",
+        f"records: {run['records_read']}  errors: {run['errors_count']}  rows: {_cell(run['rows_written'])}",
+    ]
+    if run["message"]:
+        lines.append(f"message: {run['message']}")
+    if status["splits"]:
+        lines += ["", _table(status["splits"], list(SPLIT_COLUMNS))]
+    return "\n".join(lines)
+
+
+RUN_COLUMNS = (
+    "id",
+    "status",
+    "trigger",
+    "records_read",
+    "rows_written",
+    "errors_count",
+    "started_at",
+    "duration_s",
+)
+
+_TEXT = {
+    "status": _status_text,
+    "runs": lambda rows: _table(rows, list(RUN_COLUMNS)),
+    "validate": lambda r: f"OK: {r['source']} (flow {r['flow']})"
+    if r["valid"]
+    else f"invalid: {r['source']}",
+    "export": lambda r: r["toml"].rstrip("\n"),
+}

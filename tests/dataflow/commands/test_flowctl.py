@@ -1,0 +1,200 @@
+"""``manage.py flowctl``: steering, status, runs, validate and export, as a shell user sees them.
+
+The steering services themselves run end to end in tests/dataflow/services/test_flow_actions.py;
+here the command is checked on the rows they leave, without a worker.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import tomllib
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from dataflow.models import DataFlow, FlowRun, RunStatus, Split, SplitStatus
+from dataflow.services.flows import flow_apply, flow_stop
+from dataflow.services.specs import flow_spec_of
+from tests.e2e.fleet import ROOT, fleet_env
+from tests.helpers import SCHEMA, spec, write_csv
+
+pytestmark = pytest.mark.django_db
+
+
+def _flowctl(*args: str) -> str:
+    out = io.StringIO()
+    call_command("flowctl", *args, stdout=out)
+    return out.getvalue()
+
+
+def _json(*args: str):
+    return json.loads(_flowctl(*args, "--json"))
+
+
+@pytest.fixture()
+def flow(dirs) -> DataFlow:
+    write_csv(dirs.data / "a.csv", range(10))
+    flow, _ = flow_apply(spec=spec("meters", str(dirs.data), str(dirs.out / "sink")))
+    return flow
+
+
+def test_start_pause_status_resume_and_stop_steer_the_flow(flow):
+    run_id = _json("start", "meters")["run"]
+
+    assert _json("pause", "meters") == {"flow": "meters", "run": run_id, "status": "paused"}
+    status = _json("status", "meters")
+    assert (status["status"], status["run"]["id"], status["run"]["paused"]) == ("paused", run_id, True)
+    assert f"run: {run_id} reading, paused (trigger manual" in _flowctl("status", "meters")
+    with pytest.raises(CommandError, match="paused already"):
+        _flowctl("pause", "meters")
+
+    assert _json("resume", "meters")["status"] == "reading"
+    assert _json("status", "meters")["status"] == "running"
+    assert _json("stop", "meters") == {"flow": "meters", "run": run_id, "status": "stopped"}
+    assert _json("status", "meters")["run"]["status"] == "stopped"
+
+
+def test_runs_lists_the_flows_runs_newest_first(flow):
+    first = _json("start", "meters")["run"]
+    flow_stop(flow=flow)
+    second = _json("restart", "meters")["run"]
+
+    runs = _json("runs", "meters")
+
+    assert [(r["id"], r["status"], r["trigger"]) for r in runs] == [
+        (second, "reading", "manual"),
+        (first, "stopped", "manual"),
+    ]
+    assert {"records_read", "rows_written", "errors_count", "started_at", "duration_s"} <= set(runs[0])
+    header, *rows = _flowctl("runs", "meters").splitlines()
+    assert header.split() == [
+        "id",
+        "status",
+        "trigger",
+        "records_read",
+        "rows_written",
+        "errors_count",
+        "started_at",
+        "duration_s",
+    ]
+    assert [row.split()[:3] for row in rows] == [
+        [str(second), "reading", "manual"],
+        [str(first), "stopped", "manual"],
+    ]
+
+
+def test_restart_of_a_running_flow_starts_a_new_run(flow):
+    first = _json("start", "meters")["run"]
+
+    second = _json("restart", "meters")
+
+    assert second["run"] != first and second["status"] == "reading"
+    assert FlowRun.objects.get(pk=first).status == RunStatus.STOPPED
+
+
+def test_restart_only_failed_reads_the_failed_splits_of_the_latest_run_again(flow):
+    run_id = _json("start", "meters")["run"]
+    run = FlowRun.objects.get(pk=run_id)
+    failed = Split.objects.create(
+        run=run, split_id="a.csv@0", payload={}, position=40, status=SplitStatus.FAILED, error="line 3: bad"
+    )
+    FlowRun.objects.filter(pk=run_id).update(status=RunStatus.FAILED, message="split failed: line 3: bad")
+
+    restarted = _json("restart", "meters", "--only-failed")
+
+    assert restarted == {"flow": "meters", "run": run_id, "status": "reading", "only_failed": True}
+    failed.refresh_from_db()
+    assert (failed.status, failed.error, failed.position) == (SplitStatus.ASSIGNED, "", 40)
+    with pytest.raises(CommandError, match="no failed split to restart"):
+        _flowctl("restart", "meters", "--only-failed")
+
+
+def test_a_flow_that_does_not_exist_is_named(db):
+    with pytest.raises(CommandError, match="no flow named 'nope'"):
+        _flowctl("status", "nope")
+
+
+# validate and export
+
+
+def _tricky_spec(dirs) -> dict:
+    """A spec whose values need TOML's escapes: quotes, backslashes, tabs, line breaks,
+    non-ASCII text, a list, floats-free ints, booleans and optional tables."""
+    doc = spec("round-trip", str(dirs.data), str(dirs.out / "sink"), skip_errors=True, max_errors=7)
+    doc["flow"]["description"] = 'Temperatures "raw" \\ per sensor — °C\n\tsecond line'
+    doc["format"] = {"type": "csv", "schema": SCHEMA, "delimiter": ";", "quote": "'"}
+    doc["transform"] = {
+        "sql": 'SELECT id,\n       upper(sensor) AS sensor\nFROM source\nWHERE sensor <> "a\\"b"',
+        "trigger_ms": 2000,
+    }
+    doc["sink"]["partition_by"] = ["sensor"]
+    doc["schedule"] = {"every": "15 minutes"}
+    doc["notify"] = {"webhook": "https://hooks.example.com/flows?x=1&y=2", "on": ["failed"]}
+    return doc
+
+
+def test_export_prints_toml_that_applyflows_takes_back_as_the_same_spec(dirs, tmp_path):
+    flow, _ = flow_apply(spec=_tricky_spec(dirs))
+    exported = flow_spec_of(flow)
+
+    text = _flowctl("export", "round-trip")
+    assert _json("export", "round-trip")["toml"].rstrip() == text.rstrip()
+    (tmp_path / "round-trip.toml").write_text(text)
+    DataFlow.objects.all().delete()
+    call_command("applyflows", str(tmp_path / "round-trip.toml"), stdout=io.StringIO())
+
+    assert flow_spec_of(DataFlow.objects.get(name="round-trip")) == exported
+    assert tomllib.loads(text)["flow"]["description"] == exported["flow"]["description"]
+
+
+def test_validate_says_ok_for_a_valid_file_and_a_stored_flow(dirs, tmp_path, flow):
+    path = tmp_path / "meters.toml"
+    path.write_text(_flowctl("export", "meters"))
+
+    assert _flowctl("validate", str(path)).strip() == f"OK: {path} (flow meters)"
+    assert _json("validate", "meters") == {"valid": True, "source": "meters", "flow": "meters"}
+
+
+def test_validate_names_the_field_of_an_invalid_file(tmp_path, flow):
+    path = tmp_path / "bad.toml"
+    path.write_text(_flowctl("export", "meters").replace("parallelism = 4", "parallelism = 0"))
+    out = io.StringIO()
+
+    with pytest.raises(CommandError, match=r"flow.parallelism: must be between 1 and 256"):
+        call_command("flowctl", "validate", str(path), "--json", stdout=out)
+    assert json.loads(out.getvalue()) == {
+        "valid": False,
+        "source": str(path),
+        "field": "flow.parallelism",
+        "error": "must be between 1 and 256",
+    }
+    with pytest.raises(CommandError, match=r"toml: not valid TOML"):
+        path.write_text("[flow\n")
+        _flowctl("validate", str(path))
+    with pytest.raises(CommandError, match=r"file: .*nope.toml: No such file"):
+        _flowctl("validate", str(tmp_path / "nope.toml"))
+
+
+def test_validate_exits_non_zero_on_an_invalid_file_only(dirs, tmp_path, flow):
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text(_flowctl("export", "meters"))
+    bad.write_text(good.read_text().replace('type = "parquet"', 'type = "excel"'))
+
+    def validate(path):
+        return subprocess.run(
+            [sys.executable, "manage.py", "flowctl", "validate", str(path)],
+            cwd=ROOT,
+            env=fleet_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    ok, refused = validate(good), validate(bad)
+
+    assert (ok.returncode, ok.stdout.strip()) == (0, f"OK: {good} (flow meters)"), ok.stderr
+    assert refused.returncode == 1
+    assert "sink.type" in refused.stderr and "excel" in refused.stderr
