@@ -1,0 +1,304 @@
+"""The flow admin: a form built from the connectors' options, steering buttons, TOML import
+and export, and a list that shows each flow's last run. Every change goes through the
+services in ``dataflow.services``; nothing here decides what a flow may do."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from dataflow.admin.forms import TomlImportForm, flow_fieldsets, flow_form_class
+from dataflow.admin.progress import duration_text, number_text, progress_panel
+from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
+from dataflow.services.admin_support import (
+    flow_actions,
+    flows_with_last_run,
+    run_duration_s,
+    run_live,
+    runs_with_live_counters,
+)
+from dataflow.services.flows import (
+    FlowStateError,
+    flow_apply,
+    flow_delete,
+    flow_pause,
+    flow_restart,
+    flow_resume,
+    flow_start,
+    flow_stop,
+)
+from dataflow.services.toml_export import flow_toml
+from dataflow.services.toml_import import (
+    MAX_TOML_CHARS,
+    flow_import,
+    flow_spec_from_toml,
+    flow_spec_from_toml_bytes,
+)
+from source_support.errors import ConfigError
+
+ADMIN_MEDIA_CSS = {"all": ["dataflow/admin/admin.css"]}
+
+
+def _stop(flow: DataFlow) -> tuple[int, str]:
+    run = flow_stop(flow=flow)
+    if run is None:
+        return messages.WARNING, "not running: nothing to stop"
+    return messages.SUCCESS, f"run {run.pk} stopped"
+
+
+def _restart_failed(flow: DataFlow) -> tuple[int, str]:
+    run = flow_restart(flow=flow, only_failed=True)
+    return messages.SUCCESS, f"run {run.pk}: {run.message}"
+
+
+#: What each steering button does: the service it calls and the message it leaves.
+STEERING: dict[str, Callable[[DataFlow], tuple[int, str]]] = {
+    "start": lambda flow: (messages.SUCCESS, f"run {flow_start(flow=flow).pk} started"),
+    "stop": _stop,
+    "pause": lambda flow: (messages.SUCCESS, f"run {flow_pause(flow=flow).pk} paused"),
+    "resume": lambda flow: (messages.SUCCESS, f"run {flow_resume(flow=flow).pk} resumed"),
+    "restart": lambda flow: (messages.SUCCESS, f"run {flow_restart(flow=flow).pk} started"),
+    "restart_failed": _restart_failed,
+}
+
+
+class RunInline(admin.TabularInline):
+    """The flow's runs, with counters that are live while a run reads."""
+
+    model = FlowRun
+    fields = [
+        "run_link",
+        "status",
+        "records",
+        "errors",
+        "rows_written",
+        "started_at",
+        "finished_at",
+        "message",
+    ]
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name_plural = "runs"
+
+    def get_queryset(self, request):
+        return runs_with_live_counters(super().get_queryset(request))
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="run")
+    def run_link(self, run: FlowRun) -> str:
+        return format_html(
+            '<a href="{}">run {}</a>', reverse("admin:dataflow_flowrun_change", args=[run.pk]), run.pk
+        )
+
+    @admin.display(description="records")
+    def records(self, run: FlowRun) -> str:
+        return number_text(run.live_records)
+
+    @admin.display(description="errors")
+    def errors(self, run: FlowRun) -> str:
+        return number_text(run.live_errors)
+
+
+@admin.register(DataFlow)
+class DataFlowAdmin(admin.ModelAdmin):
+    list_display = [
+        "name",
+        "status",
+        "source_type",
+        "sink_type",
+        "last_run",
+        "last_records",
+        "last_errors",
+        "last_duration",
+        "updated_at",
+    ]
+    list_filter = ["status", "source_type", "sink_type"]
+    search_fields = ["name", "description"]
+    readonly_fields = ["status", "owner", "created_at", "updated_at"]
+    inlines = [RunInline]
+    actions = ["start_flows", "stop_flows"]
+
+    class Media:
+        js = ["dataflow/admin/flow_form.js", "dataflow/admin/progress.js"]
+        css = ADMIN_MEDIA_CSS
+
+    def get_queryset(self, request):
+        # The list shows each flow's last run: annotated here, one query per page.
+        return flows_with_last_run(super().get_queryset(request))
+
+    def get_fieldsets(self, request, obj=None):
+        return flow_fieldsets(change=obj is not None)
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        # Built on use: the connectors register after the admin is imported.
+        kwargs["form"] = flow_form_class()
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def save_model(self, request, obj, form, change):
+        # The one way in: the same service as TOML files and the API.
+        saved, _ = flow_apply(spec=form.spec, owner=None if change else request.user)
+        obj.pk = saved.pk
+
+    def delete_model(self, request, obj):
+        # A plain delete would leave a running flow's readers and its beat entries behind.
+        flow_delete(flow=obj)
+
+    def delete_queryset(self, request, queryset):
+        for flow in queryset:
+            flow_delete(flow=flow)
+
+    def get_deleted_objects(self, objs, request):
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        # A flow's runs and what they read go with it (flow_delete); that their own pages
+        # delete nothing must not stop the flow from being deleted.
+        records = {m._meta.verbose_name for m in (FlowRun, Split, Assignment, DeadLetter)}
+        return deleted, counts, perms_needed - records, protected
+
+    # The list's columns: the last run, annotated by flows_with_last_run.
+
+    @admin.display(description="last run", ordering="last_run_id")
+    def last_run(self, flow: DataFlow) -> str:
+        if flow.last_run_id is None:
+            return "—"
+        url = reverse("admin:dataflow_flowrun_change", args=[flow.last_run_id])
+        return format_html('<a href="{}">{}</a>', url, flow.last_run_status)
+
+    @admin.display(description="records", ordering="last_run_records")
+    def last_records(self, flow: DataFlow) -> str:
+        return number_text(flow.last_run_records)
+
+    @admin.display(description="errors", ordering="last_run_errors")
+    def last_errors(self, flow: DataFlow) -> str:
+        return number_text(flow.last_run_errors)
+
+    @admin.display(description="duration")
+    def last_duration(self, flow: DataFlow) -> str:
+        if flow.last_run_id is None:
+            return "—"
+        return duration_text(
+            run_duration_s(started_at=flow.last_run_started_at, finished_at=flow.last_run_finished_at)
+        )
+
+    # List actions.
+
+    @admin.action(description="Start the selected flows")
+    def start_flows(self, request, queryset):
+        for flow in queryset:
+            self._steer(request, flow, "start")
+
+    @admin.action(description="Stop the selected flows")
+    def stop_flows(self, request, queryset):
+        for flow in queryset:
+            self._steer(request, flow, "stop")
+
+    def _steer(self, request, flow: DataFlow, action: str) -> None:
+        try:
+            level, text = STEERING[action](flow)
+        except (ConfigError, FlowStateError) as exc:
+            self.message_user(request, f"{flow.name}: {exc}", messages.ERROR)
+        else:
+            self.message_user(request, f"{flow.name}: {text}", level)
+
+    # Pages of their own: steering buttons, import, export.
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("import/", wrap(self.import_view), name="dataflow_dataflow_import"),
+            path(
+                "<path:object_id>/steer/<str:action>/",
+                wrap(require_POST(self.steer_view)),
+                name="dataflow_dataflow_steer",
+            ),
+            path("<path:object_id>/export/", wrap(self.export_view), name="dataflow_dataflow_export"),
+            *super().get_urls(),
+        ]
+
+    def _flow_or_404(self, request, object_id: str) -> DataFlow:
+        flow = self.get_object(request, unquote(object_id))
+        if flow is None:
+            raise Http404(f"no flow with id {object_id!r}")
+        return flow
+
+    def steer_view(self, request, object_id: str, action: str):
+        """A steering button (POST): calls the service; its refusal is a message, not an error page."""
+        flow = self._flow_or_404(request, object_id)
+        if not self.has_change_permission(request, flow):
+            raise PermissionDenied
+        if action not in STEERING:
+            raise Http404(f"no action {action!r}")
+        self._steer(request, flow, action)
+        return redirect("admin:dataflow_dataflow_change", flow.pk)
+
+    def export_view(self, request, object_id: str):
+        """The flow as a TOML file, ``<name>.toml``."""
+        flow = self._flow_or_404(request, object_id)
+        if not self.has_view_permission(request, flow):
+            raise PermissionDenied
+        response = HttpResponse(flow_toml(flow=flow), content_type="application/toml; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{flow.name}.toml"'
+        return response
+
+    def import_view(self, request):
+        """Creates or updates a flow from TOML, pasted or uploaded, validated as applyflows does."""
+        if not (self.has_add_permission(request) and self.has_change_permission(request)):
+            raise PermissionDenied
+        form = TomlImportForm(request.POST or None, request.FILES or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                flow, created = flow_import(spec=_uploaded_spec(form), owner=request.user)
+            except ConfigError as exc:
+                form.add_error(None, str(exc))
+            else:
+                verb = "created" if created else "updated"
+                self.message_user(request, f"Flow {flow.name} {verb} from TOML.", messages.SUCCESS)
+                return redirect("admin:dataflow_dataflow_change", flow.pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Import a flow from TOML",
+            "form": form,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, "admin/dataflow/dataflow/import.html", context)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        flow = self.get_object(request, unquote(object_id))
+        context = dict(extra_context or {})
+        if flow is not None:
+            if self.has_change_permission(request, flow):
+                context["flow_actions"] = flow_actions(flow=flow)
+            latest = flow.runs.select_related("flow").order_by("-id").first()
+            if latest is not None:
+                context["progress"] = progress_panel(
+                    run_live(run=latest), heading=f"Latest run: run {latest.pk}", link_run=True
+                )
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
+
+def _uploaded_spec(form: TomlImportForm) -> dict:
+    upload = form.cleaned_data.get("file")
+    if upload is None:
+        return flow_spec_from_toml(form.cleaned_data["toml"])
+    if upload.size > MAX_TOML_CHARS:
+        raise ConfigError("toml", f"the file is too large: {upload.size:,} bytes, at most {MAX_TOML_CHARS:,}")
+    return flow_spec_from_toml_bytes(upload.read())

@@ -1,0 +1,224 @@
+"""Run pages show live progress; runs, splits, dead letters and assignments are read-only;
+the flow list shows each flow's last run in a constant number of queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from dataflow.models import DataFlow, DeadLetter, FlowRun, MetricSample, RunStatus, SplitStatus
+from dataflow.services.flows import flow_apply, flow_start
+from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, FlowRunFactory, SplitFactory
+from tests.helpers import spec, write_csv
+
+
+@pytest.fixture()
+def reading_run(csv_flow) -> FlowRun:
+    """An active run whose splits have read 2,000,000 records, with a metric sample."""
+    run = flow_start(flow=csv_flow)
+    FlowRun.objects.filter(pk=run.pk).update(splits_pending=0)  # both splits are assigned
+    SplitFactory(run=run, records_read=1_500_000, errors_count=2, position=500, status=SplitStatus.ASSIGNED)
+    SplitFactory(run=run, records_read=500_000, status=SplitStatus.FINISHED, position=1000)
+    MetricSample.objects.create(
+        run=run, at=timezone.now(), records_read=2_000_000, records_per_s=12_345.6, lag=7
+    )
+    return run
+
+
+@pytest.mark.django_db
+def test_progress_json_has_the_runs_live_counters(admin_client, reading_run):
+    response = admin_client.get(f"/admin/dataflow/flowrun/{reading_run.pk}/progress/")
+
+    assert response.status_code == 200
+    data = response.json()
+    assert set(data) == {"run", "rate", "flow"}
+    assert data["run"] | {"started_at": None, "duration_s": None} == {
+        "id": reading_run.pk,
+        "status": "reading",
+        "paused": False,
+        "done": False,
+        "message": "",
+        "trigger": "manual",
+        "started_at": None,
+        "finished_at": None,
+        "duration_s": None,
+        "records_read": 2_000_000,
+        "errors_count": 2,
+        "rows_written": None,
+        "splits_total": 2,
+        "splits_finished": 1,
+    }
+    assert data["run"]["duration_s"] >= 0
+    assert data["rate"] | {"at": None} == {
+        "at": None,
+        "records_per_s": 12_345.6,
+        "lag": 7,
+        "latency_ms": None,
+    }
+    assert data["flow"] == {"id": reading_run.flow_id, "name": "csv-flow", "status": "running"}
+
+
+@pytest.mark.django_db
+def test_progress_json_of_a_run_without_samples_has_no_rate(admin_client, csv_flow):
+    run = flow_start(flow=csv_flow)
+
+    data = admin_client.get(f"/admin/dataflow/flowrun/{run.pk}/progress/").json()
+
+    assert data["rate"] is None
+    assert data["run"]["records_read"] == 0
+
+
+@pytest.mark.django_db
+def test_progress_json_needs_a_staff_user(client, reading_run):
+    response = client.get(f"/admin/dataflow/flowrun/{reading_run.pk}/progress/")
+
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.django_db
+def test_the_run_page_shows_live_records_and_links_to_its_splits_and_dead_letters(admin_client, reading_run):
+    page = admin_client.get(f"/admin/dataflow/flowrun/{reading_run.pk}/change/").content.decode()
+
+    assert f'data-progress-url="/admin/dataflow/flowrun/{reading_run.pk}/progress/"' in page
+    assert 'data-field="records_read">2,000,000</dd>' in page
+    assert 'data-field="splits">1 / 2</dd>' in page
+    assert 'data-field="records_per_s">12,346</dd>' in page
+    assert f'href="/admin/dataflow/split/?run__id__exact={reading_run.pk}"' in page
+    assert f'href="/admin/dataflow/deadletter/?run__id__exact={reading_run.pk}"' in page
+    assert "dataflow/admin/progress.js" in page
+
+
+@pytest.mark.django_db
+def test_the_flow_page_shows_its_latest_runs_progress(admin_client, reading_run):
+    page = admin_client.get(f"/admin/dataflow/dataflow/{reading_run.flow_id}/change/").content.decode()
+
+    assert f"Latest run: run {reading_run.pk}" in page
+    assert 'data-field="records_read">2,000,000</dd>' in page
+
+
+@pytest.mark.django_db
+def test_the_run_list_shows_live_records_of_an_active_run(admin_client, reading_run):
+    page = admin_client.get("/admin/dataflow/flowrun/").content.decode()
+
+    assert '<td class="field-records">2,000,000</td>' in page
+
+
+@pytest.mark.django_db
+def test_dead_letters_and_splits_filter_by_run(admin_client, csv_flow):
+    kept, other = FlowRunFactory(flow=csv_flow), FlowRunFactory(flow=csv_flow)
+    DeadLetterFactory(run=kept, error="kept letter")
+    DeadLetterFactory(run=other, error="other letter")
+    SplitFactory(run=kept, split_id="kept-split@0")
+    SplitFactory(run=other, split_id="other-split@0")
+
+    letters = admin_client.get(f"/admin/dataflow/deadletter/?run__id__exact={kept.pk}").content.decode()
+    splits = admin_client.get(f"/admin/dataflow/split/?run__id__exact={kept.pk}").content.decode()
+
+    assert "kept letter" in letters and "other letter" not in letters
+    assert "kept-split@0" in splits and "other-split@0" not in splits
+
+
+def _page_buttons(page: str) -> dict[str, bool]:
+    return {
+        "save": 'name="_save"' in page,
+        "continue": 'name="_continue"' in page,
+        "delete": 'class="deletelink"' in page,
+    }
+
+
+@pytest.mark.django_db
+def test_runs_splits_and_assignments_have_no_save_or_delete(admin_client, csv_flow):
+    run = FlowRunFactory(flow=csv_flow)
+    split = SplitFactory(run=run)
+    assignment = AssignmentFactory(split=split)
+
+    for url in (
+        f"/admin/dataflow/flowrun/{run.pk}/change/",
+        f"/admin/dataflow/split/{split.pk}/change/",
+        f"/admin/dataflow/assignment/{assignment.pk}/change/",
+    ):
+        response = admin_client.get(url)
+        assert response.status_code == 200, url
+        assert _page_buttons(response.content.decode()) == {
+            "save": False,
+            "continue": False,
+            "delete": False,
+        }, url
+        assert admin_client.get(url.replace("/change/", "/delete/")).status_code == 403, url
+
+
+@pytest.mark.django_db
+def test_a_dead_letter_has_no_save_but_may_be_discarded(admin_client, csv_flow):
+    letter = DeadLetterFactory(run=FlowRunFactory(flow=csv_flow))
+    url = f"/admin/dataflow/deadletter/{letter.pk}/"
+
+    page = admin_client.get(f"{url}change/").content.decode()
+    assert _page_buttons(page) == {"save": False, "continue": False, "delete": True}
+
+    response = admin_client.post(f"{url}delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not DeadLetter.objects.filter(pk=letter.pk).exists()
+
+
+@pytest.mark.django_db
+def test_a_run_cannot_be_added_or_changed_by_a_post(admin_client, csv_flow):
+    run = FlowRunFactory(flow=csv_flow, message="as it was")
+
+    response = admin_client.post(f"/admin/dataflow/flowrun/{run.pk}/change/", {"message": "changed"})
+
+    assert response.status_code == 403
+    assert FlowRun.objects.get(pk=run.pk).message == "as it was"
+    assert admin_client.get("/admin/dataflow/flowrun/add/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_file_split_shows_how_much_of_its_byte_range_was_read(admin_client, csv_flow):
+    run = FlowRunFactory(flow=csv_flow)
+    SplitFactory(run=run, split_id="/d/half.csv@1000", payload={"start": 1000, "end": 3000}, position=2000)
+    SplitFactory(run=run, split_id="stream-a", payload={"stream": "a"}, position=5)
+    SplitFactory(
+        run=run, split_id="/d/g.csv.gz@0", payload={"start": 0, "end": 2**62, "compressed": True}, position=5
+    )
+
+    page = admin_client.get(f"/admin/dataflow/split/?run__id__exact={run.pk}").content.decode()
+
+    assert '<progress max="100" value="50" aria-label="50% read"></progress> 50%' in page
+    assert page.count('<td class="field-progress">—</td>') == 2
+
+
+def _second_flow(dirs, name: str) -> DataFlow:
+    write_csv(dirs.data / f"{name}.csv", range(3))
+    flow, _ = flow_apply(spec=spec(name, str(dirs.data / f"{name}.csv"), str(dirs.out / name)))
+    return flow
+
+
+def _list_queries(admin_client) -> tuple[int, str]:
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get("/admin/dataflow/dataflow/")
+    assert response.status_code == 200
+    return len(queries), response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_flows(
+    admin_client, dirs, reading_run
+):
+    few, _ = _list_queries(admin_client)
+    for i in range(4):
+        flow = _second_flow(dirs, f"more-{i}")
+        run = FlowRunFactory(flow=flow, status=RunStatus.FAILED, records_read=10 + i, errors_count=1)
+        FlowRun.objects.filter(pk=run.pk).update(finished_at=run.started_at + timedelta(seconds=90))
+
+    many, page = _list_queries(admin_client)
+
+    assert many == few
+    assert '<td class="field-last_records">2,000,000</td>' in page  # live, while it reads
+    assert '<td class="field-last_records">13</td>' in page
+    assert f'<a href="/admin/dataflow/flowrun/{reading_run.pk}/change/">reading</a>' in page
+    assert '<td class="field-last_duration">1 min 30 s</td>' in page
