@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
+from django.shortcuts import redirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 
 from dataflow.admin.flows import ADMIN_MEDIA_CSS
 from dataflow.admin.progress import duration_text, number_text, progress_panel
-from dataflow.models import Assignment, DeadLetter, FlowRun, Split
+from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
 from dataflow.services.admin_support import run_duration_s, run_live, runs_with_live_counters, split_share
+from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
+from dataflow.services.flows import FlowStateError
+from source_support.errors import ConfigError
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -189,17 +193,28 @@ class SplitAdmin(ReadOnlyAdmin):
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(ReadOnlyAdmin):
-    """Records that could not be parsed; discarding one (delete) is allowed."""
+    """Records that could not be parsed. They may be discarded or replayed (into a run of
+    their own), through the dead-letter services; nothing else changes them."""
 
     list_display = ["id", "flow", "run_link", "split_id", "offset", "line", "error", "created_at"]
     list_filter = ["flow"]
     list_select_related = ["flow"]
     search_fields = ["error", "split_id"]
     readonly_fields = [f.name for f in DeadLetter._meta.fields]
+    actions = ["discard_selected", "replay_selected"]
 
     def has_delete_permission(self, request, obj=None):
-        # Skip the base's refusal: discarding a dead letter is the model's delete permission.
+        # Discarding is deleting: the model's delete permission, not the base's refusal.
         return super(ReadOnlyAdmin, self).has_delete_permission(request, obj)
+
+    def has_replay_permission(self, request) -> bool:
+        # A replay runs the flow: it takes the permission that steers flows.
+        return request.user.has_perm("dataflow.change_dataflow")
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # "discard" does it through the service
+        return actions
 
     @admin.display(description="run", ordering="run_id")
     def run_link(self, letter: DeadLetter) -> str:
@@ -208,6 +223,54 @@ class DeadLetterAdmin(ReadOnlyAdmin):
             reverse("admin:dataflow_flowrun_change", args=[letter.run_id]),
             letter.run_id,
         )
+
+    def delete_model(self, request, obj):
+        try:
+            dead_letters_discard(flow=obj.flow, ids=[obj.pk])
+        except (ConfigError, FlowStateError) as exc:
+            request.dead_letter_refusal = str(exc)
+
+    def response_delete(self, request, obj_display, obj_id):
+        refusal = getattr(request, "dead_letter_refusal", None)
+        if refusal is None:
+            return super().response_delete(request, obj_display, obj_id)
+        self.message_user(request, f"Dead letter {obj_id} was not discarded: {refusal}", messages.ERROR)
+        return redirect("admin:dataflow_deadletter_change", obj_id)
+
+    @admin.action(description="Discard the selected dead letters", permissions=["delete"])
+    def discard_selected(self, request, queryset):
+        for flow, ids in _ids_by_flow(queryset).items():
+            try:
+                discarded = dead_letters_discard(flow=flow, ids=ids)
+            except (ConfigError, FlowStateError) as exc:
+                self.message_user(request, f"{flow.name}: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{flow.name}: {discarded} dead letter(s) discarded", messages.SUCCESS
+                )
+
+    @admin.action(
+        description="Replay the selected dead letters into their flow's sink", permissions=["replay"]
+    )
+    def replay_selected(self, request, queryset):
+        for flow, ids in _ids_by_flow(queryset).items():
+            try:
+                run = dead_letters_replay(flow=flow, ids=ids)
+            except (ConfigError, FlowStateError) as exc:
+                self.message_user(request, f"{flow.name}: {exc}", messages.ERROR)
+            else:
+                self.message_user(
+                    request, f"{flow.name}: replay run {run.pk} started: {run.message}", messages.SUCCESS
+                )
+
+
+def _ids_by_flow(queryset) -> dict[DataFlow, list[int]]:
+    flows: dict[int, DataFlow] = {}
+    ids: dict[int, list[int]] = {}
+    for letter in queryset.select_related("flow").order_by("flow_id", "id"):
+        flows[letter.flow_id] = letter.flow
+        ids.setdefault(letter.flow_id, []).append(letter.pk)
+    return {flows[flow_id]: letter_ids for flow_id, letter_ids in ids.items()}
 
 
 @admin.register(Assignment)

@@ -7,6 +7,7 @@ import pytest
 
 from dataflow.models import DataFlow, FlowRun, Split, SplitStatus
 from dataflow.services.flows import flow_start
+from tests.dataflow.admin.factories import SplitFactory
 
 
 def _steer(client, flow: DataFlow, action: str):
@@ -66,8 +67,8 @@ def test_restart_stops_the_run_and_starts_a_new_one(admin_client, csv_flow):
 @pytest.mark.django_db
 def test_restart_failed_reads_only_the_failed_splits_again(admin_client, csv_flow):
     run = flow_start(flow=csv_flow)
-    Split.objects.create(run=run, split_id="a@0", payload={}, status=SplitStatus.FINISHED)
-    Split.objects.create(run=run, split_id="b@0", payload={}, status=SplitStatus.FAILED, error="boom")
+    SplitFactory(run=run, split_id="a@0", status=SplitStatus.FINISHED)
+    SplitFactory(run=run, split_id="b@0", status=SplitStatus.FAILED, error="boom")
 
     page = admin_client.get(f"/admin/dataflow/dataflow/{csv_flow.pk}/change/").content.decode()
     assert 'id="steer-restart_failed"' in page
