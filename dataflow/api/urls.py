@@ -6,7 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
-from dataflow.api.views import actions, auth, catalog, offsets, runs
+from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, runs
 from dataflow.api.views.flows import FlowViewSet
 
 app_name = "api"
@@ -29,10 +29,26 @@ urlpatterns = [
     path("flows/<slug:name>/status/", runs.FlowStatusView.as_view(), name="flow-status"),
     path("flows/<slug:name>/metrics/", runs.FlowMetricsView.as_view(), name="flow-metrics"),
     path("flows/<slug:name>/runs/", runs.FlowRunsView.as_view(), name="flow-runs"),
+    path(
+        "flows/<slug:name>/dead-letters/",
+        dead_letters.FlowDeadLettersView.as_view(),
+        name="flow-dead-letters",
+    ),
+    path(
+        "flows/<slug:name>/dead-letters/discard/",
+        dead_letters.FlowDeadLettersDiscardView.as_view(),
+        name="flow-dead-letters-discard",
+    ),
+    path(
+        "flows/<slug:name>/dead-letters/replay/",
+        dead_letters.FlowDeadLettersReplayView.as_view(),
+        name="flow-dead-letters-replay",
+    ),
     path("flows/<slug:name>/offsets/", offsets.FlowOffsetsView.as_view(), name="flow-offsets"),
     path(
         "flows/<slug:name>/offsets/reset/", offsets.FlowOffsetsResetView.as_view(), name="flow-offsets-reset"
     ),
     path("flows/<slug:name>/checkpoints/", offsets.FlowCheckpointsView.as_view(), name="flow-checkpoints"),
     path("runs/<int:pk>/", runs.RunDetailView.as_view(), name="run-detail"),
+    path("dead-letters/<int:pk>/", dead_letters.DeadLetterDetailView.as_view(), name="dead-letter-detail"),
 ]

@@ -76,14 +76,10 @@ class FlowResumeView(FlowActionView):
     responses={202: ActionSerializer, **errors(400, 403, 404, 409, 429)},
 )
 class FlowRestartView(FlowActionView):
-    def post(self, request, name: str):
-        query = RestartQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        self.only_failed = query.validated_data["only_failed"]
-        return super().post(request, name)
-
     def act(self, flow):
-        return flow_restart(flow=flow, only_failed=self.only_failed)
+        query = RestartQuerySerializer(data=self.request.query_params)
+        query.is_valid(raise_exception=True)
+        return flow_restart(flow=flow, only_failed=query.validated_data["only_failed"])
 
 
 @extend_schema(
@@ -92,11 +88,7 @@ class FlowRestartView(FlowActionView):
     responses={202: ActionSerializer, **errors(400, 403, 404, 409, 413, 429)},
 )
 class FlowRestoreView(FlowActionView):
-    def post(self, request, name: str):
-        body = RestoreSerializer(data=request.data if request.data is not None else {})
-        body.is_valid(raise_exception=True)
-        self.checkpoint_id = body.validated_data.get("checkpoint")
-        return super().post(request, name)
-
     def act(self, flow):
-        return flow_restore(flow=flow, checkpoint_id=self.checkpoint_id)
+        body = RestoreSerializer(data=self.request.data if self.request.data is not None else {})
+        body.is_valid(raise_exception=True)
+        return flow_restore(flow=flow, checkpoint_id=body.validated_data.get("checkpoint"))

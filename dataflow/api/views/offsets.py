@@ -36,9 +36,9 @@ class FlowOffsetsView(FlowScopedView):
         responses={200: OffsetsSerializer, **errors(400, 403, 404, 409, 413, 429)},
     )
     def patch(self, request, name: str):
+        flow = self.get_flow()
         body = OffsetsUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        flow = self.get_flow()
         offsets = offsets_set(flow=flow, positions=body.validated_data["offsets"])
         return Response(OffsetsSerializer(_offsets(flow, offsets)).data)
 

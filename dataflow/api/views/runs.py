@@ -62,9 +62,9 @@ class FlowMetricsView(FlowScopedView):
     serializer_class = MetricsSerializer
 
     def get(self, request, name: str):
+        flow = self.get_flow()
         query = MetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        flow = self.get_flow()
         run_id = query.validated_data["run"]
         run = flow_latest_run(flow=flow) if run_id is None else flow.runs.filter(pk=run_id).first()
         if run_id is not None and run is None:
