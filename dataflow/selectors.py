@@ -286,6 +286,8 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
     status["latest_sample"] = latest[0] if latest else None
     if run is not None:
         _add_split_progress(run, status["splits"])
+        # An ended run has its totals even where its splits are gone.
+        status["run"]["records_read"] = max(status["run"]["records_read"], run.records_read)
     status["runs"] = _recent_runs(flow)
     status["errors"] = _recent_errors(flow)
     return status

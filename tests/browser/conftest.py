@@ -81,12 +81,26 @@ class Page:
     def find_all(self, css: str):
         return self.driver.find_elements(By.CSS_SELECTOR, css)
 
+    def points(self, chart_id: str) -> int | None:
+        """How many samples a chart drew; None while the page that has it is not there yet
+        (a wait may ask in the middle of a navigation)."""
+        return self.js(
+            "var el = document.getElementById(arguments[0]);"
+            "return el && el.dataset.points ? Number(el.dataset.points) : null;",
+            chart_id,
+        )
+
     def js(self, script: str, *args):
         return self.driver.execute_script(script, *args)
 
     def console_errors(self) -> list[str]:
-        """Console messages at level SEVERE since the last call (uncaught errors, failed loads)."""
-        return [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+        """Console messages at level SEVERE since the last call (uncaught errors, failed loads),
+        but for /favicon.ico: the browser asks for it on pages that name no icon (the admin's)."""
+        return [
+            entry["message"]
+            for entry in self.driver.get_log("browser")
+            if entry["level"] == "SEVERE" and "/favicon.ico " not in entry["message"]
+        ]
 
     def screenshot(self, name: str, *, width: int = WIDTH, full_page: bool = True) -> Path:
         """A PNG of the page at ``width`` CSS pixels (all of it, or the first screen), in
