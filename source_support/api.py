@@ -337,6 +337,12 @@ class Source(ABC, Generic[SplitT]):
         wait past the position (a stream's lag), None where the connector cannot tell."""
         return {}
 
+    def split_to_retry(self, split: SplitT) -> SplitT:
+        """A failed ``split`` as it is to be read again from its position once the user fixed
+        its data (``flow_restart`` of failed splits); ValueError, saying why, if it cannot be
+        read again safely. The default reads it as it was."""
+        return split
+
     def check_input(self) -> None:
         """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
         header without a schema column), raising ``ConfigError``; the default checks nothing."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,7 +18,7 @@ from connectors.files.enumerator import (
     list_files,
 )
 from connectors.files.reader import FileSplitReader
-from connectors.files.split import FileSplit, FileSplitSerializer
+from connectors.files.split import FileSplit, FileSplitSerializer, discovered_split
 from source_support.api import (
     Boundedness,
     Source,
@@ -124,6 +125,27 @@ class FileSource(Source[FileSplit]):
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
         split_reader = FileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
+
+    def split_to_retry(self, split: FileSplit) -> FileSplit:
+        """The split over the file as it is now: a file the user fixed is no longer the one
+        discovered (size, mtime), and the range that ran to its end runs to its new end. What
+        lies before the split's position must be as it was (the fix is at the failed record
+        or after it); a file read in several ranges must keep its size, or the ranges after
+        this one, read from the file as it was, would no longer meet it."""
+        try:
+            info = os.stat(split.path)
+        except OSError:
+            return split  # gone: the reader says so
+        last = split.size is None or split.compressed or split.end == split.size
+        if split.size is not None and info.st_size != split.size and not last:
+            raise ValueError(
+                f"{split.path} changed size ({split.size} -> {info.st_size} bytes) and is read in "
+                "several ranges, so the ranges after this one would no longer meet it"
+            )
+        end = info.st_size if last and not split.compressed else split.end
+        return discovered_split(split.path, split.start, end, info, compressed=split.compressed).at(
+            split.position
+        )
 
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the first non-empty file's first MiB; None if there is no file."""

@@ -189,9 +189,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
             raise FlowStateError(f"flow {flow.name!r} has no failed split to restart")
         if run.status == RunStatus.TRANSFORMING:
             raise FlowStateError(f"run {run.pk} of {flow.name!r} is transforming: its splits are done")
-        # Left ASSIGNED to a reader that is gone: the next tick takes them back from their
-        # checkpoints and hands them out again, as after a crash.
-        restarted = failed.update(status=SplitStatus.ASSIGNED, owner_token="", error="")
+        restarted = _splits_retried(run, list(failed))
         was_active = run.status == RunStatus.READING
         run.status, run.finished_at = RunStatus.READING, None
         run.message = f"restarted {restarted} failed split(s)"
@@ -203,6 +201,28 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
             transaction.on_commit(coordinator_for(run).purge)
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
+
+
+def _splits_retried(run: FlowRun, failed: list[Split]) -> int:
+    """Leaves each failed split ASSIGNED to a reader that is gone (the next tick takes it
+    back from its checkpoint and hands it out again, as after a crash), as its source reads
+    it again (``Source.split_to_retry``: a file the user fixed is no longer the one
+    discovered); FlowStateError if one cannot be read again safely."""
+    from dataflow.services.runs import source_for
+
+    source = source_for(run)
+    serializer = source.split_serializer
+    for split in failed:
+        try:
+            again = source.split_to_retry(serializer.deserialize(split.payload).at(split.position))
+        except ValueError as exc:
+            raise FlowStateError(
+                f"split {split.split_id} cannot be read again: {exc}; start the flow again"
+            ) from None
+        split.payload = serializer.serialize(again)
+        split.status, split.owner_token, split.error = SplitStatus.ASSIGNED, "", ""
+    Split.objects.bulk_update(failed, ["payload", "status", "owner_token", "error"])
+    return len(failed)
 
 
 def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:

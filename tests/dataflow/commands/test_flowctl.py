@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -95,11 +96,13 @@ def test_restart_of_a_running_flow_starts_a_new_run(flow):
     assert FlowRun.objects.get(pk=first).status == RunStatus.STOPPED
 
 
-def test_restart_only_failed_reads_the_failed_splits_of_the_latest_run_again(flow):
+def test_restart_only_failed_reads_the_failed_splits_of_the_latest_run_again(flow, dirs):
     run_id = _json("start", "meters")["run"]
     run = FlowRun.objects.get(pk=run_id)
+    path = str(dirs.data / "a.csv")
+    payload = {"path": path, "start": 0, "end": os.path.getsize(path), "position": 0, "compressed": False}
     failed = Split.objects.create(
-        run=run, split_id="a.csv@0", payload={}, position=40, status=SplitStatus.FAILED, error="line 3: bad"
+        run=run, split_id=f"{path}@0", payload=payload, position=40, status=SplitStatus.FAILED, error="bad"
     )
     FlowRun.objects.filter(pk=run_id).update(status=RunStatus.FAILED, message="split failed: line 3: bad")
 
