@@ -9,6 +9,7 @@ from collections.abc import Callable
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -46,6 +47,8 @@ from dataflow.services.toml_import import (
 from source_support.errors import ConfigError
 
 ADMIN_MEDIA_CSS = {"all": ["dataflow/admin/admin.css"]}
+#: Runs the flow's page lists, the latest first.
+RUNS_SHOWN = 20
 
 
 def _stop(flow: DataFlow) -> tuple[int, str]:
@@ -89,10 +92,13 @@ class RunInline(admin.TabularInline):
     extra = 0
     max_num = 0
     can_delete = False
-    verbose_name_plural = "runs"
+    verbose_name_plural = f"latest {RUNS_SHOWN} runs"
 
     def get_queryset(self, request):
-        return runs_with_live_counters(super().get_queryset(request))
+        # The latest runs only: a scheduled flow runs thousands of times; the run list
+        # (filtered by flow) has them all.
+        latest = FlowRun.objects.filter(flow_id=OuterRef("flow_id")).order_by("-id").values("id")[:RUNS_SHOWN]
+        return runs_with_live_counters(super().get_queryset(request).filter(pk__in=Subquery(latest)))
 
     def has_add_permission(self, request, obj=None):
         return False

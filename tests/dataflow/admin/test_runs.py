@@ -222,3 +222,17 @@ def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_f
     assert '<td class="field-last_records">13</td>' in page
     assert f'<a href="/admin/dataflow/flowrun/{reading_run.pk}/change/">reading</a>' in page
     assert '<td class="field-last_duration">1 min 30 s</td>' in page
+
+
+@pytest.mark.django_db
+def test_the_flow_page_lists_its_latest_runs_only(admin_client, csv_flow, dirs):
+    runs = [FlowRunFactory(flow=csv_flow) for _ in range(22)]
+    FlowRunFactory(flow=_second_flow(dirs, "other"))
+
+    page = admin_client.get(f"/admin/dataflow/dataflow/{csv_flow.pk}/change/")
+
+    listed = [form.instance.pk for form in page.context["inline_admin_formsets"][0].formset.forms]
+    assert listed == [run.pk for run in runs[::-1][:20]]
+    all_runs = admin_client.get(f"/admin/dataflow/flowrun/?flow__id__exact={csv_flow.pk}")
+    assert f'href="/admin/dataflow/flowrun/?flow__id__exact={csv_flow.pk}"' in page.content.decode()
+    assert all_runs.context["cl"].result_count == 22
