@@ -2,7 +2,7 @@ import tomllib
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dataflow.services.flows import flow_apply
+from dataflow.services.toml_import import flow_import
 from source_support.errors import ConfigError
 
 
@@ -25,7 +25,8 @@ class Command(BaseCommand):
                 # tomllib recurses per nested array or inline table
                 raise CommandError(f"{path}: not a flow spec: its values are nested too deeply") from None
             try:
-                flow, created = flow_apply(spec=spec)
+                # As the admin's import: a secret an export masked keeps the stored one.
+                flow, created = flow_import(spec=spec)
             except ConfigError as exc:
                 raise CommandError(f"{path}: {exc}") from None
             self.stdout.write(f"{'created' if created else 'updated'} flow {flow.name}")

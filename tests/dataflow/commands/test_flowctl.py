@@ -153,6 +153,28 @@ def test_export_prints_toml_that_applyflows_takes_back_as_the_same_spec(dirs, tm
     assert tomllib.loads(text)["flow"]["description"] == exported["flow"]["description"]
 
 
+def test_an_export_with_masked_secrets_applied_back_keeps_the_stored_secret(dirs, tmp_path, prefix):
+    url = "redis://:s3cret@127.0.0.1:6379/6"
+    flow, _ = flow_apply(
+        spec={
+            "flow": {"name": "orders"},
+            "source": {"type": "redis_streams", "streams": f"{prefix}orders:*", "url": url},
+            "format": {"type": "fields", "schema": "id BIGINT"},
+            "transform": {"sql": "SELECT id FROM source"},
+            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
+        }
+    )
+    text = _flowctl("export", "orders")
+    assert "s3cret" not in text and "redis://:****@127.0.0.1:6379/6" in text
+    assert "s3cret" in _flowctl("export", "orders", "--reveal-secrets")
+    (tmp_path / "orders.toml").write_text(text)
+
+    call_command("applyflows", str(tmp_path / "orders.toml"), stdout=io.StringIO())
+
+    flow.refresh_from_db()
+    assert flow.source_config["url"] == url
+
+
 def test_validate_says_ok_for_a_valid_file_and_a_stored_flow(dirs, tmp_path, flow):
     path = tmp_path / "meters.toml"
     path.write_text(_flowctl("export", "meters"))
