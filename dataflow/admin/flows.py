@@ -152,7 +152,20 @@ class DataFlowAdmin(admin.ModelAdmin):
         return flows_with_last_run(super().get_queryset(request))
 
     def get_fieldsets(self, request, obj=None):
+        if obj is not None and not self.has_change_permission(request, obj):
+            # Read-only: the option fields would show no values; the spec says it all.
+            return [
+                ("Flow", {"fields": ["name", "description", "status", "owner", "updated_at"]}),
+                ("Spec", {"fields": ["spec_toml"]}),
+            ]
         return flow_fieldsets(change=obj is not None)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*self.readonly_fields, "spec_toml"]
+
+    @admin.display(description="TOML")
+    def spec_toml(self, flow: DataFlow) -> str:
+        return format_html('<pre class="adf-json">{}</pre>', flow_toml(flow=flow))
 
     def get_form(self, request, obj=None, change=False, **kwargs):
         # Built on use: the connectors register after the admin is imported.

@@ -122,3 +122,22 @@ def test_the_stop_list_action_stays(admin_client, csv_flow):
     )
 
     assert _status(csv_flow) == "stopped"
+
+
+@pytest.mark.django_db
+def test_a_staff_user_who_may_only_view_flows_gets_no_buttons(client, csv_flow):
+    from django.contrib.auth.models import Permission, User
+
+    viewer = User.objects.create_user("viewer", password="x", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_dataflow"))
+    client.force_login(viewer)
+
+    page = client.get(f"/admin/dataflow/dataflow/{csv_flow.pk}/change/")
+    refused = client.post(f"/admin/dataflow/dataflow/{csv_flow.pk}/steer/start/")
+
+    assert page.status_code == 200
+    assert 'id="steer-start"' not in page.content.decode()
+    assert 'name="_save"' not in page.content.decode()
+    assert f"path = &quot;{csv_flow.source_config['path']}&quot;" in page.content.decode()
+    assert refused.status_code == 403
+    assert _status(csv_flow) == "idle"
