@@ -9,10 +9,13 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
+
+from dataflow.web import views as dashboard_views
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 CHROMIUM = shutil.which("chromium")
@@ -73,7 +76,9 @@ class Page:
         )
 
     def wait_until(self, condition, timeout: float = 10, message: str = ""):
-        return WebDriverWait(self.driver, timeout).until(lambda driver: condition(), message)
+        # A part that a poll redraws goes stale between finding it and reading it: ask again.
+        wait = WebDriverWait(self.driver, timeout, ignored_exceptions=(StaleElementReferenceException,))
+        return wait.until(lambda driver: condition(), message)
 
     def find(self, css: str):
         return self.driver.find_element(By.CSS_SELECTOR, css)
@@ -123,7 +128,9 @@ class Page:
 
 
 @pytest.fixture()
-def page(browser, live_server, transactional_db, tmp_path):
+def page(browser, live_server, transactional_db, tmp_path, monkeypatch):
+    # Pages poll every second here: a test waits less for what a poll brings.
+    monkeypatch.setattr(dashboard_views, "POLL_MS", 1000)
     browser.delete_all_cookies()
     browser.get_log("browser")  # drop what an earlier test left
     return Page(browser, live_server.url, tmp_path)

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dataflow.models import FlowStatus, RunStatus
+from dataflow.models import DataFlow, FlowStatus, RunStatus
 from tests.dataflow.web.factories import (
     PASSWORD,
     DataFlowFactory,
@@ -75,6 +75,12 @@ def test_owner_sees_their_flows_and_a_flow_page_that_updates_itself(page):
     names = [a.text for a in page.find_all("a.flow-link")]
     assert names == ["clicks-stream", "invoices-monthly", "orders-daily", "partner-feed", "sensor-backfill"]
     assert page.find('tr[data-flow="clicks-stream"] .badge').text.lower() == "paused"
+    # The list keeps itself up to date too.
+    DataFlow.objects.filter(name="partner-feed").update(status=FlowStatus.RUNNING)
+    page.wait_until(
+        lambda: page.find('tr[data-flow="partner-feed"] .badge').text.lower() == "running",
+        message="the flow list did not show the new state",
+    )
     page.screenshot("dashboard-index")
     page.screenshot("dashboard-index-narrow", width=420)
 
