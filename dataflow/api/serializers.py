@@ -126,7 +126,8 @@ class FlowSerializer(serializers.Serializer):
         for section in SECTION_NAMES:
             if section in spec:
                 out[section] = mask_section(section, spec[section])
-        last_run = getattr(flow, "api_last_run", None) or flow_latest_run(flow=flow)
+        latest_runs = self.context.get("latest_runs")  # a list's, fetched at once
+        last_run = latest_runs.get(flow.pk) if latest_runs is not None else flow_latest_run(flow=flow)
         request = self.context.get("request")
         out |= {
             "status": flow.status,

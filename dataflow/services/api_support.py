@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 
 from dataflow.models import DataFlow, DeadLetter, FlowRun, RunStatus
 from dataflow.selectors import flow_status
@@ -114,7 +114,15 @@ def dead_letters_of(*, user) -> QuerySet[DeadLetter]:
 
 
 def flow_latest_run(*, flow: DataFlow) -> FlowRun | None:
+    """The flow's newest run (None: it never ran)."""
     return flow.runs.order_by("-id").first()
+
+
+def latest_runs_of(*, flows: list[DataFlow]) -> dict[int, FlowRun]:
+    """The newest run of each of ``flows`` that has one, by flow id, in one query."""
+    newest = FlowRun.objects.filter(flow=OuterRef("flow")).order_by("-id").values("id")[:1]
+    runs = FlowRun.objects.filter(flow__in=flows, pk=Subquery(newest))
+    return {run.flow_id: run for run in runs}
 
 
 def flow_status_report(*, flow: DataFlow) -> dict[str, Any]:

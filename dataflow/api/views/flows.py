@@ -12,7 +12,7 @@ from dataflow.api.filters import FlowFilter
 from dataflow.api.schema import errors
 from dataflow.api.serializers import FlowReplaceSerializer, FlowSerializer, ValidSerializer
 from dataflow.api.views.base import FLOW_NAME_RE, WRITE_SCOPE
-from dataflow.services.api_support import flow_create, flow_merge, flow_replace, flows_of
+from dataflow.services.api_support import flow_create, flow_merge, flow_replace, flows_of, latest_runs_of
 from dataflow.services.flows import flow_delete
 from dataflow.services.specs import flow_spec_validate
 
@@ -72,7 +72,8 @@ class FlowViewSet(viewsets.GenericViewSet):
 
     def list(self, request):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        return self.get_paginated_response(self.get_serializer(page, many=True).data)
+        serializer = self.get_serializer(page, many=True, context={"latest_runs": latest_runs_of(flows=page)})
+        return self.get_paginated_response(serializer.data)
 
     def create(self, request):
         serializer = self.get_serializer(data=request.data)

@@ -190,3 +190,16 @@ def test_a_new_secret_replaces_the_stored_one(api, secret_flow):
 
     assert response.status_code == 200, response.json()
     assert DataFlow.objects.get(name="orders").sink_config["url"] == new_url
+
+
+def test_the_list_shows_each_flows_latest_run(api, make_flow):
+    ran, idle = make_flow("ran"), make_flow("idle")
+    flow_start(flow=ran)
+    FlowRun.objects.filter(flow=ran).update(status=RunStatus.STOPPED)
+    latest = flow_start(flow=ran)
+
+    flows = {f["name"]: f for f in api.get("/api/flows/").json()["results"]}
+
+    assert flows["ran"]["last_run"]["id"] == latest.pk
+    assert flows["idle"]["last_run"] is None
+    assert idle.name in flows
