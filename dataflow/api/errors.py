@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist, RequestDataTooBig
 from django.http import Http404
 from rest_framework import status
@@ -29,9 +28,8 @@ def exception_handler(exc, context):
     if isinstance(exc, FlowStateError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, RequestDataTooBig):
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
-            {"detail": f"Request body too large: {exc} (the limit is {limit:,} bytes)."},
+            {"detail": f"Request body too large: {str(exc).rstrip('.')}."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
         )
     if isinstance(exc, ObjectDoesNotExist):

@@ -126,8 +126,8 @@ def latest_runs_of(*, flows: list[DataFlow]) -> dict[int, FlowRun]:
 
 
 def flow_status_report(*, flow: DataFlow) -> dict[str, Any]:
-    """``selectors.flow_status`` and the last error: the latest run's message if it failed,
-    else the error of the split that failed last (None: no error)."""
+    """``selectors.flow_status`` and ``last_error``: the latest run's message if it failed,
+    else the error of the last listed split that has one (None: no error)."""
     report = flow_status(flow=flow)
     run = report["run"]
     last_error = None
