@@ -110,6 +110,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["dataflow.api.permissions.WriteRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"api-write": os.environ.get("DATAFLOW_API_WRITE_RATE", "120/min")},
     "EXCEPTION_HANDLER": "dataflow.api.errors.exception_handler",
+    # The API takes JSON only: DRF's test client sends it by default (not multipart).
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 # The largest request body (the API answers 413 beyond): a flow spec is at most 256 KiB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATAFLOW_MAX_REQUEST_BYTES", str(1024 * 1024)))

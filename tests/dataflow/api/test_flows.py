@@ -203,3 +203,9 @@ def test_the_list_shows_each_flows_latest_run(api, make_flow):
     assert flows["ran"]["last_run"]["id"] == latest.pk
     assert flows["idle"]["last_run"] is None
     assert idle.name in flows
+
+
+def test_the_test_client_sends_json_unless_told_otherwise(api, body):
+    # What a test written against the API does without format="json".
+    assert api.post("/api/flows/", body).status_code == 201
+    assert api.post("/api/flows/orders/restore/").status_code == 409  # no checkpoint; the empty body parses
