@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import OuterRef, QuerySet, Subquery
 
 from dataflow.models import DataFlow, DeadLetter, FlowRun, RunStatus
-from dataflow.selectors import flow_status
+from dataflow.selectors import flow_status, flows_visible
 from dataflow.services.flows import FlowStateError, flow_apply
 from dataflow.services.specs import flow_spec_of
 from source_support.registry import unmask_section
@@ -94,13 +94,9 @@ def _unmasked(section: str, table: Any, stored: dict[str, Any] | None) -> Any:
 
 
 def flows_of(*, user) -> QuerySet[DataFlow]:
-    """The flows ``user`` may see and steer: every flow for staff, their own otherwise."""
-    flows = DataFlow.objects.select_related("owner")
-    if getattr(user, "is_staff", False):
-        return flows
-    if not getattr(user, "is_authenticated", False):
-        return flows.none()
-    return flows.filter(owner=user)
+    """The flows ``user`` may see and steer (``selectors.flows_visible``: every flow for
+    staff, their own otherwise), with their owners."""
+    return flows_visible(user=user).select_related("owner")
 
 
 def runs_of(*, user) -> QuerySet[FlowRun]:
