@@ -4,6 +4,7 @@ selectors return, each declared field by field so the OpenAPI schema says what i
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from rest_framework import serializers
@@ -12,6 +13,7 @@ from rest_framework.reverse import reverse
 from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatus
 from dataflow.selectors import run_progress
 from dataflow.services.api_support import flow_latest_run
+from dataflow.services.notify import notify_masked
 from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
 from source_support.registry import mask_section
 
@@ -125,7 +127,9 @@ class FlowSerializer(serializers.Serializer):
         out: dict[str, Any] = dict(spec["flow"])
         for section in SECTION_NAMES:
             if section in spec:
-                out[section] = mask_section(section, spec[section])
+                out[section] = (notify_masked if section == "notify" else partial(mask_section, section))(
+                    spec[section]
+                )
         latest_runs = self.context.get("latest_runs")  # a list's, fetched at once
         last_run = latest_runs.get(flow.pk) if latest_runs is not None else flow_latest_run(flow=flow)
         request = self.context.get("request")

@@ -16,6 +16,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from dataflow.models import DataFlow, DeadLetter, FlowRun, RunStatus
 from dataflow.selectors import flow_status, flows_visible
 from dataflow.services.flows import FlowStateError, flow_apply
+from dataflow.services.notify import notify_unmasked
 from dataflow.services.specs import flow_spec_of
 from source_support.registry import unmask_section
 
@@ -87,6 +88,8 @@ def flow_merge(*, flow: DataFlow, changes: dict[str, Any]) -> DataFlow:
 def _unmasked(section: str, table: Any, stored: dict[str, Any] | None) -> Any:
     if not isinstance(table, dict) or not stored:
         return table
+    if section == "notify":
+        return notify_unmasked(table, stored)
     return unmask_section(section, table, stored)
 
 

@@ -93,6 +93,23 @@ def webhook_url_masked(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "***" if parts.query else "", ""))
 
 
+def notify_masked(table: dict[str, Any]) -> dict[str, Any]:
+    """The ``[notify]`` table as the API and exports show it: the webhook masked (see
+    ``webhook_url_masked``); write-only like a connector's secrets."""
+    if not isinstance(table.get("webhook"), str):
+        return dict(table)
+    return {**table, "webhook": webhook_url_masked(table["webhook"])}
+
+
+def notify_unmasked(new: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
+    """``new`` with a webhook sent back exactly as ``notify_masked`` showed the stored one
+    replaced by the stored URL; any other value is a new webhook."""
+    stored_url = stored.get("webhook")
+    if isinstance(stored_url, str) and new.get("webhook") == webhook_url_masked(stored_url):
+        return {**new, "webhook": stored_url}
+    return dict(new)
+
+
 def run_notify(*, run: FlowRun, status: str) -> WebhookDelivery | None:
     """Inside ``run_finish``'s transaction: records the call of the flow's webhook about
     this outcome of the run, if ``[notify]`` asks for it, and queues it once the transaction

@@ -54,6 +54,7 @@ TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
 }
 STOP_FIELDS = {"at": str, "after_records": int}
 ENTRY_ID_RE = re.compile(r"\d+(-\d+)?")
+RESERVED_NAMES = frozenset({"validate"})
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")  # with fullmatch: no trailing newline
 
 # Size limits: a spec is copied into every run, so a huge one costs on every run.
@@ -168,6 +169,10 @@ def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
         out[name] = value
     if not NAME_RE.fullmatch(out["name"]):
         raise ConfigError("flow.name", "must be lowercase letters, digits, '-' or '_' (at most 100)")
+    if out["name"] in RESERVED_NAMES:
+        raise ConfigError(
+            "flow.name", f"{out['name']!r} is reserved: /api/flows/{out['name']}/ is an endpoint"
+        )
     return out
 
 

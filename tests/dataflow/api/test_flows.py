@@ -192,6 +192,17 @@ def test_a_new_secret_replaces_the_stored_one(api, secret_flow):
     assert DataFlow.objects.get(name="orders").sink_config["url"] == new_url
 
 
+def test_a_webhook_is_masked_and_kept_when_sent_back_masked(api, body):
+    hook = "https://bot:pw@hooks.example.com/flows?token=abc"
+    created = api.post("/api/flows/", {**body, "notify": {"webhook": hook}}, format="json").json()
+
+    assert created["notify"]["webhook"] == "https://***@hooks.example.com/flows?***"
+    put = api.put("/api/flows/orders/", {**created, "batch_size": 500}, format="json")
+
+    assert put.status_code == 200, put.json()
+    assert DataFlow.objects.get(name="orders").notify["webhook"] == hook
+
+
 def test_the_list_shows_each_flows_latest_run(api, make_flow):
     ran, idle = make_flow("ran"), make_flow("idle")
     flow_start(flow=ran)

@@ -394,3 +394,11 @@ def test_a_stream_sink_outside_the_source_pattern_or_on_another_redis_is_accepte
     flow, created = flow_apply(spec=_stream_flow(sink))
 
     assert created and flow.sink_config["key"] == sink["key"]
+
+
+@pytest.mark.django_db
+def test_a_flow_name_that_is_an_api_endpoint_is_refused(good):
+    refused = _refused(_edit(good, "flow", name="validate"))
+
+    assert refused.field == "flow.name"
+    assert "reserved" in str(refused)
