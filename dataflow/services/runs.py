@@ -610,6 +610,12 @@ def run_finish(
 
 
 def _release_run(run: FlowRun, status: str) -> None:
+    from dataflow.services.stream_runs import metrics_sample
+
+    try:
+        metrics_sample(run=run)  # its last figures, so a short run's charts have an end
+    except Exception as exc:  # noqa: BLE001 - charts must never keep a run from ending
+        log.warning("run %s: no last metric sample: %s", run.pk, exc)
     coordinator = coordinator_for(run)
     coordinator.purge()
     coordinator.stop()  # a reader that missed the purge still sees the run is over

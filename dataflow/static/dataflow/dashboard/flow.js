@@ -87,7 +87,8 @@
   var lag = makeChart("chart-lag", "lag", "#d97706");
 
   function draw(target, ys) {
-    var known = ys.some(function (v) { return v != null; });
+    // One sample is a point, not a line (and uPlot spreads a lone point's axis over years).
+    var known = ys.filter(function (v) { return v != null; }).length > 1;
     target.chart.setData([state.xs.slice(), ys.slice()]);
     target.el.classList.toggle("is-empty", !known);
     // No sample at all says so on both charts; samples without a value, why.
