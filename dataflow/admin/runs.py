@@ -15,10 +15,11 @@ from django.utils.html import format_html
 
 from dataflow.admin.flows import ADMIN_MEDIA_CSS
 from dataflow.admin.progress import duration_text, number_text, progress_panel
-from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
+from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split, WebhookDelivery
 from dataflow.services.admin_support import run_duration_s, run_live, runs_with_live_counters, split_share
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 from dataflow.services.flows import FlowStateError
+from dataflow.services.notify import webhook_url_masked
 from source_support.errors import ConfigError
 
 
@@ -289,3 +290,27 @@ class AssignmentAdmin(ReadOnlyAdmin):
     list_filter = ["outcome"]
     list_select_related = ["split"]
     readonly_fields = [f.name for f in Assignment._meta.fields]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """Each call of a flow's webhook about a run's end, with its retries."""
+
+    list_display = ["id", "flow", "run", "event", "status", "attempts", "response_status", "created_at"]
+    list_filter = ["status", "event"]
+    list_select_related = ["flow", "run"]
+    exclude = ["url"]  # it may carry a token: shown masked instead
+    readonly_fields = [
+        "flow",
+        "run",
+        "event",
+        "webhook",
+        "status",
+        "attempts",
+        "response_status",
+        "last_error",
+    ]
+
+    @admin.display(description="webhook")
+    def webhook(self, delivery: WebhookDelivery) -> str:
+        return webhook_url_masked(delivery.url)

@@ -10,7 +10,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from dataflow.models import DataFlow, DeadLetter, FlowRun, MetricSample, RunStatus, SplitStatus
+from dataflow.models import (
+    DataFlow,
+    DeadLetter,
+    FlowRun,
+    MetricSample,
+    RunStatus,
+    SplitStatus,
+    WebhookDelivery,
+)
 from dataflow.services.flows import flow_apply, flow_start
 from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, FlowRunFactory, SplitFactory
 from tests.helpers import spec, write_csv
@@ -236,3 +244,22 @@ def test_the_flow_page_lists_its_latest_runs_only(admin_client, csv_flow, dirs):
     all_runs = admin_client.get(f"/admin/dataflow/flowrun/?flow__id__exact={csv_flow.pk}")
     assert f'href="/admin/dataflow/flowrun/?flow__id__exact={csv_flow.pk}"' in page.content.decode()
     assert all_runs.context["cl"].result_count == 22
+
+
+@pytest.mark.django_db
+def test_a_webhook_delivery_is_read_only_and_shows_its_url_masked(admin_client, csv_flow):
+    run = FlowRunFactory(flow=csv_flow)
+    delivery = WebhookDelivery.objects.create(
+        flow=csv_flow,
+        run=run,
+        event="failed",
+        url="https://bot:s3cret@hooks.example.com/x?token=abc",
+        attempts=2,
+    )
+    url = f"/admin/dataflow/webhookdelivery/{delivery.pk}/change/"
+
+    page = admin_client.get(url).content.decode()
+
+    assert "hooks.example.com" in page and "s3cret" not in page and "abc" not in page
+    assert _page_buttons(page) == {"save": False, "continue": False, "delete": False}
+    assert admin_client.get("/admin/dataflow/webhookdelivery/").status_code == 200
