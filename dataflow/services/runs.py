@@ -123,7 +123,7 @@ def run_tick(*, run_id: int) -> None:
         run_finish(run=run, status=RunStatus.FAILED, message=f"split failed: {failed.error}")
         return
     coordinator = coordinator_for(run)
-    coordinator.hold(run.paused_at is not None)  # also after a Redis that lost the mark
+    _sync_hold(run, coordinator)
     if unbounded and _records_rule_met(run):
         _end_input(run, coordinator)
         return
@@ -143,6 +143,16 @@ def run_tick(*, run_id: int) -> None:
         stream_run_tick(run=run, coordinator=coordinator, result=result)
     elif coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)  # a bounded run's progress, for its charts
+
+
+def _sync_hold(run: FlowRun, coordinator: RunCoordinator) -> None:
+    """Sets the run's hold mark in Redis from the database (also after a Redis that lost
+    it), under the run's row lock: ``flow_pause`` and ``flow_resume`` change ``paused_at``
+    holding that lock and set the mark once they commit, so a tick that loaded the run
+    before them cannot undo their mark (readers would read on while paused)."""
+    with transaction.atomic():
+        paused_at = FlowRun.objects.select_for_update().filter(pk=run.pk).values_list("paused_at", flat=True)
+        coordinator.hold(paused_at.first() is not None)
 
 
 def run_is_unbounded(run: FlowRun) -> bool:
