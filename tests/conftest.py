@@ -11,6 +11,7 @@ import uuid
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import set_event_loop
 
 from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
@@ -57,6 +58,10 @@ def celery_worker_module(django_db_setup, django_db_blocker):
         ) as worker,
     ):
         yield worker
+    # Celery's Hub step reuses kombu's process-wide event loop if one is set: the next
+    # module's worker would get this one's hub, whose timer is not the new worker's, and
+    # tasks with a countdown (a webhook's retry) would never run.
+    set_event_loop(None)
 
 
 @pytest.fixture()
