@@ -70,12 +70,15 @@ class Page:
     def get(self, path: str) -> None:
         self.driver.get(self.base_url + path)
 
-    def wait_for(self, css: str, timeout: float = 10):
+    #: Generous: a loaded CI machine runs Chromium, the live server and Spark on 2 cores.
+    WAIT_S = 30
+
+    def wait_for(self, css: str, timeout: float = WAIT_S):
         return WebDriverWait(self.driver, timeout).until(
             ec.visibility_of_element_located((By.CSS_SELECTOR, css))
         )
 
-    def wait_until(self, condition, timeout: float = 10, message: str = ""):
+    def wait_until(self, condition, timeout: float = WAIT_S, message: str = ""):
         # A part that a poll redraws goes stale between finding it and reading it: ask again.
         wait = WebDriverWait(self.driver, timeout, ignored_exceptions=(StaleElementReferenceException,))
         return wait.until(lambda driver: condition(), message)
