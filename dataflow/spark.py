@@ -78,6 +78,15 @@ def get_spark():
         return _current()
 
 
+def application_id(session) -> str:
+    """The Spark application's id as the Spark UI and logs name it ("local-...", "app-...");
+    "" where the session does not say."""
+    try:
+        return session.conf.get("spark.app.id", "") or ""
+    except Exception:  # noqa: BLE001 - only shown to users; a Connect server may not answer
+        return ""
+
+
 @contextmanager
 def spark_job() -> Iterator:
     """A session for one job, with temp views of its own.

@@ -453,7 +453,7 @@ class SinkRowsMismatch(RuntimeError):
 def _run_spark_job(run: FlowRun, attempt: int) -> bool:
     """Stages the sink and publishes it through the attempt's fence; returns whether it
     published (False: a later attempt has taken over)."""
-    from dataflow.spark import observe_rows, quiet_query_errors, spark_job
+    from dataflow.spark import application_id, observe_rows, quiet_query_errors, spark_job
 
     spec = run.spec
     if not run.schema_ddl:
@@ -472,6 +472,7 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
     # A session of its own: its view "source" is not another run's, and on a cluster the
     # application ends with the job (see dataflow/spark.py).
     with spark_job() as spark, quiet_query_errors():
+        FlowRun.objects.filter(pk=run.pk).update(spark_app_id=application_id(spark)[:100])
         if paths:
             frame = spark.read.schema(run.schema_ddl).parquet(*paths)
         else:

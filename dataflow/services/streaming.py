@@ -593,11 +593,12 @@ class StreamDriver:
     def _session(self):
         """The slice's Spark session: its own temp views, on the process's warm JVM."""
         if self._spark is None:
-            from dataflow.spark import quiet_query_errors, spark_job
+            from dataflow.spark import application_id, quiet_query_errors, spark_job
 
             spark = self._spark_context.enter_context(spark_job())
             self._spark_context.enter_context(quiet_query_errors())
             spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", LISTING_THRESHOLD)
+            FlowRun.objects.filter(pk=self.run.pk).update(spark_app_id=application_id(spark)[:100])
             self._spark = spark
         return self._spark
 

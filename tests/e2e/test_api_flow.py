@@ -75,6 +75,7 @@ def test_a_flow_created_and_started_through_the_api_lands_every_row(live_server,
     assert status == 200
     assert run["status"] == "succeeded", run
     assert (run["records_read"], run["rows_written"], run["errors_count"]) == (5000, 5000, 0)
+    assert run["spark_app_id"].startswith("local-"), run  # as the Spark UI names the application
     assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
     status, runs = call("GET", "/api/flows/via-api/runs/")
     assert [r["id"] for r in runs["results"]] == [started["run"]]
