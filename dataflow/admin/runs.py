@@ -240,29 +240,28 @@ class DeadLetterAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Discard the selected dead letters", permissions=["delete"])
     def discard_selected(self, request, queryset):
-        for flow, ids in _ids_by_flow(queryset).items():
-            try:
-                discarded = dead_letters_discard(flow=flow, ids=ids)
-            except (ConfigError, FlowStateError) as exc:
-                self.message_user(request, f"{flow.name}: {exc}", messages.ERROR)
-            else:
-                self.message_user(
-                    request, f"{flow.name}: {discarded} dead letter(s) discarded", messages.SUCCESS
-                )
+        self._per_flow(
+            request, queryset, dead_letters_discard, lambda discarded: f"{discarded} dead letter(s) discarded"
+        )
 
     @admin.action(
         description="Replay the selected dead letters into their flow's sink", permissions=["replay"]
     )
     def replay_selected(self, request, queryset):
+        self._per_flow(
+            request, queryset, dead_letters_replay, lambda run: f"replay run {run.pk} started: {run.message}"
+        )
+
+    def _per_flow(self, request, queryset, service, said) -> None:
+        """Calls ``service(flow=, ids=)`` once per flow of the selected dead letters and
+        says what each call did, or why it was refused."""
         for flow, ids in _ids_by_flow(queryset).items():
             try:
-                run = dead_letters_replay(flow=flow, ids=ids)
+                outcome = service(flow=flow, ids=ids)
             except (ConfigError, FlowStateError) as exc:
                 self.message_user(request, f"{flow.name}: {exc}", messages.ERROR)
             else:
-                self.message_user(
-                    request, f"{flow.name}: replay run {run.pk} started: {run.message}", messages.SUCCESS
-                )
+                self.message_user(request, f"{flow.name}: {said(outcome)}", messages.SUCCESS)
 
 
 def _ids_by_flow(queryset) -> dict[DataFlow, list[int]]:
