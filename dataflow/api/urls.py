@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.http import JsonResponse
+from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
@@ -13,6 +14,14 @@ app_name = "api"
 
 router = SimpleRouter()
 router.register("flows", FlowViewSet, basename="flow")
+
+
+def endpoint_not_found(request) -> JsonResponse:
+    """A path under /api/ that is no endpoint: JSON for API clients, not an HTML page."""
+    return JsonResponse(
+        {"detail": f"no endpoint at {request.path}; the endpoints are listed at /api/docs/"}, status=404
+    )
+
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
@@ -51,4 +60,5 @@ urlpatterns = [
     path("flows/<slug:name>/checkpoints/", offsets.FlowCheckpointsView.as_view(), name="flow-checkpoints"),
     path("runs/<int:pk>/", runs.RunDetailView.as_view(), name="run-detail"),
     path("dead-letters/<int:pk>/", dead_letters.DeadLetterDetailView.as_view(), name="dead-letter-detail"),
+    re_path(r"^", endpoint_not_found, name="not-found"),
 ]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rest_framework.generics import GenericAPIView, get_object_or_404
+from rest_framework.exceptions import NotFound
+from rest_framework.generics import GenericAPIView
 
 from dataflow.models import DataFlow
 from dataflow.services.api_support import flows_of
@@ -20,4 +21,7 @@ class FlowScopedView(GenericAPIView):
     throttle_scope = WRITE_SCOPE
 
     def get_flow(self) -> DataFlow:
-        return get_object_or_404(flows_of(user=self.request.user), name=self.kwargs["name"])
+        flow = flows_of(user=self.request.user).filter(name=self.kwargs["name"]).first()
+        if flow is None:
+            raise NotFound(f"no flow named {self.kwargs['name']!r}")
+        return flow

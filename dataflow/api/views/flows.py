@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.http import Http404
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
@@ -69,6 +71,12 @@ class FlowViewSet(viewsets.GenericViewSet):
 
     def get_queryset(self):
         return flows_of(user=self.request.user)
+
+    def get_object(self):
+        try:
+            return super().get_object()
+        except Http404:
+            raise NotFound(f"no flow named {self.kwargs['name']!r}") from None
 
     def list(self, request):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))

@@ -167,3 +167,16 @@ def test_an_unknown_flow_is_404(api):
     assert api.post("/api/flows/nope/start/").status_code == 404
     assert api.get("/api/runs/999999/").status_code == 404
     assert api.get("/api/runs/99999999999999999999999/").status_code == 404
+
+
+def test_an_unknown_flow_is_a_404_that_names_it(api):
+    for response in (api.get("/api/flows/nope/"), api.post("/api/flows/nope/start/")):
+        assert response.status_code == 404
+        assert response.json() == {"detail": "no flow named 'nope'"}
+
+
+def test_a_path_that_is_no_endpoint_is_a_json_404(api):
+    response = api.get("/api/runs/abc/")
+
+    assert response.status_code == 404
+    assert response.json()["detail"].startswith("no endpoint at /api/runs/abc/")
