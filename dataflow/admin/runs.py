@@ -20,6 +20,7 @@ from dataflow.services.admin_support import run_duration_s, run_live, runs_with_
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 from dataflow.services.flows import FlowStateError
 from dataflow.services.notify import webhook_url_masked
+from dataflow.services.specs import spec_values_masked
 from source_support.errors import ConfigError
 
 
@@ -116,7 +117,7 @@ class FlowRunAdmin(ReadOnlyAdmin):
 
     @admin.display(description="settings the run started with")
     def settings(self, run: FlowRun) -> str:
-        return _pretty_json(run.spec)
+        return _pretty_json(spec_values_masked(run.spec))
 
     def get_urls(self):
         wrap = self.admin_site.admin_view

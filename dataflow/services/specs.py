@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dataflow.services.notify import notify_validate
+from dataflow.services.notify import notify_masked, notify_validate
 from dataflow.services.schedules import schedule_validate
 from dataflow.stream_query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
@@ -28,6 +28,7 @@ from source_support.registry import (
     check_fields,
     expected_types,
     glob_static_prefix,
+    mask_section,
     source_is_unbounded,
     source_output_schema,
     validate_sink,
@@ -151,6 +152,21 @@ def flow_spec_of(flow) -> dict[str, Any]:
     if flow.notify:
         spec["notify"] = dict(flow.notify)
     return spec
+
+
+def spec_values_masked(values: dict[str, Any]) -> dict[str, Any]:
+    """The values ``flow_spec_validate`` returned (a run's ``spec``) as pages may show them:
+    the secrets of its source and sink configs and its webhook masked."""
+    shown = dict(values)
+    for section in ("source", "sink"):
+        kind, config = values.get(f"{section}_type"), values.get(f"{section}_config")
+        if isinstance(config, dict):
+            masked = mask_section(section, {"type": kind, **config})
+            masked.pop("type", None)
+            shown[f"{section}_config"] = masked
+    if isinstance(values.get("notify"), dict):
+        shown["notify"] = notify_masked(values["notify"])
+    return shown
 
 
 def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:

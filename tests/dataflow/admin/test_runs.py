@@ -263,3 +263,21 @@ def test_a_webhook_delivery_is_read_only_and_shows_its_url_masked(admin_client, 
     assert "hooks.example.com" in page and "s3cret" not in page and "abc" not in page
     assert _page_buttons(page) == {"save": False, "continue": False, "delete": False}
     assert admin_client.get("/admin/dataflow/webhookdelivery/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_run_page_shows_the_settings_it_started_with_secrets_masked(admin_client, csv_flow):
+    spec = {
+        "name": csv_flow.name,
+        "source_type": "redis_streams",
+        "source_config": {"streams": "orders:*", "url": "redis://:s3cret@127.0.0.1:6379/0"},
+        "sink_type": "redis_stream",
+        "sink_config": {"key": "out", "url": "redis://bot:s3cret@127.0.0.1:6379/1"},
+        "notify": {"webhook": "https://hooks.example.com/x?token=s3cret", "on": ["failed"]},
+    }
+    run = FlowRunFactory(flow=csv_flow, spec=spec)
+
+    page = admin_client.get(f"/admin/dataflow/flowrun/{run.pk}/change/").content.decode()
+
+    assert "orders:*" in page and "redis://bot:****@127.0.0.1:6379/1" in page
+    assert "s3cret" not in page
