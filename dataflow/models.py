@@ -349,5 +349,6 @@ class WebhookDelivery(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         ordering = ["-id"]
         constraints = [models.UniqueConstraint(fields=["run", "event"], name="one_delivery_per_run_event")]

@@ -106,6 +106,7 @@ class Migration(migrations.Migration):
                 ),
             ],
             options={
+                "verbose_name_plural": "webhook deliveries",
                 "ordering": ["-id"],
                 "constraints": [
                     models.UniqueConstraint(fields=("run", "event"), name="one_delivery_per_run_event")
