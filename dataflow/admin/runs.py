@@ -43,58 +43,29 @@ def _pretty_json(value) -> str:
     )
 
 
+RUN_FIELDS = [
+    "flow",
+    "status",
+    "trigger",
+    "message",
+    "started_at",
+    "paused_at",
+    "transform_started_at",
+    "finished_at",
+]
+RUN_DETAIL_FIELDS = ["uid", "spark_app_id", "schema_ddl", "settings", "reader_failures", "transform_attempts"]
+
+
 @admin.register(FlowRun)
 class FlowRunAdmin(ReadOnlyAdmin):
     list_display = ["id", "flow", "status", "records", "errors", "rows_written", "started_at", "duration"]
     list_filter = ["status", "flow"]
     list_select_related = ["flow"]
     fieldsets = [
-        (
-            "Run",
-            {
-                "fields": [
-                    "flow",
-                    "status",
-                    "trigger",
-                    "message",
-                    "started_at",
-                    "paused_at",
-                    "transform_started_at",
-                    "finished_at",
-                ]
-            },
-        ),
-        (
-            "Details",
-            {
-                "fields": [
-                    "uid",
-                    "spark_app_id",
-                    "schema_ddl",
-                    "settings",
-                    "reader_failures",
-                    "transform_attempts",
-                ],
-                "classes": ["collapse"],
-            },
-        ),
+        ("Run", {"fields": RUN_FIELDS}),
+        ("Details", {"fields": RUN_DETAIL_FIELDS, "classes": ["collapse"]}),
     ]
-    readonly_fields = [
-        "flow",
-        "status",
-        "trigger",
-        "message",
-        "started_at",
-        "paused_at",
-        "transform_started_at",
-        "finished_at",
-        "uid",
-        "spark_app_id",
-        "schema_ddl",
-        "settings",
-        "reader_failures",
-        "transform_attempts",
-    ]
+    readonly_fields = [*RUN_FIELDS, *RUN_DETAIL_FIELDS]
 
     class Media:
         js = ["dataflow/admin/progress.js"]
