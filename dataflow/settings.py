@@ -216,6 +216,13 @@ DATAFLOW_STALL_SECONDS = float(os.environ.get("DATAFLOW_STALL_SECONDS", "60"))
 DATAFLOW_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("DATAFLOW_WEBHOOK_TIMEOUT_SECONDS", "5"))
 DATAFLOW_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("DATAFLOW_WEBHOOK_BACKOFF_SECONDS", "2"))
 DATAFLOW_WEBHOOK_ATTEMPTS = int(os.environ.get("DATAFLOW_WEBHOOK_ATTEMPTS", "5"))
+# Hosts webhooks may call (comma-separated; "*.example.com" globs); empty: any host. Any flow
+# owner may set a webhook: name the receivers so no one can make the workers call inside.
+DATAFLOW_WEBHOOK_ALLOWED_HOSTS = [
+    host.strip().lower()
+    for host in os.environ.get("DATAFLOW_WEBHOOK_ALLOWED_HOSTS", "").split(",")
+    if host.strip()
+]
 DATAFLOW_PUBLIC_URL = os.environ.get("DATAFLOW_PUBLIC_URL", "")
 
 # Seconds a Redis call may go unanswered before its connection counts as lost. Without it a

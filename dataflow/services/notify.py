@@ -20,6 +20,7 @@ as it was when the run ended; logs show it without credentials and query string.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import http.client
 import json
 import logging
@@ -77,10 +78,23 @@ def _check_url(url: str) -> None:
         raise ConfigError("notify.webhook", f"{webhook_url_masked(url)!r}: {exc}") from None
     if not host:
         raise ConfigError("notify.webhook", "must name a host, e.g. https://example.com/hooks/flows")
+    if not webhook_host_allowed(host):
+        raise ConfigError(
+            "notify.webhook",
+            f"{host} is not a host webhooks may call (DATAFLOW_WEBHOOK_ALLOWED_HOSTS: "
+            f"{', '.join(settings.DATAFLOW_WEBHOOK_ALLOWED_HOSTS)})",
+        )
     if len(url) > MAX_URL_CHARS or any(c.isspace() or ord(c) < 32 for c in url):
         raise ConfigError(
             "notify.webhook", f"must be one URL without spaces, at most {MAX_URL_CHARS} characters"
         )
+
+
+def webhook_host_allowed(host: str) -> bool:
+    """Whether webhooks may call ``host``: any host unless DATAFLOW_WEBHOOK_ALLOWED_HOSTS
+    names some (exactly, or by a glob such as ``*.example.com``)."""
+    allowed = settings.DATAFLOW_WEBHOOK_ALLOWED_HOSTS
+    return not allowed or any(fnmatch.fnmatchcase(host.lower(), pattern) for pattern in allowed)
 
 
 def webhook_url_masked(url: str) -> str:
@@ -184,7 +198,11 @@ def webhook_deliver(*, delivery_id: int) -> float | None:
     ).update(attempts=attempt)
     if not claimed:
         return None
-    outcome = _post(delivery.url, webhook_payload(delivery), event=delivery.event)
+    host = urlsplit(delivery.url).hostname or ""
+    if webhook_host_allowed(host):
+        outcome = _post(delivery.url, webhook_payload(delivery), event=delivery.event)
+    else:  # the allowed hosts changed since the flow was saved
+        outcome = CallOutcome(None, f"{host} is not in DATAFLOW_WEBHOOK_ALLOWED_HOSTS: not called")
     retry = outcome.retryable and attempt < settings.DATAFLOW_WEBHOOK_ATTEMPTS
     if outcome.delivered:
         status = DeliveryStatus.DELIVERED

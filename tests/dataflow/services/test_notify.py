@@ -161,6 +161,42 @@ def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quic
     assert len(receiver.calls) == 1
 
 
+def test_a_host_no_longer_allowed_is_not_called(worker, dirs, receiver, quick_retries, settings):
+    receiver.answers = [200]
+    run = _run_of(dirs, {"webhook": receiver.url})
+    settings.DATAFLOW_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]  # changed after the flow was saved
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert "not in DATAFLOW_WEBHOOK_ALLOWED_HOSTS" in delivery.last_error
+    assert receiver.calls == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("hooks.example.com", True),
+        ("a.corp.example", True),
+        ("127.0.0.1", False),
+        ("example.com.evil", False),
+    ],
+)
+def test_webhook_hosts_can_be_limited_to_a_list(dirs, settings, host, allowed):
+    settings.DATAFLOW_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com", "*.corp.example"]
+    doc = _flow_spec(dirs, {"webhook": f"https://{host}/flows"})
+
+    if allowed:
+        flow_apply(spec=doc)
+    else:
+        with pytest.raises(ConfigError) as refused:
+            flow_apply(spec=doc)
+        assert refused.value.field == "notify.webhook"
+        assert f"{host} is not a host webhooks may call" in refused.value.reason
+
+
 def _closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
