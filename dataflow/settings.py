@@ -156,6 +156,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Beat's DatabaseScheduler copies these into its table when it starts.
+CELERY_BEAT_SCHEDULE = {
+    "dataflow-webhook-deliveries-resume": {
+        "task": "dataflow.tasks.webhook_deliveries_resume",
+        "schedule": 60.0,
+    },
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # Spark: SPARK_MASTER (local[*] by default) or SPARK_REMOTE for Spark Connect.

@@ -55,3 +55,9 @@ def webhook_deliver(self, delivery_id: int) -> None:
     countdown = notify.webhook_deliver(delivery_id=delivery_id)
     if countdown is not None:
         raise self.retry(countdown=countdown)
+
+
+@shared_task(name="dataflow.tasks.webhook_deliveries_resume", ignore_result=True)
+def webhook_deliveries_resume() -> None:
+    """Beat, each minute: pending webhook deliveries whose task was lost are sent again."""
+    notify.webhook_deliveries_resume()

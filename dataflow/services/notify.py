@@ -27,6 +27,7 @@ import logging
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -47,6 +48,8 @@ NOTIFY_OUTCOMES = ("failed", "succeeded", "stopped")
 DEFAULT_ON = ["failed", "succeeded"]
 MAX_URL_CHARS = 2048  # WebhookDelivery.url
 DELIVER_TASK = "dataflow.tasks.webhook_deliver"
+#: Beyond the longest a delivery's retries may take, before its task counts as lost.
+LOST_TASK_MARGIN_S = 60
 USER_AGENT = "activedataflow"
 
 
@@ -178,6 +181,29 @@ class CallOutcome:
     @property
     def delivered(self) -> bool:
         return self.response_status is not None and 200 <= self.response_status < 300
+
+
+def webhook_deliveries_resume(*, now=None) -> int:
+    """Sends the delivery task again for each pending delivery older than every retry it
+    could still be waiting for (its task was lost: the broker was down when the run ended,
+    or a worker died between attempts); returns how many. Beat runs it each minute. A task
+    that was only late finds its attempt taken (the claim is conditional) and does nothing."""
+    now = now or timezone.now()
+    attempts = settings.DATAFLOW_WEBHOOK_ATTEMPTS
+    longest = settings.DATAFLOW_WEBHOOK_BACKOFF_SECONDS * (2**attempts - 1) + (
+        attempts * settings.DATAFLOW_WEBHOOK_TIMEOUT_SECONDS
+    )
+    stale = now - timedelta(seconds=longest + LOST_TASK_MARGIN_S)
+    lost = list(
+        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, created_at__lt=stale).values_list(
+            "pk", flat=True
+        )
+    )
+    for delivery_id in lost:
+        current_app.send_task(DELIVER_TASK, args=[delivery_id])
+    if lost:
+        log.warning("webhook deliveries %s had lost their task: sent again", lost)
+    return len(lost)
 
 
 def webhook_deliver(*, delivery_id: int) -> float | None:

@@ -9,13 +9,15 @@ import logging
 import socket
 import threading
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.utils import timezone
 
 from dataflow.models import DeliveryStatus, FlowRun, RunStatus, WebhookDelivery
 from dataflow.services.flows import flow_apply
-from dataflow.services.notify import webhook_url_masked
+from dataflow.services.notify import webhook_deliveries_resume, webhook_url_masked
 from dataflow.services.runs import run_finish
 from dataflow.services.specs import flow_spec_of
 from source_support.errors import ConfigError
@@ -195,6 +197,22 @@ def test_webhook_hosts_can_be_limited_to_a_list(dirs, settings, host, allowed):
             flow_apply(spec=doc)
         assert refused.value.field == "notify.webhook"
         assert f"{host} is not a host webhooks may call" in refused.value.reason
+
+
+def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs, receiver, quick_retries):
+    receiver.answers = [200]
+    run = _run_of(dirs, {"webhook": receiver.url})
+    # As if the broker was down when the run ended: the delivery is recorded, no task runs.
+    lost = WebhookDelivery.objects.create(flow=run.flow, run=run, event="run.failed", url=receiver.url)
+    WebhookDelivery.objects.filter(pk=lost.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    recent_run = FlowRun.objects.create(flow=run.flow, spec={"name": run.flow.name}, status=RunStatus.FAILED)
+    WebhookDelivery.objects.create(flow=run.flow, run=recent_run, event="run.failed", url=receiver.url)
+
+    assert webhook_deliveries_resume() == 1
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 1)
+    assert len(receiver.calls) == 1
 
 
 def _closed_port() -> int:
