@@ -155,7 +155,7 @@ def dead_letters_replay_commit(*, run: FlowRun) -> None:
 def replay_epoch_key(run: FlowRun) -> str:
     """What names a replay run's files in the sink (``part-<key>.<ext>``): the run's own,
     so a retry of its transform replaces them instead of adding copies."""
-    from dataflow.services.streaming import epoch_key
+    from dataflow.services.epochs import epoch_key
 
     return epoch_key(run, 1)
 

@@ -59,7 +59,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
 def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: str = "manual") -> FlowRun:
     """Starts a run: validates the flow again, fixes its schema, and schedules its ticks;
     with ``restore``, the run goes on from that checkpoint's positions (see
-    ``stream_runs.flow_restore``). ``trigger`` says on the run what started it ("manual",
+    ``checkpoints.flow_restore``). ``trigger`` says on the run what started it ("manual",
     "schedule").
 
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
@@ -76,7 +76,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
             raise FlowStateError(f"flow {flow.name!r} is already running")
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
         if restore is not None:
-            from dataflow.services.stream_runs import seed_run_from_checkpoint
+            from dataflow.services.checkpoints import seed_run_from_checkpoint
 
             seed_run_from_checkpoint(run=run, checkpoint=restore)
         run_prepare(run)

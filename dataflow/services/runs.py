@@ -137,7 +137,8 @@ def run_tick(*, run_id: int) -> None:
         _reading_done(run, coordinator)
         return
     _watch_for_stall(run, coordinator, live=bool(result.live))
-    from dataflow.services.stream_runs import metrics_sample, stream_run_tick
+    from dataflow.services.metrics import metrics_sample
+    from dataflow.services.stream_runs import stream_run_tick
 
     if unbounded:
         stream_run_tick(run=run, coordinator=coordinator, result=result)
@@ -621,7 +622,7 @@ def run_finish(
 
 
 def _release_run(run: FlowRun, status: str) -> None:
-    from dataflow.services.stream_runs import metrics_sample
+    from dataflow.services.metrics import metrics_sample
 
     try:
         metrics_sample(run=run)  # its last figures, so a short run's charts have an end

@@ -11,7 +11,8 @@ from dataflow.api.serializers import CheckpointSerializer, OffsetsSerializer, Of
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import Checkpoint, DataFlow
 from dataflow.services.api_support import flow_latest_run
-from dataflow.services.stream_runs import checkpoints_of, offsets_of, offsets_reset, offsets_set
+from dataflow.services.checkpoints import checkpoints_of
+from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
 
 
 def _offsets(flow: DataFlow, offsets: list[dict]) -> dict:

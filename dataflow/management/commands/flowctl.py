@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
 from dataflow.selectors import flow_runs, flow_status
+from dataflow.services.checkpoints import checkpoints_of, flow_restore
 from dataflow.services.flows import (
     FlowStateError,
     flow_pause,
@@ -19,14 +20,8 @@ from dataflow.services.flows import (
     flow_start,
     flow_stop,
 )
+from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
-from dataflow.services.stream_runs import (
-    checkpoints_of,
-    flow_restore,
-    offsets_of,
-    offsets_reset,
-    offsets_set,
-)
 from dataflow.services.toml_export import flow_toml
 from dataflow.services.toml_import import flow_spec_from_toml_bytes
 from source_support.errors import ConfigError

@@ -27,11 +27,12 @@ from django.utils import timezone
 
 from dataflow.models import EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
 from dataflow.services import streaming
+from dataflow.services.epochs import epoch_key
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.runs import landing_zone, run_key
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.stream_runs import untransformed_records
-from dataflow.services.streaming import Step, StreamDriver, ensure_stream_transform, epoch_key
+from dataflow.services.streaming import Step, StreamDriver, ensure_stream_transform
 from dataflow.spark import spark_job
 from dataflow.stream_query import QueryKind, plan_contradiction
 from source_support.errors import ConfigError
