@@ -300,7 +300,7 @@ def _add_split_progress(run: FlowRun, rows: list[dict]) -> None:
         run.splits.filter(split_id__in=[r["split_id"] for r in rows]).values_list("split_id", "payload")
     )
     for row in rows:
-        extent = _byte_range(payloads.get(row["split_id"]))
+        extent = split_byte_range(payloads.get(row["split_id"]))
         row["size"], row["progress"] = None, None
         if row["state"] == SplitStatus.FINISHED:
             row["progress"] = 1.0
@@ -315,7 +315,9 @@ def _add_split_progress(run: FlowRun, rows: list[dict]) -> None:
 _OPEN_END = 2**62
 
 
-def _byte_range(payload) -> tuple[int, int] | None:
+def split_byte_range(payload) -> tuple[int, int] | None:
+    """(start, end) of a split whose payload is a byte range that positions count in (the
+    files connector's); None for any other split (a stream, a compressed file)."""
     if not isinstance(payload, dict) or payload.get("compressed"):
         return None  # a compressed file's positions count uncompressed bytes
     start, end = payload.get("start"), payload.get("end")

@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow, FlowRun, FlowStatus, Split, SplitStatus
-from dataflow.selectors import metrics_series, run_progress
+from dataflow.selectors import metrics_series, run_progress, split_byte_range
 
 
 def _split_total(field: str, run_ref: str) -> Subquery:
@@ -113,21 +113,16 @@ def run_live(*, run: FlowRun) -> dict[str, Any]:
     }
 
 
-#: The end of a byte range that runs to the end of a file whose size is not known in the
-#: positions' units (a gzip file: positions count uncompressed bytes); see connectors.files.
-UNKNOWN_END = 2**62
-
-
 def split_share(*, split: Split) -> float | None:
     """How much of the split was read, from 0 to 1, where its size is known: a finished
     split is read whole; a split whose payload is a byte range (``start``, ``end``: a
     file's) is read up to its position. None for a split of unknown size (a stream)."""
     if split.status == SplitStatus.FINISHED:
         return 1.0
-    payload = split.payload if isinstance(split.payload, dict) else {}
-    start, end = payload.get("start"), payload.get("end")
-    if not (isinstance(start, int) and isinstance(end, int)) or not start < end < UNKNOWN_END:
+    extent = split_byte_range(split.payload)
+    if extent is None:
         return None
+    start, end = extent
     return min(1.0, max(0.0, (split.position - start) / (end - start)))
 
 
