@@ -229,16 +229,23 @@ def flow_overview(*, user) -> list[dict]:
     return [_overview_row(flow, runs.get(flow.latest_run_id)) for flow in flows]
 
 
-def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
-    from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
-
-    row = {
+def _flow_card(flow: DataFlow) -> dict:
+    """What the dashboard shows of a flow itself, on the list and on its page."""
+    return {
         "name": flow.name,
         "description": flow.description,
         "status": flow.status,
         "source_type": flow.source_type,
         "format_type": flow.format_type,
         "sink_type": flow.sink_type,
+    }
+
+
+def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
+    from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
+
+    row = {
+        **_flow_card(flow),
         "run": None,
         "records_read": 0,
         "records_per_s": None,
@@ -271,15 +278,7 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
     status = flow_status(flow=flow, splits_max=DASHBOARD_SPLITS)
     run = flow.runs.order_by("-id").first()
     keep = run is not None and run_id == run.pk and since is not None
-    status["flow"] = {
-        "name": flow.name,
-        "description": flow.description,
-        "status": flow.status,
-        "source_type": flow.source_type,
-        "format_type": flow.format_type,
-        "sink_type": flow.sink_type,
-        "parallelism": flow.parallelism,
-    }
+    status["flow"] = {**_flow_card(flow), "parallelism": flow.parallelism}
     status["series_reset"] = not keep
     status["series"] = [] if run is None else metrics_series(run=run, since=since if keep else None)
     latest = [] if run is None else metrics_series(run=run, limit=1)
