@@ -9,10 +9,16 @@ lines are parsed again by Arrow.
 
 Timestamps may carry a zone (``2013-01-01T10:00:00Z``, ``+02:00``): they are read as the
 instant they name, and values without a zone count as UTC, as Spark and pandas read them.
+
+Missing values follow one rule for every type (``ValueRules``): a field is null when its text
+is one of ``[format] null_values`` (default ``[""]``), quoted or not; ``NaN`` (any case, with
+a sign or not) is NaN in a FLOAT or DOUBLE column, as are ``inf`` and ``Infinity``; any other
+text that does not convert to its column's type is a bad record, never a null.
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 import json
 import re
@@ -27,6 +33,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
+from source_support.datetime_patterns import DatetimePattern, datetime_pattern, parse_with_pattern
 from source_support.errors import ConfigError
 from source_support.options import Option, option_types
 from source_support.schema import parse_ddl, spark_type, widen
@@ -49,6 +56,29 @@ _NUMBER_CHECKS = {
 }
 
 
+#: What ``[format] null_values`` is when left out: only an empty field is null.
+DEFAULT_NULL_VALUES = ("",)
+DEFAULT_ENCODING = "utf-8"
+
+
+@dataclass(frozen=True)
+class ValueRules:
+    """How the text of a field becomes a value: which texts are null, and the patterns of
+    dates and timestamps (None: ISO-8601)."""
+
+    null_values: tuple[str, ...] = DEFAULT_NULL_VALUES
+    date_format: DatetimePattern | None = None
+    timestamp_format: DatetimePattern | None = None
+
+    def pattern_for(self, arrow_type: pa.DataType) -> DatetimePattern | None:
+        """The declared pattern of a DATE or TIMESTAMP column; None for ISO-8601 or another type."""
+        if pa.types.is_date(arrow_type):
+            return self.date_format
+        if pa.types.is_timestamp(arrow_type):
+            return self.timestamp_format
+        return None
+
+
 class ReadError(ValueError):
     """A split's data cannot be read on (a record too long, a header without a schema
     column): the split fails, whatever ``skip_errors`` says; the message says where."""
@@ -64,8 +94,16 @@ class RecordFormat(ABC):
     #: The field of a stream entry that holds the record (``format.field``); None for lines.
     record_field: str | None = None
 
-    def __init__(self, schema: pa.Schema | None) -> None:
+    #: Whether DATE columns are read as text and converted here (JSON has no date type).
+    dates_as_text: bool = False
+    #: The files' text encoding (``format.encoding``); a reader hands the format UTF-8.
+    encoding: str = DEFAULT_ENCODING
+    #: Lines that start with these bytes are skipped (``format.comment``); None: none are.
+    comment: bytes | None = None
+
+    def __init__(self, schema: pa.Schema | None, *, rules: ValueRules | None = None) -> None:
         self.schema = schema
+        self.rules = rules or ValueRules()
         #: column -> NAIVE/ZONED/MIXED, shared by the copies of this format (learned once).
         self.timestamp_modes: dict[str, str] = {}
 
@@ -149,7 +187,12 @@ class RecordFormat(ABC):
         return self.timestamp_modes.get(name, NAIVE)
 
     def _read_type(self, f: pa.Field) -> pa.DataType:
-        """The type Arrow reads a column as (zoned timestamps as the mode learned says)."""
+        """The type Arrow reads a column as (zoned timestamps as the mode learned says; a
+        column with a declared pattern, and JSON's dates, as text converted by ``_finish``)."""
+        if self.rules.pattern_for(f.type) is not None:
+            return pa.string()
+        if pa.types.is_date(f.type) and self.dates_as_text:
+            return pa.string()
         if not pa.types.is_timestamp(f.type):
             return f.type
         mode = self._timestamp_mode(f.name)
@@ -163,12 +206,14 @@ class RecordFormat(ABC):
         return pa.schema([pa.field(f.name, self._read_type(f)) for f in self.schema])
 
     def _finish(self, table: pa.Table) -> pa.Table:
-        """Converts columns read as text (mixed timestamps); raises if a value is bad."""
+        """Converts the columns read as text (dates and timestamps); raises if a value is bad."""
         for i, f in enumerate(self.schema):
-            if pa.types.is_timestamp(f.type) and table.schema.field(f.name).type == pa.string():
-                values, failed = to_instants(table.column(f.name).combine_chunks(), f.type)
+            temporal = pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)
+            if temporal and table.schema.field(f.name).type == pa.string():
+                texts = table.column(f.name).combine_chunks()
+                values, failed = convert_text(texts, f.type, rules=self.rules)
                 if failed.any():
-                    raise pa.ArrowInvalid(f"column {f.name!r}: not a timestamp")
+                    raise pa.ArrowInvalid(f"column {f.name!r}: not a {spark_type(f.type)}")
                 table = table.set_column(i, f.name, values)
         return table.cast(self.schema)
 
@@ -229,10 +274,11 @@ def _cast_each_failing(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.A
 
 
 def convert_text(
-    strings: pa.Array, arrow_type: pa.DataType, *, null_values: set[str]
+    strings: pa.Array, arrow_type: pa.DataType, *, rules: ValueRules
 ) -> tuple[pa.Array, np.ndarray]:
-    """CSV texts of one column as ``arrow_type``, vectorized, as Arrow's CSV reader converts
+    """Texts of one column as ``arrow_type``, vectorized, as Arrow's CSV reader converts
     them; returns the values and a mask of the values that are not nulls and did not convert.
+    A text in ``rules.null_values`` is null whatever the type, STRING included.
 
     Each value is checked by a pattern first, so a column of bad values costs one pass;
     values that pass the pattern but not Arrow's own parser are found by halving casts.
@@ -242,17 +288,24 @@ def convert_text(
     if pa.types.is_binary(strings.type):
         strings, decoded = _cast_each_failing(strings, pa.string())
         not_utf8 = ~decoded
+    strings = strings.cast(pa.string())
+    nulls = _mask(pc.is_in(strings, pa.array(sorted(rules.null_values), pa.string())))
+    if nulls.any():
+        strings = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), strings)
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return strings.cast(arrow_type), not_utf8
-    values, failed = _convert_utf8(strings, arrow_type, null_values)
+    pattern = rules.pattern_for(arrow_type)
+    if pattern is not None:
+        values, failed = parse_with_pattern(strings, pattern, arrow_type)
+    else:
+        values, failed = _convert_utf8(strings, arrow_type)
     return values, failed | not_utf8
 
 
-def _convert_utf8(
-    strings: pa.Array, arrow_type: pa.DataType, null_values: set[str]
-) -> tuple[pa.Array, np.ndarray]:
+def _convert_utf8(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+    """Texts (nulls where the value is null) as ``arrow_type`` by Arrow's own casts."""
     count = len(strings)
-    nulls = _mask(pc.is_in(strings, pa.array(sorted(null_values), pa.string()))) | _mask(strings.is_null())
+    nulls = _mask(strings.is_null())
     texts = pc.utf8_trim_whitespace(strings)
     if pa.types.is_timestamp(arrow_type):
         values, failed = to_instants(
@@ -299,8 +352,9 @@ class CsvFormat(RecordFormat):
         quote: str = '"',
         multiline: bool = False,
         column_names: list[str] | None = None,
+        rules: ValueRules | None = None,
     ) -> None:
-        super().__init__(schema)
+        super().__init__(schema, rules=rules)
         self.has_header = header
         self.delimiter = delimiter
         self.quote = quote
@@ -353,16 +407,24 @@ class CsvFormat(RecordFormat):
         if len(cut):
             sample = sample[: cut[-1]]
         read = self._read_options(sample, autogenerate_column_names=not self.has_header)
-        table = pa_csv.read_csv(io.BytesIO(sample), read_options=read, parse_options=self._parse_options())
+        convert = pa_csv.ConvertOptions(
+            null_values=list(self.rules.null_values),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+        )
+        table = pa_csv.read_csv(
+            io.BytesIO(sample),
+            read_options=read,
+            parse_options=self._parse_options(),
+            convert_options=convert,
+        )
         names = table.column_names
         if not self.has_header:
             names = [f"_c{i}" for i in range(len(names))]
-        fields = []
-        for name, column in zip(names, table.columns, strict=True):
-            column_type = column.type
-            if pa.types.is_string(column_type) and _all_timestamps(column):
-                column_type = pa.timestamp("us", tz="UTC")  # zoned and naive values mixed
-            fields.append(pa.field(name, column_type))
+        fields = [
+            pa.field(name, _inferred_text_type(column, self.rules))
+            for name, column in zip(names, table.columns, strict=True)
+        ]
         return widen(pa.schema(fields))
 
     def _names(self) -> list[str]:
@@ -382,7 +444,9 @@ class CsvFormat(RecordFormat):
             convert_options=pa_csv.ConvertOptions(
                 column_types=self.parse_schema,
                 include_columns=self.schema.names,
-                quoted_strings_can_be_null=False,
+                null_values=list(self.rules.null_values),
+                strings_can_be_null=True,  # one rule for every type (ValueRules)
+                quoted_strings_can_be_null=True,
             ),
         )
         if bad_shape:
@@ -419,10 +483,9 @@ class CsvFormat(RecordFormat):
         # The first failing column of each parsed row, in the file's column order.
         first_column = np.full(text.num_rows, -1, dtype=np.int64)
         values: dict[str, pa.Array] = {}
-        null_values = set(pa_csv.ConvertOptions().null_values)
         for index, name in sorted((names.index(n), n) for n in self.schema.names):
             texts = text.column(name).combine_chunks()
-            values[name], failed = convert_text(texts, self.schema.field(name).type, null_values=null_values)
+            values[name], failed = convert_text(texts, self.schema.field(name).type, rules=self.rules)
             first_column[failed & (first_column < 0)] = index
             if pa.types.is_timestamp(self.schema.field(name).type):
                 self._learn_timestamp_modes({name: pc.drop_null(texts.filter(pa.array(~failed)))})
@@ -485,7 +548,12 @@ class MissingColumns(ReadError):
 
 
 class JsonLinesFormat(RecordFormat):
+    """One JSON object per line. A string in a column that is not STRING is null when it is
+    one of ``null_values`` (JSON's own null is null too); a STRING column keeps its strings,
+    since JSON can say null. DATE columns read ISO-8601 dates (or ``date_format``)."""
+
     type_name = "jsonl"
+    dates_as_text = True
 
     def infer_schema(self, sample: bytes) -> pa.Schema:
         cut = self.record_ends(sample)
@@ -500,7 +568,10 @@ class JsonLinesFormat(RecordFormat):
             )
         except _ARROW_ERRORS as exc:
             raise ValueError(_json_sample_error(sample, exc)) from None
-        return widen(table.schema)
+        fields = [
+            pa.field(f.name, _inferred_text_type(table.column(f.name), self.rules)) for f in table.schema
+        ]
+        return widen(pa.schema(fields))
 
     def _parse(self, block: bytes) -> pa.Table:
         if _has_map(self.schema):
@@ -526,9 +597,12 @@ class JsonLinesFormat(RecordFormat):
 
     def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
         starts, ends = _record_spans(block, self.record_ends(block))
-        timestamps = [f for f in self.schema if pa.types.is_timestamp(f.type)]
+        temporal = [f for f in self.schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
+        null_values = frozenset(self.rules.null_values)
         good: list[int] = []
-        stamps: dict[str, list[Any]] = {f.name: [] for f in timestamps}
+        #: good records some of whose strings became nulls: the record as it is read then
+        rewritten: dict[int, dict[str, Any]] = {}
+        stamps: dict[str, list[Any]] = {f.name: [] for f in temporal}
         bad: dict[int, str] = {}
         for record, (start, end) in enumerate(zip(starts, ends, strict=True)):
             line = block[start:end]
@@ -539,6 +613,9 @@ class JsonLinesFormat(RecordFormat):
             except ValueError as exc:
                 reason = f"not valid JSON: {exc}"
             else:
+                nulled = _null_texts(value, self.schema, null_values)
+                if nulled is not value:
+                    rewritten[record] = value = nulled
                 reason = _check_record(value, self.schema)
             if reason is not None:
                 bad[record] = reason
@@ -546,17 +623,20 @@ class JsonLinesFormat(RecordFormat):
                     break
                 continue
             good.append(record)
-            for f in timestamps:
+            for f in temporal:
                 stamps[f.name].append(value.get(f.name))
         if not (first_only and bad):
             keep = np.ones(len(good), dtype=bool)
-            for f in timestamps:
+            for f in temporal:
                 texts = pa.array(stamps[f.name], pa.string())
-                _, failed = to_instants(texts, f.type)
+                _, failed = convert_text(texts, f.type, rules=self.rules)
                 for i in np.flatnonzero(failed & keep):
-                    bad[good[i]] = f"field {f.name!r}: invalid value {stamps[f.name][i]!r} for TIMESTAMP"
+                    bad[good[i]] = (
+                        f"field {f.name!r}: invalid value {stamps[f.name][i]!r} for {spark_type(f.type)}"
+                    )
                 keep &= ~failed
-                self._learn_timestamp_modes({f.name: pc.drop_null(texts.filter(pa.array(~failed)))})
+                if pa.types.is_timestamp(f.type):
+                    self._learn_timestamp_modes({f.name: pc.drop_null(texts.filter(pa.array(~failed)))})
             good = [g for g, k in zip(good, keep, strict=True) if k]
         records = sorted(bad)[:1] if first_only else sorted(bad)
         found = [
@@ -566,7 +646,12 @@ class JsonLinesFormat(RecordFormat):
             return self.empty(), found
         if not good:
             return self.empty(), found
-        lines = b"".join(block[starts[r] : ends[r]].rstrip(b"\r\n") + b"\n" for r in good)
+        lines = b"".join(
+            json.dumps(rewritten[r]).encode() + b"\n"
+            if r in rewritten
+            else block[starts[r] : ends[r]].rstrip(b"\r\n") + b"\n"
+            for r in good
+        )
         try:
             return self._parse(lines), found
         except _ARROW_ERRORS:
@@ -591,6 +676,41 @@ def _record_spans(block: bytes, record_ends: np.ndarray) -> tuple[np.ndarray, np
         | ((length == 2) & (first == 13) & (second == NEWLINE))
     )
     return starts[~blank], ends[~blank]
+
+
+def _inferred_text_type(column: pa.ChunkedArray, rules: ValueRules) -> pa.DataType:
+    """The type of a column Arrow inferred, where a text column may be more: DATE or
+    TIMESTAMP when every value parses by the declared ``date_format`` or
+    ``timestamp_format``, else TIMESTAMP when every value is ISO-8601 (zones may mix)."""
+    if not pa.types.is_string(column.type):
+        return column.type
+    present = pc.drop_null(column.combine_chunks())
+    present = present.filter(pc.invert(pc.is_in(present, pa.array(rules.null_values, pa.string()))))
+    if not len(present):
+        return column.type
+    for pattern, candidate in (
+        (rules.date_format, pa.date32()),
+        (rules.timestamp_format, pa.timestamp("us", tz="UTC")),
+    ):
+        if pattern is not None and not parse_with_pattern(present, pattern, candidate)[1].any():
+            return candidate
+    if rules.timestamp_format is None and _all_timestamps(column):
+        return pa.timestamp("us", tz="UTC")
+    return column.type
+
+
+def _null_texts(value: Any, schema: pa.Schema, null_values: frozenset[str]) -> Any:
+    """A JSON record whose top-level strings in columns other than STRING that are one of
+    ``null_values`` are null; ``value`` itself when there is none (or it is not an object)."""
+    if not isinstance(value, dict):
+        return value
+    nulled = None
+    for f in schema:
+        text = value.get(f.name)
+        if isinstance(text, str) and text in null_values and not pa.types.is_string(f.type):
+            nulled = nulled or dict(value)
+            nulled[f.name] = None
+    return value if nulled is None else nulled
 
 
 def _all_timestamps(column: pa.ChunkedArray) -> bool:
@@ -726,17 +846,19 @@ def _json_sample_error(sample: bytes, exc: BaseException) -> str:
 class FieldsFormat:
     """Records that are maps of field name to text (the field/value pairs of a stream
     entry), each value converted to its schema column's type, vectorized; a field that is
-    absent is null, and so is an empty value of a column that is not STRING. A TIMESTAMP
-    value is ISO-8601 text or milliseconds since the epoch."""
+    absent is null, and so is a value in ``null_values`` (an empty one by default), whatever
+    its type. A TIMESTAMP value is ISO-8601 text (or ``timestamp_format``) or milliseconds
+    since the epoch."""
 
     type_name = "fields"
     record_field: str | None = None
 
-    def __init__(self, schema: pa.Schema | None) -> None:
+    def __init__(self, schema: pa.Schema | None, *, rules: ValueRules | None = None) -> None:
         self.schema = schema
+        self.rules = rules or ValueRules()
 
     def with_schema(self, schema: pa.Schema) -> FieldsFormat:
-        return FieldsFormat(schema)
+        return FieldsFormat(schema, rules=self.rules)
 
     def empty(self) -> pa.Table:
         return self.schema.empty_table()
@@ -752,7 +874,7 @@ class FieldsFormat:
             if values is None:
                 columns.append(pa.nulls(count, f.type))
                 continue
-            converted, failed = _convert_field(values, f.type)
+            converted, failed = _convert_field(values, f.type, self.rules)
             columns.append(converted)
             for row in np.flatnonzero(failed):
                 reasons.setdefault(int(row), _field_reason(f, values[int(row)].as_py()))
@@ -762,19 +884,21 @@ class FieldsFormat:
         """A schema for sampled values (column -> texts, in the order fields were first
         seen): each column the narrowest of BIGINT, DOUBLE, BOOLEAN, TIMESTAMP that all its
         values convert to, else STRING."""
-        return pa.schema([pa.field(name, _infer_field_type(values)) for name, values in texts.items()])
+        return pa.schema(
+            [pa.field(name, _infer_field_type(values, self.rules)) for name, values in texts.items()]
+        )
 
 
 _INFERRED_ORDER = (pa.int64(), pa.float64(), pa.bool_(), pa.timestamp("us", tz="UTC"))
 
 
-def _infer_field_type(values: pa.Array) -> pa.DataType:
+def _infer_field_type(values: pa.Array, rules: ValueRules) -> pa.DataType:
     present = pc.drop_null(values)
     if pa.types.is_binary(present.type):
         present, decoded = _cast_each_failing(present, pa.string())
         if not decoded.all():
             return pa.string()
-    present = present.filter(pc.not_equal(present, ""))
+    present = present.filter(pc.invert(pc.is_in(present, pa.array(rules.null_values, pa.string()))))
     if not len(present):
         return pa.string()
     for candidate in _INFERRED_ORDER:
@@ -783,27 +907,34 @@ def _infer_field_type(values: pa.Array) -> pa.DataType:
             and not pc.all(pc.match_substring_regex(present, r"^\s*\d{4}-\d{2}-\d{2}[T ]\d")).as_py()
         ):
             continue  # epoch numbers are BIGINT, not timestamps, when nothing says so
-        _, failed = _convert_field(present, candidate)
+        _, failed = _convert_field(present, candidate, ValueRules(rules.null_values))
         if not failed.any():
             return candidate
     return pa.string()
 
 
-def _convert_field(values: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """Field texts as ``arrow_type`` (an empty text is null unless the type is STRING),
-    and the mask of the values that did not convert."""
+def _convert_field(
+    values: pa.Array, arrow_type: pa.DataType, rules: ValueRules
+) -> tuple[pa.Array, np.ndarray]:
+    """Field texts as ``arrow_type`` (a text in ``rules.null_values`` is null, whatever the
+    type), and the mask of the values that did not convert."""
     if pa.types.is_timestamp(arrow_type):
-        return _convert_timestamp(values, arrow_type)
-    return convert_text(values, arrow_type, null_values={""})
+        return _convert_timestamp(values, arrow_type, rules)
+    return convert_text(values, arrow_type, rules=rules)
 
 
-def _convert_timestamp(values: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
-    """ISO-8601 texts or epoch milliseconds as instants."""
-    texts, failed = convert_text(values, pa.string(), null_values=set())
+def _convert_timestamp(
+    values: pa.Array, arrow_type: pa.DataType, rules: ValueRules
+) -> tuple[pa.Array, np.ndarray]:
+    """ISO-8601 texts (or texts of ``rules.timestamp_format``) or epoch milliseconds as instants."""
+    texts, failed = convert_text(values, pa.string(), rules=rules)
     texts = pc.utf8_trim_whitespace(texts)
-    texts = pc.if_else(pc.equal(texts, ""), pa.scalar(None, pa.string()), texts)
     epoch = _mask(pc.match_substring_regex(texts, r"^[+-]?\d{1,15}$"))
-    instants, bad = to_instants(pc.if_else(pa.array(epoch), pa.scalar(None, pa.string()), texts), arrow_type)
+    not_epoch = pc.if_else(pa.array(epoch), pa.scalar(None, pa.string()), texts)
+    if rules.timestamp_format is not None:
+        instants, bad = parse_with_pattern(not_epoch, rules.timestamp_format, arrow_type)
+    else:
+        instants, bad = to_instants(not_epoch, arrow_type)
     if epoch.any():
         millis = pc.if_else(pa.array(epoch), texts, pa.scalar(None, pa.string())).cast(pa.int64())
         per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[arrow_type.unit]
@@ -839,14 +970,57 @@ class FormatSpec:
         opts = dict(self.options)
         ddl = opts.pop("schema", None)
         record_field = opts.pop("field", None)
+        encoding = opts.pop("encoding", DEFAULT_ENCODING)
+        comment = opts.pop("comment", None)
+        rules = value_rules(opts)
+        for name in RULE_OPTIONS:
+            opts.pop(name, None)
         schema = schema or (parse_ddl(ddl) if ddl else None)
         if self.type == "fields":
-            return FieldsFormat(schema)
+            return FieldsFormat(schema, rules=rules)
         if entries and self.type == "csv":
             opts["header"] = False  # an entry holds one record, never a header
-        fmt = CsvFormat(schema=schema, **opts) if self.type == "csv" else JsonLinesFormat(schema)
+        if self.type == "csv":
+            fmt: RecordFormat = CsvFormat(schema=schema, rules=rules, **opts)
+        else:
+            fmt = JsonLinesFormat(schema, rules=rules)
         fmt.record_field = record_field
+        fmt.encoding = canonical_encoding(encoding)
+        fmt.comment = comment.encode() if comment else None
         return fmt
+
+
+RULE_OPTIONS = ("null_values", "date_format", "timestamp_format")
+
+
+def value_rules(options: dict[str, Any]) -> ValueRules:
+    """The ``ValueRules`` of a (validated) ``[format]`` table's options."""
+    date_format, timestamp_format = options.get("date_format"), options.get("timestamp_format")
+    return ValueRules(
+        null_values=tuple(options.get("null_values", DEFAULT_NULL_VALUES)),
+        date_format=None
+        if date_format is None
+        else datetime_pattern(date_format, field="format.date_format"),
+        timestamp_format=(
+            None
+            if timestamp_format is None
+            else datetime_pattern(timestamp_format, field="format.timestamp_format")
+        ),
+    )
+
+
+def canonical_encoding(name: str) -> str:
+    """The codec's own name for an encoding (``latin1`` -> ``iso8859-1``); ConfigError naming
+    ``format.encoding`` for one Python does not know as a text encoding."""
+    try:
+        info = codecs.lookup(name)
+    except LookupError:
+        info = None
+    if info is None or not getattr(info, "_is_text_encoding", True):
+        raise ConfigError(
+            "format.encoding", f"unknown text encoding {name!r} (such as utf-8, latin-1, utf-16)"
+        )
+    return info.name
 
 
 def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
@@ -855,6 +1029,11 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
     if entries:
         if fmt.options.get("header"):
             raise ConfigError("format.header", "a stream entry holds one record, without a header: remove it")
+        for name in ("encoding", "comment"):
+            if name in fmt.options:
+                raise ConfigError(
+                    f"format.{name}", "applies to files; a stream entry's record is text already: remove it"
+                )
         return
     if fmt.type == "fields":
         raise ConfigError(
@@ -897,6 +1076,47 @@ FIELD_OPTION = Option(
     default=None,
     example="data",
 )
+NULL_VALUES_OPTION = Option(
+    "null_values",
+    list,
+    'The texts that are a missing value (NULL) in a column of any type, STRING included, such as ["", "NA"]; '
+    "any other text that is not a value of its column's type is a bad record. In JSON, a string is null "
+    "when it is one of these and its column is not STRING (JSON null is always null).",
+    default=list(DEFAULT_NULL_VALUES),
+    items=str,
+    example=["", "NA"],
+)
+DATE_FORMAT_OPTION = Option(
+    "date_format",
+    str,
+    "How DATE values are written, as a Spark datetime pattern such as yyyy/MM/dd or MMM d yyyy; "
+    "left out, ISO-8601 (2024-05-01).",
+    default=None,
+    example="yyyy/MM/dd",
+)
+TIMESTAMP_FORMAT_OPTION = Option(
+    "timestamp_format",
+    str,
+    "How TIMESTAMP values are written, as a Spark datetime pattern such as dd/MM/yyyy HH:mm:ss.SSS "
+    "(a zone with XXX or Z; without one, UTC); left out, ISO-8601 with an optional zone.",
+    default=None,
+    example="dd/MM/yyyy HH:mm:ss",
+)
+ENCODING_OPTION = Option(
+    "encoding",
+    str,
+    "The text encoding of the files, such as utf-8, latin-1 or utf-16 (a BOM is read); a file in an "
+    "encoding other than utf-8 is read whole by one reader, and the byte offsets in its errors count "
+    "its text as UTF-8.",
+    default=DEFAULT_ENCODING,
+)
+COMMENT_OPTION = Option(
+    "comment",
+    str,
+    'A line that starts with this text is skipped, such as "#" (line numbers in errors still count it).',
+    default=None,
+    example="#",
+)
 FORMATS: dict[str, FormatType] = {
     "csv": FormatType(
         "csv",
@@ -919,20 +1139,34 @@ FORMATS: dict[str, FormatType] = {
                 "Whether a quoted value may hold newlines; files are then read whole, not cut into byte ranges.",
                 default=False,
             ),
+            NULL_VALUES_OPTION,
+            DATE_FORMAT_OPTION,
+            TIMESTAMP_FORMAT_OPTION,
+            ENCODING_OPTION,
+            COMMENT_OPTION,
             FIELD_OPTION,
         ),
     ),
     "jsonl": FormatType(
         "jsonl",
-        "JSON lines: one JSON object per line, nested values included.",
-        (SCHEMA_OPTION, FIELD_OPTION),
+        "JSON: one JSON object per line (JSON lines), or a file holding an array of objects or JSON "
+        "documents that span lines, chosen by the file's first character that is not white space.",
+        (
+            SCHEMA_OPTION,
+            NULL_VALUES_OPTION,
+            DATE_FORMAT_OPTION,
+            TIMESTAMP_FORMAT_OPTION,
+            ENCODING_OPTION,
+            COMMENT_OPTION,
+            FIELD_OPTION,
+        ),
         aliases=("json", "ndjson"),
     ),
     "fields": FormatType(
         "fields",
         "The field/value pairs of a stream entry as the record, each value converted to its column's "
         "type (redis_streams only).",
-        (SCHEMA_OPTION,),
+        (SCHEMA_OPTION, NULL_VALUES_OPTION, DATE_FORMAT_OPTION, TIMESTAMP_FORMAT_OPTION),
     ),
 }
 FORMAT_ALIASES = {name: kind.type for kind in FORMATS.values() for name in (kind.type, *kind.aliases)}
@@ -960,9 +1194,36 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
             raise ConfigError(f"format.{name}", "must be a single character")
     if "field" in table and not table["field"].strip():
         raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
+    _check_value_options(table)
     if "schema" in table:
         _check_schema(kind.type, parse_ddl(table["schema"]))
     return FormatSpec(kind.type, table)
+
+
+#: At most this many ``null_values``, each at most ``MAX_NULL_VALUE_CHARS`` long.
+MAX_NULL_VALUES = 100
+MAX_NULL_VALUE_CHARS = 100
+
+
+def _check_value_options(table: dict[str, Any]) -> None:
+    """Refuses null values, datetime patterns, an encoding or a comment that cannot be used,
+    naming the field (the patterns are translated here, so a run never meets a bad one)."""
+    nulls = table.get("null_values")
+    if nulls is not None:
+        if len(nulls) > MAX_NULL_VALUES:
+            raise ConfigError("format.null_values", f"has {len(nulls)} values, at most {MAX_NULL_VALUES}")
+        for i, text in enumerate(nulls):
+            if not isinstance(text, str) or len(text) > MAX_NULL_VALUE_CHARS or "\n" in text:
+                raise ConfigError(
+                    f"format.null_values[{i}]",
+                    f"must be a text of at most {MAX_NULL_VALUE_CHARS} characters on one line",
+                )
+    value_rules(table)
+    if "encoding" in table:
+        canonical_encoding(table["encoding"])
+    comment = table.get("comment")
+    if comment is not None and (not comment or "\n" in comment or "\r" in comment):
+        raise ConfigError("format.comment", 'must be the text a comment line starts with, such as "#"')
 
 
 def _check_option_types(kind: FormatType, table: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ def test_csv_parses_a_good_block_into_the_schema():
     assert table.to_pylist() == [
         {"id": 1, "name": "a", "temperature": 1.5},
         {"id": 2, "name": "b", "temperature": -2.0},
-        {"id": 3, "name": "", "temperature": 0.0},
+        {"id": 3, "name": None, "temperature": 0.0},
     ]
 
 
@@ -632,7 +632,7 @@ def test_a_source_of_lines_refuses_the_fields_format_and_the_field_option():
         assert caught.value.field == field
 
 
-def test_fields_values_are_cast_to_the_schema_and_absent_fields_are_null():
+def test_fields_values_are_cast_to_the_schema_and_absent_or_empty_fields_are_null():
     fmt = FieldsFormat(parse_ddl("id BIGINT, name STRING, t TIMESTAMP, ok BOOLEAN, d DATE, p DECIMAL(6,2)"))
     texts = {
         "id": pa.array([b"1", b"", None], pa.binary()),
@@ -648,7 +648,7 @@ def test_fields_values_are_cast_to_the_schema_and_absent_fields_are_null():
     assert bad == {}
     assert table.to_pylist() == [
         {"id": 1, "name": "a", "t": new_year, "ok": True, "d": dt.date(2024, 1, 2), "p": None},
-        {"id": None, "name": "", "t": new_year, "ok": False, "d": None, "p": None},
+        {"id": None, "name": None, "t": new_year, "ok": False, "d": None, "p": None},
         {"id": None, "name": None, "t": new_year, "ok": None, "d": None, "p": None},
     ]
 

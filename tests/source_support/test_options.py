@@ -190,6 +190,11 @@ class TestCsvFormatOptions(OptionsContract):
             "delimiter": ";",
             "quote": "'",
             "multiline": True,
+            "null_values": ["", "NA"],
+            "date_format": "yyyy/MM/dd",
+            "timestamp_format": "dd/MM/yyyy HH:mm:ss",
+            "encoding": "latin-1",
+            "comment": "#",
             "field": "data",
         }
 
@@ -198,14 +203,27 @@ class TestJsonLinesFormatOptions(OptionsContract):
     section, type_name = "format", "jsonl"
 
     def full_table(self, env):
-        return {"schema": "id BIGINT, tags ARRAY<STRING>", "field": "data"}
+        return {
+            "schema": "id BIGINT, tags ARRAY<STRING>",
+            "null_values": ["", "NA"],
+            "date_format": "yyyy/MM/dd",
+            "timestamp_format": "dd/MM/yyyy HH:mm:ss",
+            "encoding": "utf-16",
+            "comment": "//",
+            "field": "data",
+        }
 
 
 class TestFieldsFormatOptions(OptionsContract):
     section, type_name = "format", "fields"
 
     def full_table(self, env):
-        return {"schema": "id BIGINT, customer STRING"}
+        return {
+            "schema": "id BIGINT, customer STRING",
+            "null_values": ["", "NA"],
+            "date_format": "yyyy/MM/dd",
+            "timestamp_format": "dd/MM/yyyy HH:mm:ss",
+        }
 
 
 # The catalog ---------------------------------------------------------------------------
