@@ -42,6 +42,8 @@ NEWLINE = 10
 #: Arrow's default parse block; a block holding a longer record is parsed as one piece.
 ARROW_BLOCK_BYTES = 1 << 20
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError)
+#: What Arrow's parsers raise on bad input.
+ARROW_ERRORS = _ARROW_ERRORS
 
 # How a timestamp column is parsed, learned from the data: Arrow parses values without a
 # zone (NAIVE) or with one (ZONED) natively; a column that mixes both is read as text and
@@ -100,6 +102,8 @@ class RecordFormat(ABC):
     encoding: str = DEFAULT_ENCODING
     #: Lines that start with these bytes are skipped (``format.comment``); None: none are.
     comment: bytes | None = None
+    #: How many bytes of a file's start ``preamble_length`` needs; 0: there is no preamble.
+    preamble_bytes: int = 0
 
     def __init__(self, schema: pa.Schema | None, *, rules: ValueRules | None = None) -> None:
         self.schema = schema
@@ -131,6 +135,17 @@ class RecordFormat(ABC):
         data = np.frombuffer(buffer, dtype=np.uint8)
         return np.flatnonzero(data == NEWLINE) + 1
 
+    #: Whether ``for_file`` needs the file's head (JSON chooses its layout by it).
+    chooses_by_head: bool = False
+
+    def for_file(self, head: bytes) -> RecordFormat:
+        """The format of a file that begins with ``head``."""
+        return self
+
+    def preamble_length(self, head: bytes) -> int:
+        """How many bytes at a file's start come before its first record."""
+        return 0
+
     def parse(
         self, block: bytes, position: int, *, first_only: bool = False
     ) -> tuple[pa.Table, list[BadRecord]]:
@@ -138,8 +153,10 @@ class RecordFormat(ABC):
 
         With ``first_only`` the search stops at the first bad record, which is then the
         only one returned (the caller fails the split on it; the good records are not
-        returned then).
+        returned then). Lines that start with ``comment`` are no records.
         """
+        if self.comment is not None and self.comment in block:
+            return self._parse_without_comments(block, position, first_only)
         if not block.strip():
             return self.empty(), []
         try:
@@ -147,6 +164,28 @@ class RecordFormat(ABC):
         except _ARROW_ERRORS:
             pass
         return self._locate(block, position, first_only)
+
+    def _parse_without_comments(
+        self, block: bytes, position: int, first_only: bool
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        """Parses the lines of ``block`` that are not comments; a bad record keeps its place
+        in ``block`` (Arrow's CSV reader has no comment option)."""
+        ends = self.record_ends(block)
+        if not len(ends) or ends[-1] != len(block):
+            ends = np.append(ends, len(block))
+        starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
+        size = len(self.comment)
+        kept = [i for i, start in enumerate(starts) if block[start : start + size] != self.comment]
+        pieces = [block[starts[i] : ends[i]] for i in kept]
+        kept_starts = np.cumsum([0] + [len(p) for p in pieces[:-1]]) if pieces else np.zeros(0, np.int64)
+        fmt = object.__new__(type(self))
+        fmt.__dict__.update(self.__dict__)
+        fmt.comment = None  # the shared timestamp modes stay shared
+        table, bad = fmt.parse(b"".join(pieces), 0, first_only=first_only)
+        for record in bad:
+            line = int(np.searchsorted(kept_starts, record.position, side="right")) - 1
+            record.position = position + int(starts[kept[line]]) + record.position - int(kept_starts[line])
+        return table, bad
 
     def _bisect_all(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
         """The fallback when the fast checks disagree with Arrow: halves the block until each
@@ -554,6 +593,15 @@ class JsonLinesFormat(RecordFormat):
 
     type_name = "jsonl"
     dates_as_text = True
+    chooses_by_head = True
+
+    def for_file(self, head: bytes) -> RecordFormat:
+        layout = json_layout(head)
+        if layout == "lines":
+            return self
+        fmt = JsonDocumentsFormat(self.schema, rules=self.rules, array=layout == "array")
+        fmt.__dict__.update({k: v for k, v in self.__dict__.items() if k != "array"})
+        return fmt
 
     def infer_schema(self, sample: bytes) -> pa.Schema:
         cut = self.record_ends(sample)
@@ -656,6 +704,136 @@ class JsonLinesFormat(RecordFormat):
             return self._parse(lines), found
         except _ARROW_ERRORS:
             return self._bisect_all(block, position, first_only)  # the checks missed a case
+
+
+#: How much of a file's start decides whether it holds JSON lines or JSON documents.
+JSON_LAYOUT_SAMPLE = 1 << 20
+_JSON_SPACE = " \t\r\n"
+_DECODER = json.JSONDecoder()
+
+
+def json_layout(head: bytes) -> str:
+    """How a JSON file that begins with ``head`` holds its records, by its first character
+    that is not white space (as ``pandas.read_json`` and Spark's ``multiLine`` choose):
+    ``array`` for ``[`` (an array of objects); ``lines`` for a first line that is a whole
+    JSON value (JSON lines); else ``documents`` (JSON values that span lines, one or more)."""
+    text = head.lstrip(_JSON_SPACE.encode() + b"\xef\xbb\xbf")
+    if text.startswith(b"["):
+        return "array"
+    first, newline, _ = text.partition(b"\n")
+    if not newline and len(head) < JSON_LAYOUT_SAMPLE:
+        return "lines"  # one line, the whole file: a JSON line
+    try:
+        json.loads(first)
+    except ValueError:
+        return "documents" if text.startswith(b"{") else "lines"
+    return "lines"
+
+
+class JsonDocumentsFormat(JsonLinesFormat):
+    """JSON values that may span lines: the objects of a top-level array (``array``), or
+    objects one after another (``documents``; one object per file is the common case).
+
+    A file is one split (its records cannot be found from the middle), read block by block
+    like JSON lines: memory is bounded by a block, and a record by ``MAX_RECORD_BYTES``.
+    Each record keeps its place in the file: it is handed to the JSON lines parser as one
+    line of the same length (JSON's newlines outside strings become spaces, the commas and
+    brackets between records spaces too), so positions and lines in errors are the file's.
+    A text that is not JSON ends what can be read of the file: the rest is one bad record.
+    """
+
+    multiline = True
+    preamble_bytes = JSON_LAYOUT_SAMPLE
+
+    def __init__(
+        self, schema: pa.Schema | None, *, rules: ValueRules | None = None, array: bool = False
+    ) -> None:
+        super().__init__(schema, rules=rules)
+        self.array = array
+
+    def preamble_length(self, head: bytes) -> int:
+        """An array's records begin after its ``[`` (and white space, and a UTF-8 BOM)."""
+        if not self.array:
+            return 0
+        return head.index(b"[") + 1
+
+    def value_spans(self, buffer: bytes) -> tuple[list[int], list[int]]:
+        """The ends of the JSON values that start ``buffer``'s records and the ends of those
+        records (after the comma, or the array's ``]``, and white space), in bytes; a value
+        not yet whole (or not JSON) ends the list."""
+        text = buffer.decode("utf-8", errors="surrogateescape")
+        ascii_only = len(text) == len(buffer)
+        value_ends: list[int] = []
+        record_ends: list[int] = []
+        at, byte_at, char_at = 0, 0, 0
+        size = len(text)
+        while True:
+            while at < size and text[at] in _JSON_SPACE:
+                at += 1
+            if at >= size or (self.array and text[at] == "]"):
+                break
+            try:
+                _, value_end = _DECODER.raw_decode(text, at)
+            except ValueError:
+                break
+            end = value_end
+            while end < size and text[end] in _JSON_SPACE:
+                end += 1
+            if end >= size:
+                break  # not known yet where the next record starts (the reader's last one)
+            if self.array and text[end] == "]":
+                end = size  # the rest is the array's end
+            elif self.array and text[end] == ",":
+                end += 1
+                while end < size and text[end] in _JSON_SPACE:
+                    end += 1  # the next record starts at its value, for its line in errors
+            elif self.array:
+                break  # not JSON: the rest is one bad record
+            if ascii_only:
+                value_ends.append(value_end)
+                record_ends.append(end)
+            else:
+                value_byte = byte_at + len(text[char_at:value_end].encode("utf-8", "surrogateescape"))
+                byte_at = value_byte + len(text[value_end:end].encode("utf-8", "surrogateescape"))
+                char_at = end
+                value_ends.append(value_byte)
+                record_ends.append(byte_at)
+            at = end
+        return value_ends, record_ends
+
+    def record_ends(self, buffer: bytes) -> np.ndarray:
+        return np.array(self.value_spans(buffer)[1], dtype=np.int64)
+
+    def as_lines(self, block: bytes) -> bytes:
+        """``block`` as JSON lines of the same length: one line per record."""
+        value_ends, record_ends = self.value_spans(block)
+        pieces, start = [], 0
+        for value_end, end in zip(value_ends, record_ends, strict=True):
+            value = block[start:value_end].replace(b"\n", b" ").replace(b"\r", b" ")
+            pieces.append(value + b" " * (end - value_end - 1) + b"\n")
+            start = end
+        if start < len(block):  # the last record, or what is not JSON
+            rest = block[start:]
+            tail = rest.rstrip(_JSON_SPACE.encode())
+            if self.array and tail.endswith(b"]"):
+                tail = tail[:-1]
+            pieces.append(tail.replace(b"\n", b" ").replace(b"\r", b" ") + b"\n")
+        return b"".join(pieces)
+
+    def infer_schema(self, sample: bytes) -> pa.Schema:
+        body = sample[self.preamble_length(sample) :]
+        ends = self.record_ends(body)
+        if not len(ends):
+            raise ValueError("the first record is not whole in the first MiB, or is not JSON")
+        return super().infer_schema(self.as_lines(body[: int(ends[-1])]))
+
+    def parse(
+        self, block: bytes, position: int, *, first_only: bool = False
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        lines = JsonLinesFormat.with_schema(self, self.schema)
+        lines.__class__ = JsonLinesFormat
+        lines.timestamp_modes = self.timestamp_modes
+        return lines.parse(self.as_lines(block), position, first_only=first_only)
 
 
 def _record_spans(block: bytes, record_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

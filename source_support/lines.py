@@ -7,10 +7,15 @@ rule). Memory is bounded by one block, whatever the size of the file.
 A record may be up to ``MAX_RECORD_BYTES`` long; a longer one stops its split with an error
 naming the file and line. The line of each record is known without re-reading the file:
 the reader counts the newlines of the blocks it hands out.
+
+A file in an encoding other than UTF-8 (``format.encoding``) is decoded as it is read and
+handed on as UTF-8 (``DecodedFile``), so its positions, like a gzip file's, count the bytes
+of its text as UTF-8, and it is read whole by one split.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 from typing import BinaryIO
 
@@ -28,6 +33,85 @@ MAX_BLOCK_BYTES = 128 << 20
 
 class RecordTooLarge(ReadError):
     """A record is longer than ``MAX_RECORD_BYTES``."""
+
+
+class DecodedFile:
+    """A binary file in ``encoding`` read as its text's UTF-8 bytes (a BOM is read and
+    dropped). Seeking goes forward by reading (or from the start again), as in gzip."""
+
+    def __init__(self, raw: BinaryIO, encoding: str, path: str) -> None:
+        self.raw, self.encoding, self.path = raw, encoding, path
+        self._restart()
+
+    def _restart(self) -> None:
+        self.raw.seek(0)
+        self.decoder = codecs.getincrementaldecoder(self.encoding)(errors="strict")
+        self.pending = b""
+        self.position = 0
+        self.raw_read = 0
+        self.eof = False
+
+    def _fill(self, want: int, *, until_newline: bool = False) -> None:
+        while not self.eof and len(self.pending) < want and not (until_newline and b"\n" in self.pending):
+            chunk = self.raw.read(1 << 20)
+            undecoded = len(self.decoder.getstate()[0])  # bytes of a character begun before
+            try:
+                text = self.decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as exc:
+                at = self.raw_read - undecoded + exc.start
+                raise ReadError(
+                    f"{self.path}: not {self.encoding} text at byte {at} "
+                    f"of the file ({exc.reason}); set format.encoding to the files' encoding"
+                ) from None
+            self.raw_read += len(chunk)
+            self.pending += text.encode("utf-8")
+            self.eof = not chunk
+
+    def read(self, size: int = -1) -> bytes:
+        self._fill(size if size >= 0 else 1 << 62)
+        size = len(self.pending) if size < 0 else size
+        out, self.pending = self.pending[:size], self.pending[size:]
+        self.position += len(out)
+        return out
+
+    def readline(self, limit: int = -1) -> bytes:
+        limit = limit if limit >= 0 else 1 << 62
+        self._fill(limit, until_newline=True)
+        end = self.pending.find(b"\n", 0, limit)
+        return self.read(min(limit, len(self.pending)) if end < 0 else end + 1)
+
+    def seek(self, position: int) -> int:
+        if position < self.position:
+            self._restart()
+        while self.position < position:
+            if not self.read(min(1 << 20, position - self.position)):
+                break
+        return self.position
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> DecodedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_records(path: str, *, compressed: bool, encoding: str = "utf-8") -> BinaryIO:
+    """The file's bytes as the formats read them: gunzipped, and decoded to UTF-8 when its
+    encoding is another."""
+    raw: BinaryIO = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+    if codecs.lookup(encoding).name == "utf-8":
+        return raw
+    return DecodedFile(raw, encoding, path)  # type: ignore[return-value]
 
 
 class RecordBlockReader:
@@ -51,18 +135,28 @@ class RecordBlockReader:
         self.compressed = compressed
         self.fmt = fmt
         self.end = end
-        self.file: BinaryIO = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+        self.file: BinaryIO = open_records(path, compressed=compressed, encoding=fmt.encoding)
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0
-        #: The file's first line when the format has a header, wherever the range starts.
+        #: The file's first line when the format has a header, wherever the range starts
+        #: (after the comment lines before it).
         self.header: bytes | None = None
         if fmt.has_header:
-            self.header = self.file.readline(MAX_RECORD_BYTES + 1)
-            if len(self.header) > MAX_RECORD_BYTES:
-                raise RecordTooLarge(f"{path} line 1: the header is longer than {_limit()}")
+            skipped = 0
+            while True:
+                self.header = self.file.readline(MAX_RECORD_BYTES + 1)
+                if len(self.header) > MAX_RECORD_BYTES:
+                    raise RecordTooLarge(f"{path} line 1: the header is longer than {_limit()}")
+                if not (fmt.comment and self.header.startswith(fmt.comment)):
+                    break
+                skipped += len(self.header)
             if position == 0:
-                position = len(self.header)
+                position = skipped + len(self.header)
+        elif position == 0 and fmt.preamble_bytes:
+            # What comes before the first record (a JSON array's "["): never a record.
+            position = fmt.preamble_length(self.file.read(fmt.preamble_bytes))
+            self.file.seek(0)
         if position == start and start > 0:
             # A fresh range starting mid-file: its first record begins after the next newline.
             self.file.seek(start - 1)
@@ -131,7 +225,9 @@ class RecordBlockReader:
     def _first_line(self) -> int:
         """The line where reading began: counted once, only when a line is asked for."""
         if self._line_at_open is None:
-            self._line_at_open = line_number(self.path, self._opened_at, compressed=self.compressed)
+            self._line_at_open = line_number(
+                self.path, self._opened_at, compressed=self.compressed, encoding=self.fmt.encoding
+            )
         return self._line_at_open
 
     def _too_large(self, offset: int) -> None:
@@ -154,10 +250,11 @@ def _count_starting_before(ends: np.ndarray, limit: int) -> int:
     return 1 + int(np.count_nonzero(ends[:-1] < limit))
 
 
-def line_number(path: str, position: int, *, compressed: bool) -> int:
+def line_number(path: str, position: int, *, compressed: bool, encoding: str = "utf-8") -> int:
     """The 1-based line at byte ``position``, counted by streaming (used only in errors)."""
     count, done = 1, 0
-    with gzip.open(path, "rb") if compressed else open(path, "rb") as f:
+    f = open_records(path, compressed=compressed, encoding=encoding)
+    with f:
         while done < position:
             chunk = f.read(min(1 << 20, position - done))
             if not chunk:

@@ -33,7 +33,7 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         *,
         pattern: str,
         split_size: int,
-        splittable: bool,
+        splittable: bool | Callable[[str], str],
         env: Environment,
         state: dict[str, Any] | None,
     ) -> None:
@@ -121,7 +121,7 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         *,
         pattern: str,
         split_size: int,
-        splittable: bool,
+        splittable: bool | Callable[[str], str],
         env: Environment,
         options: WatchOptions,
         stop: Mapping[str, Any],
@@ -280,16 +280,26 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         self.seen = {name: mtime_ns for name, mtime_ns in self.seen.items() if mtime_ns >= oldest}
 
 
-def file_splits(path: str, info: os.stat_result, *, split_size: int, splittable: bool) -> list[FileSplit]:
+#: How a file is split (``FileSource.layout``): cut into byte ranges; one range over the
+#: whole file; one split whose positions count decoded bytes (gzip, an encoding not UTF-8).
+RANGES, WHOLE, DECODED = "ranges", "whole", "decoded"
+
+
+def file_splits(
+    path: str, info: os.stat_result, *, split_size: int, splittable: bool | Callable[[str], str]
+) -> list[FileSplit]:
     """The splits of a file, each remembering the file as it is now (size, mtime, inode):
     readers read only up to this size and fail a split whose file changed. An empty file
-    has none; a gzip file is one; a larger file is cut into ranges of ``split_size``."""
+    has none; a gzip file is one; a larger file is cut into ranges of ``split_size`` when
+    ``splittable`` (a bool, or the file's layout: RANGES, WHOLE or DECODED) allows."""
     size = info.st_size
     if size == 0:
         return []
-    if path.endswith(COMPRESSED_SUFFIXES):
-        return [discovered_split(path, 0, WHOLE_FILE, info, compressed=True)]
-    if not splittable or size <= split_size:
+    compressed = path.endswith(COMPRESSED_SUFFIXES)
+    layout = splittable(path) if callable(splittable) else RANGES if splittable else WHOLE
+    if compressed or layout == DECODED:
+        return [discovered_split(path, 0, WHOLE_FILE, info, compressed=compressed)]
+    if layout != RANGES or size <= split_size:
         return [discovered_split(path, 0, size, info)]
     return [
         discovered_split(path, start, min(start + split_size, size), info)

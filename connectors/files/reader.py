@@ -9,8 +9,8 @@ import pyarrow as pa
 from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
-from source_support.formats import CsvFormat, MissingColumns, ReadError, RecordFormat
-from source_support.lines import RecordBlockReader, line_number
+from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
+from source_support.lines import RecordBlockReader, line_number, open_records
 from source_support.reader_base import SequentialSplitReader
 
 
@@ -33,7 +33,7 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             try:
                 reader = RecordBlockReader(
                     split.path,
-                    self.fmt,
+                    self._file_format(split),
                     start=split.start,
                     end=split.end,
                     position=split.position,
@@ -66,10 +66,18 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             record.line = line
         return records, bad
 
+    def _file_format(self, split: FileSplit) -> RecordFormat:
+        """The format of the split's file: JSON lines, or a JSON array or documents, as the
+        file's first bytes say."""
+        if not self.fmt.chooses_by_head:
+            return self.fmt
+        with open_records(split.path, compressed=split.compressed, encoding=self.fmt.encoding) as f:
+            return self.fmt.for_file(f.read(JSON_LAYOUT_SAMPLE))
+
     def _format_for(self, split: FileSplit, reader: RecordBlockReader) -> RecordFormat:
         fmt = self.formats.get(split.split_id)
         if fmt is None:
-            fmt = self.fmt
+            fmt = reader.fmt
             if reader.header is not None and isinstance(fmt, CsvFormat) and fmt.schema is not None:
                 try:
                     fmt = fmt.bind_header(reader.header)
@@ -82,7 +90,9 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         """Where ``position`` is, for a person: file, line and byte offset."""
         if line is None:
             try:
-                line = line_number(split.path, position, compressed=split.compressed)
+                line = line_number(
+                    split.path, position, compressed=split.compressed, encoding=self.fmt.encoding
+                )
             except OSError:
                 return f"{split.path} at byte {position}"
         return f"{split.path} line {line} (byte {position})"

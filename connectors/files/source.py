@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -13,12 +12,15 @@ import pyarrow as pa
 from connectors.files.config import FilesSourceConfig, WatchOptions
 from connectors.files.enumerator import (
     COMPRESSED_SUFFIXES,
+    DECODED,
+    RANGES,
+    WHOLE,
     ContinuousFileEnumerator,
     StaticFileEnumerator,
     list_files,
 )
 from connectors.files.reader import FileSplitReader
-from connectors.files.split import FileSplit, FileSplitSerializer, discovered_split
+from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer, discovered_split
 from source_support.api import (
     Boundedness,
     Source,
@@ -26,8 +28,17 @@ from source_support.api import (
     SplitEnumeratorContext,
 )
 from source_support.errors import ConfigError
-from source_support.formats import CsvFormat, FormatSpec, MissingColumns, RecordFormat
-from source_support.lines import MAX_RECORD_BYTES
+from source_support.formats import (
+    ARROW_ERRORS,
+    JSON_LAYOUT_SAMPLE,
+    CsvFormat,
+    FormatSpec,
+    MissingColumns,
+    ReadError,
+    RecordFormat,
+    canonical_encoding,
+)
+from source_support.lines import MAX_RECORD_BYTES, open_records
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext, Environment
 
@@ -106,7 +117,7 @@ class FileSource(Source[FileSplit]):
                 context,
                 pattern=self.pattern,
                 split_size=self.split_size,
-                splittable=not self.fmt.multiline,
+                splittable=self.layout,
                 env=self.env,
                 options=self.watch,
                 stop=self.stop,
@@ -117,7 +128,7 @@ class FileSource(Source[FileSplit]):
             context,
             pattern=self.pattern,
             split_size=self.split_size,
-            splittable=not self.fmt.multiline,
+            splittable=self.layout,
             env=self.env,
             state=state,
         )
@@ -136,25 +147,56 @@ class FileSource(Source[FileSplit]):
             info = os.stat(split.path)
         except OSError:
             return split  # gone: the reader says so
-        last = split.size is None or split.compressed or split.end == split.size
+        whole = split.compressed or split.end == WHOLE_FILE  # gzip, or decoded from another encoding
+        last = split.size is None or whole or split.end == split.size
         if split.size is not None and info.st_size != split.size and not last:
             raise ValueError(
                 f"{split.path} changed size ({split.size} -> {info.st_size} bytes) and is read in "
                 "several ranges, so the ranges after this one would no longer meet it"
             )
-        end = info.st_size if last and not split.compressed else split.end
+        end = info.st_size if last and not whole else split.end
         return discovered_split(split.path, split.start, end, info, compressed=split.compressed).at(
             split.position
         )
 
+    def layout(self, path: str) -> str:
+        """How a file is split: not at all in an encoding other than UTF-8 (its positions
+        count decoded bytes) or when a record may span lines (multiline CSV, a JSON array or
+        documents), else into byte ranges."""
+        if canonical_encoding(self.fmt.encoding) != "utf-8":
+            return DECODED
+        if self._format_of(path).multiline:
+            return WHOLE
+        return RANGES
+
+    def _format_of(self, path: str) -> RecordFormat:
+        if not self.fmt.chooses_by_head:
+            return self.fmt
+        try:
+            with open_records(
+                path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
+            ) as f:
+                return self.fmt.for_file(f.read(JSON_LAYOUT_SAMPLE))
+        except OSError:
+            return self.fmt  # gone or unreadable: its split says so
+
     def infer_schema(self) -> pa.Schema | None:
-        """The schema of the first non-empty file's first MiB; None if there is no file."""
+        """The schema of the first non-empty file's first MiB (comment lines left out);
+        None if there is no file. A sample that cannot be read raises ValueError naming the file."""
         for path in list_files(self.pattern, self.env):
-            opener = gzip.open if path.endswith(COMPRESSED_SUFFIXES) else open
-            with opener(path, "rb") as f:
+            with open_records(
+                path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
+            ) as f:
                 sample = f.read(SAMPLE_BYTES)
+            if self.fmt.comment:
+                sample = b"".join(
+                    line for line in sample.splitlines(keepends=True) if not line.startswith(self.fmt.comment)
+                )
             if sample.strip():
-                return self.fmt.infer_schema(sample)
+                try:
+                    return self.fmt.for_file(sample).infer_schema(sample)
+                except (ValueError, *ARROW_ERRORS) as exc:
+                    raise ValueError(f"{path}: {exc}") from None
         return None
 
     def check_input(self) -> None:
@@ -166,11 +208,14 @@ class FileSource(Source[FileSplit]):
         for count, path in enumerate(list_files(self.pattern, self.env)):
             if count >= MAX_HEADERS_CHECKED:
                 return
-            opener = gzip.open if path.endswith(COMPRESSED_SUFFIXES) else open
             try:
-                with opener(path, "rb") as f:
+                with open_records(
+                    path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=fmt.encoding
+                ) as f:
                     header = f.readline(MAX_RECORD_BYTES)
-            except OSError:
+                    while fmt.comment and header.startswith(fmt.comment):
+                        header = f.readline(MAX_RECORD_BYTES)
+            except (OSError, ReadError):
                 continue  # gone or unreadable: its split says so
             if not header.strip():
                 continue
