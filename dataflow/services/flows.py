@@ -21,6 +21,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.notify import run_notify
 from dataflow.services.schedules import schedule_remove, schedule_sync
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
@@ -69,7 +70,11 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
 
     spec = flow_spec_of(flow)
     values = flow_spec_validate(spec)
-    schema_ddl = _resolve_schema(values)
+    try:
+        schema_ddl = _resolve_schema(values)
+    except ConfigError as exc:
+        _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
+        raise
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
@@ -86,6 +91,40 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run
+
+
+def _run_failed_at_start(
+    *, flow: DataFlow, values: dict[str, Any], trigger: str, error: ConfigError
+) -> FlowRun:
+    """Records a run that could not start because of what the source holds (a schema that
+    cannot be inferred from it, a header without a schema column): failed, with the
+    reason, so the dashboard, ``flows`` and the API show it and the flow's webhook is told.
+    FlowStateError instead if a run is active (starting again changed nothing)."""
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
+            raise FlowStateError(f"flow {flow.name!r} is already running")
+        run = FlowRun.objects.create(
+            flow=flow,
+            spec=values,
+            trigger=trigger,
+            status=RunStatus.FAILED,
+            message=f"the run could not start: {error}",
+            finished_at=timezone.now(),
+        )
+        flow.status = FlowStatus.FAILED
+        flow.save(update_fields=["status", "updated_at"])
+        run_notify(run=run, status=RunStatus.FAILED)
+    log.info("run %s of %s: failed at start: %s", run.pk, flow.name, error)
+    return run
+
+
+def flow_input_check(*, values: dict[str, Any]) -> str:
+    """What a run of the validated spec ``values`` would start with, checked against the
+    input as it is now: the schema's DDL (inferred from the first file or entries when
+    the spec gives none; empty when there is nothing to read yet). ConfigError naming the
+    field when the input does not fit (an inference that fails, a header without a column)."""
+    return _resolve_schema(values)
 
 
 def _queue_transform_check(run_id: int) -> None:

@@ -13,6 +13,7 @@ from dataflow.selectors import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of, flow_restore
 from dataflow.services.flows import (
     FlowStateError,
+    flow_input_check,
     flow_pause,
     flow_rescale,
     flow_restart,
@@ -123,6 +124,7 @@ class Command(BaseCommand):
         try:
             spec = _read_toml(name) if is_file else flow_spec_of(flow_named(name))
             values = flow_spec_validate(spec)
+            flow_input_check(values=values)  # the files as they are now: a schema inferred, headers
         except ConfigError as exc:
             return {"valid": False, "source": name, "field": exc.field, "error": exc.reason}
         return {"valid": True, "source": name, "flow": values["name"]}
