@@ -1,7 +1,7 @@
 """Spark's datetime patterns (``yyyy/MM/dd``, ``MMM d yyyy``, ``yyyy-MM-dd HH:mm:ss.SSS``) as
 the ``strptime`` formats Arrow parses with, and the vectorized parse of a text column by one.
 
-Only the pattern letters of dates and times a file holds are supported (``y M L d D H h k K m
+Only the pattern letters of dates and times a file holds are supported (``y u M L d D H h m
 s S a E Z X x`` and ``'quoted text'``); any other letter is refused with an error naming the
 option, rather than read as something else. A run of ``S`` (the fraction of a second) must
 come last, after ``.`` or ``,``: Arrow's ``strptime`` has no fraction, so it is cut off and
@@ -27,9 +27,7 @@ _DIRECTIVES: dict[str, dict[int, str]] = {
     "d": {1: "%d"},
     "D": {1: "%j"},
     "H": {1: "%H"},
-    "k": {1: "%H"},
     "h": {1: "%I"},
-    "K": {1: "%I"},
     "m": {1: "%M"},
     "s": {1: "%S"},
     "a": {1: "%p"},
@@ -39,7 +37,7 @@ _DIRECTIVES: dict[str, dict[int, str]] = {
     "x": {1: "%z"},
 }
 _ZONE_LETTERS = "ZXx"
-_TIME_LETTERS = "HkhKmsSa"
+_TIME_LETTERS = "HhmsSa"
 
 
 @dataclass(frozen=True)
