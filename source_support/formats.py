@@ -637,7 +637,10 @@ class JsonLinesFormat(RecordFormat):
 
     def _parse_python(self, block: bytes) -> pa.Table:
         """Arrow's JSON reader has no MAP type: a schema with one is read with ``json``."""
-        rows = [json.loads(line) for line in block.splitlines() if line.strip()]
+        try:
+            rows = [json.loads(line) for line in block.splitlines() if line.strip()]
+        except (ValueError, RecursionError) as exc:
+            raise pa.ArrowInvalid(f"not valid JSON: {exc}") from None
         for row in rows:
             if not isinstance(row, dict):
                 raise pa.ArrowInvalid("a JSON line is not an object")
@@ -660,6 +663,8 @@ class JsonLinesFormat(RecordFormat):
                 value = json.loads(line)
             except ValueError as exc:
                 reason = f"not valid JSON: {exc}"
+            except RecursionError:
+                reason = "JSON nested too deeply to read (Python's parser has a depth limit)"
             else:
                 nulled = _null_texts(value, self.schema, null_values)
                 if nulled is not value:
@@ -725,7 +730,7 @@ def json_layout(head: bytes) -> str:
         return "lines"  # one line, the whole file: a JSON line
     try:
         json.loads(first)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "documents" if text.startswith(b"{") else "lines"
     return "lines"
 
@@ -774,8 +779,8 @@ class JsonDocumentsFormat(JsonLinesFormat):
                 break
             try:
                 _, value_end = _DECODER.raw_decode(text, at)
-            except ValueError:
-                break
+            except (ValueError, RecursionError):
+                break  # not whole yet, or not JSON: the reader takes the rest as one record
             end = value_end
             while end < size and text[end] in _JSON_SPACE:
                 end += 1
@@ -1009,7 +1014,7 @@ def _json_sample_error(sample: bytes, exc: BaseException) -> str:
             continue
         try:
             json.loads(line)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             return f"line {number} is not valid JSON ({error}): {_raw(line)[:200]!r}"
     match = re.search(r"\bin row (\d+)", str(exc))
     reason = _reason(exc)

@@ -222,3 +222,16 @@ def test_bad_value_options_are_refused_naming_the_field(table, field, words):
 
     assert caught.value.field.startswith(field)
     assert words in str(caught.value)
+
+
+def test_json_nested_deeper_than_the_parser_reads_is_a_bad_record_not_a_crash():
+    deep = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    lines = json_format("id BIGINT")
+    array = lines.for_file(b"[" + deep)
+
+    _, bad = lines.parse(b'{"id": 1}\n' + deep, 0)
+    table, in_array = array.parse(b'{"id": 1},\n' + deep, 1)
+
+    assert [b.reason for b in bad] == ["JSON nested too deeply to read (Python's parser has a depth limit)"]
+    assert table.column("id").to_pylist() == [1]
+    assert [b.position for b in in_array] == [1 + len(b'{"id": 1},\n')]
