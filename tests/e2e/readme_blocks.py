@@ -10,7 +10,8 @@ A block the README test drives is preceded by an HTML comment, invisible when re
   same NAME print.
 - ``file PATH``: a block that must be the content of PATH in the checkout.
 
-Outputs are compared after ``normalise``, which removes only what differs run to run: times,
+Outputs are compared as a terminal shows them (``terminal_lines``: a progress bar only in
+its last state) after ``normalise``, which removes only what differs run to run: times,
 Spark application ids, part-file uuids, the checkout's path, progress-bar timings, column
 alignment (it follows the path's length), and the order in which log records (stderr,
 through logging) and the command's own lines interleave.
@@ -40,7 +41,6 @@ class Step:
     name: str
     commands: list[str] = field(default_factory=list)
     output: str | None = None
-    output_has_commands: bool = False
 
 
 @dataclass
@@ -57,6 +57,8 @@ def parse_readme(text: str) -> ReadmeBlocks:
     i = 0
     while i < len(lines):
         marker = _MARKER.match(lines[i].strip())
+        if marker is None and lines[i].lstrip().startswith("<!-- readme-test"):
+            raise ValueError(f"README line {i + 1}: a readme-test marker must read {_MARKER.pattern}")
         i += 1
         if not marker:
             continue
@@ -80,9 +82,7 @@ def parse_readme(text: str) -> ReadmeBlocks:
             if step.output is not None:
                 raise ValueError(f"README: two output blocks for {name}")
             commands = [line[2:] for line in body if line.startswith("$ ")]
-            if commands:
-                step.commands.extend(commands)
-                step.output_has_commands = True
+            step.commands.extend(commands)
             step.output = "\n".join(line for line in body if not line.startswith("$ "))
     return ReadmeBlocks(steps, files)
 
