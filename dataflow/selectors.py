@@ -44,6 +44,25 @@ def run_progress(*, run_id: int) -> RunProgress:
     )
 
 
+#: The statuses of a run that has ended.
+ENDED_RUN_STATUSES = ("succeeded", "failed", "stopped")
+
+
+def run_records_per_s(*, run: FlowRun, records_read: int, sampled: float | None) -> float | None:
+    """The records/s every screen (dashboard, admin) shows for ``run``: while it reads and is
+    not paused, ``sampled`` (what its latest metric sample measured, None before the first);
+    once it has ended, ``records_read`` over its whole duration, start to end, so a finished
+    run has one figure wherever it is shown; None in between (paused, transforming)."""
+    if run.status in ENDED_RUN_STATUSES:
+        if run.finished_at is None or run.started_at is None:
+            return None
+        seconds = (run.finished_at - run.started_at).total_seconds()
+        return round(records_read / seconds, 1) if seconds > 0 else None
+    if run.status == "reading" and run.paused_at is None:
+        return sampled
+    return None
+
+
 def _rows_streamed(run: FlowRun) -> int | None:
     """Rows the committed epochs of a streaming transform wrote so far (None: no epoch)."""
     epochs = TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED)
@@ -213,8 +232,8 @@ def flows_visible(*, user):
 
 def flow_overview(*, user) -> list[dict]:
     """Each flow ``user`` may see, by name: its state, its latest run, the records that run
-    read, and the records/s and lag of that run's latest sample (None where no sample was
-    taken; records/s also while the run does not read, lag once it has ended)."""
+    read, its records/s (``run_records_per_s``) and the lag of its latest sample (None
+    where no sample was taken, and once the run has ended)."""
     from dataflow.models import MetricSample
 
     latest_run = FlowRun.objects.filter(flow=OuterRef("pk")).order_by("-id").values("id")[:1]
@@ -242,7 +261,7 @@ def _flow_card(flow: DataFlow) -> dict:
 
 
 def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
-    from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
+    from dataflow.models import ACTIVE_RUN_STATUSES
 
     row = {
         **_flow_card(flow),
@@ -253,7 +272,6 @@ def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
     }
     if run is None:
         return row
-    reading = run.status == RunStatus.READING and run.paused_at is None
     row["run"] = {
         "id": run.pk,
         "status": run.status,
@@ -263,7 +281,9 @@ def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
     }
     # Totals land on the run when it ends; until then its splits hold them.
     row["records_read"] = max(run.records_read, run.split_records)
-    row["records_per_s"] = run.last_records_per_s if reading else None
+    row["records_per_s"] = run_records_per_s(
+        run=run, records_read=row["records_read"], sampled=run.last_records_per_s
+    )
     # A paused run reads nothing, but its lag still grows.
     row["lag"] = run.last_lag if run.status in ACTIVE_RUN_STATUSES else None
     return row
@@ -274,7 +294,8 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
     progress where its size is known, the latest run's metric series, the latest runs and
     the latest errors. The series holds only samples after ``since`` when ``run_id`` is
     still the latest run (a page that polls), else the whole series (``series_reset``);
-    ``latest_sample`` is the run's latest sample either way."""
+    ``latest_sample`` is the run's latest sample either way. The run carries its
+    ``records_per_s`` (``run_records_per_s``) and whether it has ``ended``."""
     status = flow_status(flow=flow, splits_max=DASHBOARD_SPLITS)
     run = flow.runs.order_by("-id").first()
     keep = run is not None and run_id == run.pk and since is not None
@@ -287,6 +308,14 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
         _add_split_progress(run, status["splits"])
         # An ended run has its totals even where its splits are gone.
         status["run"]["records_read"] = max(status["run"]["records_read"], run.records_read)
+        sample = status["latest_sample"]
+        status["run"]["records_per_s"] = run_records_per_s(
+            run=run,
+            records_read=status["run"]["records_read"],
+            sampled=sample["records_per_s"] if sample else None,
+        )
+        # A run that has ended has no current lag or latency: its last ones are its final.
+        status["run"]["ended"] = run.status in ENDED_RUN_STATUSES
     status["runs"] = _recent_runs(flow)
     status["errors"] = _recent_errors(flow)
     return status

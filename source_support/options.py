@@ -7,8 +7,10 @@ Plain Python: a connector declares ``OPTIONS = (Option(...), ...)`` beside its c
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path, PurePath
 from typing import Any, Final
 
 from source_support.errors import ConfigError
@@ -70,6 +72,9 @@ class Option:
     example: Any = None
     #: The type of a list's items (a JSON Schema ``array`` needs ``items``); None: any.
     items: type | None = None
+    #: A path on the service's file system (relative ones are relative to DATAFLOW_BASE_DIR):
+    #: an export writes it relative to the base directory, so it moves between checkouts.
+    filesystem_path: bool = False
 
     def __post_init__(self) -> None:
         types = self.type if isinstance(self.type, tuple) else (self.type,)
@@ -198,6 +203,21 @@ def mask_config(options: Iterable[Option], config: dict[str, Any]) -> dict[str, 
             continue
         masked[option.name] = MASK if option.secret == "value" else mask_url_credentials(value)
     return masked
+
+
+def paths_relative_to(options: Iterable[Option], config: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """A copy of ``config`` in which each filesystem path that lies under ``base_dir`` is
+    written relative to it (``base_dir`` itself as ``.``); other values as they are."""
+    base = PurePath(os.path.normpath(base_dir))
+    relative = dict(config)
+    for option in options:
+        value = relative.get(option.name)
+        if not option.filesystem_path or not isinstance(value, str) or not os.path.isabs(value):
+            continue
+        path = PurePath(os.path.normpath(value))
+        if path == base or base in path.parents:
+            relative[option.name] = str(path.relative_to(base))
+    return relative
 
 
 def unmask_config(options: Iterable[Option], new: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,13 @@ import pyarrow as pa
 from source_support.api import Source
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS, FormatSpec, FormatType, format_type
-from source_support.options import Option, mask_config, options_json_schema, unmask_config
+from source_support.options import (
+    Option,
+    mask_config,
+    options_json_schema,
+    paths_relative_to,
+    unmask_config,
+)
 
 
 @dataclass(frozen=True)
@@ -300,6 +306,14 @@ def section_options(section: str, type_name: str) -> tuple[Option, ...]:
 def mask_section(section: str, config_with_type: dict[str, Any]) -> dict[str, Any]:
     """A copy of a table (with its ``type``) that may be shown: its secrets masked."""
     return mask_config(section_options(section, config_with_type.get("type")), config_with_type)
+
+
+def paths_relative_section(section: str, config_with_type: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """A copy of a table (with its ``type``) whose filesystem paths under ``base_dir`` are
+    written relative to it (see ``options.paths_relative_to``)."""
+    return paths_relative_to(
+        section_options(section, config_with_type.get("type")), config_with_type, base_dir
+    )
 
 
 def unmask_section(section: str, new: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ OPTIONS = (
         "A directory, a file or a glob (** recurses) to read, relative to DATAFLOW_BASE_DIR; "
         "it must lie under DATAFLOW_ALLOWED_ROOTS, symlinks followed.",
         example="data/sensors/*.csv",
+        filesystem_path=True,
     ),
     Option(
         "split_size_mb",

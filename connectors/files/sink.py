@@ -38,6 +38,7 @@ def sink_options(kind: str) -> tuple[Option, ...]:
             "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root: a bounded "
             "run replaces it whole, a stream adds files to it.",
             example="out/sensor-averages",
+            filesystem_path=True,
         ),
         Option(
             "compression",

@@ -12,7 +12,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow, FlowRun, FlowStatus, Split, SplitStatus
-from dataflow.selectors import metrics_series, run_progress, split_byte_range
+from dataflow.selectors import metrics_series, run_progress, run_records_per_s, split_byte_range
 
 
 def _split_total(field: str, run_ref: str) -> Subquery:
@@ -79,11 +79,17 @@ def run_duration_s(*, started_at, finished_at) -> float | None:
 
 
 def run_live(*, run: FlowRun) -> dict[str, Any]:
-    """What the admin's run pages show and poll: the run's live counters, its latest
-    records/s and lag (from its metric samples; None before the first), and its flow."""
+    """What the admin's run pages show and poll: the run's live counters, its records/s
+    (``selectors.run_records_per_s``, as the dashboard shows it), its latest lag and latency
+    (from its metric samples), and its flow; ``rate`` is None while none is known."""
     progress = run_progress(run_id=run.pk)
     samples = metrics_series(run=run, limit=1)
     sample = samples[-1] if samples else None
+    # An ended run keeps its totals when a clean-up has removed its splits.
+    records = max(run.records_read, progress.records_read) if progress.done else progress.records_read
+    records_per_s = run_records_per_s(
+        run=run, records_read=records, sampled=sample["records_per_s"] if sample else None
+    )
     return {
         "run": {
             "id": run.pk,
@@ -95,19 +101,19 @@ def run_live(*, run: FlowRun) -> dict[str, Any]:
             "started_at": run.started_at.isoformat() if run.started_at else None,
             "finished_at": run.finished_at.isoformat() if run.finished_at else None,
             "duration_s": run_duration_s(started_at=run.started_at, finished_at=run.finished_at),
-            "records_read": progress.records_read,
+            "records_read": records,
             "errors_count": progress.errors_count,
             "rows_written": progress.rows_written,
             "splits_total": progress.splits_total,
             "splits_finished": progress.splits_finished,
         },
         "rate": None
-        if sample is None
+        if sample is None and records_per_s is None
         else {
-            "at": sample["at"].isoformat(),
-            "records_per_s": sample["records_per_s"],
-            "lag": sample["lag"],
-            "latency_ms": sample["latency_ms"],
+            "at": sample["at"].isoformat() if sample else None,
+            "records_per_s": records_per_s,
+            "lag": sample["lag"] if sample else None,
+            "latency_ms": sample["latency_ms"] if sample else None,
         },
         "flow": {"id": run.flow_id, "name": run.flow.name, "status": run.flow.status},
     }

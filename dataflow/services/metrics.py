@@ -22,7 +22,8 @@ from dataflow.models import (
 def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
     """One sample of the run (``split_id`` empty) and of each of its splits that is open or
     moved since the last sample (a finished file is sampled once, not every time): counters,
-    lag where the connector can tell, records/s since the previous sample, and the
+    lag where the connector can tell, records/s since the previous sample (the run's first
+    sample: since the run started), and the
     end-to-end latency of the last committed transform epoch."""
     now = timezone.now()
     source = _source(run)
@@ -58,6 +59,7 @@ def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
         errors=sum(s.errors_count for s in splits),
         lag=sum(known) if known else None,
         latency_ms=_last_epoch_latency_ms(run),
+        first_from=run.started_at,
     )
     MetricSample.objects.bulk_create([*samples, total])
     # A run that reads for months keeps samples for DATAFLOW_RETENTION_DAYS, not forever.
@@ -71,12 +73,18 @@ def _moved(split: Split, previous: MetricSample | None) -> bool:
     return previous is None or previous.records_read != split.records_read
 
 
-def _sample(run: FlowRun, now, previous: MetricSample | None, **counters: Any) -> MetricSample:
+def _sample(
+    run: FlowRun, now, previous: MetricSample | None, *, first_from=None, **counters: Any
+) -> MetricSample:
+    """A sample whose records/s is the rate since ``previous``; with no previous sample, the
+    rate since ``first_from`` (the run's start, for the whole run's first sample: what a
+    run shorter than one sample interval read per second), else 0."""
     sample = MetricSample(run=run, at=now, **counters)
-    if previous is not None:
-        seconds = (now - previous.at).total_seconds()
+    base_at, base_records = (previous.at, previous.records_read) if previous is not None else (first_from, 0)
+    if base_at is not None:
+        seconds = (now - base_at).total_seconds()
         if seconds > 0:
-            sample.records_per_s = max(0.0, (sample.records_read - previous.records_read) / seconds)
+            sample.records_per_s = max(0.0, (sample.records_read - base_records) / seconds)
     return sample
 
 

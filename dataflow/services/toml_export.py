@@ -10,9 +10,11 @@ import math
 import re
 from typing import Any
 
+from django.conf import settings
+
 from dataflow.models import DataFlow
 from dataflow.services.specs import flow_spec_of
-from source_support.registry import mask_section
+from source_support.registry import mask_section, paths_relative_section
 
 #: Sections in the order a reader expects them; any other section of the spec follows.
 SECTION_ORDER = ("flow", "source", "format", "transform", "sink", "stop", "schedule", "notify")
@@ -26,10 +28,13 @@ def flow_toml(*, flow: DataFlow, reveal_secrets: bool = False) -> str:
 
     Secrets (a password, the credentials of a URL) are masked as the admin shows them
     unless ``reveal_secrets``; importing the file over the same flow keeps its stored
-    secrets (see ``toml_import.flow_import``)."""
+    secrets (see ``toml_import.flow_import``). Paths under ``DATAFLOW_BASE_DIR`` are
+    written relative to it (others stay absolute), so the file applies in another
+    checkout or deployment with its own base directory."""
     spec = flow_spec_of(flow)
-    if not reveal_secrets:
-        for section in ("source", "format", "sink"):
+    for section in ("source", "format", "sink"):
+        spec[section] = paths_relative_section(section, spec[section], settings.DATAFLOW_BASE_DIR)
+        if not reveal_secrets:
             spec[section] = mask_section(section, spec[section])
     lines = [f"# Flow {flow.name}: apply with `manage.py applyflows {flow.name}.toml` or the admin's import."]
     if not reveal_secrets:

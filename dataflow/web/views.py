@@ -8,14 +8,17 @@ one way to draw a table.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 from django.contrib.auth.decorators import login_required
-from django.http import JsonResponse
+from django.http import FileResponse, JsonResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.loader import render_to_string
 from django.urls import reverse_lazy
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_safe
 
 from dataflow import selectors
 
@@ -23,6 +26,10 @@ from dataflow import selectors
 POLL_MS = 3000
 #: The parts of a flow's page that each poll redraws (``dashboard/flow/_<part>.html``).
 FLOW_PARTS = ("state", "kpis", "splits", "runs", "errors")
+
+#: The site's icon, served at /favicon.ico whether or not static files are served (a browser
+#: asks for it on every page that names none, and a 404 is a console error there).
+FAVICON = Path(__file__).resolve().parents[1] / "static" / "dataflow" / "favicon.ico"
 
 dashboard_login_required = partial(login_required, login_url=reverse_lazy("dashboard:login"))
 
@@ -61,6 +68,12 @@ def flow_live(request, name: str):
     context = {"flow": flow, "data": data}
     html = {part: render_to_string(f"dashboard/flow/_{part}.html", context, request) for part in FLOW_PARTS}
     return JsonResponse({"now": timezone.now(), **data, "html": html})
+
+
+@require_safe
+@cache_control(public=True, max_age=86400)
+def favicon(request):
+    return FileResponse(FAVICON.open("rb"), content_type="image/x-icon")
 
 
 def _int_or_none(text: str | None) -> int | None:

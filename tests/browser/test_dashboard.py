@@ -148,3 +148,51 @@ def test_staff_logged_in_on_the_admin_see_a_finished_run_and_the_admin_links(pag
     assert page.find('[data-kpi="records_read"]').text == "135,600"
     page.screenshot("dashboard-flow-staff", full_page=False)
     assert page.console_errors() == []
+
+
+def test_run_shorter_than_a_sample_is_drawn_as_measured_not_as_a_ramp_from_zero(page):
+    """A 5 s run has two samples: one as it started (nothing read yet) and its last, whose
+    records/s is the rate since the first. The chart holds each rate over the time it was
+    measured; it draws no line from 0 up to the rate, which nobody measured."""
+    owner = UserFactory(username="ada")
+    run = FlowRunFactory(
+        flow=DataFlowFactory(name="quick-files", owner=owner, status=FlowStatus.SUCCEEDED),
+        status=RunStatus.SUCCEEDED,
+        records_read=5_000,
+    )
+    end = timezone.now()
+    start = end - timedelta(seconds=5)
+    type(run).objects.filter(pk=run.pk).update(started_at=start, finished_at=end)
+    MetricSampleFactory(run=run, at=start + timedelta(seconds=1), records_read=0, records_per_s=0)
+    MetricSampleFactory(run=run, at=end, records_read=5_000, records_per_s=1250)
+
+    _log_in(page, "ada")
+    page.get("/flows/quick-files/")
+    page.wait_until(lambda: page.points("chart-throughput") == 2)
+
+    xs, ys = page.js("return window.dashboardCharts.throughput.data;")
+    drawn = list(zip(xs, ys, strict=True))
+    assert (xs[0], xs[-1]) == (
+        pytest.approx(start.timestamp(), abs=0.001),
+        pytest.approx(end.timestamp(), abs=0.001),
+    )
+    # 0 from the start to the first sample, then 1,250/s from there to the end.
+    assert [y for _, y in drawn] == [0, 0, 1250, 1250]
+    assert drawn[2][0] - drawn[1][0] < 0.01
+    page.screenshot("dashboard-short-run", full_page=False)
+    assert page.console_errors() == []
+
+
+def test_admin_pages_log_no_console_errors(page):
+    """No 404 for /favicon.ico (the admin's pages named no icon), nor anything else."""
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+
+    page.get("/admin/login/")
+    page.wait_for("#id_username").send_keys("root")
+    page.find("#id_password").send_keys(PASSWORD)
+    page.find("input[type=submit]").click()
+    page.wait_for("#content")
+    page.get("/admin/dataflow/dataflow/")
+    page.wait_for("#changelist")
+
+    assert page.console_errors() == []

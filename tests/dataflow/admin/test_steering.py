@@ -138,6 +138,7 @@ def test_a_staff_user_who_may_only_view_flows_gets_no_buttons(client, csv_flow):
     assert page.status_code == 200
     assert 'id="steer-start"' not in page.content.decode()
     assert 'name="_save"' not in page.content.decode()
-    assert f"path = &quot;{csv_flow.source_config['path']}&quot;" in page.content.decode()
+    # The flow's TOML, its path relative to DATAFLOW_BASE_DIR as flowctl export writes it.
+    assert "path = &quot;data/csv-flow.csv&quot;" in page.content.decode()
     assert refused.status_code == 403
     assert _status(csv_flow) == "idle"

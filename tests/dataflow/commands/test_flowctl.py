@@ -153,6 +153,36 @@ def test_export_prints_toml_that_applyflows_takes_back_as_the_same_spec(dirs, tm
     assert tomllib.loads(text)["flow"]["description"] == exported["flow"]["description"]
 
 
+def test_export_writes_paths_under_the_base_dir_relative_so_it_applies_in_another_checkout(
+    dirs, tmp_path_factory, settings
+):
+    elsewhere = tmp_path_factory.mktemp("shared-exports")  # an allowed root outside the base
+    settings.DATAFLOW_ALLOWED_ROOTS = [*settings.DATAFLOW_ALLOWED_ROOTS, elsewhere]
+    (dirs.data / "orders").mkdir()
+    write_csv(dirs.data / "orders" / "a.csv", range(10))
+    flow_apply(spec=spec("orders", str(dirs.data / "orders" / "*.csv"), str(dirs.out / "orders")))
+    flow_apply(spec=spec("shared", str(dirs.data), str(elsewhere / "shared")))
+
+    text = _flowctl("export", "orders")
+    assert tomllib.loads(text)["source"]["path"] == "data/orders/*.csv"
+    assert tomllib.loads(text)["sink"]["path"] == "out/orders"
+    assert tomllib.loads(_flowctl("export", "shared"))["sink"]["path"] == str(elsewhere / "shared")
+
+    # Another checkout: its own base directory, roots and database.
+    other = tmp_path_factory.mktemp("other-checkout")
+    for name in ("data", "out"):
+        (other / name).mkdir()
+    settings.DATAFLOW_BASE_DIR = other
+    settings.DATAFLOW_ALLOWED_ROOTS = [other / "data", other / "out"]
+    DataFlow.objects.all().delete()
+    (other / "orders.toml").write_text(text)
+    call_command("applyflows", str(other / "orders.toml"), stdout=io.StringIO())
+
+    moved = DataFlow.objects.get(name="orders")
+    assert moved.source_config["path"] == str(other / "data" / "orders" / "*.csv")
+    assert moved.sink_config["path"] == str(other / "out" / "orders")
+
+
 def test_an_export_with_masked_secrets_applied_back_keeps_the_stored_secret(dirs, tmp_path, prefix):
     url = "redis://:s3cret@127.0.0.1:6379/6"
     flow, _ = flow_apply(

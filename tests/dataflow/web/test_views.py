@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -237,3 +238,52 @@ def test_run_status_badges_use_the_run_states(client, owner):
 
     assert '<span class="badge badge-stopped">stopped</span>' in page
     assert "stopped by request" in page
+
+
+def _finished_run(owner, *, records: int, seconds: int, last_rate: float):
+    """A run that read ``records`` in ``seconds`` and ended; its last sample measured
+    ``last_rate`` (the last interval's rate, not the run's)."""
+    flow = DataFlowFactory(name="files-once", owner=owner, status=FlowStatus.SUCCEEDED)
+    run = FlowRunFactory(flow=flow, status=RunStatus.SUCCEEDED, records_read=records, rows_written=5)
+    ended = timezone.now()
+    run.__class__.objects.filter(pk=run.pk).update(
+        started_at=ended - timedelta(seconds=seconds), finished_at=ended
+    )
+    MetricSampleFactory(run=run, at=ended, records_read=records, records_per_s=last_rate, latency_ms=1800)
+    run.refresh_from_db()
+    return run
+
+
+def test_finished_run_has_the_same_records_per_second_on_the_dashboard_and_the_admin(client, owner):
+    run = _finished_run(owner, records=12_000, seconds=60, last_rate=3.0)
+    owner.is_staff = owner.is_superuser = True
+    owner.save()
+
+    listed = client.get("/live.json").json()["flows"][0]["records_per_s"]
+    page = client.get("/flows/files-once/live.json").json()["run"]["records_per_s"]
+    admin = client.get(f"/admin/dataflow/flowrun/{run.pk}/progress/").json()["rate"]["records_per_s"]
+    admin_page = client.get(f"/admin/dataflow/flowrun/{run.pk}/change/").content.decode()
+
+    assert listed == page == admin == 200.0  # 12,000 records over the run's 60 s
+    assert 'data-field="records_per_s">200</dd>' in admin_page
+    assert 'data-kpi="records_per_s">200<' in client.get("/flows/files-once/").content.decode()
+
+
+def test_finished_stream_shows_its_last_latency_as_final_not_current(client, owner):
+    _finished_run(owner, records=500, seconds=30, last_rate=0.0)
+
+    page = client.get("/flows/files-once/").content.decode()
+
+    note = re.search(r'data-kpi="latency">([^<]*)<', page).group(1)
+    assert note.startswith("final, when the run ended")
+    assert note.endswith("; last latency 1,800 ms")
+
+
+def test_favicon_is_served_so_no_page_logs_a_404(client):
+    response = client.get("/favicon.ico")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/x-icon"
+    assert b"".join(response.streaming_content)[:4] == b"\0\0\1\0"  # an ICO file's header
+    assert '<link rel="icon" href="/favicon.ico">' in client.get("/login/").content.decode()
+    assert '<link rel="icon" href="/favicon.ico">' in client.get("/admin/login/").content.decode()

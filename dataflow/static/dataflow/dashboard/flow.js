@@ -10,15 +10,25 @@
   var fmt = new Intl.NumberFormat("en-US", { maximumFractionDigits: 1 });
   var compact = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
 
-  // The series of the run being charted, as uPlot wants it: [xs (s), ys...].
-  var state = { runId: null, lastAt: null, xs: [], rps: [], lag: [] };
+  // The samples of the run being charted: their times (s), records/s and lag, and when the
+  // run started (s) while the series holds its first sample.
+  var state = { runId: null, lastAt: null, runStart: null, xs: [], rps: [], lag: [] };
 
   function toSeconds(iso) { return Date.parse(iso) / 1000; }
 
   function takeSeries(data) {
     var runId = data.run ? data.run.id : null;
     if (data.series_reset || runId !== state.runId) {
-      state = { runId: runId, lastAt: null, xs: [], rps: [], lag: [] };
+      // The server sends at most MAX_POINTS samples: fewer is the whole series, from the first.
+      var whole = (data.series || []).length < MAX_POINTS && data.run;
+      state = {
+        runId: runId,
+        lastAt: null,
+        runStart: whole ? toSeconds(data.run.started_at) : null,
+        xs: [],
+        rps: [],
+        lag: [],
+      };
     }
     (data.series || []).forEach(function (s) {
       var x = toSeconds(s.at);
@@ -34,7 +44,27 @@
       state.xs.splice(0, cut);
       state.rps.splice(0, cut);
       state.lag.splice(0, cut);
+      state.runStart = null;
     }
+  }
+
+  // A sample's records/s is the rate over the time since the sample before it (the run's
+  // first, since the run started): draw it as a step held over that time, not as a line
+  // from the sample before, which would draw a ramp nobody measured (from 0 up to the
+  // first rate, for a run shorter than a sample). [xs, ys] for uPlot.
+  var EPSILON_S = 0.001;
+  function rateSteps() {
+    var xs = [], ys = [];
+    state.xs.forEach(function (x, i) {
+      var from = i > 0 ? state.xs[i - 1] + EPSILON_S : state.runStart;
+      if (from != null && from < x) {
+        xs.push(from);
+        ys.push(state.rps[i]);
+      }
+      xs.push(x);
+      ys.push(state.rps[i]);
+    });
+    return [xs, ys];
   }
 
   function chartOptions(el, label, color) {
@@ -85,11 +115,13 @@
 
   var throughput = makeChart("chart-throughput", "records/s", "#2563eb");
   var lag = makeChart("chart-lag", "lag", "#d97706");
+  // What each chart draws, for a person in the console and for the browser tests.
+  window.dashboardCharts = { throughput: throughput.chart, lag: lag.chart };
 
-  function draw(target, ys) {
-    // One sample is a point, not a line (and uPlot spreads a lone point's axis over years).
-    var known = ys.filter(function (v) { return v != null; }).length > 1;
-    target.chart.setData([state.xs.slice(), ys.slice()]);
+  function draw(target, data) {
+    // One known value is a point, not a line (and uPlot spreads a lone point's axis over years).
+    var known = data[1].filter(function (v) { return v != null; }).length > 1;
+    target.chart.setData(data);
     target.el.classList.toggle("is-empty", !known);
     // No sample at all says so on both charts; samples without a value, why.
     target.el.setAttribute("data-empty", state.xs.length ? target.noValues : throughput.noValues);
@@ -142,8 +174,8 @@
 
   function update(data) {
     takeSeries(data);
-    draw(throughput, state.rps);
-    draw(lag, state.lag);
+    draw(throughput, rateSteps());
+    draw(lag, [state.xs.slice(), state.lag.slice()]);
     drawTimeline(data.runs);
   }
 

