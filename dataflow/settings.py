@@ -211,8 +211,11 @@ DATAFLOW_STREAM_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_STREAM_FAILURE_LIMI
 DATAFLOW_CHECKPOINT_SECONDS = float(os.environ.get("DATAFLOW_CHECKPOINT_SECONDS", "30"))
 DATAFLOW_CHECKPOINTS_KEPT = int(os.environ.get("DATAFLOW_CHECKPOINTS_KEPT", "20"))
 DATAFLOW_METRICS_SECONDS = float(os.environ.get("DATAFLOW_METRICS_SECONDS", "10"))
-# When set, /metrics wants it as a bearer token (empty: open to scrapers).
+# /metrics names every tenant's flows: it wants this as a bearer token (Prometheus'
+# `authorization: {credentials: ...}`) or a staff session, unless DATAFLOW_METRICS_PUBLIC is
+# "true", which opens it to anyone who can reach the web process.
 DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")
+DATAFLOW_METRICS_PUBLIC = os.environ.get("DATAFLOW_METRICS_PUBLIC", "").lower() in ("1", "true", "yes")
 # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
 # A reading run with no live reader for this long says so on the run (no worker running?).
