@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from dataflow.admin.flows import STEERING
 from dataflow.models import DataFlow, FlowStatus, WebhookDelivery
@@ -225,3 +226,25 @@ def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(django_u
     assert 'value="discard_selected"' not in page
     assert deleted.status_code == 403
     assert type(letter).objects.filter(pk=letter.pk).exists()
+
+
+@pytest.mark.django_db
+def test_view_only_staff_cannot_run_or_stop_a_flows_schedule_in_the_beat_admin(django_user_model):
+    every = IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS)
+    schedule = PeriodicTask.objects.create(
+        name="dataflow:bobs-nightly", task="dataflow.tasks.flow_scheduled_run", interval=every, enabled=True
+    )
+    viewer = django_user_model.objects.create_user("beat-viewer", password="pw-viewer-1", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_periodictask"))
+    client = Client()
+    client.force_login(viewer)
+
+    page = client.get("/admin/django_celery_beat/periodictask/").content.decode()
+    for action in ("enable_tasks", "disable_tasks", "toggle_tasks", "run_tasks"):
+        assert f'value="{action}"' not in page
+        client.post(
+            "/admin/django_celery_beat/periodictask/",
+            {"action": action, "_selected_action": [schedule.pk], "index": 0},
+        )
+
+    assert PeriodicTask.objects.get(pk=schedule.pk).enabled is True
