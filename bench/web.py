@@ -11,12 +11,14 @@ refuses any other host. It:
    (``DATAFLOW_TRUSTED_PROXIES=1``, ``X-Forwarded-Proto: https``);
 3. drives ``GET /api/flows/`` and then ``GET /api/flows/<first>/status/`` with wrk, C
    connections (50) for S seconds (20) each, after a 3 s warm-up, and counts every response
-   by status class.
+   by status class; then, as the raw baseline on the same server, a small static file
+   (WhiteNoise answers it before any view: the ceiling of gunicorn, WSGI and the client).
 
 Each endpoint's line gives requests/s, p50 and p99 latency and the non-2xx and 5xx counts;
 the machine's load average is printed before and after, since the figures mean little
 without it. The last line is ``flows_rps=... flows_p99_ms=... status_rps=...
-status_p99_ms=... errors_5xx=N``. Exit status 1 if any response was not a 2xx.
+status_p99_ms=... errors_5xx=N not_2xx=N flows_ratio=... status_ratio=...`` (the ratios:
+requests/s against the static file's). Exit status 1 if any response was not a 2xx.
 """
 
 from __future__ import annotations
@@ -235,7 +237,11 @@ def main() -> int:
     results: dict[str, dict[str, int]] = {}
     try:
         _wait_for(f"{base}/healthz", 60)
-        endpoints = {"flows": f"{base}/api/flows/", "status": f"{base}/api/flows/{status_flow}/status/"}
+        endpoints = {
+            "flows": f"{base}/api/flows/",
+            "status": f"{base}/api/flows/{status_flow}/status/",
+            "static": f"{base}/static/admin/img/icon-yes.svg",
+        }
         _check_answer(endpoints["flows"], token, f'"count":{args.flows}')
         _check_answer(endpoints["status"], token, status_flow)
         print(f"gunicorn.conf.py on 127.0.0.1:{port}; load average before: {os.getloadavg()}", flush=True)
@@ -265,7 +271,8 @@ def main() -> int:
     print(
         f"flows_rps={rps('flows'):.1f} flows_p99_ms={results['flows']['p99_us'] / 1000:.1f} "
         f"status_rps={rps('status'):.1f} status_p99_ms={results['status']['p99_us'] / 1000:.1f} "
-        f"errors_5xx={errors_5xx} not_2xx={not_2xx}"
+        f"errors_5xx={errors_5xx} not_2xx={not_2xx} "
+        f"flows_ratio={rps('flows') / rps('static'):.3f} status_ratio={rps('status') / rps('static'):.3f}"
     )
     return 1 if not_2xx else 0
 

@@ -28,7 +28,9 @@ class TokenView(ObtainAuthToken):
     flow_permissions = {"POST": None}
 
     def throttled(self, request, wait):
-        raise Throttled(wait=wait, detail=login_refusal_text(wait_s=int(wait)))
+        refusal = Throttled(detail=login_refusal_text(wait_s=int(wait)))
+        refusal.wait = wait  # set after: given to Throttled, it would say the wait twice
+        raise refusal
 
     def post(self, request, *args, **kwargs):
         response = super().post(request, *args, **kwargs)  # a wrong password raises: a failure
