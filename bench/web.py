@@ -186,7 +186,7 @@ def _wrk(url: str, *, token: str, connections: int, seconds: int) -> dict[str, i
         f"-c{connections}",
         f"-d{seconds}s",
         "--timeout",
-        "10s",
+        "30s",  # gunicorn's own timeout: slower is an error either way
         "-s",
         str(script),
         url,
