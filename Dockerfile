@@ -26,12 +26,19 @@ ENV PATH="${SPARK_HOME}/bin:${PATH}"
 RUN test -x "${SPARK_HOME}/bin/spark-class" && test -d "${SPARK_HOME}/jars"
 
 # Only what runs; var/, out/, tests/, bench/ and .git stay out of the image.
-COPY manage.py ./
+COPY manage.py gunicorn.conf.py ./
 COPY dataflow ./dataflow
 COPY connectors ./connectors
 COPY source_support ./source_support
 COPY templates ./templates
 COPY examples ./examples
+
+# The static files, compressed and with hashed names, as the production profile serves them
+# (WhiteNoise). The build's key and var directory are thrown away: none is baked into the image.
+ENV DJANGO_STATIC_ROOT=/app/staticfiles
+RUN DJANGO_SECRET_KEY=collectstatic-only-not-a-key DATAFLOW_PROFILE=production \
+    DATAFLOW_VAR_DIR=/tmp/build-var python manage.py collectstatic --noinput -v0 \
+ && rm -rf /tmp/build-var
 
 # Non-root. The directories that the compose file mounts as named volumes are created here
 # owned by that user: Docker copies ownership into a new, empty named volume on first mount.
@@ -49,6 +56,7 @@ ENV DATAFLOW_VAR_DIR=/var/lib/dataflow \
     SPARK_WORKER_DIR=/var/lib/dataflow/spark-work
 
 EXPOSE 8000
-# gunicorn is not in requirements.txt, so the web process is Django's runserver.
-# --insecure: with DJANGO_DEBUG=0 runserver would otherwise not serve the admin's static files.
-CMD ["python", "manage.py", "runserver", "0.0.0.0:8000", "--noreload", "--insecure"]
+# The web process: gunicorn with gunicorn.conf.py (0.0.0.0:8000; workers, threads and
+# timeouts from WEB_CONCURRENCY, GUNICORN_THREADS, GUNICORN_TIMEOUT). exec form: gunicorn is
+# PID 1 and gets docker stop's SIGTERM itself (graceful_timeout for running requests).
+CMD ["gunicorn", "dataflow.wsgi"]

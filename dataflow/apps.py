@@ -1,5 +1,14 @@
 from django.apps import AppConfig
+from django.contrib.admin import apps as admin_apps
 from django.core import checks
+
+
+class DataflowAdminConfig(admin_apps.AdminConfig):
+    """django.contrib.admin with the project's site (a throttled login) as the default."""
+
+    default = False  # named in INSTALLED_APPS; "dataflow" itself is DataflowConfig
+
+    default_site = "dataflow.admin_site.DataflowAdminSite"
 
 
 class DataflowConfig(AppConfig):

@@ -2,7 +2,8 @@
 
 ``/metrics`` reads every flow's figures from the database in a fixed number of queries,
 however many flows there are, plus one Redis round trip per active run (its live readers).
-It is open unless ``DATAFLOW_METRICS_TOKEN`` is set; then it wants that bearer token.
+It names every tenant's flows, so it wants ``DATAFLOW_METRICS_TOKEN`` as a bearer token or
+a staff session; ``DATAFLOW_METRICS_PUBLIC`` opens it to anyone, on purpose only.
 
 ``/healthz`` answers whether this process reaches its database and Redis, each within
 ``HEALTH_TIMEOUT_S``; a failure is named with its cause, never with a stack trace or a password.
@@ -303,19 +304,30 @@ REGISTRY.register(FlowCollector())
 
 
 def _authorized(request: HttpRequest) -> bool:
-    token = settings.DATAFLOW_METRICS_TOKEN
-    if not token:
+    """Whether ``request`` may read every tenant's figures: the metrics token as a bearer
+    token, a staff session, or a deployment that declared them public."""
+    if settings.DATAFLOW_METRICS_PUBLIC:
         return True
+    token = settings.DATAFLOW_METRICS_TOKEN
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    if token and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode()):
+        return True
+    return request.user.is_active and request.user.is_staff
 
 
 @require_safe
 def metrics(request: HttpRequest) -> HttpResponse:
-    """The flows' metrics in Prometheus' text format; 401 without the token, when one is set."""
+    """The flows' metrics in Prometheus' text format; 401 without the token or a staff
+    session (403 for a session that is not staff), unless DATAFLOW_METRICS_PUBLIC is set."""
     if not _authorized(request):
+        if request.user.is_authenticated:
+            return HttpResponse(
+                "staff only, or the bearer token (DATAFLOW_METRICS_TOKEN)\n",
+                status=403,
+                content_type="text/plain",
+            )
         return HttpResponse(
-            "a bearer token is required (DATAFLOW_METRICS_TOKEN)\n",
+            "a bearer token (DATAFLOW_METRICS_TOKEN) or a staff login is required\n",
             status=401,
             content_type="text/plain",
             headers={"WWW-Authenticate": 'Bearer realm="metrics"'},

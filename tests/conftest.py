@@ -11,6 +11,7 @@ import uuid
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
+from django.conf import settings
 from kombu.asynchronous import set_event_loop
 
 from dataflow.celery import app as celery_app
@@ -21,6 +22,15 @@ from dataflow.redis_client import get_redis, redis_url
 def _clean_redis():
     get_redis().flushdb()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _login_failures_forgotten():
+    """Each test starts with no failed login counted (they are kept in Redis for all web
+    processes, and every test client logs in from 127.0.0.1)."""
+    client = get_redis()
+    for key in client.scan_iter(match=f"{settings.DATAFLOW_REDIS_NAMESPACE}:login-failures:*", count=1000):
+        client.delete(key)
 
 
 @pytest.fixture()

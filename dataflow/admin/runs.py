@@ -177,8 +177,9 @@ class DeadLetterAdmin(ReadOnlyAdmin):
     actions = ["discard_selected", "replay_selected"]
 
     def has_delete_permission(self, request, obj=None):
-        # Discarding is deleting: the model's delete permission, not the base's refusal.
-        return super(ReadOnlyAdmin, self).has_delete_permission(request, obj)
+        # Discarding is deleting, and takes what the API's discard takes: the permission
+        # that changes flows (not delete_deadletter, which the API never asks for).
+        return request.user.has_perm("dataflow.change_dataflow")
 
     def has_replay_permission(self, request) -> bool:
         # A replay runs the flow: it takes the permission that steers flows.

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.settings import api_settings
-from rest_framework.throttling import ScopedRateThrottle
+from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
+
+from dataflow.services.login_throttle import client_address_of, login_attempt_begin
 
 #: What an unsafe method needs by default: a view sets ``flow_permissions`` to differ.
 DEFAULT_FLOW_PERMISSIONS = {"POST": "change", "PUT": "change", "PATCH": "change", "DELETE": "change"}
@@ -41,3 +43,27 @@ class WriteRateThrottle(ScopedRateThrottle):
 
     def get_rate(self):
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+
+
+class LoginThrottle(BaseThrottle):
+    """Failed logins per user name and per client address (``services.login_throttle``),
+    shared by every web process. It takes the attempt and leaves it on the view as
+    ``login_attempt``; the view gives it back when the password was right."""
+
+    def __init__(self) -> None:
+        self.wait_s = 0
+
+    def allow_request(self, request, view) -> bool:
+        if request.method != "POST":
+            return True  # only a POST logs in (a GET is a 405, not a guess)
+        body = request.data if isinstance(request.data, dict) else {}
+        username = body.get("username")
+        attempt = login_attempt_begin(
+            username=username if isinstance(username, str) else "", address=client_address_of(request)
+        )
+        self.wait_s = attempt.wait_s
+        view.login_attempt = attempt
+        return not attempt.refused
+
+    def wait(self) -> float:
+        return self.wait_s

@@ -138,7 +138,8 @@ class FlowSerializer(serializers.Serializer):
             "owner": flow.owner.username if flow.owner_id else None,
             "created_at": self.fields["created_at"].to_representation(flow.created_at),
             "updated_at": self.fields["updated_at"].to_representation(flow.updated_at),
-            "last_run": None if last_run is None else LastRunSerializer(last_run).data,
+            # The declared field renders it: a serializer made per flow copied its fields each time.
+            "last_run": None if last_run is None else self.fields["last_run"].to_representation(last_run),
             "url": reverse("api:flow-detail", kwargs={"name": flow.name}, request=request),
         }
         return out

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dataflow.web import views
+from dataflow.web import login, views
 
 app_name = "dashboard"
 
@@ -11,10 +11,6 @@ urlpatterns = [
     path("flows/<slug:name>/", views.flow_page, name="flow"),
     path("flows/<slug:name>/live.json", views.flow_live, name="flow-live"),
     # Its own login: the admin's accepts staff only, and a flow's owner need not be staff.
-    path(
-        "login/",
-        auth_views.LoginView.as_view(template_name="dashboard/login.html", redirect_authenticated_user=True),
-        name="login",
-    ),
+    path("login/", login.DashboardLoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(next_page="dashboard:login"), name="logout"),
 ]

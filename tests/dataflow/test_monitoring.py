@@ -17,6 +17,15 @@ from dataflow.services.runs import coordinator_for
 
 pytestmark = pytest.mark.django_db
 
+#: The scrapers' token in these tests (a deployment sets DATAFLOW_METRICS_TOKEN).
+SCRAPE_TOKEN = "scrape-token"
+
+
+@pytest.fixture(autouse=True)
+def _metrics_token(settings):
+    settings.DATAFLOW_METRICS_TOKEN = SCRAPE_TOKEN
+    settings.DATAFLOW_METRICS_PUBLIC = False
+
 
 class FlowFactory(DjangoModelFactory):
     class Meta:
@@ -67,7 +76,9 @@ class SplitFactory(DjangoModelFactory):
 
 
 def _scrape(client, **headers) -> dict[tuple[str, frozenset], float]:
-    """Every sample of a 200 scrape, by (sample name, labels)."""
+    """Every sample of a 200 scrape, by (sample name, labels); with the scrapers' token
+    unless ``headers`` say otherwise."""
+    headers = headers or {"Authorization": f"Bearer {SCRAPE_TOKEN}"}
     response = client.get("/metrics", headers=headers)
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
@@ -150,7 +161,7 @@ def test_metrics_show_the_last_ended_run_and_runs_by_outcome(client, active_run)
 
 
 def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
-    text = client.get("/metrics").content.decode()
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).content.decode()
     families = list(text_string_to_metric_families(text))
 
     assert len(families) == 12
@@ -200,6 +211,41 @@ def test_metrics_want_the_bearer_token_when_one_is_set(client, settings):
         _of(_scrape(client, Authorization="Bearer s3cret-token"), "dataflow_live_readers", flow="guarded")
         == 0
     )
+
+
+def test_metrics_are_closed_to_anonymous_and_non_staff_users_by_default(client, settings, django_user_model):
+    settings.DATAFLOW_METRICS_TOKEN = ""  # a deployment that set no token: still closed
+    FlowFactory(name="bobs-orders")
+
+    anonymous = client.get("/metrics")
+    client.force_login(django_user_model.objects.create_user("alice", password="pw-alice-1"))
+    alice = client.get("/metrics")
+    empty_bearer = client.get("/metrics", headers={"Authorization": "Bearer "})
+
+    assert anonymous.status_code == 401
+    assert anonymous["WWW-Authenticate"].startswith("Bearer")
+    assert alice.status_code == 403
+    assert empty_bearer.status_code == 403
+    for response in (anonymous, alice, empty_bearer):
+        assert b"bobs-orders" not in response.content
+
+
+def test_a_staff_session_reads_the_metrics_without_the_token(client, django_user_model):
+    FlowFactory(name="bobs-orders")
+    client.force_login(django_user_model.objects.create_user("ops", password="pw-ops-1", is_staff=True))
+
+    response = client.get("/metrics")
+
+    assert response.status_code == 200
+    assert b'flow="bobs-orders"' in response.content
+
+
+def test_metrics_public_opens_them_to_anyone(client, settings):
+    settings.DATAFLOW_METRICS_TOKEN = ""
+    settings.DATAFLOW_METRICS_PUBLIC = True
+    FlowFactory(name="public-flow")
+
+    assert _of(_scrape(client, Accept="text/plain"), "dataflow_live_readers", flow="public-flow") == 0
 
 
 def _flows_with_history(count: int) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema
 from rest_framework.authtoken.serializers import AuthTokenSerializer
 from rest_framework.authtoken.views import ObtainAuthToken
+from rest_framework.exceptions import Throttled
 
 from dataflow.api.parsers import BoundedJSONParser
+from dataflow.api.permissions import LoginThrottle
 from dataflow.api.schema import errors
 from dataflow.api.serializers import TokenSerializer
-from dataflow.api.views.base import WRITE_SCOPE
+from dataflow.services.login_throttle import login_attempt_succeeded, login_refusal_text
 
 
 @extend_schema(
@@ -21,5 +23,16 @@ from dataflow.api.views.base import WRITE_SCOPE
 class TokenView(ObtainAuthToken):
     parser_classes = (BoundedJSONParser,)
     authentication_classes = ()
-    throttle_scope = WRITE_SCOPE
+    # ObtainAuthToken has none: every wrong password was a free guess.
+    throttle_classes = (LoginThrottle,)
     flow_permissions = {"POST": None}
+
+    def throttled(self, request, wait):
+        refusal = Throttled(detail=login_refusal_text(wait_s=int(wait)))
+        refusal.wait = wait  # set after: given to Throttled, it would say the wait twice
+        raise refusal
+
+    def post(self, request, *args, **kwargs):
+        response = super().post(request, *args, **kwargs)  # a wrong password raises: a failure
+        login_attempt_succeeded(attempt=self.login_attempt)
+        return response

@@ -1,0 +1,67 @@
+"""Logins through a form (the dashboard's and the admin's pages), throttled by user name and
+by client address (``services.login_throttle``): a refused login is a 429 with
+``Retry-After``, and the page says how long to wait."""
+
+from __future__ import annotations
+
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.views import LoginView
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
+
+from dataflow.services.login_throttle import (
+    client_address_of,
+    login_attempt_begin,
+    login_attempt_succeeded,
+    login_refusal_text,
+)
+
+
+class ThrottledLoginMixin:
+    """An AuthenticationForm that takes a login attempt before checking the password and
+    gives it back if the login succeeds. ``login_wait_s`` > 0: refused unchecked."""
+
+    login_wait_s = 0
+
+    def clean(self):
+        attempt = login_attempt_begin(
+            username=self.data.get("username", ""), address=client_address_of(self.request)
+        )
+        if attempt.refused:
+            self.login_wait_s = attempt.wait_s
+            raise ValidationError(login_refusal_text(wait_s=attempt.wait_s), code="throttled")
+        cleaned = super().clean()  # a wrong password raises: the attempt stays a failure
+        if self.get_user() is not None:
+            login_attempt_succeeded(attempt=attempt)
+        return cleaned
+
+
+class ThrottledAuthenticationForm(ThrottledLoginMixin, AuthenticationForm):
+    """The dashboard's login form."""
+
+
+class ThrottledAdminAuthenticationForm(ThrottledLoginMixin, AdminAuthenticationForm):
+    """The admin's login form (staff only, as Django's)."""
+
+
+def login_refusal_status(response: HttpResponse) -> HttpResponse:
+    """``response`` of a login view, made a 429 with Retry-After if its form was refused
+    for too many failures."""
+    form = (getattr(response, "context_data", None) or {}).get("form")
+    wait_s = getattr(form, "login_wait_s", 0)
+    if wait_s:
+        response.status_code = 429
+        response["Retry-After"] = str(wait_s)
+    return response
+
+
+class DashboardLoginView(LoginView):
+    """The dashboard's login: any account (a flow's owner need not be staff)."""
+
+    template_name = "dashboard/login.html"
+    redirect_authenticated_user = True
+    authentication_form = ThrottledAuthenticationForm
+
+    def form_invalid(self, form):
+        return login_refusal_status(super().form_invalid(form))

@@ -1,0 +1,250 @@
+"""Every admin page, button and list action asks for the permission the matching API call
+asks for. The walk is generic: it takes every model this app registers with the admin, every
+list action and every URL of its ModelAdmin, so a model registered later is walked too (give
+the walk a row of it in ``_one_of_each`` and the values of any new URL parameter)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.forms.models import model_to_dict
+from django.test import Client, RequestFactory
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from dataflow.admin.flows import STEERING
+from dataflow.models import DataFlow, FlowStatus, WebhookDelivery
+from dataflow.services.flows import flow_apply, flow_start
+from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, SplitFactory
+from tests.helpers import spec, write_csv
+
+APP = "dataflow"
+#: Values the walk gives a custom admin URL's parameters (object ids come from the rows).
+PARAMETER_VALUES = {"action": sorted(STEERING)}
+#: Custom admin URLs that only read: a user who may view the row may open them.
+READ_ONLY_URLS = {"dataflow_dataflow_export", "dataflow_flowrun_progress"}
+#: The URLs every ModelAdmin has (by their name's suffix), and what they need.
+STANDARD_READS = ("changelist", "change", "history")
+STANDARD_WRITES = ("add", "delete")
+
+
+def _registered() -> list[tuple[type, admin.ModelAdmin]]:
+    return [
+        (model, model_admin)
+        for model, model_admin in admin.site._registry.items()
+        if model._meta.app_label == APP
+    ]
+
+
+def _one_of_each(dirs) -> dict[type, object]:
+    """A row of every model the admin shows, around two of bob's flows: one idle, one running."""
+    bob = get_user_model().objects.create_user("bob", password="pw-bob-1")
+    write_csv(dirs.data / "bob.csv", range(10))
+    idle, _ = flow_apply(
+        spec=spec("bobs-idle", str(dirs.data / "bob.csv"), str(dirs.out / "idle")), owner=bob
+    )
+    running, _ = flow_apply(
+        spec=spec("bobs-running", str(dirs.data / "bob.csv"), str(dirs.out / "running")), owner=bob
+    )
+    run = flow_start(flow=running)
+    split = SplitFactory(run=run)
+    rows = {
+        DataFlow: idle,
+        type(run): run,
+        type(split): split,
+        DeadLetterFactory._meta.model: DeadLetterFactory(run=run),
+        AssignmentFactory._meta.model: AssignmentFactory(split=split),
+        WebhookDelivery: WebhookDelivery.objects.create(
+            flow=running, run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
+        ),
+    }
+    for model, _ in _registered():
+        assert model in rows, f"the admin walk has no {model.__name__}: add one to _one_of_each"
+    return rows
+
+
+def _state() -> dict[str, list[dict]]:
+    """Every row of every model the admin shows (and flows' statuses), to compare after."""
+    return {
+        model.__name__: [model_to_dict(row) for row in model.objects.order_by("pk")]
+        for model, _ in _registered()
+    }
+
+
+def _paths(model, model_admin, row) -> list[tuple[str, str]]:
+    """(url name, path) of every URL of the model's admin, parameters filled in."""
+    prefix = f"/admin/{APP}/{model._meta.model_name}/"
+    paths = []
+    for pattern in model_admin.get_urls():
+        if pattern.name is None:  # the old-style <id>/ redirect to <id>/change/
+            continue
+        route = str(pattern.pattern)
+        candidates = [route]
+        for parameter in re.findall(r"<(?:\w+:)?(\w+)>", route):
+            if parameter == "object_id":
+                values = [str(row.pk)]
+            elif parameter in PARAMETER_VALUES:
+                values = PARAMETER_VALUES[parameter]
+            else:
+                pytest.fail(f"{pattern.name}: tell the walk the values of <{parameter}> (PARAMETER_VALUES)")
+            candidates = [
+                re.sub(rf"<(?:\w+:)?{parameter}>", value, c, count=1) for c in candidates for value in values
+            ]
+        paths += [(pattern.name, prefix + c) for c in candidates]
+    return paths
+
+
+def _actions(model_admin) -> list[str]:
+    """The list actions the model's admin has for a superuser (site-wide ones included)."""
+    request = RequestFactory().get("/")
+    request.user = type("Superuser", (), {"has_perm": lambda self, perm: True, "is_active": True})()
+    return list(model_admin.get_actions(request))
+
+
+@pytest.fixture()
+def view_only_staff(django_user_model):
+    """Staff who may view every model of the app, and change nothing."""
+    user = django_user_model.objects.create_user("viewer", password="pw-viewer-1", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label=APP, codename__startswith="view_")
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture()
+def non_staff_with_every_permission(django_user_model):
+    """An ordinary user (a tenant of the API) who holds every permission of the app."""
+    user = django_user_model.objects.create_user("alice", password="pw-alice-1")
+    user.user_permissions.set(Permission.objects.filter(content_type__app_label=APP))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, dirs):
+    rows = _one_of_each(dirs)
+    before = _state()
+    assert {row.status for row in DataFlow.objects.all()} == {FlowStatus.IDLE, FlowStatus.RUNNING}
+
+    for model, model_admin in _registered():
+        changelist = f"/admin/{APP}/{model._meta.model_name}/"
+        page = view_only_staff.get(changelist)
+        assert page.status_code == 200, changelist
+        everyone = list(model.objects.values_list("pk", flat=True))
+        for action in _actions(model_admin):
+            assert f'value="{action}"' not in page.content.decode(), f"{changelist} offers {action}"
+            response = view_only_staff.post(
+                changelist, {"action": action, "_selected_action": everyone, "index": 0, "post": "yes"}
+            )
+            assert response.status_code in (200, 302), (changelist, action, response.status_code)
+            assert _state() == before, f"{model.__name__}: action {action} changed rows"
+
+        for name, path in _paths(model, model_admin, rows[model]):
+            reads = name in READ_ONLY_URLS or name.endswith(STANDARD_READS)
+            got = view_only_staff.get(path)
+            if reads:
+                assert got.status_code == 200, (path, got.status_code)
+            else:
+                assert got.status_code in (403, 405), (path, got.status_code)
+            posted = view_only_staff.post(path, {"post": "yes"})
+            # A list takes POSTs of actions (walked above) and list edits (none: view only).
+            if not (name in READ_ONLY_URLS or name.endswith(("history", "changelist"))):
+                assert posted.status_code in (403, 405), ("POST", path, posted.status_code)
+            assert _state() == before, f"POST {path} changed rows"
+
+
+@pytest.mark.django_db
+def test_a_non_staff_user_reaches_no_admin_page_whatever_their_permissions(
+    non_staff_with_every_permission, dirs
+):
+    rows = _one_of_each(dirs)
+    before = _state()
+
+    for model, model_admin in _registered():
+        changelist = f"/admin/{APP}/{model._meta.model_name}/"
+        everyone = list(model.objects.values_list("pk", flat=True))
+        for action in _actions(model_admin):
+            response = non_staff_with_every_permission.post(
+                changelist, {"action": action, "_selected_action": everyone, "index": 0, "post": "yes"}
+            )
+            assert response.status_code == 302 and "/admin/login/" in response["Location"], (action, response)
+        for _, path in _paths(model, model_admin, rows[model]):
+            for method in (non_staff_with_every_permission.get, non_staff_with_every_permission.post):
+                response = method(path)
+                assert response.status_code == 302 and "/admin/login/" in response["Location"], path
+
+    assert _state() == before
+
+
+@pytest.mark.django_db
+def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(django_user_model, dirs):
+    rows = _one_of_each(dirs)
+    steerer = django_user_model.objects.create_user("steerer", password="pw-steerer-1", is_staff=True)
+    steerer.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label=APP, codename__in=["view_dataflow", "change_dataflow"]
+        )
+    )
+    client = Client()
+    client.force_login(steerer)
+
+    client.post(
+        f"/admin/{APP}/dataflow/",
+        {"action": "start_flows", "_selected_action": [rows[DataFlow].pk], "index": 0},
+    )
+
+    assert DataFlow.objects.get(pk=rows[DataFlow].pk).status == FlowStatus.RUNNING
+
+
+@pytest.mark.django_db
+def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(django_user_model, dirs):
+    rows = _one_of_each(dirs)
+    letter = rows[DeadLetterFactory._meta.model]
+    deleter = django_user_model.objects.create_user("deleter", password="pw-deleter-1", is_staff=True)
+    # delete_deadletter is no API permission: discarding through the API takes change_dataflow.
+    deleter.user_permissions.set(
+        Permission.objects.filter(
+            content_type__app_label=APP, codename__in=["view_deadletter", "delete_deadletter"]
+        )
+    )
+    client = Client()
+    client.force_login(deleter)
+
+    page = client.get(f"/admin/{APP}/deadletter/").content.decode()
+    client.post(
+        f"/admin/{APP}/deadletter/",
+        {"action": "discard_selected", "_selected_action": [letter.pk], "index": 0},
+    )
+    deleted = client.post(f"/admin/{APP}/deadletter/{letter.pk}/delete/", {"post": "yes"})
+
+    assert 'value="discard_selected"' not in page
+    assert deleted.status_code == 403
+    assert type(letter).objects.filter(pk=letter.pk).exists()
+
+
+@pytest.mark.django_db
+def test_view_only_staff_cannot_run_or_stop_a_flows_schedule_in_the_beat_admin(django_user_model):
+    every = IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS)
+    schedule = PeriodicTask.objects.create(
+        name="dataflow:bobs-nightly", task="dataflow.tasks.flow_scheduled_run", interval=every, enabled=True
+    )
+    viewer = django_user_model.objects.create_user("beat-viewer", password="pw-viewer-1", is_staff=True)
+    viewer.user_permissions.set(Permission.objects.filter(codename="view_periodictask"))
+    client = Client()
+    client.force_login(viewer)
+
+    page = client.get("/admin/django_celery_beat/periodictask/").content.decode()
+    for action in ("enable_tasks", "disable_tasks", "toggle_tasks", "run_tasks"):
+        assert f'value="{action}"' not in page
+        client.post(
+            "/admin/django_celery_beat/periodictask/",
+            {"action": action, "_selected_action": [schedule.pk], "index": 0},
+        )
+
+    assert PeriodicTask.objects.get(pk=schedule.pk).enabled is True
