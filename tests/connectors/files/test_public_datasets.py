@@ -10,6 +10,7 @@ import json
 import pandas as pd
 import pytest
 
+from source_support import lines as lines_module
 from source_support.formats import ReadError
 from source_support.schema import parse_ddl
 from tests.connectors.files.public_data import (
@@ -249,3 +250,13 @@ def test_a_file_not_in_the_declared_encoding_fails_naming_the_byte(tmp_path):
         read_like_a_run(path, {"type": "csv", "schema": "a BIGINT, b BIGINT", "encoding": "utf-16-le"})
 
     assert "odd.csv: not utf-16-le text at byte 16 of the file" in str(caught.value)
+
+
+def test_a_json_array_read_in_small_chunks_and_blocks_gives_the_same_records(monkeypatch):
+    whole = read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}).table
+    monkeypatch.setattr(lines_module, "MIN_CHUNK", 997)  # records straddle every chunk
+
+    pieces = read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}, batch_size=7)
+
+    assert pieces.bad == []
+    assert pieces.table == whole
