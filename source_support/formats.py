@@ -1400,6 +1400,17 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     if "field" in table and not table["field"].strip():
         raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
     _check_value_options(table)
+    comment = table.get("comment")
+    if (
+        kind.type == "csv"
+        and comment
+        and comment[0] in (table.get("delimiter", ","), table.get("quote", '"'))
+    ):
+        raise ConfigError(
+            "format.comment",
+            f"{comment!r} starts with the delimiter or the quote: it would skip records whose first "
+            "value is empty or quoted",
+        )
     if "schema" in table:
         _check_schema(kind.type, parse_ddl(table["schema"]))
     return FormatSpec(kind.type, table)

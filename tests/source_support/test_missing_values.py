@@ -214,6 +214,8 @@ def test_spark_patterns_translate_to_strptime(pattern, expected):
         ({"null_values": "NA"}, "format.null_values", "must be a list"),
         ({"encoding": "klingon"}, "format.encoding", "unknown text encoding"),
         ({"comment": ""}, "format.comment", "comment line starts with"),
+        ({"comment": '"'}, "format.comment", "starts with the delimiter or the quote"),
+        ({"comment": ";", "delimiter": ";"}, "format.comment", "starts with the delimiter or the quote"),
     ],
 )
 def test_bad_value_options_are_refused_naming_the_field(table, field, words):

@@ -260,3 +260,21 @@ def test_a_json_array_read_in_small_chunks_and_blocks_gives_the_same_records(mon
 
     assert pieces.bad == []
     assert pieces.table == whole
+
+
+def test_a_utf8_bom_as_excel_writes_it_is_not_part_of_the_header_or_a_record(tmp_path):
+    csv_path, json_path = tmp_path / "csv" / "seattle.csv", tmp_path / "json" / "cars.jsonl"
+    csv_path.parent.mkdir()
+    json_path.parent.mkdir()
+    csv_path.write_bytes(b"\xef\xbb\xbf" + (VEGA / "seattle-weather.csv").read_bytes())
+    cars = json.loads((VEGA / "cars.json").read_text())
+    json_path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(car) + "\n" for car in cars).encode())
+
+    from_csv = read_like_a_run(csv_path, {"type": "csv", "date_format": "yyyy/MM/dd"})
+    from_json = read_like_a_run(json_path, {"type": "json", "schema": CARS_DDL})
+
+    assert from_csv.bad == [] and from_json.bad == []
+    assert from_csv.table.column_names[0] == "date"
+    frame = as_dates(pandas_csv(csv_path), "date", "%Y/%m/%d")
+    assert_same_as_pandas(from_csv.table, frame)
+    assert from_json.table == read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}).table
