@@ -857,9 +857,9 @@ class JsonDocumentsFormat(JsonLinesFormat):
     def parse(
         self, block: bytes, position: int, *, first_only: bool = False
     ) -> tuple[pa.Table, list[BadRecord]]:
-        lines = JsonLinesFormat.with_schema(self, self.schema)
-        lines.__class__ = JsonLinesFormat
-        lines.timestamp_modes = self.timestamp_modes
+        # The same format reading lines (its timestamp modes shared: learned once).
+        lines = object.__new__(JsonLinesFormat)
+        lines.__dict__.update(self.__dict__)
         return lines.parse(self.as_lines(block), position, first_only=first_only)
 
 
