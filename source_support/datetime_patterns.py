@@ -4,8 +4,8 @@ the ``strptime`` formats Arrow parses with, and the vectorized parse of a text c
 Only the pattern letters of dates and times a file holds are supported (``y u M L d D H h m
 s S a E Z X x`` and ``'quoted text'``); any other letter is refused with an error naming the
 option, rather than read as something else. A run of ``S`` (the fraction of a second) must
-come last, after ``.`` or ``,``: Arrow's ``strptime`` has no fraction, so it is cut off and
-added back here.
+follow ``.`` or ``,`` and come last but for a zone: Arrow's ``strptime`` has no fraction,
+so it is cut off and added back here.
 """
 
 from __future__ import annotations
@@ -37,6 +37,8 @@ _DIRECTIVES: dict[str, dict[int, str]] = {
     "x": {1: "%z"},
 }
 _ZONE_LETTERS = "ZXx"
+#: A text's fraction of a second: its last digits after "." or ",", before a zone if any.
+_FRACTION = r"^(?P<head>.*?)[.,](?P<fraction>\d{1,9})(?P<zone>\s*(?:[Zz]|[+-]\d{2}(?::?\d{2})?)?)$"
 _TIME_LETTERS = "HhmsSa"
 
 
@@ -62,8 +64,10 @@ def datetime_pattern(pattern: str, *, field: str) -> DatetimePattern:
     i = 0
     while i < len(pattern):
         ch = pattern[i]
-        if fraction:
-            raise ConfigError(field, f"{pattern!r}: the fraction of a second (S) must come last")
+        if fraction and ch not in _ZONE_LETTERS + " ":
+            raise ConfigError(
+                field, f"{pattern!r}: the fraction of a second (S) must come last (but for a zone, XXX)"
+            )
         if ch == "'":
             end = pattern.find("'", i + 1)
             if end < 0:
@@ -107,8 +111,10 @@ def parse_with_pattern(
     present = np.asarray(pc.is_valid(strings).to_numpy(zero_copy_only=False), dtype=bool)
     micros = None
     if pattern.fraction:
-        parts = pc.extract_regex(strings, r"^(?P<head>.*?)[.,](?P<fraction>\d{1,9})$")
-        strings = pc.struct_field(parts, "head")
+        parts = pc.extract_regex(strings, _FRACTION)
+        strings = pc.binary_join_element_wise(
+            pc.struct_field(parts, "head"), pc.struct_field(parts, "zone"), ""
+        )
         digits = pc.utf8_slice_codeunits(pc.utf8_rpad(pc.struct_field(parts, "fraction"), 9, "0"), 0, 6)
         micros = pc.cast(digits, pa.int64())
     unit = target.unit if pa.types.is_timestamp(target) else "s"

@@ -18,6 +18,7 @@ text that does not convert to its column's type is a bad record, never a null.
 
 from __future__ import annotations
 
+import bisect
 import codecs
 import io
 import json
@@ -715,6 +716,7 @@ class JsonLinesFormat(RecordFormat):
 JSON_LAYOUT_SAMPLE = 1 << 20
 _JSON_SPACE = " \t\r\n"
 _DECODER = json.JSONDecoder()
+_JSON_SPACES = re.compile(r"[ \t\r\n]*")
 
 
 def json_layout(head: bytes) -> str:
@@ -755,6 +757,8 @@ class JsonDocumentsFormat(JsonLinesFormat):
     ) -> None:
         super().__init__(schema, rules=rules)
         self.array = array
+        #: The last buffer scanned and its spans (``value_spans``).
+        self._scanned: tuple[bytes, list[int], list[int]] | None = None
 
     def preamble_length(self, head: bytes) -> int:
         """An array's records begin after its ``[`` (and white space, and a UTF-8 BOM)."""
@@ -765,38 +769,57 @@ class JsonDocumentsFormat(JsonLinesFormat):
     def value_spans(self, buffer: bytes) -> tuple[list[int], list[int]]:
         """The ends of the JSON values that start ``buffer``'s records and the ends of those
         records (after the comma, or the array's ``]``, and white space), in bytes; a value
-        not yet whole (or not JSON) ends the list."""
-        text = buffer.decode("utf-8", errors="surrogateescape")
-        ascii_only = len(text) == len(buffer)
+        not yet whole (or not JSON) ends the list.
+
+        The reader asks about a buffer that grows, then about blocks cut from its start:
+        the last answer is kept, so each record is scanned about once."""
         value_ends: list[int] = []
         record_ends: list[int] = []
-        at, byte_at, char_at = 0, 0, 0
+        offset = 0
+        scanned = self._scanned
+        if scanned is not None:
+            old, old_values, old_records = scanned
+            if len(buffer) <= len(old) and old.startswith(buffer):
+                count = bisect.bisect_right(old_records, len(buffer))
+                return old_values[:count], old_records[:count]
+            cut = len(old) - len(buffer)
+            if 0 < cut < len(old) and cut in old_records and memoryview(old)[cut:] == buffer:
+                # what is left once a block was cut off: the same records, shifted
+                first = bisect.bisect_right(old_records, cut)
+                value_ends = [v - cut for v in old_values[first:]]
+                record_ends = [r - cut for r in old_records[first:]]
+                old, old_values, old_records = buffer, value_ends, record_ends
+            if old_records and len(buffer) >= len(old) and buffer.startswith(old):
+                value_ends, record_ends, offset = list(old_values), list(old_records), old_records[-1]
+        self._scan(buffer, offset, value_ends, record_ends)
+        self._scanned = (buffer, value_ends, record_ends)
+        return value_ends, record_ends
+
+    def _scan(self, buffer: bytes, offset: int, value_ends: list[int], record_ends: list[int]) -> None:
+        text = buffer[offset:].decode("utf-8", errors="surrogateescape")
+        ascii_only = len(text) == len(buffer) - offset
+        at, byte_at, char_at = 0, offset, 0
         size = len(text)
         while True:
-            while at < size and text[at] in _JSON_SPACE:
-                at += 1
+            at = _JSON_SPACES.match(text, at).end()
             if at >= size or (self.array and text[at] == "]"):
                 break
             try:
                 _, value_end = _DECODER.raw_decode(text, at)
             except (ValueError, RecursionError):
                 break  # not whole yet, or not JSON: the reader takes the rest as one record
-            end = value_end
-            while end < size and text[end] in _JSON_SPACE:
-                end += 1
+            end = _JSON_SPACES.match(text, value_end).end()
             if end >= size:
                 break  # not known yet where the next record starts (the reader's last one)
             if self.array and text[end] == "]":
                 end = size  # the rest is the array's end
             elif self.array and text[end] == ",":
-                end += 1
-                while end < size and text[end] in _JSON_SPACE:
-                    end += 1  # the next record starts at its value, for its line in errors
+                end = _JSON_SPACES.match(text, end + 1).end()  # the next record starts at its value
             elif self.array:
                 break  # not JSON: the rest is one bad record
             if ascii_only:
-                value_ends.append(value_end)
-                record_ends.append(end)
+                value_ends.append(offset + value_end)
+                record_ends.append(offset + end)
             else:
                 value_byte = byte_at + len(text[char_at:value_end].encode("utf-8", "surrogateescape"))
                 byte_at = value_byte + len(text[value_end:end].encode("utf-8", "surrogateescape"))
@@ -804,7 +827,6 @@ class JsonDocumentsFormat(JsonLinesFormat):
                 value_ends.append(value_byte)
                 record_ends.append(byte_at)
             at = end
-        return value_ends, record_ends
 
     def record_ends(self, buffer: bytes) -> np.ndarray:
         return np.array(self.value_spans(buffer)[1], dtype=np.int64)
@@ -835,9 +857,9 @@ class JsonDocumentsFormat(JsonLinesFormat):
     def parse(
         self, block: bytes, position: int, *, first_only: bool = False
     ) -> tuple[pa.Table, list[BadRecord]]:
-        lines = JsonLinesFormat.with_schema(self, self.schema)
-        lines.__class__ = JsonLinesFormat
-        lines.timestamp_modes = self.timestamp_modes
+        # The same format reading lines (its timestamp modes shared: learned once).
+        lines = object.__new__(JsonLinesFormat)
+        lines.__dict__.update(self.__dict__)
         return lines.parse(self.as_lines(block), position, first_only=first_only)
 
 
@@ -1378,6 +1400,17 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     if "field" in table and not table["field"].strip():
         raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
     _check_value_options(table)
+    comment = table.get("comment")
+    if (
+        kind.type == "csv"
+        and comment
+        and comment[0] in (table.get("delimiter", ","), table.get("quote", '"'))
+    ):
+        raise ConfigError(
+            "format.comment",
+            f"{comment!r} starts with the delimiter or the quote: it would skip records whose first "
+            "value is empty or quoted",
+        )
     if "schema" in table:
         _check_schema(kind.type, parse_ddl(table["schema"]))
     return FormatSpec(kind.type, table)

@@ -23,6 +23,7 @@ import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
 
+UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
 MAX_CHUNK = 64 << 20
 #: The longest record read (a CSV row or a JSON line, with its line ending).
@@ -142,8 +143,11 @@ class RecordBlockReader:
         #: The file's first line when the format has a header, wherever the range starts
         #: (after the comment lines before it).
         self.header: bytes | None = None
+        # A UTF-8 BOM (as Excel writes it) is not part of the first record or header.
+        bom = len(UTF8_BOM) if self.file.read(len(UTF8_BOM)) == UTF8_BOM else 0
+        self.file.seek(bom)
         if fmt.has_header:
-            skipped = 0
+            skipped = bom
             while True:
                 self.header = self.file.readline(MAX_RECORD_BYTES + 1)
                 if len(self.header) > MAX_RECORD_BYTES:
@@ -155,13 +159,14 @@ class RecordBlockReader:
                 position = skipped + len(self.header)
         elif position == 0 and fmt.preamble_bytes:
             # What comes before the first record (a JSON array's "["): never a record.
-            position = fmt.preamble_length(self.file.read(fmt.preamble_bytes))
-            self.file.seek(0)
+            position = bom + fmt.preamble_length(self.file.read(fmt.preamble_bytes))
+        elif position == 0:
+            position = bom
         if position == start and start > 0:
             # A fresh range starting mid-file: its first record begins after the next newline.
             self.file.seek(start - 1)
             position = start - 1 + len(self.file.readline())
-        elif position > 0:
+        else:
             self.file.seek(position)
         self.position = position
         self._opened_at = position

@@ -38,7 +38,7 @@ from source_support.formats import (
     RecordFormat,
     canonical_encoding,
 )
-from source_support.lines import MAX_RECORD_BYTES, open_records
+from source_support.lines import MAX_RECORD_BYTES, UTF8_BOM, open_records
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext, Environment
 
@@ -187,7 +187,7 @@ class FileSource(Source[FileSplit]):
             with open_records(
                 path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
             ) as f:
-                sample = f.read(SAMPLE_BYTES)
+                sample = f.read(SAMPLE_BYTES).removeprefix(UTF8_BOM)
             if self.fmt.comment:
                 sample = b"".join(
                     line for line in sample.splitlines(keepends=True) if not line.startswith(self.fmt.comment)
@@ -212,7 +212,7 @@ class FileSource(Source[FileSplit]):
                 with open_records(
                     path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=fmt.encoding
                 ) as f:
-                    header = f.readline(MAX_RECORD_BYTES)
+                    header = f.readline(MAX_RECORD_BYTES).removeprefix(UTF8_BOM)
                     while fmt.comment and header.startswith(fmt.comment):
                         header = f.readline(MAX_RECORD_BYTES)
             except (OSError, ReadError):

@@ -112,6 +112,8 @@ def option_initial(option: Option, value: Any) -> Any:
     if value is None:
         return None
     if _types(option) == (list,) and isinstance(value, list):
+        if any(isinstance(item, str) and (not item.strip() or "," in item) for item in value):
+            return json.dumps(value)  # an empty text (null_values' default) or a comma
         return ", ".join(map(str, value))
     return value
 
@@ -136,7 +138,16 @@ def option_value(option: Option, cleaned: Any) -> Any:
     return value
 
 
-def _list(option: Option, text: str) -> list:
+def _list(option: Option, text: str) -> list | str:
+    """Comma-separated items, or a JSON array (``["", "NA"]``: an empty text or a comma
+    can be an item); text that starts as an array but is not one is kept for the
+    validator to refuse, naming the field."""
+    if text.strip().startswith("["):
+        try:
+            items = json.loads(text)
+        except ValueError:
+            return text
+        return items if isinstance(items, list) else text
     items = [item.strip() for item in text.split(",") if item.strip()]
     if option.items is int:
         return [int(item) if item.lstrip("-").isdigit() else item for item in items]

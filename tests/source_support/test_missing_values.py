@@ -141,7 +141,7 @@ def test_csv_dates_with_month_names():
 
 def test_timestamps_read_by_a_declared_pattern_with_a_fraction_and_a_zone():
     with pytest.raises(ConfigError, match="must come last"):
-        validate_format({"type": "csv", "timestamp_format": "dd/MM/yyyy HH:mm:ss.SSS XXX"})
+        validate_format({"type": "csv", "timestamp_format": "dd/MM/yyyy HH:mm:ss.SSS yyyy"})
     fmt = validate_format(
         {
             "type": "csv",
@@ -214,6 +214,8 @@ def test_spark_patterns_translate_to_strptime(pattern, expected):
         ({"null_values": "NA"}, "format.null_values", "must be a list"),
         ({"encoding": "klingon"}, "format.encoding", "unknown text encoding"),
         ({"comment": ""}, "format.comment", "comment line starts with"),
+        ({"comment": '"'}, "format.comment", "starts with the delimiter or the quote"),
+        ({"comment": ";", "delimiter": ";"}, "format.comment", "starts with the delimiter or the quote"),
     ],
 )
 def test_bad_value_options_are_refused_naming_the_field(table, field, words):
@@ -235,3 +237,22 @@ def test_json_nested_deeper_than_the_parser_reads_is_a_bad_record_not_a_crash():
     assert [b.reason for b in bad] == ["JSON nested too deeply to read (Python's parser has a depth limit)"]
     assert table.column("id").to_pylist() == [1]
     assert [b.position for b in in_array] == [1 + len(b'{"id": 1},\n')]
+
+
+def test_a_fraction_of_a_second_may_be_followed_by_a_zone():
+    fmt = validate_format(
+        {
+            "type": "csv",
+            "schema": "t TIMESTAMP",
+            "header": False,
+            "timestamp_format": "dd.MM.yyyy HH:mm:ss.SSSXXX",
+        }
+    ).build()
+
+    table, bad = fmt.parse(b"05.03.2020 13:30:00.250+02:00\n05.03.2020 13:30:00.5Z\n", 0)
+
+    assert bad == []
+    assert table.column("t").to_pylist() == [
+        dt.datetime(2020, 3, 5, 11, 30, 0, 250000, tzinfo=dt.UTC),
+        dt.datetime(2020, 3, 5, 13, 30, 0, 500000, tzinfo=dt.UTC),
+    ]

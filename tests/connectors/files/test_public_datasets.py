@@ -10,6 +10,7 @@ import json
 import pandas as pd
 import pytest
 
+from source_support import lines as lines_module
 from source_support.formats import ReadError
 from source_support.schema import parse_ddl
 from tests.connectors.files.public_data import (
@@ -249,3 +250,31 @@ def test_a_file_not_in_the_declared_encoding_fails_naming_the_byte(tmp_path):
         read_like_a_run(path, {"type": "csv", "schema": "a BIGINT, b BIGINT", "encoding": "utf-16-le"})
 
     assert "odd.csv: not utf-16-le text at byte 16 of the file" in str(caught.value)
+
+
+def test_a_json_array_read_in_small_chunks_and_blocks_gives_the_same_records(monkeypatch):
+    whole = read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}).table
+    monkeypatch.setattr(lines_module, "MIN_CHUNK", 997)  # records straddle every chunk
+
+    pieces = read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}, batch_size=7)
+
+    assert pieces.bad == []
+    assert pieces.table == whole
+
+
+def test_a_utf8_bom_as_excel_writes_it_is_not_part_of_the_header_or_a_record(tmp_path):
+    csv_path, json_path = tmp_path / "csv" / "seattle.csv", tmp_path / "json" / "cars.jsonl"
+    csv_path.parent.mkdir()
+    json_path.parent.mkdir()
+    csv_path.write_bytes(b"\xef\xbb\xbf" + (VEGA / "seattle-weather.csv").read_bytes())
+    cars = json.loads((VEGA / "cars.json").read_text())
+    json_path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(car) + "\n" for car in cars).encode())
+
+    from_csv = read_like_a_run(csv_path, {"type": "csv", "date_format": "yyyy/MM/dd"})
+    from_json = read_like_a_run(json_path, {"type": "json", "schema": CARS_DDL})
+
+    assert from_csv.bad == [] and from_json.bad == []
+    assert from_csv.table.column_names[0] == "date"
+    frame = as_dates(pandas_csv(csv_path), "date", "%Y/%m/%d")
+    assert_same_as_pandas(from_csv.table, frame)
+    assert from_json.table == read_like_a_run(VEGA / "cars.json", {"type": "json", "schema": CARS_DDL}).table

@@ -201,3 +201,23 @@ def test_an_options_help_is_shown_as_text_not_markup():
 
     assert "Files &lt;b&gt;here&lt;/b&gt; &amp; there" in shown
     assert "Example: <code>&lt;x&gt;</code>." in shown
+
+
+@pytest.mark.django_db
+def test_null_values_with_an_empty_text_are_taken_and_shown_as_a_json_array(admin_client, add_flow):
+    response = add_flow(format__csv__null_values='["", "NA"]', format__csv__date_format="yyyy/MM/dd")
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    flow = DataFlow.objects.get(name="admin-flow")
+    assert flow.format_options["null_values"] == ["", "NA"]
+    assert flow.format_options["date_format"] == "yyyy/MM/dd"
+    page = admin_client.get(_change_url(flow))
+    assert page.context["adminform"].form["format__csv__null_values"].value() == '["", "NA"]'
+
+
+@pytest.mark.django_db
+def test_null_values_that_are_not_a_list_are_refused_on_their_field(add_flow):
+    response = add_flow(format__csv__null_values='["NA"')
+
+    assert response.status_code == 200
+    assert "must be a list" in str(response.context["adminform"].form.errors)
