@@ -9,11 +9,19 @@ from __future__ import annotations
 
 from django.contrib.admin import AdminSite
 
-from dataflow.web.login import ThrottledAdminAuthenticationForm, login_refusal_status
+from dataflow.services.login_throttle import LoginThrottleUnavailable
+from dataflow.web.login import (
+    ThrottledAdminAuthenticationForm,
+    login_refusal_status,
+    login_unavailable_response,
+)
 
 
 class DataflowAdminSite(AdminSite):
     login_form = ThrottledAdminAuthenticationForm
 
     def login(self, request, extra_context=None):
-        return login_refusal_status(super().login(request, extra_context))
+        try:
+            return login_refusal_status(super().login(request, extra_context))
+        except LoginThrottleUnavailable as error:
+            return login_unavailable_response(error)

@@ -5,6 +5,8 @@
 - ``FlowStateError`` -> 409 ``{"detail": "..."}`` (an action the flow's state refuses, a
   name that exists);
 - ``RequestDataTooBig`` -> 413 ``{"detail": "..."}``;
+- ``LoginThrottleUnavailable`` -> 503 ``{"detail": "..."}`` with Retry-After (a login
+  refused because failed logins cannot be counted);
 - a row that does not exist (deleted meanwhile) -> 404;
 - everything else as DRF answers it (ParseError 400, NotAuthenticated 401, ...).
 """
@@ -18,6 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from dataflow.services.flows import FlowStateError
+from dataflow.services.login_throttle import LoginThrottleUnavailable
 from dataflow.services.specs import FLOW_FIELDS
 from source_support.errors import ConfigError
 
@@ -31,6 +34,12 @@ def exception_handler(exc, context):
         return Response(
             {"detail": f"Request body too large: {str(exc).rstrip('.')}."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if isinstance(exc, LoginThrottleUnavailable):
+        return Response(
+            {"detail": str(exc)},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_s)},
         )
     if isinstance(exc, ObjectDoesNotExist):
         exc = Http404()

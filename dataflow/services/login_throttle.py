@@ -10,26 +10,37 @@ pass a check made before any of them failed.
 
 The windows slide: a failure counts for the window's length after it happened, and the
 wait is until the oldest counted failure leaves the window.
+
+Without Redis nothing can be counted, and a login is refused (``LoginThrottleUnavailable``,
+a 503 with Retry-After) rather than let through unthrottled: failing open would make
+guessing free for as long as Redis is away, which an attacker can help along.
 """
 
 from __future__ import annotations
 
 import hashlib
 import ipaddress
+import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass
 
+import redis
 from django.conf import settings
 
 from dataflow.redis_client import get_redis
+
+logger = logging.getLogger(__name__)
 
 #: "10/15m": 10 failures per 15 minutes; units s, m (or min), h (or hour), d (or day).
 RATE_RE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|m|min|h|hour|d|day)\s*$")
 UNIT_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 #: IPv6 clients are counted per /64: one host is commonly given a whole /64 to pick from.
 IPV6_PREFIX = 64
+#: What a login refused for want of Redis is told to wait: long enough not to hammer a
+#: Redis that is restarting, short enough for a person to wait.
+UNAVAILABLE_RETRY_AFTER_S = 30
 
 # Takes an attempt in every window at once, or none: KEYS are the windows' sorted sets;
 # ARGV: now (ms), the attempt's member, then a (limit, window ms) pair per key. Answers 0
@@ -54,6 +65,18 @@ for i, key in ipairs(KEYS) do
 end
 return 0
 """
+
+
+class LoginThrottleUnavailable(Exception):
+    """Failed logins cannot be counted (Redis does not answer): the login is refused."""
+
+    retry_after_s = UNAVAILABLE_RETRY_AFTER_S
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Logging in is unavailable for the moment: failed logins cannot be counted. "
+            f"Try again in {self.retry_after_s} seconds."
+        )
 
 
 @dataclass(frozen=True)
@@ -136,18 +159,22 @@ def login_attempt_begin(*, username: str, address: str) -> LoginAttempt:
     username_key = _key("user", (username or "").strip().casefold())
     address_key = _key("address", address)
     member = uuid.uuid4().hex
-    wait_ms = get_redis().eval(
-        _BEGIN,
-        2,
-        username_key,
-        address_key,
-        int(time.time() * 1000),
-        member,
-        username_rate.failures,
-        username_rate.window_s * 1000,
-        address_rate.failures,
-        address_rate.window_s * 1000,
-    )
+    try:
+        wait_ms = get_redis().eval(
+            _BEGIN,
+            2,
+            username_key,
+            address_key,
+            int(time.time() * 1000),
+            member,
+            username_rate.failures,
+            username_rate.window_s * 1000,
+            address_rate.failures,
+            address_rate.window_s * 1000,
+        )
+    except redis.RedisError as error:
+        logger.error("login refused: the login throttle cannot reach Redis (%s)", error)
+        raise LoginThrottleUnavailable() from error
     wait_s = -(-int(wait_ms) // 1000)  # whole seconds, rounded up: Retry-After is in seconds
     return LoginAttempt(username_key=username_key, address_key=address_key, member=member, wait_s=wait_s)
 
@@ -155,12 +182,17 @@ def login_attempt_begin(*, username: str, address: str) -> LoginAttempt:
 def login_attempt_succeeded(*, attempt: LoginAttempt) -> None:
     """The attempt logged in: it is not a failure, and the user name's earlier failures are
     forgotten (whoever knows the password has nothing to guess). The address's other
-    failures stay: an account of one's own must not buy guesses at others'."""
-    client = get_redis()
-    with client.pipeline() as pipe:
-        pipe.zrem(attempt.address_key, attempt.member)
-        pipe.delete(attempt.username_key)
-        pipe.execute()
+    failures stay: an account of one's own must not buy guesses at others'.
+    ``LoginThrottleUnavailable`` if Redis went away since the attempt began: the login is
+    refused then too, as it would have been a moment earlier."""
+    try:
+        with get_redis().pipeline() as pipe:
+            pipe.zrem(attempt.address_key, attempt.member)
+            pipe.delete(attempt.username_key)
+            pipe.execute()
+    except redis.RedisError as error:
+        logger.error("login refused: the login throttle cannot reach Redis (%s)", error)
+        raise LoginThrottleUnavailable() from error
 
 
 def login_refusal_text(*, wait_s: int) -> str:

@@ -1,6 +1,7 @@
 """Logins through a form (the dashboard's and the admin's pages), throttled by user name and
 by client address (``services.login_throttle``): a refused login is a 429 with
-``Retry-After``, and the page says how long to wait."""
+``Retry-After``, and the page says how long to wait. When failed logins cannot be counted
+(Redis is down) a login is refused with a plain 503 page and ``Retry-After``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 
 from dataflow.services.login_throttle import (
+    LoginThrottleUnavailable,
     client_address_of,
     login_attempt_begin,
     login_attempt_succeeded,
@@ -56,12 +58,25 @@ def login_refusal_status(response: HttpResponse) -> HttpResponse:
     return response
 
 
+def login_unavailable_response(error: LoginThrottleUnavailable) -> HttpResponse:
+    """The plain page a login refused for want of Redis gets: a 503 with Retry-After."""
+    response = HttpResponse(str(error), status=503, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(error.retry_after_s)
+    return response
+
+
 class DashboardLoginView(LoginView):
     """The dashboard's login: any account (a flow's owner need not be staff)."""
 
     template_name = "dashboard/login.html"
     redirect_authenticated_user = True
     authentication_form = ThrottledAuthenticationForm
+
+    def post(self, request, *args, **kwargs):
+        try:
+            return super().post(request, *args, **kwargs)
+        except LoginThrottleUnavailable as error:
+            return login_unavailable_response(error)
 
     def form_invalid(self, form):
         return login_refusal_status(super().form_invalid(form))

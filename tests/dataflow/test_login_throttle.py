@@ -5,6 +5,7 @@ pages: beyond the limit, a 429 with Retry-After, whatever the password."""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -14,7 +15,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from dataflow.redis_client import get_redis
 from dataflow.services.login_throttle import (
+    UNAVAILABLE_RETRY_AFTER_S,
     client_address,
     login_attempt_begin,
     login_rate_parse,
@@ -38,6 +41,19 @@ def rates(settings):
 @pytest.fixture()
 def alice():
     return get_user_model().objects.create_user("alice", password=PASSWORD, is_staff=True)
+
+
+@pytest.fixture()
+def redis_down(rates):
+    """The throttle's client (``get_redis``, built from REDIS_URL) pointed at a loopback port
+    that is bound but not listening, so every connection is refused at once."""
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # held, never listened on: refused, and no one else gets it
+    rates.REDIS_URL = f"redis://127.0.0.1:{closed.getsockname()[1]}/0"
+    get_redis.cache_clear()
+    yield
+    get_redis.cache_clear()  # the next caller builds a client from the restored REDIS_URL
+    closed.close()
 
 
 def _token(username: str, password: str, **extra):
@@ -217,3 +233,31 @@ def test_a_rate_that_is_not_one_names_its_setting():
     assert login_rate_parse("30/h", setting="S").failures == 30
     with pytest.raises(ValueError, match="DATAFLOW_LOGIN_ADDRESS_RATE: 'often' is no rate"):
         login_rate_parse("often", setting="DATAFLOW_LOGIN_ADDRESS_RATE")
+
+
+def test_without_redis_the_token_endpoint_answers_503_and_gives_no_token(redis_down, alice):
+    refused = _token("alice", PASSWORD)
+
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
+    assert "failed logins cannot be counted" in refused.json()["detail"]
+    assert "token" not in refused.json()
+
+
+def test_without_redis_the_dashboard_login_answers_503_and_logs_no_one_in(redis_down, alice, client):
+    refused = client.post("/login/", {"username": "alice", "password": PASSWORD})
+
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
+    assert refused["Content-Type"].startswith("text/plain")
+    assert "Logging in is unavailable" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+
+
+def test_without_redis_the_admin_login_answers_503_and_logs_no_one_in(redis_down, alice, client):
+    refused = client.post("/admin/login/", {"username": "alice", "password": PASSWORD})
+
+    assert refused.status_code == 503
+    assert refused["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER_S)
+    assert "Logging in is unavailable" in refused.content.decode()
+    assert "_auth_user_id" not in client.session

@@ -1,5 +1,6 @@
 """Every admin page, button and list action asks for the permission the matching API call
-asks for. The walk is generic: it takes every model this app registers with the admin, every
+asks for. The walk is generic: it takes every model this app registers with the admin (its
+own models, and others' it registers its own ModelAdmin for: DRF's tokens, beat's tasks), every
 list action and every URL of its ModelAdmin, so a model registered later is walked too (give
 the walk a row of it in ``_one_of_each`` and the values of any new URL parameter)."""
 
@@ -11,9 +12,11 @@ import pytest
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.contrib.contenttypes.models import ContentType
 from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from rest_framework.authtoken.models import Token, TokenProxy
 
 from dataflow.admin.flows import STEERING
 from dataflow.models import DataFlow, FlowStatus, WebhookDelivery
@@ -32,11 +35,20 @@ STANDARD_WRITES = ("add", "delete")
 
 
 def _registered() -> list[tuple[type, admin.ModelAdmin]]:
+    """Every model with a ModelAdmin this app defines (whatever app the model is of)."""
     return [
         (model, model_admin)
         for model, model_admin in admin.site._registry.items()
-        if model._meta.app_label == APP
+        if model._meta.app_label == APP or type(model_admin).__module__.startswith(f"{APP}.")
     ]
+
+
+def _permissions(codename_prefix: str = ""):
+    """The permissions of every model the walk takes (a proxy's are its own)."""
+    types = ContentType.objects.get_for_models(
+        *(model for model, _ in _registered()), for_concrete_models=False
+    )
+    return Permission.objects.filter(content_type__in=types.values(), codename__startswith=codename_prefix)
 
 
 def _one_of_each(dirs) -> dict[type, object]:
@@ -60,6 +72,12 @@ def _one_of_each(dirs) -> dict[type, object]:
         WebhookDelivery: WebhookDelivery.objects.create(
             flow=running, run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
         ),
+        TokenProxy: TokenProxy.objects.get(pk=Token.objects.create(user=bob).pk),
+        PeriodicTask: PeriodicTask.objects.create(
+            name="dataflow:bobs-idle",
+            task="dataflow.tasks.flow_scheduled_run",
+            interval=IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS),
+        ),
     }
     for model, _ in _registered():
         assert model in rows, f"the admin walk has no {model.__name__}: add one to _one_of_each"
@@ -76,7 +94,7 @@ def _state() -> dict[str, list[dict]]:
 
 def _paths(model, model_admin, row) -> list[tuple[str, str]]:
     """(url name, path) of every URL of the model's admin, parameters filled in."""
-    prefix = f"/admin/{APP}/{model._meta.model_name}/"
+    prefix = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
     paths = []
     for pattern in model_admin.get_urls():
         if pattern.name is None:  # the old-style <id>/ redirect to <id>/change/
@@ -108,9 +126,7 @@ def _actions(model_admin) -> list[str]:
 def view_only_staff(django_user_model):
     """Staff who may view every model of the app, and change nothing."""
     user = django_user_model.objects.create_user("viewer", password="pw-viewer-1", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label=APP, codename__startswith="view_")
-    )
+    user.user_permissions.set(_permissions("view_"))
     client = Client()
     client.force_login(user)
     return client
@@ -120,7 +136,7 @@ def view_only_staff(django_user_model):
 def non_staff_with_every_permission(django_user_model):
     """An ordinary user (a tenant of the API) who holds every permission of the app."""
     user = django_user_model.objects.create_user("alice", password="pw-alice-1")
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label=APP))
+    user.user_permissions.set(_permissions())
     client = Client()
     client.force_login(user)
     return client
@@ -133,7 +149,7 @@ def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, 
     assert {row.status for row in DataFlow.objects.all()} == {FlowStatus.IDLE, FlowStatus.RUNNING}
 
     for model, model_admin in _registered():
-        changelist = f"/admin/{APP}/{model._meta.model_name}/"
+        changelist = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
         page = view_only_staff.get(changelist)
         assert page.status_code == 200, changelist
         everyone = list(model.objects.values_list("pk", flat=True))
@@ -167,7 +183,7 @@ def test_a_non_staff_user_reaches_no_admin_page_whatever_their_permissions(
     before = _state()
 
     for model, model_admin in _registered():
-        changelist = f"/admin/{APP}/{model._meta.model_name}/"
+        changelist = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
         everyone = list(model.objects.values_list("pk", flat=True))
         for action in _actions(model_admin):
             response = non_staff_with_every_permission.post(
