@@ -70,6 +70,12 @@ class Option:
     example: Any = None
     #: The type of a list's items (a JSON Schema ``array`` needs ``items``); None: any.
     items: type | None = None
+    #: The connection kind (``"redis"``) when the option is a network address: a flow may
+    #: name a connection of that kind instead (``source_support.connections``).
+    address: str = ""
+    #: Whether the option names keys (or subjects, a glob too) that a connection's key
+    #: patterns must hold.
+    scoped: bool = False
 
     def __post_init__(self) -> None:
         types = self.type if isinstance(self.type, tuple) else (self.type,)
