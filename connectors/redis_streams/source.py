@@ -61,9 +61,12 @@ class RedisStreamsSource(Source[StreamSplit]):
         group: str,
         stop: dict[str, Any],
         key_patterns: tuple[str, ...] = (),
+        address_field: str = "source.url",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
+        #: The field an unreachable server is reported on (the url, or the connection).
+        self.address_field = address_field
         #: The keys its connection allows (empty: any): a stream outside them is never read.
         self.key_patterns = key_patterns
         self.streams = streams
@@ -101,6 +104,7 @@ class RedisStreamsSource(Source[StreamSplit]):
         return cls(
             url=url,
             key_patterns=key_patterns,
+            address_field="source.connection" if config.connection else "source.url",
             streams=config.streams,
             start=config.start,
             discovery_interval_ms=config.discovery_interval_ms,
@@ -195,10 +199,12 @@ class RedisStreamsSource(Source[StreamSplit]):
             major = server_major_version(client)
         except redis.RedisError as exc:
             reason = connection_reason(exc).replace(self.url, mask_url(self.url))
-            raise ConfigError("source.url", f"cannot connect to {mask_url(self.url)}: {reason}") from None
+            raise ConfigError(
+                self.address_field, f"cannot connect to {mask_url(self.url)}: {reason}"
+            ) from None
         if major < 6:
             raise ConfigError(
-                "source.url", f"{mask_url(self.url)} runs Redis {major}; streams need Redis 6 or later"
+                self.address_field, f"{mask_url(self.url)} runs Redis {major}; streams need Redis 6 or later"
             )
 
     def infer_schema(self) -> pa.Schema | None:

@@ -57,7 +57,8 @@ class ConnectionForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["type"].choices = [(k, k) for k in sorted(CONNECTION_KINDS)]
+        if "type" in self.fields:  # not for staff who may only view
+            self.fields["type"].choices = [(k, k) for k in sorted(CONNECTION_KINDS)]
         if self.instance.pk:
             self.initial["url"] = connection_masked(self.instance)["url"]
             self.initial["key_patterns"] = ", ".join(self.instance.key_patterns)
@@ -111,6 +112,7 @@ class ConnectionAdmin(admin.ModelAdmin):
     form = ConnectionForm
     list_display = ["name", "type", "shown_url", "patterns", "updated_at"]
     search_fields = ["name", "description"]
+    filter_horizontal = ["users", "groups"]
 
     @admin.display(description="URL")
     def shown_url(self, connection: Connection) -> str:
@@ -119,6 +121,20 @@ class ConnectionAdmin(admin.ModelAdmin):
     @admin.display(description="key patterns")
     def patterns(self, connection: Connection) -> str:
         return ", ".join(connection.key_patterns) or "any key"
+
+    #: What staff who may only view see: the secrets masked (the model's own url and
+    #: password fields would be shown as stored).
+    VIEW_FIELDS = ["name", "type", "description", "shown_url", "username", "patterns", "users", "groups"]
+
+    def get_fields(self, request, obj=None):
+        if obj is not None and not self.has_change_permission(request, obj):
+            return self.VIEW_FIELDS
+        return super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and not self.has_change_permission(request, obj):
+            return self.VIEW_FIELDS
+        return ()
 
     def has_module_permission(self, request) -> bool:
         return request.user.is_active and request.user.is_staff and super().has_module_permission(request)

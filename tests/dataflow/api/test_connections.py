@@ -3,11 +3,15 @@ permissions, cannot reach each other's streams; staff manage connections."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from django.contrib.auth.models import Group
 
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
+from dataflow.services.connections import flow_connections_resolve
+from source_support import addresses
 from tests.dataflow.api.conftest import client_of
 from tests.dataflow.api.factories import ConnectionFactory, UserFactory
 
@@ -188,7 +192,7 @@ def test_users_see_only_connections_granted_to_them_without_secrets(alice, bob):
 
     api = client_of(alice)
 
-    listed = api.get("/api/connections/").json()
+    listed = api.get("/api/connections/").json()["results"]
 
     assert [c["name"] for c in listed] == ["alice-redis"]
     assert listed[0]["has_password"] is True
@@ -280,3 +284,67 @@ def test_the_openapi_schema_lists_the_connections_endpoint(alice):
 
     assert "/api/connections/" in schema["paths"]
     assert "/api/connections/{name}/" in schema["paths"]
+
+
+def test_staff_editing_alices_flow_are_held_to_alices_rules(alice, loopback_allowed):
+    ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    body = stream_flow(
+        "mine",
+        {"streams": "alice:in", "connection": "alice-redis"},
+        key="alice:out",
+        connection="alice-redis",
+    )
+    assert client_of(alice).post("/api/flows/", body, format="json").status_code == 201
+    staff = client_of(UserFactory(is_staff=True))
+
+    response = staff.patch(
+        "/api/flows/mine/",
+        {"source": {"connection": None, "url": redis_url(), "streams": "*"}},
+        format="json",
+    )
+
+    refused(response, "source.url")
+
+
+class SwitchingResolver:
+    """A DNS server whose answer the test changes (DNS rebinding); the tests may not
+    query a real one."""
+
+    def __init__(self, address: str):
+        self.address = address
+
+    def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (self.address, port))]
+
+
+def test_a_connection_whose_name_rebinds_to_loopback_stops_the_start(alice, monkeypatch):
+    resolver = SwitchingResolver("93.184.216.34")
+    monkeypatch.setattr(addresses, "getaddrinfo", resolver)
+    ConnectionFactory(name="ext", url="redis://redis.example:6379/0", key_patterns=["alice:*"], users=[alice])
+    body = stream_flow(
+        "mine", {"streams": "alice:in", "connection": "ext"}, key="alice:out", connection="ext"
+    )
+    api = client_of(alice)
+    assert api.post("/api/flows/", body, format="json").status_code == 201
+    resolver.address = "127.0.0.1"
+
+    reason = refused(api.post("/api/flows/mine/start/"), "source.connection")
+    assert "redis.example (127.0.0.1) is a loopback address" in reason
+
+
+def test_a_users_connection_connects_to_the_address_that_was_checked(alice, monkeypatch):
+    monkeypatch.setattr(addresses, "getaddrinfo", SwitchingResolver("93.184.216.34"))
+    ConnectionFactory(
+        name="ext", url="redis://redis.example:6380/2", password="pw", key_patterns=["alice:*"], users=[alice]
+    )
+
+    targets = flow_connections_resolve(
+        source_type="redis_streams",
+        source_config={"connection": "ext", "streams": "alice:in"},
+        sink_type="parquet",
+        sink_config={"path": "out"},
+        owner=alice,
+    )
+
+    assert targets["ext"].url == "redis://:pw@93.184.216.34:6380/2"
+    assert targets["ext"].key_patterns == ("alice:*",)
