@@ -93,3 +93,10 @@ def test_view_only_staff_cannot_change_or_add_connections(client):
     )
     assert response.status_code == 403
     assert Connection.objects.get(pk=connection.pk).name == connection.name
+
+
+def test_the_flow_form_offers_a_connection_for_redis_sources_and_sinks(admin_client):
+    form = admin_client.get("/admin/dataflow/dataflow/add/").context["adminform"].form
+
+    assert "source__redis_streams__connection" in form.fields
+    assert "sink__redis_stream__connection" in form.fields
