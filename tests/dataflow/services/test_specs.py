@@ -375,7 +375,6 @@ def _stream_flow(sink: dict) -> dict:
     }
 
 
-@pytest.mark.django_db  # flow_apply reads the stored flow's owner before it validates
 def test_a_stream_sink_the_source_would_read_back_is_refused(dirs):
     refused = _refused(_stream_flow({"type": "redis_stream", "key": "orders:out"}))
 
