@@ -352,3 +352,31 @@ class WebhookDelivery(models.Model):
         verbose_name_plural = "webhook deliveries"
         ordering = ["-id"]
         constraints = [models.UniqueConstraint(fields=["run", "event"], name="one_delivery_per_run_event")]
+
+
+class Connection(models.Model):
+    """A named way to reach an external system (a Redis server now; NATS, S3, Kafka,
+    PostgreSQL later), made by staff and granted to users or groups: a flow names it
+    (``connection = "orders-redis"``) instead of giving an address. Its ``url`` and
+    ``password`` are secrets: write-only in the API, masked in the admin (see
+    ``services.connections``)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    #: A connection kind a connector accepts (``source_support.connections.CONNECTION_KINDS``).
+    type = models.CharField(max_length=50)
+    description = models.TextField(blank=True)
+    url = models.TextField()
+    username = models.CharField(max_length=255, blank=True)
+    password = models.CharField(max_length=1024, blank=True)
+    #: Globs over the keys (or subjects) a flow may read or write through it; empty: any.
+    key_patterns = models.JSONField(default=list, blank=True)
+    users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="dataflow_connections")
+    groups = models.ManyToManyField("auth.Group", blank=True, related_name="dataflow_connections")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

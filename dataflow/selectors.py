@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, OuterRef, Q, Subquery, Sum
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 
-from dataflow.models import DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
+from dataflow.models import Connection, DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
 
 
 @dataclass(frozen=True)
@@ -406,3 +406,17 @@ def _recent_errors(flow: DataFlow) -> dict:
         ],
         "dead_letters_total": letters.count(),
     }
+
+
+def connections_visible(*, user) -> QuerySet[Connection]:
+    """The connections ``user`` may see: every one for staff, else those granted to the
+    user directly or through one of the user's groups."""
+    connections = Connection.objects.all()
+    if user.is_staff or user.is_superuser:
+        return connections
+    return connections.filter(Q(users=user) | Q(groups__user=user)).distinct()
+
+
+def connection_granted(*, connection: Connection, user) -> bool:
+    """Whether ``connection`` is granted to ``user`` (directly or through a group)."""
+    return connection.users.filter(pk=user.pk).exists() or connection.groups.filter(user=user).exists()

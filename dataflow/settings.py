@@ -331,6 +331,15 @@ DATAFLOW_WEBHOOK_ALLOWED_HOSTS = [
     if host.strip()
 ]
 DATAFLOW_PUBLIC_URL = os.environ.get("DATAFLOW_PUBLIC_URL", "")
+# Internal addresses (loopback, private, link-local, multicast, reserved) that webhooks and
+# the connections of non-staff users may reach anyway: comma-separated IP addresses, CIDRs
+# (10.1.2.0/24) or host names ("*.corp.example" globs). Empty: none; every host is resolved
+# and refused if any of its addresses is internal (see source_support/addresses.py).
+DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = [
+    entry.strip().lower()
+    for entry in os.environ.get("DATAFLOW_ALLOWED_INTERNAL_ADDRESSES", "").split(",")
+    if entry.strip()
+]
 
 # Seconds a Redis call may go unanswered before its connection counts as lost. Without it a
 # network partition that drops packets hangs the call forever, and with it a reader or the

@@ -75,6 +75,12 @@ class Option:
     #: A path on the service's file system (relative ones are relative to DATAFLOW_BASE_DIR):
     #: an export writes it relative to the base directory, so it moves between checkouts.
     filesystem_path: bool = False
+    #: The connection kind (``"redis"``) when the option is a network address: a flow may
+    #: name a connection of that kind instead (``source_support.connections``).
+    address: str = ""
+    #: Whether the option names keys (or subjects, a glob too) that a connection's key
+    #: patterns must hold.
+    scoped: bool = False
 
     def __post_init__(self) -> None:
         types = self.type if isinstance(self.type, tuple) else (self.type,)

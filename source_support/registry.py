@@ -20,6 +20,7 @@ from typing import Any, Literal, Protocol, Self
 import pyarrow as pa
 
 from source_support.api import Source
+from source_support.connections import ConnectionTarget
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS, FormatSpec, FormatType, format_type
 from source_support.options import (
@@ -37,8 +38,17 @@ class Environment:
 
     allowed_roots: tuple[Path, ...]
     base_dir: Path
-    #: The deployment's Redis (a stream source's default ``url``).
+    #: The deployment's Redis (a stream source's default ``url`` for staff and the operator).
     redis_url: str = ""
+    #: The named connections of the flow being built, resolved (empty while validating).
+    connections: Mapping[str, ConnectionTarget] = field(default_factory=dict)
+
+    def connection(self, name: str, field_name: str) -> ConnectionTarget:
+        """The resolved connection ``name``, or a ConfigError naming ``field_name``."""
+        target = self.connections.get(name)
+        if target is None:
+            raise ConfigError(field_name, f"connection {name!r} is not available to this flow")
+        return target
 
     def resolve_path(self, value: str, field_name: str) -> Path:
         """The real path of ``value`` (symlinks resolved) under one of the allowed roots, or a
@@ -290,6 +300,11 @@ def build_source(type_name: str, stored: dict[str, Any], fmt: FormatSpec, contex
 
 
 SECTIONS = ("source", "format", "sink")
+
+
+def address_option(options: tuple[Option, ...]) -> Option | None:
+    """The option of a connector that is a network address (``Option.address``), if any."""
+    return next((option for option in options if option.address), None)
 
 
 def section_options(section: str, type_name: str) -> tuple[Option, ...]:

@@ -6,6 +6,7 @@ Redis server); the embedded defaults are under test only in tests/e2e/test_quick
 
 from __future__ import annotations
 
+import socket
 import uuid
 
 import pytest
@@ -16,6 +17,29 @@ from kombu.asynchronous import set_event_loop
 
 from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
+from source_support import addresses
+
+#: The names the tests' resolver knows (a public address: nothing connects to it in a test).
+OFFLINE_NAMES = {
+    "localhost": "127.0.0.1",
+    "example.com": "93.184.216.34",
+    "hooks.example.com": "93.184.216.34",
+    "a.corp.example": "93.184.216.34",
+}
+
+
+def offline_getaddrinfo(host, port, family=0, type=0, proto=0, flags=0):
+    """``getaddrinfo`` that sends no DNS query (the network here is monitored): a numeric
+    host as the system reads it (0x7f000001 too), a name of OFFLINE_NAMES, or gaierror."""
+    host = OFFLINE_NAMES.get(str(host).lower().rstrip("."), host)
+    return socket.getaddrinfo(host, port, family, type, proto, flags | socket.AI_NUMERICHOST)
+
+
+@pytest.fixture(autouse=True)
+def _offline_resolver(monkeypatch):
+    """Replaces the address policy's resolver for every test; a test of DNS answers
+    installs its own over this one."""
+    monkeypatch.setattr(addresses, "getaddrinfo", offline_getaddrinfo)
 
 
 @pytest.fixture(scope="session", autouse=True)

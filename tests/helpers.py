@@ -95,8 +95,8 @@ def live(run: FlowRun) -> int:
     return run_progress(run_id=run.pk).records_read
 
 
-def run_flow(doc: dict, *, timeout: float = 120) -> FlowRun:
-    flow, _ = flow_apply(spec=doc)
+def run_flow(doc: dict, *, timeout: float = 120, owner=None) -> FlowRun:
+    flow, _ = flow_apply(spec=doc, owner=owner)
     with Beat():
         run = flow_start(flow=flow)
         return wait_for_run(run, timeout=timeout)

@@ -2,15 +2,29 @@
 its partitions. A source that reads them by entry id, and a ``redis_stream`` sink."""
 
 from connectors.redis_streams.config import (
+    CONNECTION_KIND,
     SINK_OPTIONS,
     SOURCE_OPTIONS,
     RedisStreamsSourceConfig,
     sink_reads_back,
     validate_redis_stream_sink,
+    validate_url,
 )
 from connectors.redis_streams.sink import RedisStreamSink
 from connectors.redis_streams.source import RedisStreamsSource, output_schema
+from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
+
+register_connection_kind(
+    ConnectionKind(
+        type=CONNECTION_KIND,
+        description="A Redis server (redis://, rediss:// or unix://): streams to read or append to.",
+        validate_url=validate_url,
+        default_port=6379,
+        pinnable_schemes=("redis",),
+        local_schemes=("unix",),
+    )
+)
 
 register_source(
     SourceConnector(

@@ -17,22 +17,37 @@ from connectors.redis_streams.split import (
     encode_id,
     last_position_before_ms,
 )
+from source_support.connections import connection_option
 from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.options import Option, check_bounds, option_defaults, option_types
 from source_support.registry import Environment, check_fields
 
+#: The kind of named connection a ``url`` may be replaced by.
+CONNECTION_KIND = "redis"
 URL_HELP = (
-    "The Redis server, such as redis://:password@host:6379/0 (also rediss:// and unix://); "
-    "left out, the deployment's Redis (REDIS_URL)."
+    "The Redis server, such as redis://:password@host:6379/0 (also rediss:// and unix://); for staff "
+    "and the operator only (others name a connection). Left out with no connection: the deployment's "
+    "Redis (REDIS_URL), for staff and the operator only."
+)
+URL_OPTION = Option(
+    "url",
+    str,
+    URL_HELP,
+    default=None,
+    secret="url",
+    example="redis://127.0.0.1:6379/0",
+    address=CONNECTION_KIND,
 )
 SOURCE_OPTIONS = (
-    Option("url", str, URL_HELP, default=None, secret="url", example="redis://127.0.0.1:6379/0"),
+    connection_option(CONNECTION_KIND),
+    URL_OPTION,
     Option(
         "streams",
         str,
         "A stream key or a glob over keys; each matching stream is a split, streams that appear later too.",
         example="orders:*",
+        scoped=True,
     ),
     Option(
         "start",
@@ -57,8 +72,11 @@ SOURCE_OPTIONS = (
     ),
 )
 SINK_OPTIONS = (
-    Option("url", str, URL_HELP, default=None, secret="url", example="redis://127.0.0.1:6379/0"),
-    Option("key", str, "The stream each row is appended to, as one entry.", example="orders:large"),
+    connection_option(CONNECTION_KIND),
+    URL_OPTION,
+    Option(
+        "key", str, "The stream each row is appended to, as one entry.", example="orders:large", scoped=True
+    ),
     Option(
         "maxlen",
         int,
@@ -84,6 +102,8 @@ class RedisStreamsSourceConfig:
     metadata: bool = SOURCE_DEFAULTS["metadata"]
     #: None: the deployment's Redis (``Environment.redis_url``), read when the source is built.
     url: str | None = None
+    #: A named connection (``Environment.connections``), resolved when the source is built.
+    connection: str | None = None
 
     @classmethod
     def parse(cls, table: dict[str, Any], env: Environment) -> Self:
@@ -97,14 +117,26 @@ class RedisStreamsSourceConfig:
         start_position(start)  # refuses what is not a start
         check_bounds("source", SOURCE_OPTIONS, table)
         url = validate_url(table["url"], "source.url") if "url" in table else None
-        return cls(**{**SOURCE_DEFAULTS, **table, "streams": streams, "start": start, "url": url})
+        connection = _connection_name(table, "source")
+        return cls(
+            **{
+                **SOURCE_DEFAULTS,
+                **table,
+                "streams": streams,
+                "start": start,
+                "url": url,
+                "connection": connection,
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        """What is stored: every field, its default too, but ``url`` only when given (the
-        deployment's Redis is never written into a flow)."""
+        """What is stored: every field, its default too, but ``url`` and ``connection``
+        only when given (the deployment's Redis, and what a connection resolves to, are
+        never written into a flow)."""
         stored = asdict(self)
-        if self.url is None:
-            del stored["url"]
+        for name in ("url", "connection"):
+            if stored[name] is None:
+                del stored[name]
         return stored
 
     @classmethod
@@ -122,7 +154,17 @@ def validate_redis_stream_sink(config: dict[str, Any], env: Environment) -> dict
         raise ConfigError("sink.maxlen", "must be at least 1 (the stream is trimmed to about that length)")
     if "url" in config:
         validate_url(config["url"], "sink.url")
+    _connection_name(config, "sink")
     return dict(config)
+
+
+def _connection_name(table: dict[str, Any], section: str) -> str | None:
+    name = table.get("connection")
+    if name is not None and not name.strip():
+        raise ConfigError(f"{section}.connection", "must name a connection")
+    if name is not None and "url" in table:
+        raise ConfigError(f"{section}.connection", f"give {section}.connection or {section}.url, not both")
+    return name
 
 
 def validate_url(url: str, field: str) -> str:
@@ -168,9 +210,23 @@ def start_position(start: str) -> tuple[str, int | None]:
     return "time", position
 
 
-def resolve_url(config: dict[str, Any], env: Environment) -> str:
-    """The configured URL, or the deployment's Redis."""
-    return config.get("url") or env.redis_url
+def redis_target(config: dict[str, Any], env: Environment, section: str) -> tuple[str, tuple[str, ...]]:
+    """Where a source or sink config connects and the key patterns it is limited to: its
+    named connection (resolved in ``env``), its ``url``, or the deployment's Redis."""
+    name = config.get("connection")
+    if name:
+        target = env.connection(name, f"{section}.connection")
+        return target.url, target.key_patterns
+    return config.get("url") or env.redis_url, ()
+
+
+def _where(config: dict[str, Any], env: Environment) -> str:
+    """What identifies the Redis a config names, without resolving a connection."""
+    return (
+        f"connection:{config['connection']}"
+        if config.get("connection")
+        else config.get("url") or env.redis_url
+    )
 
 
 def is_pattern(streams: str) -> bool:
@@ -181,7 +237,7 @@ def sink_reads_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any]
     """Why a ``redis_stream`` sink would feed the flow's own source (its key matches
     ``source.streams`` on the same Redis: every row read would be read again, for ever);
     empty when it does not."""
-    if sink_type != "redis_stream" or resolve_url(source, env) != resolve_url(sink, env):
+    if sink_type != "redis_stream" or _where(source, env) != _where(sink, env):
         return ""
     if not fnmatch.fnmatchcase(sink["key"], source["streams"]):
         return ""

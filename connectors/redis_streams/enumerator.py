@@ -19,6 +19,7 @@ from connectors.redis_streams.split import (
 )
 from source_support.api import SplitEnumerator, SplitEnumeratorContext
 from source_support.assignment import balance
+from source_support.connections import key_allowed
 
 log = logging.getLogger("connectors.redis_streams")
 
@@ -51,9 +52,13 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         discovery_interval_ms: int,
         stop: Mapping[str, Any],
         state: dict[str, Any] | None,
+        key_patterns: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.context = context
+        #: The keys the source's connection allows (empty: any); the ``streams`` glob was
+        #: checked against them when the flow was saved, and each key found is here again.
+        self.key_patterns = tuple(key_patterns)
         self.clock = clock
         self.client = client
         self.streams = streams
@@ -159,11 +164,13 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
 
     def _matching_keys(self) -> list[str]:
         if not is_pattern(self.streams):
+            if not key_allowed(self.streams, self.key_patterns):
+                return []
             return [self.streams] if self.client.type(self.streams) == b"stream" else []
         keys = []
         for raw in self.client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
             key = _split_key(raw)
-            if key is not None:
+            if key is not None and key_allowed(key, self.key_patterns):
                 keys.append(key)
         return sorted(set(keys))
 

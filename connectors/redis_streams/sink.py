@@ -25,8 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
-from connectors.redis_streams.config import resolve_url
+from connectors.redis_streams.config import redis_target
 from connectors.redis_streams.connection import shared_client
+from source_support.connections import key_allowed
+from source_support.errors import ConfigError
 from source_support.registry import Environment
 
 log = logging.getLogger("connectors.redis_streams")
@@ -49,7 +51,7 @@ class RedisStreamSink:
         """Stages the result, then lets ``publish`` move it into the stream (``swap``);
         returns whether it was published. Every attempt of one run publishes through one
         marker, so the run's rows reach the stream once, whichever attempts crash."""
-        client = shared_client(resolve_url(config, env))
+        client = _client_for(config, env)
         run_prefix = attempt_key.rsplit("-", 1)[0]
         target = StreamTarget(client, config, marker=f"run:{run_prefix}")
         return _publish_through(target, target.stage(_arrow_of(df), attempt_key), publish)
@@ -59,17 +61,28 @@ class RedisStreamSink:
         """Adds one epoch of a streaming transform through the caller's fence
         (``SinkConnector.append``): staged, then moved by ``publish``'s swap, once per
         ``epoch_key`` whatever attempts crash or repeat."""
-        client = shared_client(resolve_url(config, env))
+        client = _client_for(config, env)
         target = StreamTarget(client, config, marker=f"epoch:{epoch_key}")
         staging = target.pending_staging() or target.stage(_arrow_of(df), epoch_key)
         return _publish_through(target, staging, publish)
+
+
+def _client_for(config: dict[str, Any], env: Environment) -> redis.Redis:
+    """The client of the sink's Redis; a ConfigError if its key is outside its
+    connection's patterns (checked when the flow was saved, and here again before writing)."""
+    url, patterns = redis_target(config, env, "sink")
+    if not key_allowed(config["key"], patterns):
+        raise ConfigError(
+            "sink.key", f"{config['key']!r} is outside the keys connection {config['connection']!r} allows"
+        )
+    return shared_client(url)
 
 
 def append_batch(df, config: dict[str, Any], *, batch_key: str, env: Environment) -> int:
     """Appends the rows of ``df`` (one micro-batch of a streaming transform) to the stream
     once per ``batch_key``: returns how many entries this call added, 0 if the batch was
     already written. A call that finds the batch half written finishes it."""
-    client = shared_client(resolve_url(config, env))
+    client = _client_for(config, env)
     target = StreamTarget(client, config, marker=f"batch:{batch_key}")
     pending = target.pending_staging()
     if pending is None:

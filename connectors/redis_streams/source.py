@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
-from connectors.redis_streams.config import RedisStreamsSourceConfig, is_pattern
+from connectors.redis_streams.config import RedisStreamsSourceConfig, is_pattern, redis_target
 from connectors.redis_streams.connection import (
     connect,
     connection_reason,
@@ -33,6 +33,7 @@ from connectors.redis_streams.split import (
     position_ms,
 )
 from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.connections import key_allowed
 from source_support.errors import ConfigError
 from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
 from source_support.reader_base import SourceReaderBase
@@ -59,9 +60,15 @@ class RedisStreamsSource(Source[StreamSplit]):
         batch_size: int,
         group: str,
         stop: dict[str, Any],
+        key_patterns: tuple[str, ...] = (),
+        address_field: str = "source.url",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.url = url
+        #: The field an unreachable server is reported on (the url, or the connection).
+        self.address_field = address_field
+        #: The keys its connection allows (empty: any): a stream outside them is never read.
+        self.key_patterns = key_patterns
         self.streams = streams
         self.start = start
         self.discovery_interval_ms = discovery_interval_ms
@@ -93,8 +100,11 @@ class RedisStreamsSource(Source[StreamSplit]):
                     "format.schema", f"column {clash[0]} is a metadata column (source.metadata)"
                 )
             schema = with_metadata(record_format.schema)
+        url, key_patterns = redis_target(config.to_dict(), context.env, "source")
         return cls(
-            url=config.url or context.env.redis_url,
+            url=url,
+            key_patterns=key_patterns,
+            address_field="source.connection" if config.connection else "source.url",
             streams=config.streams,
             start=config.start,
             discovery_interval_ms=config.discovery_interval_ms,
@@ -130,6 +140,7 @@ class RedisStreamsSource(Source[StreamSplit]):
             discovery_interval_ms=self.discovery_interval_ms,
             stop=self.stop,
             state=state,
+            key_patterns=self.key_patterns,
             clock=self.clock,
         )
 
@@ -188,10 +199,12 @@ class RedisStreamsSource(Source[StreamSplit]):
             major = server_major_version(client)
         except redis.RedisError as exc:
             reason = connection_reason(exc).replace(self.url, mask_url(self.url))
-            raise ConfigError("source.url", f"cannot connect to {mask_url(self.url)}: {reason}") from None
+            raise ConfigError(
+                self.address_field, f"cannot connect to {mask_url(self.url)}: {reason}"
+            ) from None
         if major < 6:
             raise ConfigError(
-                "source.url", f"{mask_url(self.url)} runs Redis {major}; streams need Redis 6 or later"
+                self.address_field, f"{mask_url(self.url)} runs Redis {major}; streams need Redis 6 or later"
             )
 
     def infer_schema(self) -> pa.Schema | None:
@@ -214,11 +227,13 @@ class RedisStreamsSource(Source[StreamSplit]):
         if is_pattern(self.streams):
             keys = []
             for key in client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
+                if not key_allowed(_text(key), self.key_patterns):
+                    continue
                 keys.append(key)
                 if len(keys) >= SAMPLE_STREAMS:
                     break
         else:
-            keys = [self.streams]
+            keys = [self.streams] if key_allowed(self.streams, self.key_patterns) else []
         entries: list = []
         for key in sorted(keys):
             if len(entries) >= SAMPLE_ENTRIES:

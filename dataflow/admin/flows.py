@@ -170,7 +170,9 @@ class DataFlowAdmin(admin.ModelAdmin):
     def get_form(self, request, obj=None, change=False, **kwargs):
         # Built on use: the connectors register after the admin is imported.
         kwargs["form"] = flow_form_class()
-        return super().get_form(request, obj, change=change, **kwargs)
+        form = super().get_form(request, obj, change=change, **kwargs)
+        form.new_flow_owner = request.user  # a class of this request's own (modelform_factory)
+        return form
 
     def save_model(self, request, obj, form, change):
         # The one way in: the same service as TOML files and the API.

@@ -274,6 +274,10 @@ class FlowForm(forms.ModelForm):
         model = DataFlow
         fields: list[str] = []
 
+    #: Who owns the flow the form creates (the admin sets the request's user): a spec is
+    #: validated against its owner's connections (``services.connections``).
+    new_flow_owner = None
+
     def __init__(self, *args, instance: DataFlow | None = None, initial: dict | None = None, **kwargs):
         stored = flow_initial(instance) if instance is not None and instance.pk else default_initial()
         super().__init__(*args, instance=instance, initial={**stored, **(initial or {})}, **kwargs)
@@ -288,7 +292,8 @@ class FlowForm(forms.ModelForm):
             return cleaned
         self.spec = self.flow_spec(cleaned)
         try:
-            flow_spec_validate(self.spec)
+            owner = self.instance.owner if self.instance.pk else self.new_flow_owner
+            flow_spec_validate(self.spec, owner=owner)
         except ConfigError as exc:
             target = self.field_of_error(exc.field, cleaned)
             self.add_error(target if target in self.fields else None, str(exc))

@@ -13,6 +13,7 @@ from rest_framework.reverse import reverse
 from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatus
 from dataflow.selectors import run_progress
 from dataflow.services.api_support import flow_latest_run
+from dataflow.services.connections import connection_masked
 from dataflow.services.notify import notify_masked
 from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
 from source_support.registry import mask_section
@@ -426,3 +427,52 @@ class DetailSerializer(serializers.Serializer):
 
 class TokenSerializer(serializers.Serializer):
     token = serializers.CharField()
+
+
+class ConnectionSerializer(serializers.Serializer):
+    """A connection as the API shows it: its url with credentials masked, its password
+    never; the grants (user and group names) only to staff."""
+
+    name = serializers.SlugField()
+    type = serializers.CharField()
+    description = serializers.CharField()
+    url = serializers.CharField(help_text="Masked: credentials shown as ****.")
+    username = serializers.CharField()
+    has_password = serializers.BooleanField()
+    key_patterns = serializers.ListField(child=serializers.CharField())
+    users = serializers.ListField(child=serializers.CharField(), help_text="Staff only.")
+    groups = serializers.ListField(child=serializers.CharField(), help_text="Staff only.")
+
+    def to_representation(self, connection):
+        masked = connection_masked(connection)
+        return {
+            "name": connection.name,
+            "type": connection.type,
+            "description": connection.description,
+            "url": masked["url"],
+            "username": connection.username,
+            "has_password": bool(connection.password),
+            "key_patterns": list(connection.key_patterns),
+            # Who else may use it is staff's business: a user sees only that it is theirs.
+            "users": [u.username for u in connection.users.all()] if self.context.get("staff") else [],
+            "groups": [g.name for g in connection.groups.all()] if self.context.get("staff") else [],
+        }
+
+
+class ConnectionWriteSerializer(serializers.Serializer):
+    """What staff send to create or replace a connection. ``url`` and ``password`` are
+    write-only; sent back as shown (masked), they keep the stored secrets."""
+
+    name = serializers.CharField(max_length=100)
+    type = serializers.CharField(max_length=50)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    url = serializers.CharField(max_length=4096, write_only=True)
+    username = serializers.CharField(required=False, allow_blank=True, default="", max_length=255)
+    password = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=1024, write_only=True
+    )
+    key_patterns = serializers.ListField(
+        child=serializers.CharField(max_length=512), required=False, default=list, max_length=100
+    )
+    users = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    groups = serializers.ListField(child=serializers.CharField(), required=False, default=list)

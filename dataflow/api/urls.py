@@ -8,12 +8,14 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
 from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, runs
+from dataflow.api.views.connections import ConnectionViewSet
 from dataflow.api.views.flows import FlowViewSet
 
 app_name = "api"
 
 router = SimpleRouter()
 router.register("flows", FlowViewSet, basename="flow")
+router.register("connections", ConnectionViewSet, basename="connection")
 
 
 def endpoint_not_found(request) -> JsonResponse:

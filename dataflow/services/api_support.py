@@ -53,7 +53,7 @@ def flow_replace(*, flow: DataFlow, spec: dict[str, Any]) -> DataFlow:
             if section != "flow" and table is not None
         }
         new["flow"] = {**(spec.get("flow") or {}), "name": flow.name}
-        flow, _ = flow_apply(spec=new)
+        flow, _ = flow_apply(spec=new, owner=flow.owner)
     return flow
 
 
@@ -81,7 +81,7 @@ def flow_merge(*, flow: DataFlow, changes: dict[str, Any]) -> DataFlow:
                 else {**stored, **table}
             )
             spec[section] = _unmasked(section, {k: v for k, v in merged.items() if v is not None}, stored)
-        flow, _ = flow_apply(spec=spec)
+        flow, _ = flow_apply(spec=spec, owner=flow.owner)
     return flow
 
 

@@ -93,9 +93,9 @@ def dead_letters_replay(
     from dataflow.services.flows import FlowStateError, _resolve_schema, _schedule_ticks
     from dataflow.services.runs import landing_zone, request_tick
 
-    values = flow_spec_validate(flow_spec_of(flow))
+    values = flow_spec_validate(flow_spec_of(flow), owner=flow.owner)
     _check_replayable(values)
-    schema_ddl = _resolve_schema(values)
+    schema_ddl = _resolve_schema(values, owner=flow.owner)
     if not schema_ddl:
         raise ConfigError(
             "format.schema", "is needed to parse the dead letters: the source holds no file to infer it from"

@@ -21,9 +21,10 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.connections import flow_connections_check
 from dataflow.services.notify import run_notify
 from dataflow.services.schedules import schedule_remove, schedule_sync
-from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import FLOW_FIELDS, flow_environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, build_source, source_is_unbounded, source_output_schema
@@ -38,12 +39,18 @@ class FlowStateError(RuntimeError):
 
 def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     """Creates the flow named in ``spec`` or updates it; returns (flow, created). ``owner``
-    (a user) owns a flow it creates; an update keeps the flow's owner.
+    (a user) owns a flow it creates; an update keeps the flow's owner, and the spec is
+    held to that owner's connection rules, whoever applies it (``services.connections``);
+    given an ``owner``, those rules are checked before anything else in the spec.
 
     A running flow keeps the settings its run started with; the change applies from the
     next run.
     """
-    values = flow_spec_validate(spec)
+    if owner is not None:
+        flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
+    values = flow_spec_validate(spec)  # then as the operator's: a bad spec is refused without a query
+    existing = _flow_named_in(spec)
+    flow_connections_check(spec, owner=existing.owner if existing is not None else owner)
     name = values.pop("name")
     with transaction.atomic():
         flow, created = DataFlow.objects.select_for_update().get_or_create(
@@ -55,6 +62,14 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
             flow.save()
         schedule_sync(flow=flow)  # beat's entry follows [schedule], in the same transaction
     return flow, created
+
+
+def _flow_named_in(spec: Any) -> DataFlow | None:
+    flow_table = spec.get("flow") if isinstance(spec, dict) else None
+    name = flow_table.get("name") if isinstance(flow_table, dict) else None
+    return (
+        DataFlow.objects.select_related("owner").filter(name=name).first() if isinstance(name, str) else None
+    )
 
 
 def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: str = "manual") -> FlowRun:
@@ -69,9 +84,9 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     from dataflow.services.runs import request_tick, run_prepare
 
     spec = flow_spec_of(flow)
-    values = flow_spec_validate(spec)
+    values = flow_spec_validate(spec, owner=flow.owner)
     try:
-        schema_ddl = _resolve_schema(values)
+        schema_ddl = _resolve_schema(values, owner=flow.owner)
     except ConfigError as exc:
         _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
@@ -119,12 +134,13 @@ def _run_failed_at_start(
     return run
 
 
-def flow_input_check(*, values: dict[str, Any]) -> str:
+def flow_input_check(*, values: dict[str, Any], owner=None) -> str:
     """What a run of the validated spec ``values`` would start with, checked against the
     input as it is now: the schema's DDL (inferred from the first file or entries when
-    the spec gives none; empty when there is nothing to read yet). ConfigError naming the
-    field when the input does not fit (an inference that fails, a header without a column)."""
-    return _resolve_schema(values)
+    the spec gives none; empty when there is nothing to read yet), reached with the
+    connections of ``owner``. ConfigError naming the field when the input does not fit (an
+    inference that fails, a header without a column)."""
+    return _resolve_schema(values, owner=owner)
 
 
 def _queue_transform_check(run_id: int) -> None:
@@ -337,14 +353,15 @@ def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:
     )
 
 
-def _resolve_schema(values: dict[str, Any]) -> str:
+def _resolve_schema(values: dict[str, Any], *, owner) -> str:
     """The run's schema: the one given, or inferred now from the first file's first MiB;
     the input is then checked against it (``Source.check_input``: e.g. CSV headers)."""
     fmt = FormatSpec(values["format_type"], values["format_options"])
+    env = flow_environment(values, owner=owner)
 
     def source_with(schema):
         context = BuildContext(
-            env=environment(), batch_size=1, schema=schema, flow_name=values["name"], stop=values["stop_rule"]
+            env=env, batch_size=1, schema=schema, flow_name=values["name"], stop=values["stop_rule"]
         )
         return build_source(values["source_type"], values["source_config"], fmt, context)
 

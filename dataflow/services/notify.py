@@ -15,12 +15,19 @@ a timeout, a 5xx or a 429 is retried with exponential backoff (DATAFLOW_WEBHOOK_
 doubled each time, DATAFLOW_WEBHOOK_ATTEMPTS attempts in all); any other answer outside 2xx
 (redirects included: they are not followed) fails the delivery at once. The URL is called
 as it was when the run ended; logs show it without credentials and query string.
+
+A webhook may not reach an internal address (loopback, private, link-local, multicast,
+reserved) unless DATAFLOW_ALLOWED_INTERNAL_ADDRESSES names it: its host is resolved and
+checked when the flow is saved, and again when it is called, where the connection is made
+to the address that was checked (a DNS answer that changed meanwhile cannot redirect it).
+Proxies from the environment are not used: the check is of the receiver itself.
 """
 
 from __future__ import annotations
 
 import base64
 import fnmatch
+import functools
 import http.client
 import json
 import logging
@@ -38,6 +45,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from dataflow.models import DataFlow, DeliveryStatus, FlowRun, WebhookDelivery
+from dataflow.services.addresses import address_allow_list, address_check
+from source_support.addresses import AddressRefused, create_checked_connection
 from source_support.errors import ConfigError
 from source_support.registry import check_fields
 
@@ -76,7 +85,7 @@ def _check_url(url: str) -> None:
     if parts.scheme.lower() not in ("http", "https"):
         raise ConfigError("notify.webhook", f"must be an http or https URL, not {webhook_url_masked(url)!r}")
     try:
-        host, _ = parts.hostname, parts.port
+        host, port = parts.hostname, parts.port
     except ValueError as exc:  # a port out of range or not a number
         raise ConfigError("notify.webhook", f"{webhook_url_masked(url)!r}: {exc}") from None
     if not host:
@@ -91,6 +100,10 @@ def _check_url(url: str) -> None:
         raise ConfigError(
             "notify.webhook", f"must be one URL without spaces, at most {MAX_URL_CHARS} characters"
         )
+    address_check(host, port or _DEFAULT_PORTS[parts.scheme.lower()], field="notify.webhook")
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def webhook_host_allowed(host: str) -> bool:
@@ -271,7 +284,37 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_opener = urllib.request.build_opener(_NoRedirects)
+class _CheckedHTTPConnection(http.client.HTTPConnection):
+    """Connects only to an address of the host that the address policy allows, checked as
+    it connects (against DNS rebinding); AddressRefused otherwise."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = functools.partial(create_checked_connection, allowed=address_allow_list())
+
+
+class _CheckedHTTPSConnection(http.client.HTTPSConnection):
+    """As ``_CheckedHTTPConnection``; TLS still verifies the certificate of the host's name."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._create_connection = functools.partial(create_checked_connection, allowed=address_allow_list())
+
+
+class _CheckedHTTPHandler(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_CheckedHTTPConnection, req)
+
+
+class _CheckedHTTPSHandler(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_CheckedHTTPSConnection, req, context=self._context)
+
+
+# No proxies from the environment: a proxy would connect on our behalf, unchecked.
+_opener = urllib.request.build_opener(
+    urllib.request.ProxyHandler({}), _CheckedHTTPHandler, _CheckedHTTPSHandler, _NoRedirects
+)
 
 
 def _post(url: str, payload: dict[str, Any], *, event: str) -> CallOutcome:
@@ -287,6 +330,8 @@ def _post(url: str, payload: dict[str, Any], *, event: str) -> CallOutcome:
     try:
         with _opener.open(request, timeout=settings.DATAFLOW_WEBHOOK_TIMEOUT_SECONDS) as response:
             return CallOutcome(response.status)
+    except AddressRefused as exc:  # resolved to an internal address as it connected
+        return CallOutcome(None, f"not called: {exc}"[:1000])
     except urllib.error.HTTPError as exc:
         exc.close()
         code = exc.code

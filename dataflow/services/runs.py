@@ -26,12 +26,12 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import get_redis
-from dataflow.services.specs import environment
+from dataflow.services.specs import flow_environment
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
 from source_support.landing import LandingZone
-from source_support.registry import SINKS, BuildContext, build_source, source_is_unbounded
+from source_support.registry import SINKS, BuildContext, Environment, build_source, source_is_unbounded
 from source_support.runtime import (
     ReaderSettings,
     SliceOutcome,
@@ -77,7 +77,7 @@ def source_for(run: FlowRun):
     spec = run.spec
     schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
     context = BuildContext(
-        env=environment(),
+        env=run_environment(run),
         batch_size=spec["batch_size"],
         schema=schema,
         flow_name=spec["name"],
@@ -89,6 +89,13 @@ def source_for(run: FlowRun):
         FormatSpec(spec["format_type"], spec["format_options"]),
         context,
     )
+
+
+def run_environment(run: FlowRun) -> Environment:
+    """The environment the run's source and sink are built in: its connections resolved
+    for the flow's owner now (a revoked grant stops the build with a ConfigError)."""
+    flow = DataFlow.objects.select_related("owner").get(pk=run.flow_id)
+    return flow_environment(run.spec, owner=flow.owner)
 
 
 #: How long a tick may go on serving requests that keep arriving: a queued (Celery) tick,
@@ -497,14 +504,14 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
 
             epoch_key = replay_epoch_key(run)
             return sink.append(
-                result, spec["sink_config"], epoch_key=epoch_key, publish=publish, env=environment()
+                result, spec["sink_config"], epoch_key=epoch_key, publish=publish, env=run_environment(run)
             )
         return sink.write(
             result,
             spec["sink_config"],
             attempt_key=f"{run_key(run)}-{attempt}",
             publish=publish,
-            env=environment(),
+            env=run_environment(run),
         )
 
 

@@ -14,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.redis_client import redis_url
+from dataflow.services.connections import flow_connections_check, flow_connections_resolve
 from dataflow.services.notify import notify_masked, notify_validate
 from dataflow.services.schedules import schedule_validate
 from dataflow.stream_query import stream_query_check
@@ -65,18 +67,38 @@ MAX_FIELD_CHARS = {"flow.description": 16 * 1024, "transform.sql": 64 * 1024, "f
 MAX_DEPTH = 8  # a flow spec is sections of fields; a value nested deeper is a mistake
 
 
-def environment() -> Environment:
-    from dataflow.redis_client import redis_url
-
+def environment(*, connections=None) -> Environment:
+    """What validation and connectors know of the deployment; ``connections``: the
+    resolved connections of the flow being built (``flow_environment``)."""
     return Environment(
         allowed_roots=tuple(settings.DATAFLOW_ALLOWED_ROOTS),
         base_dir=settings.DATAFLOW_BASE_DIR,
         redis_url=redis_url(),
+        connections=connections or {},
     )
 
 
-def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
-    """Validates a whole spec and returns the DataFlow field values it describes."""
+def flow_environment(values: dict[str, Any], *, owner) -> Environment:
+    """The environment a flow's source and sink are built in: its named connections
+    resolved for its owner now (a revoked grant or a deleted connection is a ConfigError
+    naming ``source.connection`` or ``sink.connection``). ``values``: what
+    ``flow_spec_validate`` returned (a run's ``spec``)."""
+    return environment(
+        connections=flow_connections_resolve(
+            source_type=values["source_type"],
+            source_config=values["source_config"],
+            sink_type=values["sink_type"],
+            sink_config=values["sink_config"],
+            owner=owner,
+        )
+    )
+
+
+def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
+    """Validates a whole spec and returns the DataFlow field values it describes.
+    ``owner`` is the user the flow belongs to (None: the operator's flow): a flow of a
+    user who is not staff reaches external systems only through connections granted to
+    that user (``services.connections``)."""
     if not isinstance(doc, dict):
         raise ConfigError(
             "flow",
@@ -95,6 +117,7 @@ def flow_spec_validate(doc: dict[str, Any]) -> dict[str, Any]:
         ):
             raise ConfigError(section, "must be a table")
     _check_sizes(doc)
+    flow_connections_check(doc, owner=owner)
     flow = _validate_flow_table(doc["flow"])
     env = environment()
     source_type, source_config = validate_source(doc["source"], env)

@@ -64,11 +64,11 @@ from dataflow.services.runs import (
     _spark_error_message,
     coordinator_for,
     landing_zone,
+    run_environment,
     run_finish,
     run_key,
     source_for,
 )
-from dataflow.services.specs import environment
 from dataflow.stream_query import (
     QueryKind,
     plan_contradiction,
@@ -261,7 +261,7 @@ class StreamDriver:
             spec["sink_config"],
             epoch_key=epoch_key(self.run, epoch.number),
             publish=publish,
-            env=environment(),
+            env=run_environment(self.run),
         )
 
     def _source_frame(self, spark, paths: list[str], epoch: TransformEpoch):

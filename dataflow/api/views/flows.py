@@ -132,5 +132,5 @@ class FlowViewSet(viewsets.GenericViewSet):
     def validate(self, request):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        flow_spec_validate(serializer.validated_data)
+        flow_spec_validate(serializer.validated_data, owner=request.user)
         return Response({"valid": True})

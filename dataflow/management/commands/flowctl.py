@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
+from dataflow.models import DataFlow
 from dataflow.selectors import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of, flow_restore
 from dataflow.services.flows import (
@@ -123,8 +124,14 @@ class Command(BaseCommand):
         is_file = os.path.exists(name) or name.endswith(".toml")
         try:
             spec = _read_toml(name) if is_file else flow_spec_of(flow_named(name))
-            values = flow_spec_validate(spec)
-            flow_input_check(values=values)  # the files as they are now: a schema inferred, headers
+            # Held to the rules of the flow's owner, as applyflows and a start would hold it.
+            flow_table = spec.get("flow") if isinstance(spec, dict) else None
+            named = flow_table.get("name") if isinstance(flow_table, dict) else None
+            stored = DataFlow.objects.filter(name=named).first() if isinstance(named, str) else None
+            owner = stored.owner if stored else None
+            values = flow_spec_validate(spec, owner=owner)
+            # The input as it is now: a schema inferred, headers checked.
+            flow_input_check(values=values, owner=owner)
         except ConfigError as exc:
             return {"valid": False, "source": name, "field": exc.field, "error": exc.reason}
         return {"valid": True, "source": name, "flow": values["name"]}

@@ -12,7 +12,28 @@ from source_support.registry import mask_section, unmask_section, validate_sink,
 from tests.source_support.test_options import OptionsContract
 
 
-class TestRedisStreamsSourceOptions(OptionsContract):
+class ConnectionOrUrl:
+    """``connection`` and ``url`` exclude each other: the full table gives ``url``, and
+    ``connection`` is checked in a table of its own."""
+
+    def test_the_full_table_sets_every_declared_option(self, env):
+        assert set(self.full_table(env)) | {"connection"} == {option.name for option in self.options}
+
+    def test_a_table_with_a_connection_instead_of_the_url_is_accepted(self, env):
+        table = {k: v for k, v in self.full_table(env).items() if k != "url"}
+
+        stored = self.validate({**table, "connection": "orders-redis"}, env)
+
+        assert stored["connection"] == "orders-redis" and "url" not in stored
+
+    def test_a_connection_and_a_url_together_are_refused(self, env):
+        with pytest.raises(ConfigError) as refused:
+            self.validate({**self.full_table(env), "connection": "orders-redis"}, env)
+
+        assert refused.value.field == f"{self.section}.connection"
+
+
+class TestRedisStreamsSourceOptions(ConnectionOrUrl, OptionsContract):
     section, type_name = "source", "redis_streams"
 
     def full_table(self, env):
@@ -25,7 +46,7 @@ class TestRedisStreamsSourceOptions(OptionsContract):
         }
 
 
-class TestRedisStreamSinkOptions(OptionsContract):
+class TestRedisStreamSinkOptions(ConnectionOrUrl, OptionsContract):
     section, type_name = "sink", "redis_stream"
 
     def full_table(self, env):

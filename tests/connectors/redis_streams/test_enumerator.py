@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from dataclasses import replace
 
 from connectors.redis_streams.split import StreamSplit, encode_id, last_position_before_ms
+from source_support.connections import ConnectionTarget
 from tests.connectors.redis_streams.conftest import build_source
 from tests.helpers import wait_until
 from tests.source_support.fakes import RecordingContext
@@ -266,3 +268,20 @@ def test_a_split_given_back_after_it_was_taken_for_done_is_read_again(rds, prefi
 
     assert f"{prefix}a" not in enumerator.done
     assert context.assigned[-1][1].split_id == f"{prefix}a"
+
+
+def test_a_discovered_stream_outside_the_connections_patterns_is_never_read(rds, prefix, env):
+    # A connection narrowed while a flow runs (its glob was inside the old patterns):
+    # discovery keeps to the patterns the run resolved, whatever the glob matches.
+    add(rds, f"{prefix}alice:orders")
+    add(rds, f"{prefix}bob:orders", customer="bob")
+    connection = ConnectionTarget("alice-redis", "redis", env.redis_url, key_patterns=(f"{prefix}alice:*",))
+    narrowed = replace(env, connections={"alice-redis": connection})
+    source = build_source(narrowed, {"streams": f"{prefix}*", "connection": "alice-redis"})
+    context = RecordingContext(parallelism=1)
+
+    tick(source, context)
+
+    assert list(owners(context)) == [f"{prefix}alice:orders"]
+    assert rds.xinfo_groups(f"{prefix}bob:orders") == []
+    assert "bob" not in str(source._sample())  # schema inference samples only alice's stream

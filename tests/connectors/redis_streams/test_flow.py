@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.dataflow.api.factories import ConnectionFactory, UserFactory
 from tests.helpers import read_parquet_rows, run_flow
 
 
@@ -49,3 +50,30 @@ def test_a_flow_writes_its_result_to_a_stream_once(worker, rds, prefix, dirs):
     assert sorted(written, key=lambda e: int(e["id"])) == [
         {"id": str(i), "name": f"N{i}"} for i in range(0, 12, 2)
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_alice_reads_and_writes_only_her_keys_through_her_connection(worker, rds, prefix, dirs, settings):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # the tests' Redis, on loopback
+    alice = UserFactory(username=f"alice-{prefix[:-1]}")
+    mine = ConnectionFactory(name=f"alice-{prefix[:-1]}", key_patterns=[f"{prefix}alice:*"], users=[alice])
+    for i in range(20):
+        rds.xadd(f"{prefix}alice:in:{i % 2}", {"id": i, "customer": "alice", "amount": i})
+    for i in range(30):
+        rds.xadd(f"{prefix}bob:orders", {"id": 100 + i, "customer": "bob", "amount": 1})
+    doc = {
+        "flow": {"name": f"alice-{prefix[:-1]}", "parallelism": 1, "batch_size": 7, "poll_interval_ms": 50},
+        "source": {"type": "redis_streams", "connection": mine.name, "streams": f"{prefix}alice:in:*"},
+        "format": {"type": "fields", "schema": "id BIGINT, customer STRING, amount DOUBLE"},
+        "transform": {"sql": "SELECT id, customer FROM source"},
+        "sink": {"type": "redis_stream", "connection": mine.name, "key": f"{prefix}alice:out"},
+        "stop": {"at": "latest"},
+    }
+
+    run = run_flow(doc, owner=alice, timeout=240)
+
+    assert run.status == "succeeded", run.message
+    written = sorted(int(fields[b"id"]) for _, fields in rds.xrange(f"{prefix}alice:out"))
+    assert written == list(range(20))
+    assert rds.xlen(f"{prefix}bob:orders") == 30
+    assert rds.xinfo_groups(f"{prefix}bob:orders") == []

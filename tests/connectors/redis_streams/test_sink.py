@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from decimal import Decimal
 
 import pyarrow as pa
@@ -11,6 +12,8 @@ import pytest
 
 from connectors.redis_streams import sink
 from connectors.redis_streams.sink import RedisStreamSink, StreamTarget, append_batch
+from source_support.connections import ConnectionTarget
+from source_support.errors import ConfigError
 
 
 def entries(rds, key: str) -> list[dict[str, str]]:
@@ -194,3 +197,20 @@ def test_an_epoch_of_a_streaming_transform_is_appended_once(rds, prefix, env):
 
     assert [e["id"] for e in entries(rds, f"{prefix}out")] == ["0", "1", "2", "10", "11"]
     assert not list(rds.scan_iter(match=f"adf:sink:staging:{prefix}*"))
+
+
+def test_a_sink_key_outside_its_connections_patterns_is_refused_before_writing(rds, prefix, env):
+    connection = ConnectionTarget("alice-redis", "redis", env.redis_url, key_patterns=(f"{prefix}alice:*",))
+    narrowed = replace(env, connections={"alice-redis": connection})
+    rds.xadd(f"{prefix}bob:orders", {"id": 0})
+
+    with pytest.raises(ConfigError) as refused:
+        append_batch(
+            rows(3),
+            {"key": f"{prefix}bob:orders", "connection": "alice-redis", "maxlen": 1},
+            batch_key=f"{prefix}b",
+            env=narrowed,
+        )
+
+    assert refused.value.field == "sink.key"
+    assert rds.xlen(f"{prefix}bob:orders") == 1

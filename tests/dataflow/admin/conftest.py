@@ -34,9 +34,9 @@ def browser_post(response, **changes) -> dict:
 
 
 def _posted(key: str, field: forms.Field, value) -> dict:
-    widget = field.widget
-    if isinstance(widget, forms.CheckboxSelectMultiple):
-        return {key: list(value or [])}
+    widget = getattr(field.widget, "widget", field.widget)  # the admin wraps related fields
+    if isinstance(widget, forms.CheckboxSelectMultiple | forms.SelectMultiple):
+        return {key: [str(v) for v in value or []]}
     if isinstance(widget, forms.NullBooleanSelect):
         return {key: {True: "true", False: "false"}.get(value, "unknown")}
     if isinstance(widget, forms.CheckboxInput):

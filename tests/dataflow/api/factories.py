@@ -6,7 +6,9 @@ import factory
 from django.contrib.auth.models import Permission, User
 from rest_framework.authtoken.models import Token
 
-from dataflow.models import DataFlow, DeadLetter, FlowRun, RunStatus
+from dataflow.models import Connection, DataFlow, DeadLetter, FlowRun, RunStatus
+from dataflow.redis_client import redis_url
+from dataflow.services.connections import connection_save
 from dataflow.services.flows import flow_apply
 from tests.helpers import spec
 
@@ -80,3 +82,23 @@ class DeadLetterFactory(factory.django.DjangoModelFactory):
     line = factory.Sequence(lambda n: n + 2)
     raw = "1,oops,not-a-number"
     error = "temperature: could not parse 'not-a-number' as double"
+
+
+class ConnectionFactory(factory.django.DjangoModelFactory):
+    """A redis connection made through ``connection_save``, to the tests' Redis by default
+    (the deployment's own: its ``key_patterns`` must keep off the deployment's keys),
+    granted to ``users`` and ``groups``."""
+
+    class Meta:
+        model = Connection
+
+    name = factory.Sequence(lambda n: f"redis-{n}")
+    type = "redis"
+    url = factory.LazyFunction(redis_url)
+    key_patterns = factory.LazyFunction(lambda: ["t-*"])
+    users = factory.LazyFunction(list)
+    groups = factory.LazyFunction(list)
+
+    @classmethod
+    def _create(cls, model_class, **fields):
+        return connection_save(**fields)

@@ -152,22 +152,23 @@ def test_a_flows_json_shows_its_latest_run(api, flow):
     assert got["last_run"]["records_read"] == 0
 
 
+#: A raw url is for staff only (users name connections): staff make these flows.
 SECRET_URL = "redis://:s3cret-pw@127.0.0.1:6379/5"
 
 
 @pytest.fixture()
-def secret_flow(api, body):
+def secret_flow(staff_api, body):
     body = {**body, "sink": {"type": "redis_stream", "url": SECRET_URL, "key": "orders:out"}}
-    response = api.post("/api/flows/", body, format="json")
+    response = staff_api.post("/api/flows/", body, format="json")
     assert response.status_code == 201, response.json()
     return response.json()
 
 
-def test_secrets_are_masked_and_a_masked_secret_sent_back_keeps_the_stored_one(api, secret_flow):
+def test_secrets_are_masked_and_a_masked_secret_sent_back_keeps_the_stored_one(staff_api, secret_flow):
     assert secret_flow["sink"]["url"] == "redis://:****@127.0.0.1:6379/5"
-    assert "s3cret" not in str(api.get("/api/flows/orders/").json())
+    assert "s3cret" not in str(staff_api.get("/api/flows/orders/").json())
 
-    put = api.put("/api/flows/orders/", {**secret_flow, "batch_size": 500}, format="json")
+    put = staff_api.put("/api/flows/orders/", {**secret_flow, "batch_size": 500}, format="json")
 
     assert put.status_code == 200, put.json()
     flow = DataFlow.objects.get(name="orders")
@@ -175,18 +176,18 @@ def test_secrets_are_masked_and_a_masked_secret_sent_back_keeps_the_stored_one(a
     assert flow.batch_size == 500
 
 
-def test_a_patched_section_keeps_its_stored_secret(api, secret_flow):
-    response = api.patch("/api/flows/orders/", {"sink": {"key": "orders:other"}}, format="json")
+def test_a_patched_section_keeps_its_stored_secret(staff_api, secret_flow):
+    response = staff_api.patch("/api/flows/orders/", {"sink": {"key": "orders:other"}}, format="json")
 
     assert response.status_code == 200, response.json()
     flow = DataFlow.objects.get(name="orders")
     assert flow.sink_config == {"url": SECRET_URL, "key": "orders:other"}
 
 
-def test_a_new_secret_replaces_the_stored_one(api, secret_flow):
+def test_a_new_secret_replaces_the_stored_one(staff_api, secret_flow):
     new_url = "redis://:n3w-pw@127.0.0.1:6379/5"
 
-    response = api.patch("/api/flows/orders/", {"sink": {"url": new_url}}, format="json")
+    response = staff_api.patch("/api/flows/orders/", {"sink": {"url": new_url}}, format="json")
 
     assert response.status_code == 200, response.json()
     assert DataFlow.objects.get(name="orders").sink_config["url"] == new_url

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from dataflow.services.flows import flow_start
-from tests.dataflow.api.factories import DeadLetterFactory, TokenFactory, UserFactory
+from tests.dataflow.api.factories import ConnectionFactory, DeadLetterFactory, TokenFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -65,6 +65,7 @@ def test_the_answers_about_real_objects_match_the_schema(api_schema, make_flow, 
     flow = make_flow("orders")
     run = flow_start(flow=flow)
     letter = DeadLetterFactory(run=run)
+    ConnectionFactory(name=flow.name, url="redis://:pw@10.1.1.1:6379/0", key_patterns=["orders:*"])
     parameters = {"name": flow.name, "id": None}
     ids = {"/api/runs/{id}/": run.pk, "/api/dead-letters/{id}/": letter.pk}
     checked = []
@@ -82,4 +83,4 @@ def test_the_answers_about_real_objects_match_the_schema(api_schema, make_flow, 
         assert response.status_code == 200, (operation.path, response.text[:300])
         checked.append(operation.path)
 
-    assert len(checked) == 11  # every GET operation
+    assert len(checked) == 13  # every GET operation

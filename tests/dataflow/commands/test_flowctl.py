@@ -19,6 +19,7 @@ from django.core.management import CommandError, call_command
 from dataflow.models import DataFlow, FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.specs import flow_spec_of
+from tests.dataflow.api.factories import ConnectionFactory, UserFactory
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.helpers import SCHEMA, spec, write_csv
 
@@ -203,6 +204,33 @@ def test_an_export_with_masked_secrets_applied_back_keeps_the_stored_secret(dirs
 
     flow.refresh_from_db()
     assert flow.source_config["url"] == url
+
+
+def test_an_export_of_a_users_flow_names_its_connection_and_applies_back(dirs, tmp_path, settings):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    alice = UserFactory(username="alice")
+    ConnectionFactory(name="orders-redis", password="s3cret", key_patterns=["alice:*"], users=[alice])
+    doc = {
+        "flow": {"name": "alices"},
+        "source": {"type": "redis_streams", "streams": "alice:orders:*", "connection": "orders-redis"},
+        "format": {"type": "fields", "schema": "id BIGINT"},
+        "transform": {"sql": "SELECT id FROM source"},
+        "sink": {"type": "redis_stream", "key": "alice:out", "connection": "orders-redis"},
+    }
+    flow, _ = flow_apply(spec=doc, owner=alice)
+    text = _flowctl("export", "alices")
+    assert 'connection = "orders-redis"' in text
+    assert "s3cret" not in _flowctl("export", "alices", "--reveal-secrets")  # never resolved into a flow
+    (tmp_path / "alices.toml").write_text(text)
+
+    call_command("applyflows", str(tmp_path / "alices.toml"), stdout=io.StringIO())
+
+    flow.refresh_from_db()
+    assert (flow.owner, flow.source_config["connection"], flow.sink_config["connection"]) == (
+        alice,
+        "orders-redis",
+        "orders-redis",
+    )
 
 
 def test_validate_says_ok_for_a_valid_file_and_a_stored_flow(dirs, tmp_path, flow):

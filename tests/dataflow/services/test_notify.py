@@ -20,6 +20,7 @@ from dataflow.services.flows import flow_apply
 from dataflow.services.notify import webhook_deliveries_resume, webhook_url_masked
 from dataflow.services.runs import run_finish
 from dataflow.services.specs import flow_spec_of
+from source_support import addresses
 from source_support.errors import ConfigError
 from tests.helpers import spec, wait_until, write_csv
 
@@ -52,7 +53,9 @@ class Receiver:
 
 
 @pytest.fixture()
-def receiver():
+def receiver(settings):
+    """The receiver, on loopback: an internal address the deployment allows on purpose."""
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
     state = Receiver(answers=[200])
     state.go_on.set()
 
@@ -222,8 +225,9 @@ def _closed_port() -> int:
 
 
 def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_up(
-    worker, dirs, quick_retries
+    worker, dirs, quick_retries, settings
 ):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
     run = _run_of(dirs, {"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"})
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
@@ -336,3 +340,63 @@ def test_a_masked_url_keeps_no_credentials_nor_query():
     masked = webhook_url_masked("https://bot:hunter2@hooks.example.com:8443/flows?sig=abc#frag")
 
     assert masked == "https://***@hooks.example.com:8443/flows?***"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("webhook", "reason"),
+    [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
+        ("http://10.0.0.1:6379/", "10.0.0.1 is a private address"),
+        ("http://[::ffff:169.254.169.254]/", "::ffff:169.254.169.254 is a link-local address"),
+        ("http://0x7f000001:5432/", "0x7f000001 (127.0.0.1) is a loopback address"),
+        ("http://localhost:8000/admin/", "localhost (127.0.0.1) is a loopback address"),
+        ("http://[::]/", ":: is an unspecified address"),
+    ],
+)
+def test_a_webhook_to_an_internal_address_is_refused(dirs, webhook, reason):
+    with pytest.raises(ConfigError) as refused:
+        flow_apply(spec=_flow_spec(dirs, {"webhook": webhook}))
+
+    assert refused.value.field == "notify.webhook"
+    assert reason in refused.value.reason
+    assert "DATAFLOW_ALLOWED_INTERNAL_ADDRESSES" in refused.value.reason
+
+
+@pytest.mark.django_db
+def test_an_internal_webhook_the_allow_list_names_is_taken(dirs, settings):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["10.0.0.0/8"]
+
+    flow, _ = flow_apply(spec=_flow_spec(dirs, {"webhook": "http://10.0.0.1:8080/hooks"}))
+
+    assert flow.notify["webhook"] == "http://10.0.0.1:8080/hooks"
+
+
+class RebindingResolver:
+    """A DNS server that answers a public address to the first query and loopback after
+    (DNS rebinding). A stand-in for DNS, which the tests may not query."""
+
+    def __init__(self):
+        self.queries = 0
+
+    def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
+        self.queries += 1
+        address = "93.184.216.34" if self.queries == 1 else "127.0.0.1"
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+
+def test_a_webhook_whose_name_rebinds_to_loopback_is_not_called(
+    worker, dirs, receiver, quick_retries, settings, monkeypatch
+):
+    resolver = RebindingResolver()
+    monkeypatch.setattr(addresses, "getaddrinfo", resolver)
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = []  # the receiver's loopback is not allowed
+    run = _run_of(dirs, {"webhook": f"http://rebind.example:{receiver.port}/hooks/flows"})
+    assert resolver.queries == 1  # checked when the flow was saved: a public address
+
+    run_finish(run=run, status=RunStatus.FAILED, message="boom")
+
+    delivery = _delivery_over(run)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert "rebind.example (127.0.0.1) is a loopback address" in delivery.last_error
+    assert receiver.calls == []

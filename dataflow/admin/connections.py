@@ -1,0 +1,153 @@
+"""Named connections in the admin: staff with the connection permissions create them,
+grant them to users and groups, and never see their secrets (the url is shown masked,
+the password not at all; left as shown, the stored ones are kept). Saved through
+``connection_save``, as the API does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import transaction
+
+from dataflow.models import Connection
+from dataflow.services.connections import connection_delete, connection_masked, connection_save
+from source_support.connections import CONNECTION_KINDS
+from source_support.errors import ConfigError
+
+
+class ConnectionForm(forms.ModelForm):
+    """The connection's fields; ``clean`` saves nothing, ``save_model`` calls the service."""
+
+    type = forms.ChoiceField(choices=())
+    url = forms.CharField(
+        widget=forms.TextInput(attrs={"size": 80}),
+        help_text="Such as redis://:password@host:6379/0. Shown with its credentials masked; "
+        "left as shown, the stored URL is kept.",
+    )
+    password = forms.CharField(
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Used when the URL holds none. Never shown; left empty, the stored one is kept.",
+    )
+    key_patterns = forms.CharField(
+        required=False,
+        help_text="Globs of the keys flows may read or write through it, separated by commas "
+        "(orders:*, alice:*); empty: any key. Required for the deployment's own Redis.",
+    )
+
+    class Meta:
+        model = Connection
+        fields = [
+            "name",
+            "type",
+            "description",
+            "url",
+            "username",
+            "password",
+            "key_patterns",
+            "users",
+            "groups",
+        ]
+        widgets = {
+            "users": admin.widgets.FilteredSelectMultiple("users", False),
+            "groups": admin.widgets.FilteredSelectMultiple("groups", False),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if "type" in self.fields:  # not for staff who may only view
+            self.fields["type"].choices = [(k, k) for k in sorted(CONNECTION_KINDS)]
+        if self.instance.pk:
+            self.initial["url"] = connection_masked(self.instance)["url"]
+            self.initial["key_patterns"] = ", ".join(self.instance.key_patterns)
+        self.saved_fields: dict[str, Any] = {}
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if self._errors:
+            return cleaned
+        patterns = [p.strip() for p in (cleaned.get("key_patterns") or "").split(",") if p.strip()]
+        password = cleaned.get("password") or ""
+        if self.instance.pk and not password:
+            password = connection_masked(self.instance)["password"]  # unchanged: keep the stored one
+        self.saved_fields = {
+            "name": cleaned["name"],
+            "type": cleaned["type"],
+            "description": cleaned.get("description", ""),
+            "url": cleaned["url"],
+            "username": cleaned.get("username", ""),
+            "password": password,
+            "key_patterns": patterns,
+            "users": list(cleaned.get("users") or []),
+            "groups": list(cleaned.get("groups") or []),
+        }
+        try:
+            # Checked inside a transaction that is rolled back: the form shows the
+            # service's refusal on its field, and save_model saves for real.
+            _dry_run(self.saved_fields, self.instance if self.instance.pk else None)
+        except ConfigError as exc:
+            self.add_error(exc.field if exc.field in self.fields else None, exc.reason)
+        return cleaned
+
+
+class _DryRun(Exception):
+    pass
+
+
+def _dry_run(fields: dict[str, Any], connection: Connection | None) -> None:
+    try:
+        with transaction.atomic():
+            connection_save(
+                **fields, connection=Connection.objects.get(pk=connection.pk) if connection else None
+            )
+            raise _DryRun
+    except _DryRun:
+        pass
+
+
+@admin.register(Connection)
+class ConnectionAdmin(admin.ModelAdmin):
+    form = ConnectionForm
+    list_display = ["name", "type", "shown_url", "patterns", "updated_at"]
+    search_fields = ["name", "description"]
+    filter_horizontal = ["users", "groups"]
+
+    @admin.display(description="URL")
+    def shown_url(self, connection: Connection) -> str:
+        return connection_masked(connection)["url"]
+
+    @admin.display(description="key patterns")
+    def patterns(self, connection: Connection) -> str:
+        return ", ".join(connection.key_patterns) or "any key"
+
+    #: What staff who may only view see: the secrets masked (the model's own url and
+    #: password fields would be shown as stored).
+    VIEW_FIELDS = ["name", "type", "description", "shown_url", "username", "patterns", "users", "groups"]
+
+    def get_fields(self, request, obj=None):
+        if obj is not None and not self.has_change_permission(request, obj):
+            return self.VIEW_FIELDS
+        return super().get_fields(request, obj)
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and not self.has_change_permission(request, obj):
+            return self.VIEW_FIELDS
+        return ()
+
+    def has_module_permission(self, request) -> bool:
+        return request.user.is_active and request.user.is_staff and super().has_module_permission(request)
+
+    def save_model(self, request, obj, form, change):
+        # The one way in: the same service as the API.
+        # The stored row, not ``obj``: the form has put the masked url on ``obj``.
+        stored = Connection.objects.get(pk=obj.pk) if change else None
+        saved = connection_save(**form.saved_fields, connection=stored)
+        obj.pk = saved.pk
+
+    def save_related(self, request, form, formsets, change):
+        pass  # the grants were set by connection_save
+
+    def delete_model(self, request, obj):
+        connection_delete(connection=obj)
