@@ -91,22 +91,23 @@ class StreamReplaced:
 
     @property
     def lost(self) -> bool:
-        """Whether entries the split had not read are (or, unknown, may be) lost: known
-        unread ones, or any after the position of a stream its server lost."""
-        if self.known:
-            return self.last_id is not None
-        return self.restarted
+        """Whether entries the split had not read are, or may be, lost: unread ones a check
+        saw, or any after the position of a stream its server lost (a check only saw the
+        stream as it was then). A stream deleted on purpose after the split read all that
+        a check saw is not a loss to report."""
+        return self.last_id is not None or self.restarted
 
     def lost_words(self, split: StreamSplit) -> str:
         at = decode_position(split.position)
-        if self.known and self.last_id is None:
-            return f"every entry up to {at} was read, none was lost"
-        if self.known:
+        before = f" and before {self.before}" if self.before else ""
+        if self.last_id is not None:
             many = (
                 "entries" if self.count is None else f"{self.count} entr{'y' if self.count == 1 else 'ies'}"
             )
-            return f"{many} after {at} up to {self.last_id} were not read and are lost"
-        before = f" and before {self.before}" if self.before else ""
+            words = f"{many} after {at} up to {self.last_id} were not read and are lost"
+            return f"{words}, with any added after {self.last_id}{before}" if self.restarted else words
+        if self.known and not self.restarted:
+            return f"every entry up to {at} was read, and none was seen after it"
         return f"entries after {at}{before} that were not read, if there were any, are lost"
 
     def note(self, split: StreamSplit) -> str:

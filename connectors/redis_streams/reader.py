@@ -121,18 +121,20 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             return batches
         block_ms = None if batches or timeout_s <= 0 else min(MAX_BLOCK_MS, max(1, round(timeout_s * 1000)))
         try:
-            reply = self._xread(reading, max_records, block_ms)
+            reply, unsure = self._xread(reading, max_records, block_ms)
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
             for state in reading:  # a key is no longer a stream: the checks say which
                 state.next_check = 0.0
             return batches + self._check_due()
-        by_key = {s.split.key: s for s in reading}
+        by_key = {s.split.key: s for s in reading if s.split.split_id not in unsure}
         for raw_key, entries in reply or []:
             state = by_key.get(raw_key.decode("utf-8"))
             if state is not None and entries:
                 batches.append(self._batch(state, entries))
+        if unsure:
+            batches += self._check_due()
         return batches
 
     def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
@@ -171,14 +173,36 @@ class StreamSplitReader(SplitReader[StreamSplit]):
 
     # Reading
 
-    def _xread(self, reading: list[StreamState], max_records: int, block_ms: int | None) -> list:
+    def _xread(
+        self, reading: list[StreamState], max_records: int, block_ms: int | None
+    ) -> tuple[list, set[str]]:
+        """The XREAD's reply, and the split ids of the streams it may have read from another
+        stream than the split's: those that no longer hold the flow's consumer group just
+        after the read. The group lives in the stream, and this reader made it there before
+        reading, so a stream deleted and created again (or lost with a server that restarted
+        empty, the client reconnecting during the read) has none: what came from it is left
+        unread until a check says what it is. An ``XPENDING`` on the same connection, after
+        the XREAD, asks (small: this source leaves no entry pending)."""
         args: list[Any] = ["XREAD", "COUNT", max_records]
         if block_ms is not None:
             args += ["BLOCK", block_ms]
         args.append("STREAMS")
         args += [s.split.key for s in reading]
         args += [decode_position(s.split.position) for s in reading]
-        return self.client.execute_command(*args)
+        guarded = [s for s in reading if s.group_ready]
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command(*args)
+        for state in guarded:
+            pipe.execute_command("XPENDING", state.split.key, self.group)
+        reply, *pending = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply
+        unsure = set()
+        for state, result in zip(guarded, pending, strict=True):
+            if _is_error(result, "NOGROUP") or _is_error(result, "WRONGTYPE"):
+                state.next_check = 0.0
+                unsure.add(state.split.split_id)
+        return reply, unsure
 
     def _state(self, split_id: str) -> StreamState:
         return self.streams.get(split_id) or self.finished[split_id]
@@ -375,17 +399,26 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             if read is not None:
                 state.entries_read = {position: read}
         if mine is None:
-            self._create_groups({state.split.key: position}, {state.split.key: state.split.split_id})
+            made = self._create_groups({state.split.key: position}, {state.split.key: state.split.split_id})
+            state.group_ready = made[state.split.key]
 
-    def _create_groups(self, positions: Mapping[str, int], split_ids: Mapping[str, str]) -> None:
+    def _create_groups(self, positions: Mapping[str, int], split_ids: Mapping[str, str]) -> dict[str, bool]:
         """Creates the group on existing streams only (never MKSTREAM: a flow does not
-        create streams); one that exists already is left as it is."""
+        create streams); one that exists already is left as it is. Says, for each stream,
+        whether the group is there: a stream whose group this reader could not make is
+        read without it (and without the checks the group allows)."""
         pipe = self.client.pipeline(transaction=False)
         for key, position in positions.items():
             pipe.execute_command(
                 "XGROUP", "CREATE", key, self.group, *self._group_id(split_ids[key], position)
             )
-        pipe.execute(raise_on_error=False)
+        results = pipe.execute(raise_on_error=False)
+        made = {}
+        for key, result in zip(positions, results, strict=True):
+            made[key] = not isinstance(result, Exception) or _is_error(result, "BUSYGROUP")
+            if not made[key]:
+                log.warning("could not make consumer group %s on stream %s: %s", self.group, key, result)
+        return made
 
     def _group_id(self, split_id: str, position: int) -> list[Any]:
         state = self.streams.get(split_id) or self.finished.get(split_id)
@@ -415,8 +448,10 @@ def _check_sequences(split: StreamSplit, entries: list[Entry]) -> None:
 
 def _restarted_since(split: StreamSplit, started_ms: int) -> bool:
     """Whether the Redis server started after the split's last entry read was added (a
-    split that read nothing yet says nothing of a restart)."""
-    return split.progressed and started_ms > position_ms(split.position)
+    split that read nothing yet says nothing of a restart). The server's uptime is in
+    whole seconds, so the start it gives may be up to a second early: it is taken a
+    second later."""
+    return split.progressed and started_ms + 1000 > position_ms(split.position)
 
 
 def _time_ms(reply: Any) -> int:

@@ -77,7 +77,8 @@ def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_genera
     assert batch.finished and batch.records.num_rows == 0 and batch.bad_records == []
     assert batch.end.position == encode_id(ids[-1])
     assert batch.note.startswith(f"stream {key} was deleted and created again")
-    assert "every entry up to" in batch.note and "generation 2" in batch.note
+    assert "every entry up to" in batch.note and "none was seen after it" in batch.note
+    assert "generation 2" in batch.note
     assert context.events == []  # only once the end of the old split is committed
     commit(reader, [batch])
     [event] = context.events
@@ -196,14 +197,15 @@ def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new
     server.stop()
     server.start()
     client = server.client()
-    orders(client, "orders", 10, 50)
+    new_ids = orders(client, "orders", 10, 50)
 
     [batch] = checked(reader, "orders")
 
     [letter] = batch.bad_records
     count = "30 entries" if server.major_version() >= 7 else "entries"
     assert letter.reason == (
-        f"{count} after {ids[19].decode()} up to {ids[-1].decode()} were not read and are lost"
+        f"{count} after {ids[19].decode()} up to {ids[-1].decode()} were not read and are lost,"
+        f" with any added after {ids[-1].decode()} and before {new_ids[0].decode()}"
     )
     assert batch.note.startswith("stream orders: the source was reset")
     commit(reader, [batch])
@@ -249,3 +251,20 @@ def test_a_deleted_stream_that_comes_back_after_discovery_ran_is_read_again(rds,
 
 def _replaced(key: str, generation: int, *, exists: bool) -> SourceEvent:
     return SourceEvent(STREAM_REPLACED, {"key": key, "generation": generation, "exists": exists})
+
+
+def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(rds, prefix, env):
+    """Between two checks (a second apart) the XREAD itself must not take the new stream's
+    entries for the old split's: they are its next generation's, read from its start."""
+    key = f"{prefix}o"
+    orders(rds, key, 5)
+    reader, _ = reader_of(env, {"streams": key})
+    reader.handle_splits_changes([StreamSplit(key, 0)], [])
+    commit(reader, read_all(reader))
+    rds.delete(key)
+    orders(rds, key, 8, 100)
+    assert reader.streams[key].next_check > 0  # no check is due: the read finds it
+
+    [batch] = reader.fetch(100, 0)
+
+    assert batch.finished and batch.records.num_rows == 0 and "created again" in batch.note
