@@ -24,8 +24,9 @@ from source_support.assignment import balance
 
 log = logging.getLogger("connectors.redis_streams")
 
-#: The longest split id the database keeps (``Split.split_id``).
-MAX_KEY_CHARS = 1024
+#: The longest stream key read: the database keeps split ids of 1,024 characters
+#: (``Split.split_id``), and a later generation's id adds `` (generation N)``.
+MAX_KEY_CHARS = 1000
 SCAN_COUNT = 1000
 
 
