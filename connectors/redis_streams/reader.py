@@ -67,6 +67,8 @@ class StreamState:
     #: The stream as the last check saw it (``XINFO STREAM``), to tell what was lost if
     #: it is gone by the next one.
     last_info: Mapping[str, Any] | None = None
+    #: The ``run_id`` of the Redis server at this reader's last check of the stream.
+    server_id: str = ""
     #: The event to send the enumerator once this (finished) split is committed.
     event: SourceEvent | None = None
 
@@ -266,23 +268,25 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         results = iter(pipe.execute(raise_on_error=False))
         server_ms = _time_ms(next(results))
         server_info = next(results)
-        started_ms = server_ms - int(server_info.get("uptime_in_seconds", 0)) * 1000
+        server = ServerSeen(
+            server_info.get("run_id", ""), server_ms - int(server_info.get("uptime_in_seconds", 0)) * 1000
+        )
         for state in due:
             state.next_check = now + CHECK_INTERVAL_S
             info = next(results)
             groups = next(results)
-            batch = self._check(state, info, groups, server_ms, started_ms)
+            batch = self._check(state, info, groups, server_ms, server)
             if batch is not None:
                 batches.append(batch)
         return batches
 
     def _check(
-        self, state: StreamState, info: Any, groups: Any, server_ms: int, started_ms: int
+        self, state: StreamState, info: Any, groups: Any, server_ms: int, server: ServerSeen
     ) -> RecordBatch | None:
         split = state.split
         if isinstance(info, Exception):
             if _is_error(info, "no such key") or _is_error(info, "WRONGTYPE"):
-                return self._gone(state, started_ms)
+                return self._gone(state, server)
             raise info
         try:
             mine = None
@@ -292,8 +296,8 @@ class StreamSplitReader(SplitReader[StreamSplit]):
                 split, info, mine, state.entries_read, state.last_info, group_made=state.group_ready
             )
             if replaced is not None:
-                return self._replaced(state, replaced, started_ms)
-            state.last_info = info
+                return self._replaced(state, replaced, server)
+            state.last_info, state.server_id = info, server.run_id
             if not state.group_ready or mine is None:
                 self._set_up_group(state, info, mine)
             lost = lost_entries(split.position, state.entries_read, info)
@@ -315,24 +319,24 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             split.split_id, split.offset, split.offset, self._empty(), bad or [], finished=True, note=note
         )
 
-    def _gone(self, state: StreamState, started_ms: int) -> RecordBatch:
+    def _gone(self, state: StreamState, server: ServerSeen) -> RecordBatch:
         """The stream was deleted (or its server restarted without it): its split ends,
         what it had not read is reported as lost, and the key's next stream, whenever it
         appears, is read as a new generation."""
         split = state.split
         replaced = StreamReplaced.gone(
-            split, state.last_info, state.entries_read, restarted=_restarted_since(split, started_ms)
+            split, state.last_info, state.entries_read, restarted=server.restarted_since(state)
         )
         note = replaced.note(split)
         log.warning("%s", note)
         return self._end_generation(state, replaced, note)
 
-    def _replaced(self, state: StreamState, replaced: StreamReplaced, started_ms: int) -> RecordBatch:
+    def _replaced(self, state: StreamState, replaced: StreamReplaced, server: ServerSeen) -> RecordBatch:
         """The key holds another stream than the one the split read: the old split ends
         (its unread entries are reported as lost) and the new stream is read from its
         start as the next generation."""
         split = state.split
-        if _restarted_since(split, started_ms):
+        if server.restarted_since(state):
             replaced = replaced.on_restarted_server()
         note = replaced.note(split)
         log.warning("%s", note)
@@ -446,12 +450,24 @@ def _check_sequences(split: StreamSplit, entries: list[Entry]) -> None:
         split.entry_position(entries[first][0])  # raises SplitFailed naming the id
 
 
-def _restarted_since(split: StreamSplit, started_ms: int) -> bool:
-    """Whether the Redis server started after the split's last entry read was added (a
-    split that read nothing yet says nothing of a restart). The server's uptime is in
-    whole seconds, so the start it gives may be up to a second early: it is taken a
-    second later."""
-    return split.progressed and started_ms + 1000 > position_ms(split.position)
+@dataclass(frozen=True)
+class ServerSeen:
+    """The Redis server a check looked at: its ``run_id`` and when it started (its uptime
+    is in whole seconds, so the start is known to a second)."""
+
+    run_id: str
+    started_ms: int
+
+    def restarted_since(self, state: StreamState) -> bool:
+        """Whether the server restarted since the split's stream was last seen: another
+        ``run_id`` than at this reader's last check of it; for a reader that had not
+        checked it yet, a server that started after the split's last entry read was
+        added, within the second the uptime leaves open (a split that read nothing yet
+        says nothing of a restart)."""
+        if state.server_id:
+            return state.server_id != self.run_id
+        split = state.split
+        return split.progressed and self.started_ms + 1000 > position_ms(split.position)
 
 
 def _time_ms(reply: Any) -> int:

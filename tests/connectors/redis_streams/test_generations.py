@@ -63,10 +63,22 @@ def empty_on_restart(request, tmp_path):
     server.kill()
 
 
-def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_generation(rds, prefix, env):
-    key = f"{prefix}o"
+@pytest.fixture(params=["7", "6"])
+def either_redis(request, tmp_path):
+    """A redis-server of the test's own, of Redis 7 and of 6.2 (no ``entries-added``)."""
+    server = PrivateRedis(tmp_path / "redis", binary=server_binary(request.param), persist=False)
+    server.start()
+    client = server.client()
+    yield server.url, client
+    client.close()
+    server.kill()
+
+
+def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_generation(env, either_redis):
+    url, rds = either_redis
+    key = "o"
     ids = orders(rds, key, 5)
-    reader, context = reader_of(env, {"streams": key})
+    reader, context = reader_of(env, {"streams": key, "url": url})
     reader.handle_splits_changes([StreamSplit(key, 0)], [])
     commit(reader, read_all(reader))
     rds.delete(key)
@@ -85,12 +97,13 @@ def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_genera
     assert (event.kind, event.payload) == (STREAM_REPLACED, {"key": key, "generation": 0, "exists": True})
 
 
-def test_a_stream_created_again_with_later_ids_is_told_by_its_missing_group(rds, prefix, env):
+def test_a_stream_created_again_with_later_ids_is_told_by_its_missing_group(env, either_redis):
     """Ids made by the server after the deletion are above the checkpoint: the consumer
     group the reader made, which went with the old stream, tells them apart."""
-    key = f"{prefix}o"
+    url, rds = either_redis
+    key = "o"
     orders(rds, key, 5)
-    reader, context = reader_of(env, {"streams": key})
+    reader, context = reader_of(env, {"streams": key, "url": url})
     reader.handle_splits_changes([StreamSplit(key, 0)], [])
     commit(reader, read_all(reader))
     rds.delete(key)
@@ -253,12 +266,13 @@ def _replaced(key: str, generation: int, *, exists: bool) -> SourceEvent:
     return SourceEvent(STREAM_REPLACED, {"key": key, "generation": generation, "exists": exists})
 
 
-def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(rds, prefix, env):
+def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(env, either_redis):
     """Between two checks (a second apart) the XREAD itself must not take the new stream's
     entries for the old split's: they are its next generation's, read from its start."""
-    key = f"{prefix}o"
+    url, rds = either_redis
+    key = "o"
     orders(rds, key, 5)
-    reader, _ = reader_of(env, {"streams": key})
+    reader, _ = reader_of(env, {"streams": key, "url": url})
     reader.handle_splits_changes([StreamSplit(key, 0)], [])
     commit(reader, read_all(reader))
     rds.delete(key)
