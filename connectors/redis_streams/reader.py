@@ -179,28 +179,31 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         self, reading: list[StreamState], max_records: int, block_ms: int | None
     ) -> tuple[list, set[str]]:
         """The XREAD's reply, and the split ids of the streams it may have read from another
-        stream than the split's: those that no longer hold the flow's consumer group just
-        after the read. The group lives in the stream, and this reader made it there before
-        reading, so a stream deleted and created again (or lost with a server that restarted
-        empty, the client reconnecting during the read) has none: what came from it is left
-        unread until a check says what it is. An ``XPENDING`` on the same connection, after
-        the XREAD, asks (small: this source leaves no entry pending)."""
+        stream than the split's: those that gave entries but no longer hold the flow's
+        consumer group just after the read. The group lives in the stream, and this reader
+        made it there before reading, so a stream deleted and created again (or lost with a
+        server that restarted empty, the client reconnecting during the read) has none:
+        what came from it is left unread until a check says what it is. One ``XPENDING``
+        per stream that gave entries asks, after the XREAD returned (small: this source
+        leaves no entry pending)."""
         args: list[Any] = ["XREAD", "COUNT", max_records]
         if block_ms is not None:
             args += ["BLOCK", block_ms]
         args.append("STREAMS")
         args += [s.split.key for s in reading]
         args += [decode_position(s.split.position) for s in reading]
-        guarded = [s for s in reading if s.group_ready]
+        reply = self.client.execute_command(*args)
+        by_key = {s.split.key: s for s in reading if s.group_ready}
+        guarded = [
+            by_key[k] for k in (raw.decode("utf-8") for raw, entries in reply or [] if entries) if k in by_key
+        ]
+        if not guarded:
+            return reply, set()
         pipe = self.client.pipeline(transaction=False)
-        pipe.execute_command(*args)
         for state in guarded:
             pipe.execute_command("XPENDING", state.split.key, self.group)
-        reply, *pending = pipe.execute(raise_on_error=False)
-        if isinstance(reply, Exception):
-            raise reply
         unsure = set()
-        for state, result in zip(guarded, pending, strict=True):
+        for state, result in zip(guarded, pipe.execute(raise_on_error=False), strict=True):
             if _is_error(result, "NOGROUP") or _is_error(result, "WRONGTYPE"):
                 state.next_check = 0.0
                 unsure.add(state.split.split_id)
