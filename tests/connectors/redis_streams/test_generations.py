@@ -282,3 +282,17 @@ def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(env, eit
     [batch] = reader.fetch(100, 0)
 
     assert batch.finished and batch.records.num_rows == 0 and "created again" in batch.note
+
+
+def test_the_lag_is_never_negative(rds, prefix, env):
+    """A group whose count is of an older stream under the key (as the source left it
+    before generations) is behind by nothing, not by less than nothing."""
+    key = f"{prefix}o"
+    orders(rds, key, 3)
+    rds.execute_command("XGROUP", "CREATE", key, "flow", "$", "ENTRIESREAD", 100)
+    assert rds.xinfo_groups(key)[0]["lag"] < 0  # what Redis says
+    source = build_source(env, {"streams": key}, flow_name="flow")
+
+    lags = source.split_lags({key: ({"key": key, "position": 0}, 0)})
+
+    assert lags == {key: 0}
