@@ -24,6 +24,7 @@ from dataflow.models import (
     FlowRun,
     LandedBatch,
     PendingSplit,
+    RunStatus,
     Split,
     SplitStatus,
 )
@@ -212,11 +213,19 @@ class DjangoRunStore:
                 ],
                 ignore_conflicts=True,
             )
+            self._say_notes([m.note for m in moves if m.note and m.split_id in moved])
             finished = [(moved[m.split_id], m.end_at) for m in moves if m.finished and m.split_id in moved]
             if finished:
                 self._finish_assignments(token, finished)
             over = self._over_max_errors(token, [c for c in commits if c.split_id in moved and c.bad_records])
         return set(moved) - over
+
+    def _say_notes(self, notes: list[str]) -> None:
+        """A connector's note on a split (its stream was deleted, replaced, or lost with
+        its server) is also the run's message while it reads, so the operator sees it
+        where the run's state is shown, not only on the split's row."""
+        if notes:
+            FlowRun.objects.filter(pk=self.run.pk, status=RunStatus.READING).update(message=notes[-1][:4000])
 
     def _over_max_errors(self, token: str, with_errors: list[BatchCommit]) -> set[str]:
         """Once the run has skipped more bad records than ``max_errors``, fails the split

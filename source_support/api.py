@@ -231,8 +231,10 @@ class RecordBatch:
     records: pa.Table
     bad_records: list[BadRecord] = field(default_factory=list)
     finished: bool = False
-    #: Why a split ended other than by reading to its end (a stream deleted while it was
-    #: read), for the split's row; empty otherwise.
+    #: What the operator should know of this split besides its records (a stream deleted
+    #: while it was read, replaced by another, or lost with its server): kept on the
+    #: split's row and said in the run's message once the batch is committed; empty
+    #: otherwise.
     note: str = ""
 
 

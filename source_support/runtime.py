@@ -54,7 +54,8 @@ class BatchCommit:
     finished: bool
     #: The size of the batch's records in memory (Arrow), for throughput metrics.
     bytes_read: int = 0
-    #: Why a split ended early (its stream was deleted), kept on the split.
+    #: The connector's note on the split (its stream was deleted, replaced, or lost with
+    #: its server), kept on the split and said in the run's message.
     note: str = ""
 
 

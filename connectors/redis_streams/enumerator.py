@@ -10,21 +10,24 @@ from typing import Any
 import redis
 
 from connectors.redis_streams.config import is_pattern, start_position
+from connectors.redis_streams.reader import STREAM_REPLACED
 from connectors.redis_streams.split import (
     StreamSplit,
     encode_id,
+    generation_split_id,
     last_position_before_ms,
     last_position_of_ms,
     position_ms,
 )
-from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
 from source_support.assignment import balance
 from source_support.connections import key_allowed
 
 log = logging.getLogger("connectors.redis_streams")
 
-#: The longest split id the database keeps (``Split.split_id``).
-MAX_KEY_CHARS = 1024
+#: The longest stream key read: the database keeps split ids of 1,024 characters
+#: (``Split.split_id``), and a later generation's id adds `` (generation N)``.
+MAX_KEY_CHARS = 1000
 SCAN_COUNT = 1000
 
 
@@ -38,8 +41,15 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
     no stream can still appear with entries before it and every split is assigned, the
     enumerator is exhausted: readers that ask are told there are no more splits.
 
-    State: each known stream with its start, stop and reader, the streams that are done,
-    and the Redis server time of the first and last discoveries.
+    A stream deleted while it was read, or replaced by another under its key (deleted
+    and created again, or lost with a server that restarted empty), ends its split; the
+    reader that saw it says so (``STREAM_REPLACED``), and the key's next stream is a new
+    generation of the split, read from its start (at once if the key holds one, else once
+    a discovery finds it).
+
+    State: each known stream with its start, stop, reader and generation, the streams
+    that are done, the generation each gone stream comes back as, and the Redis server
+    time of the first and last discoveries.
     """
 
     def __init__(
@@ -66,9 +76,12 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         self.discovery_interval_ms = discovery_interval_ms
         self.stop = dict(stop or {})
         state = state or {}
-        #: key -> {"start": position, "stop": position | None, "owner": subtask | None}
+        #: key -> {"start": position, "stop": position | None, "owner": subtask | None,
+        #: "generation": n (left out for the first)}
         self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
         self.done: set[str] = set(state.get("done", []))
+        #: key -> the generation its stream is read as when it appears again
+        self.gone: dict[str, int] = dict(state.get("gone", {}))
         self.first_discovery_ms: int | None = state.get("first_discovery_ms")
         self.last_discovery_ms: int | None = state.get("last_discovery_ms")
         self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
@@ -88,11 +101,33 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
 
     def add_splits_back(self, splits: Sequence[StreamSplit], subtask: int) -> None:
         for split in splits:
-            self.done.discard(split.split_id)  # held after all: it was not finished
+            known = self.splits.get(split.key)
+            if known is not None and known.get("generation", 0) > split.generation:
+                continue  # an older generation, ended already
+            self.done.discard(split.key)  # held after all: it was not finished
             known = self.splits.setdefault(
-                split.split_id, {"start": split.position, "stop": split.stop_position, "owner": None}
+                split.key, {"start": split.position, "stop": split.stop_position, "owner": None}
             )
+            if split.generation:
+                known["generation"] = split.generation
             known["owner"] = None
+        self._rebalance()
+
+    def handle_source_event(self, subtask: int, event: SourceEvent) -> None:
+        """A reader ended the split of a stream that is gone or was replaced: the key's
+        next stream is the split's next generation, from its start."""
+        if event.kind != STREAM_REPLACED:
+            return
+        key, generation = event.payload["key"], event.payload["generation"]
+        known = self.splits.get(key)
+        if known is None or known.get("generation", 0) != generation:
+            return  # told twice (a replayed commit): the next generation exists already
+        del self.splits[key]
+        if event.payload["exists"]:
+            self.splits[key] = self._split_entry(key, generation + 1)
+            log.info("stream %s was replaced: reading generation %d from its start", key, generation + 2)
+        else:
+            self.gone[key] = generation + 1
         self._rebalance()
 
     def add_reader(self, subtask: int) -> None:
@@ -102,6 +137,7 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         return {
             "splits": self.splits,
             "done": sorted(self.done),
+            "gone": self.gone,
             "first_discovery_ms": self.first_discovery_ms,
             "last_discovery_ms": self.last_discovery_ms,
             "last_discovery_clock_ms": self.last_discovery_clock_ms,
@@ -151,6 +187,10 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         for key in found:
             if first and self._needs_infos() and key not in infos:
                 continue  # deleted since the scan
+            if key in self.gone:  # a stream that was deleted is back: its next generation
+                self.splits[key] = self._split_entry(key, self.gone.pop(key))
+                log.info("stream %s is back: reading it from its start", key)
+                continue
             start = self._start_for(key, infos.get(key)) if first else 0
             stop = self._stop_for(key, infos.get(key) if first else None)
             if stop is not None and start >= stop:
@@ -161,6 +201,10 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         self.last_discovery_clock_ms = int(self.clock() * 1000)
         if found:
             log.info("discovered %d new stream(s) matching %s", len(found), self.streams)
+
+    def _split_entry(self, key: str, generation: int) -> dict[str, Any]:
+        """A new generation of ``key``'s split: the whole new stream, up to the stop."""
+        return {"start": 0, "stop": self._stop_for(key, None), "owner": None, "generation": generation}
 
     def _matching_keys(self) -> list[str]:
         if not is_pattern(self.streams):
@@ -223,7 +267,8 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         splits = {k: self._new_split(k) for k in moves if movable[k] is None}
         held = [k for k in moves if movable[k] is not None]
         if held:
-            revoked = {s.split_id: s for s in self.context.revoke_splits(held)}
+            ids = {self._split_id(k): k for k in held}
+            revoked = {ids[s.split_id]: s for s in self.context.revoke_splits(list(ids))}
             for key in held:
                 if key in revoked:
                     splits[key] = revoked[key]
@@ -241,7 +286,10 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         """The split of ``key`` from its start (a split read before resumes from its
         checkpoint, which the runtime keeps)."""
         split = self.splits[key]
-        return StreamSplit(key, split["start"], split["stop"])
+        return StreamSplit(key, split["start"], split["stop"], generation=split.get("generation", 0))
+
+    def _split_id(self, key: str) -> str:
+        return generation_split_id(key, self.splits[key].get("generation", 0))
 
 
 def _split_key(raw: bytes) -> str | None:

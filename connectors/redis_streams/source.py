@@ -154,6 +154,7 @@ class RedisStreamsSource(Source[StreamSplit]):
             metadata=self.metadata,
             output_schema=self.schema,
             first_bad_record_only=lambda: context.bad_record_fails_split,
+            send_event=context.send_source_event_to_coordinator,
         )
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
@@ -171,18 +172,20 @@ class RedisStreamsSource(Source[StreamSplit]):
 
     def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
         """Entries past each split's committed position, from the flow's consumer group
-        (Redis 7 keeps its lag; on older servers it is unknown)."""
+        (Redis 7 keeps its lag; on older servers it is unknown). Never negative: a group
+        whose count is of another stream (one deleted and created again, read by a
+        split's new generation) is behind by nothing rather than by less than nothing."""
         client = shared_client(self.url)
         lags: dict[str, int | None] = {}
-        for split_id in splits:
+        for split_id, (payload, _) in splits.items():
             try:
-                groups = client.xinfo_groups(split_id)
+                groups = client.xinfo_groups(payload.get("key", split_id))
             except redis.RedisError:
                 lags[split_id] = None
                 continue
             mine = next((g for g in groups if _text(g.get("name")) == self.group), None)
             lag = mine.get("lag") if mine else None
-            lags[split_id] = int(lag) if lag is not None else None
+            lags[split_id] = max(0, int(lag)) if lag is not None else None
         return lags
 
     def decoder(self) -> FieldsDecoder | RecordFieldDecoder:

@@ -63,15 +63,34 @@ def last_position_of_ms(ms: int) -> int:
 
 @dataclass(frozen=True)
 class StreamSplit(SourceSplit):
-    """The entries of stream ``key`` after ``position``, up to ``stop_position`` if set."""
+    """The entries of stream ``key`` after ``position``, up to ``stop_position`` if set.
+
+    ``generation`` counts the streams that held ``key`` while the run read it: a stream
+    deleted and created again, or lost with its server (restarted empty), is a new
+    generation, read from its start as a split of its own (positions start over, so its
+    landed files and checkpoint must not mix with the old one's). ``start`` is where the
+    split began (a checkpoint past it means this source read the stream, and so made
+    its consumer group).
+    """
 
     key: str
     position: int
     stop_position: int | None = None
+    generation: int = 0
+    start: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start is None:
+            object.__setattr__(self, "start", self.position)
 
     @property
     def split_id(self) -> str:
-        return self.key
+        return generation_split_id(self.key, self.generation)
+
+    @property
+    def progressed(self) -> bool:
+        """Whether the split was read past its start (its consumer group was made then)."""
+        return self.position > (self.start or 0)
 
     @property
     def offset(self) -> OffsetEntry:
@@ -96,9 +115,33 @@ class StreamSplit(SourceSplit):
             ) from None
 
 
+def generation_split_id(key: str, generation: int) -> str:
+    """The split id of a generation of stream ``key``: the key itself for the first."""
+    return key if not generation else f"{key} (generation {generation + 1})"
+
+
 class StreamSplitSerializer(SplitSerializer[StreamSplit]):
+    """A split as stored: its key, start position and stop, and its generation when it is
+    not the first (payloads stored before generations existed read as the first). The
+    stored position is the split's start: the checkpoint is kept beside it."""
+
     def serialize(self, split: StreamSplit) -> dict[str, Any]:
-        return {"key": split.key, "position": split.position, "stop_position": split.stop_position}
+        data: dict[str, Any] = {
+            "key": split.key,
+            "position": split.position,
+            "stop_position": split.stop_position,
+        }
+        if split.start != split.position:
+            data["start"] = split.start
+        if split.generation:
+            data["generation"] = split.generation
+        return data
 
     def deserialize(self, data: dict[str, Any]) -> StreamSplit:
-        return StreamSplit(data["key"], data["position"], data.get("stop_position"))
+        return StreamSplit(
+            data["key"],
+            data["position"],
+            data.get("stop_position"),
+            generation=data.get("generation", 0),
+            start=data.get("start", data["position"]),
+        )

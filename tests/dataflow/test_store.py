@@ -3,6 +3,8 @@ once, and leases taken back. (SQLite runs the same statements in tests/e2e/test_
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from connectors.files.split import FileSplit, FileSplitSerializer
@@ -189,3 +191,18 @@ def test_a_pass_takes_from_the_backlog_in_two_statements_however_many_requests(
     assert [payload["path"] for _, payload in store.backlog_head(100)] == [
         f"/d/{i}.csv" for i in range(90, 100)
     ]
+
+
+def test_a_committed_batchs_note_is_on_its_split_and_in_the_run_message(store):
+    """A connector's note (a stream replaced, its server reset) reaches the operator where
+    the run's state is shown; a commit that is refused says nothing."""
+    store.record_assignments({0: [row(0)], 1: [row(1)]}, TOKENS, {})
+    note = "stream orders: the source was reset (its Redis server restarted without the stream)"
+    base = done("range-0", 0, 0)
+
+    store.commit_batches("token-b", [replace(base, note="refused")])
+    store.commit_batches("token-a", [replace(base, note=note)])
+
+    store.run.refresh_from_db()
+    assert store.run.message == note
+    assert Split.objects.get(run=store.run, split_id="range-0").error == note
