@@ -19,9 +19,10 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from dataflow.admin.flows import STEERING
-from dataflow.models import DataFlow, FlowStatus, WebhookDelivery
+from dataflow.models import Connection, DataFlow, FlowStatus, WebhookDelivery
 from dataflow.services.flows import flow_apply, flow_start
 from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, SplitFactory
+from tests.dataflow.api.factories import ConnectionFactory
 from tests.helpers import spec, write_csv
 
 APP = "dataflow"
@@ -73,6 +74,7 @@ def _one_of_each(dirs) -> dict[type, object]:
             flow=running, run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
         ),
         TokenProxy: TokenProxy.objects.get(pk=Token.objects.create(user=bob).pk),
+        Connection: ConnectionFactory(users=[bob]),
         PeriodicTask: PeriodicTask.objects.create(
             name="dataflow:bobs-idle",
             task="dataflow.tasks.flow_scheduled_run",
