@@ -26,6 +26,18 @@ from source_support.errors import ConfigError
 DATABASE_PATIENCE_S = 120
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``docker stop``, systemd, Kubernetes) arrived: runflow stops as on Ctrl-C."""
+
+
+#: The exit status after each signal: 128 + its number, as a shell reports a process it ended.
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 class Command(BaseCommand):
     help = (
         "Runs one flow in the foreground: an in-process Celery worker and beat, the same "
@@ -41,11 +53,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, name, until_done, no_progress, new, **options):
         milestone("handle")
+        # Python turns SIGINT into KeyboardInterrupt; SIGTERM must do the same, not end the
+        # process at once with the run left reading and no reader.
+        signal.signal(signal.SIGTERM, _raise_terminated)
         flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
         beat = threading.Thread(target=_beat, args=(flow.pk, stop), name="beat", daemon=True)
-        interrupted = False
+        interrupted = None
         with start_worker(
             app,
             pool="threads",
@@ -57,33 +72,41 @@ class Command(BaseCommand):
             shutdown_timeout=60,
         ) as worker:
             milestone("worker")
-            run = self._run_to_follow(flow, new=new)
-            if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
-                self.stdout.write(
-                    f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
-                )
-            beat.start()
+            run = None
             try:
+                run = self._run_to_follow(flow, new=new)
+                if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
+                    self.stdout.write(
+                        f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
+                    )
+                beat.start()
                 progress = self._follow(run.pk, until_done=until_done, show=not no_progress)
                 milestone("followed")
                 _stop_now(worker)
-            except KeyboardInterrupt:
-                interrupted = True
-                # A second Ctrl-C while the worker shuts down leaves at once.
-                signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-                self.stderr.write(f"\ninterrupted: stopping run {run.pk} of {name}...")
-                flow_stop(flow=flow)
+            except KeyboardInterrupt as exc:
+                interrupted = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+                # A second Ctrl-C or SIGTERM while the worker shuts down leaves at once.
+                for signum in EXIT_STATUS:
+                    signal.signal(signum, lambda *_, code=EXIT_STATUS[interrupted]: os._exit(code))
+                why = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
+                self.stderr.write(f"\n{why}: stopping the run of {name}...")
+                # The run that _run_to_follow was starting when the signal came, if any.
+                run = flow_stop(flow=flow, message=f"stopped: runflow was {why}") or run
                 cancel_jobs()
             finally:
                 stop.set()
-                beat.join()
+                if beat.ident is not None:
+                    beat.join()
         milestone("stopped")
-        if interrupted:
+        if interrupted is not None:
+            if run is None:
+                self.stderr.write(f"no run of {name} was started")
+                raise SystemExit(EXIT_STATUS[interrupted])
             self.stderr.write(
                 f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
                 f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
             )
-            raise SystemExit(130)
+            raise SystemExit(EXIT_STATUS[interrupted])
         written = progress.rows_written if progress.rows_written is not None else "-"
         self.stdout.write(
             f"run {run.pk} {progress.status}: {progress.records_read} records read, "
