@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
 from django.db.models import Count, OuterRef, Q, Subquery, Sum
 
 from dataflow.models import DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
+from dataflow.services.runs import STALL_NOTE, run_stalled_for, stall_note
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,23 @@ class RunProgress:
     @property
     def done(self) -> bool:
         return self.status in ("succeeded", "failed", "stopped")
+
+
+def run_message(run: FlowRun) -> str:
+    """What a run says, as every view shows it: its stored message, or, for a reading run
+    that has had no live reader for ``DATAFLOW_STALL_SECONDS``, that it is stalled (worked
+    out now, from its readers' leases and heartbeats in Redis, so it shows even when no
+    tick runs to write it). A stall note that no longer holds is not shown."""
+    try:
+        idle = run_stalled_for(run)
+    except redis.RedisError:
+        return run.message  # a page must not break with Redis away; the tick's note stays
+    stored = run.message
+    if stored.startswith(STALL_NOTE):
+        stored = ""
+    if idle is None:
+        return stored
+    return stall_note(idle) + (f" (last: {stored})" if stored else "")
 
 
 def run_progress(*, run_id: int) -> RunProgress:
@@ -40,7 +59,7 @@ def run_progress(*, run_id: int) -> RunProgress:
         records_read=counts["records"],
         errors_count=counts["errors"],
         rows_written=run.rows_written if run.rows_written is not None else _rows_streamed(run),
-        message=run.message,
+        message=run_message(run),
     )
 
 
@@ -86,7 +105,7 @@ def flow_runs(*, flow: DataFlow, limit: int = RUNS_LISTED) -> list[dict]:
                 "errors_count": errors,
                 "started_at": run.started_at,
                 "duration_s": round((end - run.started_at).total_seconds(), 1),
-                "message": run.message,
+                "message": progress.message,
             }
         )
     return rows
@@ -112,7 +131,7 @@ def flow_status(*, flow: DataFlow, splits_max: int = STATUS_SPLITS_MAX) -> dict:
         "trigger": run.trigger,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
-        "message": run.message,
+        "message": progress.message,
         "splits_total": progress.splits_total,
         "splits_finished": progress.splits_finished,
         "records_read": progress.records_read,
@@ -344,7 +363,7 @@ def _recent_runs(flow: DataFlow) -> list[dict]:
             else max(0.0, (run.finished_at - run.started_at).total_seconds()),
             "records_read": max(run.records_read, run.split_records),
             "rows_written": run.rows_written,
-            "message": run.message,
+            "message": run_message(run),
         }
         for run in runs
     ]
@@ -354,15 +373,17 @@ def _recent_errors(flow: DataFlow) -> dict:
     """The latest runs that failed or say why they stopped, and the latest dead letters."""
     from dataflow.models import DeadLetter, RunStatus
 
-    runs = (
-        flow.runs.exclude(message="")
-        .exclude(status=RunStatus.SUCCEEDED)
-        .order_by("-id")
-        .values("id", "status", "message", "finished_at", "started_at")[:DASHBOARD_RUN_ERRORS]
-    )
+    # As they read now: a stall note that no longer holds is dropped.
+    said = flow.runs.exclude(message="").exclude(status=RunStatus.SUCCEEDED)
+    fields = ("id", "status", "message", "finished_at", "started_at")
+    runs = [
+        {**{name: getattr(run, name) for name in fields}, "message": run_message(run)}
+        for run in said.order_by("-id").only(*fields, "spec", "paused_at", "uid")[: DASHBOARD_RUN_ERRORS + 1]
+    ]
+    runs = [run for run in runs if run["message"]][:DASHBOARD_RUN_ERRORS]
     letters = DeadLetter.objects.filter(flow=flow).order_by("-id")
     return {
-        "runs": list(runs),
+        "runs": runs,
         "dead_letters": [
             {
                 "run_id": letter.run_id,

@@ -166,6 +166,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         # The stop mark and every lease of the stopped run go: readers start afresh and
         # take the splits back from their checkpoints.
         transaction.on_commit(coordinator.purge)
+        transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 
@@ -198,7 +199,9 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         flow.save(update_fields=["status", "updated_at"])
         _schedule_ticks(flow, enabled=True)
         if not was_active:
-            transaction.on_commit(coordinator_for(run).purge)
+            coordinator = coordinator_for(run)
+            transaction.on_commit(coordinator.purge)
+            transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 

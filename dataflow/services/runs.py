@@ -189,7 +189,8 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
     and leaves); once none is left, every split ends at its committed position and the run
     goes on to its last transform."""
     coordinator.stop()
-    if coordinator.live_readers(run.spec["parallelism"]):
+    parallelism = run.spec.get("parallelism") or run.flow.parallelism
+    if coordinator.live_readers(parallelism):
         return
     Split.objects.filter(run=run).exclude(status__in=[SplitStatus.FINISHED, SplitStatus.FAILED]).update(
         status=SplitStatus.FINISHED, owner_token="", owner_subtask=None
@@ -200,9 +201,36 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
 STALL_NOTE = "waiting: "
 
 
+def stall_note(idle_s: float) -> str:
+    """What a reading run says when no reader has run for ``idle_s`` seconds."""
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    return (
+        f"{STALL_NOTE}no reader has run for {int(idle_s)} s: is a Celery worker consuming "
+        f"queue {queue!r}, with a free slot?"
+    )
+
+
+def run_stalled_for(run: FlowRun, *, now: float | None = None) -> float | None:
+    """Seconds a reading, unpaused run has had no live reader, once that is at least
+    ``DATAFLOW_STALL_SECONDS``; None otherwise. Read from Redis when asked (a reader's
+    lease and its last heartbeat), so it holds with no tick running: the process that ran
+    the readers and the tick may be gone."""
+    if run.status != RunStatus.READING or run.paused_at is not None:
+        return None
+    coordinator = coordinator_for(run)
+    parallelism = run.spec.get("parallelism") or run.flow.parallelism
+    if coordinator.live_readers(parallelism):
+        return None
+    since = coordinator.reader_alive_at() or run.started_at.timestamp()
+    idle = (time.time() if now is None else now) - since
+    return idle if idle >= settings.DATAFLOW_STALL_SECONDS else None
+
+
 def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:
     """Says on the run when it has work but no reader has run for ``DATAFLOW_STALL_SECONDS``
-    (no worker consumes the queue, or every slot is taken), and takes it back once one runs."""
+    (no worker consumes the queue, or every slot is taken), and takes it back once one runs.
+    Views do not rely on it (see ``selectors.run_message``): it keeps the note in the
+    run's history, e.g. for a webhook or the admin's raw field."""
     if live:
         coordinator.clear_mark("no-reader-since")
         if run.message.startswith(STALL_NOTE):
@@ -210,11 +238,7 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
         return
     idle = time.time() - coordinator.first_seen("no-reader-since", time.time())
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
-        queue = settings.CELERY_TASK_DEFAULT_QUEUE
-        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
-            message=f"{STALL_NOTE}no reader has run for {int(idle)} s: is a Celery worker consuming "
-            f"queue {queue!r}, with a free slot?"
-        )
+        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
 
 def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
