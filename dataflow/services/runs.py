@@ -26,11 +26,12 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import get_redis
+from dataflow.services.cleanup import run_resumable
 from dataflow.services.specs import environment
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
-from source_support.landing import LandingZone
+from source_support.landing import LandingZone, LandingZoneUnwritable
 from source_support.registry import SINKS, BuildContext, build_source, source_is_unbounded
 from source_support.runtime import (
     ReaderSettings,
@@ -322,12 +323,26 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
         return SliceReport(SliceOutcome.STOPPED, token)
     try:
         report = _read_slice(run, subtask, token)
+    except LandingZoneUnwritable as exc:
+        # Disk full, read-only or over quota: every reader would fail the same way, and
+        # each retry would only add to what fills the disk.
+        log.error("run %s: reader %s: %s", run.pk, subtask, exc)
+        run_finish(
+            run=run, status=RunStatus.FAILED, message=f"reader {subtask} could not land a batch: {exc}"
+        )
+        return SliceReport(SliceOutcome.STOPPED, token)
     except Exception as exc:  # noqa: BLE001 - counted and shown on the run, never silent
         log.exception("run %s: reader %s failed", run.pk, subtask)
         _reader_failed(run, subtask, exc)
         return SliceReport(SliceOutcome.LOST, token)
     if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
         request_tick(run_id=run_id)
+    if report.outcome != SliceOutcome.CONTINUE:
+        # The run may have ended while this slice read: what it landed after the run let go
+        # of its files must go too.
+        ended = FlowRun.objects.filter(pk=run_id).exclude(status__in=[RunStatus.READING]).first()
+        if ended is not None:
+            _landed_files_release(ended, ended.status)
     return report
 
 
@@ -655,5 +670,16 @@ def _release_run(run: FlowRun, status: str) -> None:
     coordinator = coordinator_for(run)
     coordinator.purge()
     coordinator.stop()  # a reader that missed the purge still sees the run is over
-    if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
+    _landed_files_release(run, status)
+
+
+def _landed_files_release(run: FlowRun, status: str) -> None:
+    """Removes the landed files of a run that has ended and needs them no more: after
+    success the sink holds the result, and a failed run that cannot go on (only ``restart
+    --failed`` of its failed splits can) has no use for them either. A run that can still be
+    resumed keeps them (``cleanup`` says what it holds); so does every run with
+    ``DATAFLOW_KEEP_LANDED``."""
+    if settings.DATAFLOW_KEEP_LANDED:
+        return
+    if status == RunStatus.SUCCEEDED or (status == RunStatus.FAILED and not run_resumable(run=run)):
         landing_zone().discard_run(run_key(run))
