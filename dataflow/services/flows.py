@@ -21,6 +21,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.queues import run_task_send
 from dataflow.services.schedules import schedule_remove, schedule_sync
 from dataflow.services.specs import FLOW_FIELDS, environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
@@ -91,7 +92,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
 def _queue_transform_check(run_id: int) -> None:
     from dataflow import tasks
 
-    tasks.transform_check.delay(run_id)
+    run_task_send(tasks.transform_check, run_id)
 
 
 def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun | None:

@@ -27,6 +27,7 @@ from dataflow.models import (
 )
 from dataflow.redis_client import get_redis
 from dataflow.services.cleanup import run_resumable
+from dataflow.services.queues import run_task_send
 from dataflow.services.specs import environment
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
@@ -103,7 +104,7 @@ def request_tick(*, run_id: int) -> None:
     from dataflow import tasks
 
     if coordinator_for(run_id).mark_once("tick-queued", 30_000):
-        tasks.tick_run.delay(run_id)
+        run_task_send(tasks.tick_run, run_id)
 
 
 def run_tick(*, run_id: int) -> None:
@@ -390,10 +391,15 @@ def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
     )
 
 
+def reader_requeue(*, run_id: int, subtask: int, token: str | None) -> None:
+    """Queues the next slice of a reader (its previous slice asked to go on)."""
+    _enqueue_reader(run_id, subtask, token)
+
+
 def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
     from dataflow import tasks
 
-    tasks.read_splits.delay(run_id, subtask, token)
+    run_task_send(tasks.read_splits, run_id, subtask, token)
 
 
 # The transform.
@@ -429,7 +435,7 @@ def _ensure_transform(run: FlowRun, *, unbounded: bool = False) -> None:
     if coordinator.mark_once("transform-queued", 60_000):
         from dataflow import tasks
 
-        tasks.run_transform.delay(run.pk)
+        run_task_send(tasks.run_transform, run.pk)
 
 
 def _in_backoff(run: FlowRun) -> bool:

@@ -3,6 +3,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import psutil
 from celery.contrib.testing.worker import start_worker
@@ -18,6 +19,7 @@ from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
 from dataflow.selectors import RunProgress, run_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
+from dataflow.services.queues import runflow_claim, runflow_release
 from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
@@ -59,18 +61,25 @@ class Command(BaseCommand):
         flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
-        beat = threading.Thread(target=_beat, args=(flow.pk, stop), name="beat", daemon=True)
+        beat = threading.Thread(target=_beat, args=(flow, stop), name="beat", daemon=True)
         interrupted = None
-        with start_worker(
-            app,
-            pool="threads",
-            # readers, the transform check, the Spark job (an unbounded flow's streaming
-            # transform holds a slot for good), and a tick
-            concurrency=flow.parallelism + 3,
-            perform_ping_check=False,
-            loglevel="WARNING",
-            shutdown_timeout=60,
-        ) as worker:
+        # This flow's tasks, and no other flow's: a queue of its own (dataflow/services/queues.py),
+        # claimed before the run's first task is sent.
+        queue = runflow_claim(flow)
+        with (
+            _own_queue(flow, queue),
+            start_worker(
+                app,
+                pool="threads",
+                queues=[queue],
+                # readers, the transform check, the Spark job (an unbounded flow's streaming
+                # transform holds a slot for good), and a tick
+                concurrency=flow.parallelism + 3,
+                perform_ping_check=False,
+                loglevel="WARNING",
+                shutdown_timeout=60,
+            ) as worker,
+        ):
             milestone("worker")
             run = None
             try:
@@ -220,13 +229,51 @@ def _unblock_when_stopping(worker, timeout_s: float = 2.0) -> None:
         logging.getLogger("dataflow.runflow").debug("unblocking the worker failed: %s", exc)
 
 
-def _beat(flow_id: int, stop: threading.Event) -> None:
-    """The periodic tick that celery beat would send, run in this process. A failed tick
-    (the database or Redis away for a moment) is retried at the next one, as beat would."""
+@contextmanager
+def _own_queue(flow, queue: str):
+    """While the block runs, the flow's tasks go to ``queue``; then they go to the shared
+    queue again, and what is left in ``queue`` is dropped: the run has ended or stopped by
+    then (runflow follows it to its end or stops it), so those tasks are stale, and kombu's
+    "Requeuing undeliverable message ... No consumers" for them as the worker stops says
+    nothing an operator can act on."""
+    undeliverable = _DropRequeueNotice(queue)
+    logging.getLogger("kombu.transport.virtual.base").addFilter(undeliverable)
+    try:
+        yield
+    finally:
+        try:
+            runflow_release(flow)
+            with app.connection_for_write() as connection:
+                connection.default_channel.queue_purge(queue)
+        except Exception as exc:  # noqa: BLE001 - the claim lapses by itself, the tasks are stale
+            logging.getLogger("dataflow.runflow").warning("could not release queue %s: %s", queue, exc)
+        logging.getLogger("kombu.transport.virtual.base").removeFilter(undeliverable)
+
+
+class _DropRequeueNotice(logging.Filter):
+    """Drops kombu's notice that a message of runflow's own queue was put back as its
+    consumer stopped (the queue is purged right after)."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("Requeuing undeliverable")
+            and repr(self.queue) in record.getMessage()
+        )
+
+
+def _beat(flow, stop: threading.Event) -> None:
+    """The periodic tick that celery beat would send, run in this process; it renews the
+    claim on runflow's queue. A failed tick (the database or Redis away for a moment) is
+    retried at the next one, as beat would."""
     log = logging.getLogger("dataflow.runflow")
     while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
         try:
-            flow_tick(flow_id=flow_id)
+            runflow_claim(flow)
+            flow_tick(flow_id=flow.pk)
         except Exception as exc:  # noqa: BLE001 - the next tick tries again
             log.warning("tick failed, retrying: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
         finally:
