@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 from django.conf import settings
@@ -464,6 +465,9 @@ def transform(*, run_id: int) -> None:
     coordinator.clear_mark("transform-queued")
     if run.status != RunStatus.TRANSFORMING:
         return
+    if _worker_leaving.is_set():
+        request_tick(run_id=run.pk)  # another worker queues it again
+        return
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
     with coordinator.held_lease("transform-lease", lease_ms) as held:
         if not held:
@@ -473,10 +477,62 @@ def transform(*, run_id: int) -> None:
             return
         run = FlowRun.objects.select_related("flow").get(pk=run.pk)
         try:
-            _run_spark_job(run, attempt)
+            with _transforms_here:
+                _run_spark_job(run, attempt)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
-            _transform_failed(run, attempt, exc)
-            return
+            if _worker_leaving.is_set():
+                _transform_given_back(run, attempt)
+            else:
+                _transform_failed(run, attempt, exc)
+    if _worker_leaving.is_set():
+        request_tick(run_id=run.pk)  # the lease is free: the next worker starts at once
+
+
+#: Set once this process's worker is shutting down (SIGTERM: a warm shutdown).
+_worker_leaving = threading.Event()
+
+
+class _RunningTransforms:
+    """How many transform attempts run their Spark job in this process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_transforms_here = _RunningTransforms()
+
+
+def transforms_give_back(*, every_s: float = 0.5) -> None:
+    """This worker process is leaving: its transform attempts cancel their Spark jobs and
+    give their runs back at once (the lease released, no failure counted, no backoff), so
+    another worker takes them up without waiting for the lease to lapse; a transform task
+    that arrives now is left for another worker. Cancels again every ``every_s`` while an
+    attempt still runs: a job submitted just after a cancel is not cancelled by it."""
+    from dataflow.spark import cancel_jobs  # loads PySpark: only where a worker leaves
+
+    _worker_leaving.set()
+    while _transforms_here.count:
+        cancel_jobs()
+        time.sleep(every_s)
+
+
+def _transform_given_back(run: FlowRun, attempt: int) -> None:
+    """Undoes the backoff of an attempt cut short by its worker's shutdown; the attempt's
+    number stays spent, so nothing it might still do can publish."""
+    log.warning("run %s: transform attempt %s given back: its worker is shutting down", run.pk, attempt)
+    FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
+        transform_started_at=None,
+        message=f"transform attempt {attempt} given back: its worker shut down; another takes it up",
+    )
 
 
 def _claim_transform_attempt(run_id: int) -> int | None:
