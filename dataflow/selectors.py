@@ -63,6 +63,49 @@ def run_progress(*, run_id: int) -> RunProgress:
     )
 
 
+@dataclass(frozen=True)
+class StreamProgress:
+    """How an unbounded run goes, where a percentage means nothing: its latest rate and lag
+    (from its latest sample; None before the first) and its last committed epoch."""
+
+    records_per_s: float | None
+    lag: int | None
+    last_epoch: int | None
+    last_epoch_rows: int | None
+
+    def describe(self) -> str:
+        """``12.5 rec/s lag=40 epoch=7 (+120 rows)``, leaving out what is not known yet."""
+        parts = []
+        if self.records_per_s is not None:
+            parts.append(f"{self.records_per_s:.1f} rec/s")
+        if self.lag is not None:
+            parts.append(f"lag={self.lag}")
+        if self.last_epoch is None:
+            parts.append("no epoch yet")
+        else:
+            parts.append(f"epoch={self.last_epoch} (+{self.last_epoch_rows or 0} rows)")
+        return " ".join(parts)
+
+
+def stream_progress(*, run_id: int) -> StreamProgress:
+    """The rate, lag and last committed epoch of an unbounded run (see ``StreamProgress``)."""
+    from dataflow.models import MetricSample
+
+    sample = MetricSample.objects.filter(run_id=run_id, split_id="").order_by("-at").first()
+    epoch = (
+        TransformEpoch.objects.filter(run_id=run_id, status=EpochStatus.COMMITTED)
+        .order_by("-number")
+        .values("number", "rows_written")
+        .first()
+    )
+    return StreamProgress(
+        records_per_s=None if sample is None else sample.records_per_s,
+        lag=None if sample is None else sample.lag,
+        last_epoch=None if epoch is None else epoch["number"],
+        last_epoch_rows=None if epoch is None else epoch["rows_written"],
+    )
+
+
 def _rows_streamed(run: FlowRun) -> int | None:
     """Rows the committed epochs of a streaming transform wrote so far (None: no epoch)."""
     epochs = TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED)

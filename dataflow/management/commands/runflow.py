@@ -17,7 +17,7 @@ from dataflow.celery import app
 from dataflow.management.lookup import flow_named
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
-from dataflow.selectors import RunProgress, run_progress
+from dataflow.selectors import RunProgress, run_progress, stream_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release
 from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
@@ -89,7 +89,9 @@ class Command(BaseCommand):
                         f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
                     )
                 beat.start()
-                progress = self._follow(run.pk, until_done=until_done, show=not no_progress)
+                progress = self._follow(
+                    run.pk, until_done=until_done, show=not no_progress, unbounded=run_is_unbounded(run)
+                )
                 milestone("followed")
                 _stop_now(worker)
             except KeyboardInterrupt as exc:
@@ -146,7 +148,10 @@ class Command(BaseCommand):
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
 
-    def _follow(self, run_id: int, *, until_done: bool, show: bool) -> RunProgress:
+    def _follow(self, run_id: int, *, until_done: bool, show: bool, unbounded: bool) -> RunProgress:
+        """Draws the run's progress until it is done (with ``until_done``) or forever. Only a
+        bounded run's reading has a percentage (of its splits); a stream's reading shows its
+        rate, lag and last epoch, and later phases show only where they are."""
         bar = tqdm(total=0, unit="split", disable=not show, desc="reading", leave=True)
         shown = None
         try:
@@ -155,16 +160,21 @@ class Command(BaseCommand):
                 phase = progress.status
                 if phase == RunStatus.TRANSFORMING and not session_started():
                     phase = "starting Spark"
+                stream = stream_progress(run_id=run_id).describe() if unbounded and not progress.done else ""
                 now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)
-                now += (progress.message, progress.rows_written)
+                now += (progress.message, progress.rows_written, stream)
                 if now != shown:  # redraw only on change, so a log file gets few lines
                     shown = now
+                    counted = phase == RunStatus.READING and not unbounded
+                    bar.bar_format = None if counted else PHASE_FORMAT
                     bar.total = max(progress.splits_total, 1)
                     bar.n = progress.splits_finished
-                    bar.set_description(phase)
+                    bar.set_description(phase if counted or not unbounded else f"{phase} (stream)")
                     postfix = f"records={progress.records_read} errors={progress.errors_count}"
                     if progress.rows_written is not None and not progress.done:
                         postfix += f" rows={progress.rows_written}"
+                    if stream:
+                        postfix += f" {stream}"
                     if progress.message and not progress.done:
                         postfix += f" | {progress.message[:200]}"
                     bar.set_postfix_str(postfix)
@@ -173,6 +183,10 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         finally:
             bar.close()
+
+
+#: A phase with no percentage to show: a stream's reading, starting Spark, transforming, the end.
+PHASE_FORMAT = "{desc} [{elapsed}{postfix}]"
 
 
 def _progress_riding_out_outages(run_id: int, bar: tqdm) -> RunProgress:
