@@ -55,5 +55,5 @@ def test_a_stream_runs_reading_shows_rate_lag_and_epoch_not_a_percentage(dirs, r
     reading = [s for s in screens if s.startswith("reading")]
     assert reading, screens
     assert not [s for s in reading if "%" in s or "/2" in s], reading
-    assert all(s.startswith("reading (stream) [") for s in reading), reading
+    assert all(s.startswith("reading (stream): [") for s in reading), reading
     assert any("epoch=" in s or "no epoch yet" in s for s in reading), reading

@@ -152,7 +152,14 @@ class Command(BaseCommand):
         """Draws the run's progress until it is done (with ``until_done``) or forever. Only a
         bounded run's reading has a percentage (of its splits); a stream's reading shows its
         rate, lag and last epoch, and later phases show only where they are."""
-        bar = tqdm(total=0, unit="split", disable=not show, desc="reading", leave=True)
+        bar = tqdm(
+            total=0,
+            unit="split",
+            disable=not show,
+            desc="reading (stream): " if unbounded else "reading",  # as set_description draws it
+            bar_format=PHASE_FORMAT if unbounded else None,
+            leave=True,
+        )
         shown = None
         try:
             while True:
@@ -186,7 +193,7 @@ class Command(BaseCommand):
 
 
 #: A phase with no percentage to show: a stream's reading, starting Spark, transforming, the end.
-PHASE_FORMAT = "{desc} [{elapsed}{postfix}]"
+PHASE_FORMAT = "{desc}[{elapsed}{postfix}]"
 
 
 def _progress_riding_out_outages(run_id: int, bar: tqdm) -> RunProgress:
