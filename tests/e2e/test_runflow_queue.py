@@ -13,7 +13,8 @@ from dataflow.models import Assignment, FlowRun
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.queues import run_queue
 from tests.e2e.fleet import ROOT, fleet_env
-from tests.helpers import multiset, read_parquet_rows, spec, write_csv
+from tests.e2e.test_runflow import runflow_once_landed
+from tests.helpers import multiset, read_parquet_rows, spec, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -61,3 +62,23 @@ def test_runflow_leaves_other_flows_tasks_in_the_shared_queue(dirs):
         assert _waiting(f"{shared}.runflow.mine") == 0
     finally:
         celery_app.control.purge()  # the other flow's tasks must not run in a later test's worker
+
+
+def test_a_flow_whose_runflow_was_killed_goes_on_in_the_fleet(fleet, dirs):
+    sent = []
+    for i in range(8):
+        sent += write_csv(dirs.data / f"part-{i}.csv", range(i * 20_000, (i + 1) * 20_000))
+    flow_apply(spec=spec("orphan", str(dirs.data), str(dirs.out / "sink"), batch_size=200, parallelism=2))
+    proc = runflow_once_landed(fleet_env(), "orphan", dirs.landing, at_least=3)
+    proc.kill()  # SIGKILL: nothing releases runflow's queue; its claim must lapse by itself
+    proc.communicate(timeout=60)
+    run = FlowRun.objects.get(flow__name="orphan")
+    assert run.status == "reading"
+
+    fleet.beat()
+    fleet.worker("w1")
+    run = wait_for_run(run, timeout=300)
+
+    assert run.status == "succeeded", run.message + fleet.log("w1")[-3000:]
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    assert run.records_read == len(sent)
