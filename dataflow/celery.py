@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 
+import psutil
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_init, worker_shutting_down
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 
@@ -36,6 +39,41 @@ def _refuse_a_landing_zone_that_cannot_work(**kwargs) -> None:
     errors = [e for e in check_landing_zone(None) if isinstance(e, Error)]
     if errors:
         raise SystemExit("\n".join(f"{e.id}: {e.msg} {e.hint or ''}" for e in errors))
+
+
+#: Sent by a leaving worker's main process to its pool processes (prefork), whose tasks run
+#: there; Celery itself uses TERM, HUP, USR1, INT and QUIT.
+GIVE_BACK_SIGNAL = signal.SIGUSR2
+
+
+@worker_shutting_down.connect
+def _give_back_transforms(**kwargs) -> None:
+    """SIGTERM (a warm shutdown) must not leave a transform holding its run until its lease
+    lapses, nor running until it ends: the transforms of this worker give their runs back
+    at once (``runs.transforms_give_back``), in this process (threads and solo pools) and in
+    its pool processes (prefork). Runs in a signal handler: the work goes to a thread."""
+    from dataflow.services.runs import transforms_give_back  # the Django app is ready only now
+
+    threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
+    me = psutil.Process()
+    for child in me.children():
+        try:
+            if child.exe() == me.exe():  # a pool process, not a Spark JVM this process started
+                child.send_signal(GIVE_BACK_SIGNAL)
+        except psutil.Error:
+            continue
+
+
+@worker_process_init.connect
+def _pool_process_gives_back_on_notice(**kwargs) -> None:
+    """A prefork pool process gives its transforms back when its worker leaves (above)."""
+
+    def notice(signum, frame) -> None:
+        from dataflow.services.runs import transforms_give_back  # as above
+
+        threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
+
+    signal.signal(GIVE_BACK_SIGNAL, notice)
 
 
 class _QuietRoutineTasks(logging.Filter):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import redis
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 
 from dataflow.models import Connection, DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
+from dataflow.services.runs import STALL_NOTE, run_stalled_for, stall_note
 
 
 @dataclass(frozen=True)
@@ -22,6 +24,23 @@ class RunProgress:
     @property
     def done(self) -> bool:
         return self.status in ("succeeded", "failed", "stopped")
+
+
+def run_message(run: FlowRun) -> str:
+    """What a run says, as every view shows it: its stored message, or, for a reading run
+    that has had no live reader for ``DATAFLOW_STALL_SECONDS``, that it is stalled (worked
+    out now, from its readers' leases and heartbeats in Redis, so it shows even when no
+    tick runs to write it). A stall note that no longer holds is not shown."""
+    try:
+        idle = run_stalled_for(run)
+    except redis.RedisError:
+        return run.message  # a page must not break with Redis away; the tick's note stays
+    stored = run.message
+    if stored.startswith(STALL_NOTE):
+        stored = ""
+    if idle is None:
+        return stored
+    return stall_note(idle) + (f" (last: {stored})" if stored else "")
 
 
 def run_progress(*, run_id: int) -> RunProgress:
@@ -40,7 +59,50 @@ def run_progress(*, run_id: int) -> RunProgress:
         records_read=counts["records"],
         errors_count=counts["errors"],
         rows_written=run.rows_written if run.rows_written is not None else _rows_streamed(run),
-        message=run.message,
+        message=run_message(run),
+    )
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """How an unbounded run goes, where a percentage means nothing: its latest rate and lag
+    (from its latest sample; None before the first) and its last committed epoch."""
+
+    records_per_s: float | None
+    lag: int | None
+    last_epoch: int | None
+    last_epoch_rows: int | None
+
+    def describe(self) -> str:
+        """``12.5 rec/s lag=40 epoch=7 (+120 rows)``, leaving out what is not known yet."""
+        parts = []
+        if self.records_per_s is not None:
+            parts.append(f"{self.records_per_s:.1f} rec/s")
+        if self.lag is not None:
+            parts.append(f"lag={self.lag}")
+        if self.last_epoch is None:
+            parts.append("no epoch yet")
+        else:
+            parts.append(f"epoch={self.last_epoch} (+{self.last_epoch_rows or 0} rows)")
+        return " ".join(parts)
+
+
+def stream_progress(*, run_id: int) -> StreamProgress:
+    """The rate, lag and last committed epoch of an unbounded run (see ``StreamProgress``)."""
+    from dataflow.models import MetricSample
+
+    sample = MetricSample.objects.filter(run_id=run_id, split_id="").order_by("-at").first()
+    epoch = (
+        TransformEpoch.objects.filter(run_id=run_id, status=EpochStatus.COMMITTED)
+        .order_by("-number")
+        .values("number", "rows_written")
+        .first()
+    )
+    return StreamProgress(
+        records_per_s=None if sample is None else sample.records_per_s,
+        lag=None if sample is None else sample.lag,
+        last_epoch=None if epoch is None else epoch["number"],
+        last_epoch_rows=None if epoch is None else epoch["rows_written"],
     )
 
 
@@ -105,7 +167,7 @@ def flow_runs(*, flow: DataFlow, limit: int = RUNS_LISTED) -> list[dict]:
                 "errors_count": errors,
                 "started_at": run.started_at,
                 "duration_s": round((end - run.started_at).total_seconds(), 1),
-                "message": run.message,
+                "message": progress.message,
             }
         )
     return rows
@@ -131,7 +193,7 @@ def flow_status(*, flow: DataFlow, splits_max: int = STATUS_SPLITS_MAX) -> dict:
         "trigger": run.trigger,
         "started_at": run.started_at,
         "finished_at": run.finished_at,
-        "message": run.message,
+        "message": progress.message,
         "splits_total": progress.splits_total,
         "splits_finished": progress.splits_finished,
         "records_read": progress.records_read,
@@ -373,7 +435,7 @@ def _recent_runs(flow: DataFlow) -> list[dict]:
             else max(0.0, (run.finished_at - run.started_at).total_seconds()),
             "records_read": max(run.records_read, run.split_records),
             "rows_written": run.rows_written,
-            "message": run.message,
+            "message": run_message(run),
         }
         for run in runs
     ]
@@ -383,15 +445,17 @@ def _recent_errors(flow: DataFlow) -> dict:
     """The latest runs that failed or say why they stopped, and the latest dead letters."""
     from dataflow.models import DeadLetter, RunStatus
 
-    runs = (
-        flow.runs.exclude(message="")
-        .exclude(status=RunStatus.SUCCEEDED)
-        .order_by("-id")
-        .values("id", "status", "message", "finished_at", "started_at")[:DASHBOARD_RUN_ERRORS]
-    )
+    # As they read now: a stall note that no longer holds is dropped.
+    said = flow.runs.exclude(message="").exclude(status=RunStatus.SUCCEEDED)
+    fields = ("id", "status", "message", "finished_at", "started_at")
+    runs = [
+        {**{name: getattr(run, name) for name in fields}, "message": run_message(run)}
+        for run in said.order_by("-id").only(*fields, "spec", "paused_at", "uid")[: DASHBOARD_RUN_ERRORS + 1]
+    ]
+    runs = [run for run in runs if run["message"]][:DASHBOARD_RUN_ERRORS]
     letters = DeadLetter.objects.filter(flow=flow).order_by("-id")
     return {
-        "runs": list(runs),
+        "runs": runs,
         "dead_letters": [
             {
                 "run_id": letter.run_id,

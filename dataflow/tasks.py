@@ -23,7 +23,7 @@ def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
     """One time slice of a reader; it re-queues itself so a fleet is shared fairly."""
     report = runs.read_slice(run_id=run_id, subtask=subtask, token=token)
     if report.outcome == SliceOutcome.CONTINUE:
-        read_splits.delay(run_id, subtask, report.token)
+        runs.reader_requeue(run_id=run_id, subtask=subtask, token=report.token)
 
 
 @shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
@@ -35,7 +35,7 @@ def run_transform(run_id: int) -> None:
 def stream_transform(run_id: int) -> None:
     """One time slice of an unbounded run's streaming transform; it re-queues itself."""
     if streaming.stream_transform(run_id=run_id):
-        stream_transform.delay(run_id)
+        streaming.stream_transform_requeue(run_id=run_id)
 
 
 @shared_task(name="dataflow.tasks.transform_check", ignore_result=True)

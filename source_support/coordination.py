@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -167,6 +168,7 @@ class RunCoordinator:
             if not self._renew(keys=[key], args=[token, self.lease_ms]):
                 return None
             self.redis.hset(self.key("locations"), subtask, location)  # a slice may run elsewhere
+            self.note_reader_alive()
             return token
         token = uuid.uuid4().hex
         if not self.redis.set(key, token, nx=True, px=self.lease_ms):
@@ -175,13 +177,28 @@ class RunCoordinator:
         pipe.hset(self.key("locations"), subtask, location)
         pipe.srem(self.key("done"), subtask)
         pipe.rpush(self.key("registrations"), subtask)
+        pipe.set(self.key("reader-alive-at"), time.time())
         pipe.execute()
         return token
 
     def heartbeat(self, subtask: int, token: str, *, ttl_ms: int | None = None) -> bool:
         """Renews the reader's lease, for ``ttl_ms`` if given (e.g. while it waits in a queue)."""
         ttl = ttl_ms or self.lease_ms
-        return bool(self._renew(keys=[self.key("reader", subtask)], args=[token, ttl]))
+        renewed = bool(self._renew(keys=[self.key("reader", subtask)], args=[token, ttl]))
+        if renewed:
+            self.note_reader_alive()
+        return renewed
+
+    def note_reader_alive(self, at: float | None = None) -> None:
+        """Records that a reader of the run was alive (or, as a run starts or resumes, is
+        expected from) ``at``, by default now: a reader's lease lapses without a trace, and
+        a view must still tell, with no tick running, since when the run has had none."""
+        self.redis.set(self.key("reader-alive-at"), time.time() if at is None else at)
+
+    def reader_alive_at(self) -> float | None:
+        """When a reader of the run was last alive (see ``note_reader_alive``); None if unknown."""
+        value = self.redis.get(self.key("reader-alive-at"))
+        return float(value) if value is not None else None
 
     def release_reader(self, subtask: int, token: str, *, done: bool) -> None:
         if done:

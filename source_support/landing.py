@@ -12,6 +12,7 @@ instead of replacing the committed file of the split's new reader.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -20,6 +21,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+#: Errors of a landing zone that no retry can help: the disk is full, mounted read-only, or
+#: the quota is used up. Another reader would fail the same way.
+UNWRITABLE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT})
+
+
+class LandingZoneUnwritable(OSError):
+    """The landing zone cannot take another file (see ``UNWRITABLE_ERRNOS``); the message
+    names the landing root and the system's reason."""
 
 
 class LandingZone:
@@ -36,9 +46,11 @@ class LandingZone:
         return self.run_dir(run_key) / split_dir / f"{name}.parquet"
 
     def land(self, path: Path, table: pa.Table) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """Writes ``table`` to ``path`` atomically; raises ``LandingZoneUnwritable`` when the
+        disk is full, read-only or over quota (nothing of the batch is left behind)."""
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, tmp, compression="snappy")
             if self.fsync:
                 fd = os.open(tmp, os.O_RDONLY)
@@ -47,6 +59,12 @@ class LandingZone:
                 finally:
                     os.close(fd)
             os.replace(tmp, path)
+        except OSError as exc:
+            if exc.errno in UNWRITABLE_ERRNOS:
+                unwritable = LandingZoneUnwritable(f"landing zone {self.root}: {os.strerror(exc.errno)}")
+                unwritable.errno = exc.errno
+                raise unwritable from exc
+            raise
         finally:
             tmp.unlink(missing_ok=True)
 

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from dataflow.admin.forms import TomlImportForm, flow_fieldsets, flow_form_class
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
+from dataflow.selectors import run_message
 from dataflow.services.admin_support import (
     flow_actions,
     flows_with_last_run,
@@ -86,7 +87,7 @@ class RunInline(admin.TabularInline):
         "rows_written",
         "started_at",
         "finished_at",
-        "message",
+        "message_now",
     ]
     readonly_fields = fields
     extra = 0
@@ -122,6 +123,10 @@ class RunInline(admin.TabularInline):
     @admin.display(description="errors")
     def errors(self, run: FlowRun) -> str:
         return number_text(run.live_errors)
+
+    @admin.display(description="message")
+    def message_now(self, run: FlowRun) -> str:
+        return run_message(run)
 
 
 @admin.register(DataFlow)

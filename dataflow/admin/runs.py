@@ -16,6 +16,7 @@ from django.utils.html import format_html
 from dataflow.admin.flows import ADMIN_MEDIA_CSS
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split, WebhookDelivery
+from dataflow.selectors import run_message
 from dataflow.services.admin_support import run_duration_s, run_live, runs_with_live_counters, split_share
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 from dataflow.services.flows import FlowStateError
@@ -47,7 +48,7 @@ RUN_FIELDS = [
     "flow",
     "status",
     "trigger",
-    "message",
+    "message_now",
     "started_at",
     "paused_at",
     "transform_started_at",
@@ -81,6 +82,10 @@ class FlowRunAdmin(ReadOnlyAdmin):
     @admin.display(description="errors", ordering="live_errors")
     def errors(self, run: FlowRun) -> str:
         return number_text(run.live_errors)
+
+    @admin.display(description="message")
+    def message_now(self, run: FlowRun) -> str:
+        return run_message(run)
 
     @admin.display(description="duration")
     def duration(self, run: FlowRun) -> str:

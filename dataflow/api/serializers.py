@@ -230,7 +230,7 @@ class RunSerializer(ValuesSerializer):
             "rows_written": progress.rows_written,
             "splits_total": progress.splits_total,
             "splits_finished": progress.splits_finished,
-            "message": run.message,
+            "message": progress.message,
             "error": run.message if run.status == RunStatus.FAILED else None,
             "spark_app_id": run.spark_app_id,
             "started_at": run.started_at,

@@ -1,10 +1,12 @@
 """Removing what ended runs leave behind: landed files, old runs and their rows.
 
-A run's landed files are kept when it fails or is stopped, so nothing read is lost; this
-module lets them go after ``DATAFLOW_RETENTION_DAYS``. What a user may still need is never
-touched: an active run, and a flow's latest stopped run (resuming it reads its landed files
-and checkpoints). A flow's latest run keeps its row (and its dead letters), so the admin still
-shows how the flow last ended; only its landed files go.
+A run's landed files are removed as it succeeds, and as it fails unless it can still go on;
+they are kept while a run can be resumed (``run_resumable``), so nothing read is lost, and
+this module lets what is left go after ``DATAFLOW_RETENTION_DAYS``. What a user may still
+need is never touched: an active run, and a run that can be resumed (going on reads its
+landed files and checkpoints); ``cleanup`` says how much those hold. A flow's latest run
+keeps its row (and its dead letters), so the admin still shows how the flow last ended;
+only its landed files go.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Exists, Max, OuterRef
 from django.utils import timezone
 
 from dataflow.models import (
@@ -29,11 +31,29 @@ from dataflow.models import (
     PendingSplit,
     RunStatus,
     Split,
+    SplitStatus,
 )
 
 log = logging.getLogger(__name__)
 
 ENDED_RUN_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
+
+
+def run_resumable(*, run: FlowRun) -> bool:
+    """Whether an ended run can still go on from its checkpoints and so needs its landed
+    files: it is its flow's latest run and either stopped (``resume``; not a replay of dead
+    letters, which is replayed again instead) or failed with failed splits (``restart
+    --failed`` reads those again within the run). A run that failed as a whole (its
+    transform, its landing zone full) cannot: a new run reads the source again."""
+    latest = FlowRun.objects.filter(flow_id=run.flow_id).order_by("-id").values_list("id", flat=True).first()
+    if latest != run.pk:
+        return False
+    status, spec = FlowRun.objects.filter(pk=run.pk).values_list("status", "spec").get()
+    if status == RunStatus.STOPPED:
+        return not spec.get("replay")
+    if status == RunStatus.FAILED:
+        return Split.objects.filter(run_id=run.pk, status=SplitStatus.FAILED).exists()
+    return False
 
 
 def run_landing_dir(run: FlowRun) -> Path:
@@ -97,6 +117,9 @@ class CleanupPlan:
     deleted_runs: list[FlowRun] = field(default_factory=list)
     landed: DirUsage = field(default_factory=DirUsage)
     rows: dict[str, int] = field(default_factory=dict)
+    #: Runs that can still be resumed, whatever their age, with what their landed files
+    #: hold: never removed here (stop or delete the flow, or start a new run, to let go).
+    kept: list[tuple[FlowRun, DirUsage]] = field(default_factory=list)
 
     def summary(self) -> str:
         rows = ", ".join(f"{count} {name}" for name, count in self.rows.items())
@@ -104,6 +127,14 @@ class CleanupPlan:
             f"landed files of {len(self.landed_runs)} runs: {self.landed.files} files, "
             f"{self.landed.bytes} bytes; {len(self.deleted_runs)} runs ({rows or 'no rows'})"
         )
+
+    def kept_lines(self) -> list[str]:
+        """One line per run kept because it can be resumed, saying what it holds and why."""
+        return [
+            f"kept: run {run.pk} of {run.flow.name} ({run.status}, can be resumed) holds "
+            f"{usage.files} landed files, {usage.bytes} bytes"
+            for run, usage in self.kept
+        ]
 
 
 def cleanup_plan(*, older_than_days: float | None = None, now: datetime | None = None) -> CleanupPlan:
@@ -114,16 +145,17 @@ def cleanup_plan(*, older_than_days: float | None = None, now: datetime | None =
     latest_run = dict(
         FlowRun.objects.values("flow_id").annotate(last=Max("id")).values_list("flow_id", "last")
     )
-    latest_stopped = set(
-        FlowRun.objects.filter(status=RunStatus.STOPPED)
-        .values("flow_id")
-        .annotate(last=Max("id"))
-        .values_list("last", flat=True)
-    )
+    resumable = {run.pk for run in _resumable_runs(latest_run)}
+    for run in FlowRun.objects.filter(pk__in=resumable).select_related("flow").order_by("id"):
+        if run_landing_dir(run).exists():
+            try:
+                plan.kept.append((run, _usage(_checked_landing_dir(run))))
+            except UnsafeLandingDir as exc:
+                log.warning("cleanup: %s", exc)
     ended = FlowRun.objects.filter(status__in=ENDED_RUN_STATUSES, finished_at__lt=plan.cutoff).order_by("id")
     for run in ended.only("id", "uid", "flow_id", "status"):
-        if run.pk in latest_stopped:
-            continue  # it can be resumed
+        if run.pk in resumable:
+            continue
         if run_landing_dir(run).exists():
             try:
                 plan.landed.add(_usage(_checked_landing_dir(run)))
@@ -140,6 +172,15 @@ def cleanup_plan(*, older_than_days: float | None = None, now: datetime | None =
         "dead letters": DeadLetter.objects.filter(run_id__in=ids).count(),
     }
     return plan
+
+
+def _resumable_runs(latest_run: dict[int, int]) -> list[FlowRun]:
+    """Each flow's latest run where it can be resumed (``run_resumable``, in two queries)."""
+    latest = FlowRun.objects.filter(pk__in=latest_run.values())
+    failed_splits = Split.objects.filter(run_id=OuterRef("pk"), status=SplitStatus.FAILED)
+    return list(latest.filter(status=RunStatus.STOPPED).exclude(spec__has_key="replay").only("id")) + list(
+        latest.filter(status=RunStatus.FAILED).filter(Exists(failed_splits)).only("id")
+    )
 
 
 def cleanup_apply(*, plan: CleanupPlan) -> CleanupPlan:

@@ -23,6 +23,7 @@ from dataflow.models import (
 )
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.notify import run_notify
+from dataflow.services.queues import run_task_send
 from dataflow.services.schedules import schedule_remove, schedule_sync
 from dataflow.services.specs import FLOW_FIELDS, flow_environment, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
@@ -146,7 +147,7 @@ def flow_input_check(*, values: dict[str, Any], owner=None) -> str:
 def _queue_transform_check(run_id: int) -> None:
     from dataflow import tasks
 
-    tasks.transform_check.delay(run_id)
+    run_task_send(tasks.transform_check, run_id)
 
 
 def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun | None:
@@ -221,6 +222,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         # The stop mark and every lease of the stopped run go: readers start afresh and
         # take the splits back from their checkpoints.
         transaction.on_commit(coordinator.purge)
+        transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 
@@ -253,7 +255,9 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         flow.save(update_fields=["status", "updated_at"])
         _schedule_ticks(flow, enabled=True)
         if not was_active:
-            transaction.on_commit(coordinator_for(run).purge)
+            coordinator = coordinator_for(run)
+            transaction.on_commit(coordinator.purge)
+            transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 
 from django.conf import settings
@@ -26,11 +27,13 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import get_redis
+from dataflow.services.cleanup import run_resumable
+from dataflow.services.queues import run_task_send
 from dataflow.services.specs import flow_environment
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
-from source_support.landing import LandingZone
+from source_support.landing import LandingZone, LandingZoneUnwritable
 from source_support.registry import SINKS, BuildContext, Environment, build_source, source_is_unbounded
 from source_support.runtime import (
     ReaderSettings,
@@ -109,7 +112,7 @@ def request_tick(*, run_id: int) -> None:
     from dataflow import tasks
 
     if coordinator_for(run_id).mark_once("tick-queued", 30_000):
-        tasks.tick_run.delay(run_id)
+        run_task_send(tasks.tick_run, run_id)
 
 
 def run_tick(*, run_id: int) -> None:
@@ -196,7 +199,8 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
     and leaves); once none is left, every split ends at its committed position and the run
     goes on to its last transform."""
     coordinator.stop()
-    if coordinator.live_readers(run.spec["parallelism"]):
+    parallelism = run.spec.get("parallelism") or run.flow.parallelism
+    if coordinator.live_readers(parallelism):
         return
     Split.objects.filter(run=run).exclude(status__in=[SplitStatus.FINISHED, SplitStatus.FAILED]).update(
         status=SplitStatus.FINISHED, owner_token="", owner_subtask=None
@@ -207,9 +211,36 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
 STALL_NOTE = "waiting: "
 
 
+def stall_note(idle_s: float) -> str:
+    """What a reading run says when no reader has run for ``idle_s`` seconds."""
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    return (
+        f"{STALL_NOTE}no reader has run for {int(idle_s)} s: is a Celery worker consuming "
+        f"queue {queue!r}, with a free slot?"
+    )
+
+
+def run_stalled_for(run: FlowRun, *, now: float | None = None) -> float | None:
+    """Seconds a reading, unpaused run has had no live reader, once that is at least
+    ``DATAFLOW_STALL_SECONDS``; None otherwise. Read from Redis when asked (a reader's
+    lease and its last heartbeat), so it holds with no tick running: the process that ran
+    the readers and the tick may be gone."""
+    if run.status != RunStatus.READING or run.paused_at is not None:
+        return None
+    coordinator = coordinator_for(run)
+    parallelism = run.spec.get("parallelism") or run.flow.parallelism
+    if coordinator.live_readers(parallelism):
+        return None
+    since = coordinator.reader_alive_at() or run.started_at.timestamp()
+    idle = (time.time() if now is None else now) - since
+    return idle if idle >= settings.DATAFLOW_STALL_SECONDS else None
+
+
 def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:
     """Says on the run when it has work but no reader has run for ``DATAFLOW_STALL_SECONDS``
-    (no worker consumes the queue, or every slot is taken), and takes it back once one runs."""
+    (no worker consumes the queue, or every slot is taken), and takes it back once one runs.
+    Views do not rely on it (see ``selectors.run_message``): it keeps the note in the
+    run's history, e.g. for a webhook or the admin's raw field."""
     if live:
         coordinator.clear_mark("no-reader-since")
         if run.message.startswith(STALL_NOTE):
@@ -217,11 +248,7 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
         return
     idle = time.time() - coordinator.first_seen("no-reader-since", time.time())
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
-        queue = settings.CELERY_TASK_DEFAULT_QUEUE
-        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(
-            message=f"{STALL_NOTE}no reader has run for {int(idle)} s: is a Celery worker consuming "
-            f"queue {queue!r}, with a free slot?"
-        )
+        FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
 
 def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
@@ -305,12 +332,26 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
         return SliceReport(SliceOutcome.STOPPED, token)
     try:
         report = _read_slice(run, subtask, token)
+    except LandingZoneUnwritable as exc:
+        # Disk full, read-only or over quota: every reader would fail the same way, and
+        # each retry would only add to what fills the disk.
+        log.error("run %s: reader %s: %s", run.pk, subtask, exc)
+        run_finish(
+            run=run, status=RunStatus.FAILED, message=f"reader {subtask} could not land a batch: {exc}"
+        )
+        return SliceReport(SliceOutcome.STOPPED, token)
     except Exception as exc:  # noqa: BLE001 - counted and shown on the run, never silent
         log.exception("run %s: reader %s failed", run.pk, subtask)
         _reader_failed(run, subtask, exc)
         return SliceReport(SliceOutcome.LOST, token)
     if report.outcome in (SliceOutcome.DONE, SliceOutcome.STOPPED):
         request_tick(run_id=run_id)
+    if report.outcome != SliceOutcome.CONTINUE:
+        # The run may have ended while this slice read: what it landed after the run let go
+        # of its files must go too.
+        ended = FlowRun.objects.filter(pk=run_id).exclude(status__in=[RunStatus.READING]).first()
+        if ended is not None:
+            _landed_files_release(ended, ended.status)
     return report
 
 
@@ -358,10 +399,15 @@ def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
     )
 
 
+def reader_requeue(*, run_id: int, subtask: int, token: str | None) -> None:
+    """Queues the next slice of a reader (its previous slice asked to go on)."""
+    _enqueue_reader(run_id, subtask, token)
+
+
 def _enqueue_reader(run_id: int, subtask: int, token: str | None) -> None:
     from dataflow import tasks
 
-    tasks.read_splits.delay(run_id, subtask, token)
+    run_task_send(tasks.read_splits, run_id, subtask, token)
 
 
 # The transform.
@@ -397,7 +443,7 @@ def _ensure_transform(run: FlowRun, *, unbounded: bool = False) -> None:
     if coordinator.mark_once("transform-queued", 60_000):
         from dataflow import tasks
 
-        tasks.run_transform.delay(run.pk)
+        run_task_send(tasks.run_transform, run.pk)
 
 
 def _in_backoff(run: FlowRun) -> bool:
@@ -426,6 +472,9 @@ def transform(*, run_id: int) -> None:
     coordinator.clear_mark("transform-queued")
     if run.status != RunStatus.TRANSFORMING:
         return
+    if _worker_leaving.is_set():
+        request_tick(run_id=run.pk)  # another worker queues it again
+        return
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
     with coordinator.held_lease("transform-lease", lease_ms) as held:
         if not held:
@@ -435,10 +484,62 @@ def transform(*, run_id: int) -> None:
             return
         run = FlowRun.objects.select_related("flow").get(pk=run.pk)
         try:
-            _run_spark_job(run, attempt)
+            with _transforms_here:
+                _run_spark_job(run, attempt)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
-            _transform_failed(run, attempt, exc)
-            return
+            if _worker_leaving.is_set():
+                _transform_given_back(run, attempt)
+            else:
+                _transform_failed(run, attempt, exc)
+    if _worker_leaving.is_set():
+        request_tick(run_id=run.pk)  # the lease is free: the next worker starts at once
+
+
+#: Set once this process's worker is shutting down (SIGTERM: a warm shutdown).
+_worker_leaving = threading.Event()
+
+
+class _RunningTransforms:
+    """How many transform attempts run their Spark job in this process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_transforms_here = _RunningTransforms()
+
+
+def transforms_give_back(*, every_s: float = 0.5) -> None:
+    """This worker process is leaving: its transform attempts cancel their Spark jobs and
+    give their runs back at once (the lease released, no failure counted, no backoff), so
+    another worker takes them up without waiting for the lease to lapse; a transform task
+    that arrives now is left for another worker. Cancels again every ``every_s`` while an
+    attempt still runs: a job submitted just after a cancel is not cancelled by it."""
+    from dataflow.spark import cancel_jobs  # loads PySpark: only where a worker leaves
+
+    _worker_leaving.set()
+    while _transforms_here.count:
+        cancel_jobs()
+        time.sleep(every_s)
+
+
+def _transform_given_back(run: FlowRun, attempt: int) -> None:
+    """Undoes the backoff of an attempt cut short by its worker's shutdown; the attempt's
+    number stays spent, so nothing it might still do can publish."""
+    log.warning("run %s: transform attempt %s given back: its worker is shutting down", run.pk, attempt)
+    FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
+        transform_started_at=None,
+        message=f"transform attempt {attempt} given back: its worker shut down; another takes it up",
+    )
 
 
 def _claim_transform_attempt(run_id: int) -> int | None:
@@ -638,5 +739,16 @@ def _release_run(run: FlowRun, status: str) -> None:
     coordinator = coordinator_for(run)
     coordinator.purge()
     coordinator.stop()  # a reader that missed the purge still sees the run is over
-    if status == RunStatus.SUCCEEDED and not settings.DATAFLOW_KEEP_LANDED:
+    _landed_files_release(run, status)
+
+
+def _landed_files_release(run: FlowRun, status: str) -> None:
+    """Removes the landed files of a run that has ended and needs them no more: after
+    success the sink holds the result, and a failed run that cannot go on (only ``restart
+    --failed`` of its failed splits can) has no use for them either. A run that can still be
+    resumed keeps them (``cleanup`` says what it holds); so does every run with
+    ``DATAFLOW_KEEP_LANDED``."""
+    if settings.DATAFLOW_KEEP_LANDED:
+        return
+    if status == RunStatus.SUCCEEDED or (status == RunStatus.FAILED and not run_resumable(run=run)):
         landing_zone().discard_run(run_key(run))

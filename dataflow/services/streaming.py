@@ -58,6 +58,7 @@ from dataflow.services.epochs import (
     classify_query,
     epoch_key,
 )
+from dataflow.services.queues import run_task_send
 from dataflow.services.runs import (
     SinkRowsMismatch,
     _is_deterministic,
@@ -97,6 +98,13 @@ RETRY_NOTE = "transform retrying: "
 LISTING_THRESHOLD = "100000"
 
 
+def stream_transform_requeue(*, run_id: int) -> None:
+    """Queues the next slice of the run's streaming transform (the last one asked to go on)."""
+    from dataflow import tasks
+
+    run_task_send(tasks.stream_transform, run_id)
+
+
 def stream_transform(*, run_id: int) -> bool:
     """One time slice of the streaming transform of an unbounded run: an epoch every
     ``trigger_ms`` for ``DATAFLOW_STREAM_SLICE_SECONDS``, while this process holds the run's
@@ -130,7 +138,7 @@ def ensure_stream_transform(run: FlowRun) -> None:
     if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
         from dataflow import tasks
 
-        tasks.stream_transform.delay(run.pk)
+        run_task_send(tasks.stream_transform, run.pk)
 
 
 class Step(Enum):

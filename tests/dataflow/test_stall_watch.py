@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from dataflow.celery import app as celery_app
+from dataflow.models import FlowRun
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import run_tick
+from dataflow.services.runs import coordinator_for, run_tick
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.helpers import spec, write_csv
 
@@ -37,3 +40,58 @@ def test_a_run_that_no_worker_reads_says_so(transactional_db, dirs, settings):
     ).stdout
     assert "no reader has run" in listing
     celery_app.control.purge()  # the readers' tasks must not run in a later test's worker
+
+
+def _views_of(flow, run, client) -> dict[str, str]:
+    """What each view says about ``run`` right now: ``flows``, the API's status and run,
+    the admin's run page and the dashboard's flow page."""
+    listing = subprocess.run(
+        [sys.executable, "manage.py", "flows"], cwd=ROOT, env=fleet_env(), capture_output=True, text=True
+    ).stdout
+    return {
+        "flows": listing,
+        "api status": client.get(f"/api/flows/{flow.name}/status/").json()["run"]["message"],
+        "api run": client.get(f"/api/runs/{run.pk}/").json()["message"],
+        "admin": client.get(f"/admin/dataflow/flowrun/{run.pk}/change/").content.decode(),
+        "dashboard": client.get(f"/flows/{flow.name}/").content.decode(),
+    }
+
+
+def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
+    transactional_db, dirs, settings, client
+):
+    # No worker, no beat and no tick run here: as after runflow was killed (SIGKILL, a lost
+    # machine), nothing is left to write a note on the run. Its reader's last heartbeat,
+    # 120 s ago, stands in for the dead process's; its lease lapsed without a trace.
+    write_csv(dirs.data / "a.csv", range(10))
+    flow, _ = flow_apply(spec=spec("reader-died", str(dirs.data), str(dirs.out / "sink")))
+    run = flow_start(flow=flow)
+    coordinator_for(run).note_reader_alive(at=time.time() - 120)
+    client.force_login(get_user_model().objects.create_superuser("root", password="x"))
+
+    views = _views_of(flow, run, client)
+
+    run.refresh_from_db()
+    assert run.message == "", "nothing wrote the note on the run"
+    for name, shown in views.items():
+        said = re.search(r"no reader has run for (\d+) s", shown)
+        assert said and int(said[1]) >= 120, f"{name}: {shown[-2000:]}"
+    celery_app.control.purge()
+
+
+def test_a_run_with_a_live_reader_is_not_said_to_stall(transactional_db, dirs, settings, client):
+    write_csv(dirs.data / "a.csv", range(10))
+    flow, _ = flow_apply(spec=spec("reader-alive", str(dirs.data), str(dirs.out / "sink")))
+    run = flow_start(flow=flow)
+    coordinator = coordinator_for(run)
+    coordinator.note_reader_alive(at=time.time() - 120)
+    coordinator.acquire_reader(0, None, "here:1")  # a reader takes its lease now
+    # A note a tick wrote while no reader ran is not shown once one runs again.
+    FlowRun.objects.filter(pk=run.pk).update(message="waiting: no reader has run for 61 s: ...")
+    client.force_login(get_user_model().objects.create_superuser("root", password="x"))
+
+    views = _views_of(flow, run, client)
+
+    for name, shown in views.items():
+        assert "no reader has run" not in shown, f"{name}: {shown[-2000:]}"
+    celery_app.control.purge()

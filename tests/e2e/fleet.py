@@ -78,14 +78,19 @@ class Fleet:
         return proc
 
     def worker(
-        self, name: str, concurrency: int = 4, env: dict[str, str] | None = None, queues: str = ""
+        self,
+        name: str,
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+        queues: str = "",
+        pool: str = "threads",
     ) -> subprocess.Popen:
         """A worker process; ``env`` overrides the fleet's environment (e.g. its REDIS_URL),
         ``queues`` (comma-separated) replaces the default queue it consumes."""
         return self._start(
             name,
             [
-                "worker", "-P", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
+                "worker", "-P", pool, "-c", str(concurrency), "-n", f"{name}@%h",
                 "--without-gossip", "--without-mingle", "--loglevel", "WARNING",
                 *(["-Q", queues] if queues else []),
             ],

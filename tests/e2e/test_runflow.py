@@ -137,7 +137,13 @@ path = "out/interrupted"
 """
 
 
-def test_ctrl_c_stops_the_run_and_runflow_resumes_it_exactly(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "status"),
+    [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+    ids=["ctrl_c", "sigterm"],
+)
+def test_ctrl_c_or_sigterm_stops_the_run_and_runflow_resumes_it_exactly(tmp_path, signum, status):
+    # SIGTERM is what docker stop, systemd and Kubernetes send: it must do what Ctrl-C does.
     sent = _csv_source(tmp_path / "data" / "readings")
     (tmp_path / "flow.toml").write_text(FLOW)
     env = manage_env(tmp_path)
@@ -146,10 +152,10 @@ def test_ctrl_c_stops_the_run_and_runflow_resumes_it_exactly(tmp_path):
     landing = tmp_path / "var" / "landing"
 
     proc = runflow_once_landed(env, "interrupted", landing, at_least=5)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
 
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == status, out + err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert "stopped" in err and "runflow interrupted" in err, err
     listed = [line.split() for line in run_manage(env, "flows").stdout.splitlines()]

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +14,7 @@ from dataflow.services.flows import flow_apply
 from tests.e2e.fleet import fleet_env
 from tests.e2e.netcut import TcpProxy
 from tests.e2e.test_runflow import runflow_once_landed
-from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
+from tests.helpers import multiset, read_parquet_rows, run_flow, spec, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,6 +30,43 @@ def test_an_unusable_landing_zone_fails_the_run_saying_why(worker, dirs, setting
     assert run.status == "failed"
     assert "readers failed 3 times" in run.message and "NotADirectoryError" in run.message, run.message
     assert run.reader_failures == 3
+    assert not (dirs.out / "sink").exists()
+
+
+@contextmanager
+def tmpfs(mountpoint: Path, options: str):
+    """A tmpfs of its own at ``mountpoint`` (the test runs as root), unmounted at the end:
+    a real filesystem that fills up, or is read-only, without touching the machine's disk."""
+    mountpoint.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mountpoint)], check=True)
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=True)
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [("size=1m", "No space left on device"), ("ro,size=1m", "Read-only file system")],
+    ids=["disk_full", "read_only"],
+)
+def test_a_full_or_read_only_landing_zone_fails_the_run_at_once_and_frees_it(
+    worker, dirs, settings, options, reason
+):
+    # A 1 MB tmpfs stands in for a full disk (ENOSPC once 1 MB is landed); mounted read-only
+    # it stands in for a disk remounted ro after an error (EROFS). The source lands ~3 MB.
+    for i in range(4):
+        write_csv(dirs.data / f"part-{i}.csv", range(i * 100_000, (i + 1) * 100_000))
+    with tmpfs(dirs.root / "small-disk", options) as landing:
+        settings.DATAFLOW_LANDING_ROOT = landing
+        run = run_flow(spec("disk-full", str(dirs.data), str(dirs.out / "sink"), parallelism=2))
+        # A reader that was landing as the run failed leaves once it sees its lease gone,
+        # removing what it landed meanwhile.
+        wait_until(lambda: not any(landing.iterdir()), 60, lambda: f"left: {list(landing.rglob('*'))[:5]}")
+
+    assert run.status == "failed"
+    assert f"landing zone {landing}: {reason}" in run.message, run.message
+    assert run.reader_failures == 0, "failed at the first refusal, not after reader retries"
     assert not (dirs.out / "sink").exists()
 
 

@@ -6,8 +6,8 @@ from dataflow.services.cleanup import cleanup_apply, cleanup_plan
 class Command(BaseCommand):
     help = (
         "Removes the landed files and rows of runs that ended more than DATAFLOW_RETENTION_DAYS "
-        "ago (active runs and a flow's latest stopped run are kept). Prints what it would "
-        "remove; --apply removes it."
+        "ago (active runs and runs that can be resumed are kept, and listed with what they "
+        "hold). Prints what it would remove; --apply removes it."
     )
 
     def add_arguments(self, parser):
@@ -18,6 +18,8 @@ class Command(BaseCommand):
         if older_than is not None and older_than < 0:
             raise CommandError("--older-than: must be 0 or more days")
         plan = cleanup_plan(older_than_days=older_than)
+        for line in plan.kept_lines():
+            self.stdout.write(line)
         if not apply:
             self.stdout.write(f"would remove {plan.summary()} (ended before {plan.cutoff:%Y-%m-%d %H:%M}Z)")
             self.stdout.write("nothing removed; run with --apply to remove it")

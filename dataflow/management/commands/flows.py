@@ -19,5 +19,5 @@ class Command(BaseCommand):
                 f"{flow.name:<28} {flow.status:<10} {run.pk:>5} {run.status:<13} "
                 f"{progress.records_read:>12} {progress.errors_count:>8} {written:>12}"
             )
-            if run.message:  # why it failed, or why an active run makes no progress
-                self.stdout.write(f"    {run.message}")
+            if progress.message:  # why it failed, or why an active run makes no progress
+                self.stdout.write(f"    {progress.message}")

@@ -3,6 +3,7 @@ import os
 import signal
 import threading
 import time
+from contextlib import contextmanager
 
 import psutil
 from celery.contrib.testing.worker import start_worker
@@ -16,14 +17,27 @@ from dataflow.celery import app
 from dataflow.management.lookup import flow_named
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
-from dataflow.selectors import RunProgress, run_progress
+from dataflow.selectors import RunProgress, run_progress, stream_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
+from dataflow.services.queues import runflow_claim, runflow_release
 from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
 
 #: How long runflow rides out a database it cannot reach before it gives up.
 DATABASE_PATIENCE_S = 120
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``docker stop``, systemd, Kubernetes) arrived: runflow stops as on Ctrl-C."""
+
+
+#: The exit status after each signal: 128 + its number, as a shell reports a process it ended.
+EXIT_STATUS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
 
 
 class Command(BaseCommand):
@@ -41,49 +55,69 @@ class Command(BaseCommand):
 
     def handle(self, *args, name, until_done, no_progress, new, **options):
         milestone("handle")
+        # Python turns SIGINT into KeyboardInterrupt; SIGTERM must do the same, not end the
+        # process at once with the run left reading and no reader.
+        signal.signal(signal.SIGTERM, _raise_terminated)
         flow = flow_named(name)
         warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
-        beat = threading.Thread(target=_beat, args=(flow.pk, stop), name="beat", daemon=True)
-        interrupted = False
-        with start_worker(
-            app,
-            pool="threads",
-            # readers, the transform check, the Spark job (an unbounded flow's streaming
-            # transform holds a slot for good), and a tick
-            concurrency=flow.parallelism + 3,
-            perform_ping_check=False,
-            loglevel="WARNING",
-            shutdown_timeout=60,
-        ) as worker:
+        beat = threading.Thread(target=_beat, args=(flow, stop), name="beat", daemon=True)
+        interrupted = None
+        # This flow's tasks, and no other flow's: a queue of its own (dataflow/services/queues.py),
+        # claimed before the run's first task is sent.
+        queue = runflow_claim(flow)
+        with (
+            _own_queue(flow, queue),
+            start_worker(
+                app,
+                pool="threads",
+                queues=[queue],
+                # readers, the transform check, the Spark job (an unbounded flow's streaming
+                # transform holds a slot for good), and a tick
+                concurrency=flow.parallelism + 3,
+                perform_ping_check=False,
+                loglevel="WARNING",
+                shutdown_timeout=60,
+            ) as worker,
+        ):
             milestone("worker")
-            run = self._run_to_follow(flow, new=new)
-            if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
-                self.stdout.write(
-                    f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
-                )
-            beat.start()
+            run = None
             try:
-                progress = self._follow(run.pk, until_done=until_done, show=not no_progress)
+                run = self._run_to_follow(flow, new=new)
+                if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
+                    self.stdout.write(
+                        f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"
+                    )
+                beat.start()
+                progress = self._follow(
+                    run.pk, until_done=until_done, show=not no_progress, unbounded=run_is_unbounded(run)
+                )
                 milestone("followed")
                 _stop_now(worker)
-            except KeyboardInterrupt:
-                interrupted = True
-                # A second Ctrl-C while the worker shuts down leaves at once.
-                signal.signal(signal.SIGINT, lambda *_: os._exit(130))
-                self.stderr.write(f"\ninterrupted: stopping run {run.pk} of {name}...")
-                flow_stop(flow=flow)
+            except KeyboardInterrupt as exc:
+                interrupted = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+                # A second Ctrl-C or SIGTERM while the worker shuts down leaves at once.
+                for signum in EXIT_STATUS:
+                    signal.signal(signum, lambda *_, code=EXIT_STATUS[interrupted]: os._exit(code))
+                why = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
+                self.stderr.write(f"\n{why}: stopping the run of {name}...")
+                # The run that _run_to_follow was starting when the signal came, if any.
+                run = flow_stop(flow=flow, message=f"stopped: runflow was {why}") or run
                 cancel_jobs()
             finally:
                 stop.set()
-                beat.join()
+                if beat.ident is not None:
+                    beat.join()
         milestone("stopped")
-        if interrupted:
+        if interrupted is not None:
+            if run is None:
+                self.stderr.write(f"no run of {name} was started")
+                raise SystemExit(EXIT_STATUS[interrupted])
             self.stderr.write(
                 f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
                 f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
             )
-            raise SystemExit(130)
+            raise SystemExit(EXIT_STATUS[interrupted])
         written = progress.rows_written if progress.rows_written is not None else "-"
         self.stdout.write(
             f"run {run.pk} {progress.status}: {progress.records_read} records read, "
@@ -114,8 +148,18 @@ class Command(BaseCommand):
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
 
-    def _follow(self, run_id: int, *, until_done: bool, show: bool) -> RunProgress:
-        bar = tqdm(total=0, unit="split", disable=not show, desc="reading", leave=True)
+    def _follow(self, run_id: int, *, until_done: bool, show: bool, unbounded: bool) -> RunProgress:
+        """Draws the run's progress until it is done (with ``until_done``) or forever. Only a
+        bounded run's reading has a percentage (of its splits); a stream's reading shows its
+        rate, lag and last epoch, and later phases show only where they are."""
+        bar = tqdm(
+            total=0,
+            unit="split",
+            disable=not show,
+            desc="reading (stream): " if unbounded else "reading",  # as set_description draws it
+            bar_format=PHASE_FORMAT if unbounded else None,
+            leave=True,
+        )
         shown = None
         try:
             while True:
@@ -123,16 +167,21 @@ class Command(BaseCommand):
                 phase = progress.status
                 if phase == RunStatus.TRANSFORMING and not session_started():
                     phase = "starting Spark"
+                stream = stream_progress(run_id=run_id).describe() if unbounded and not progress.done else ""
                 now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)
-                now += (progress.message, progress.rows_written)
+                now += (progress.message, progress.rows_written, stream)
                 if now != shown:  # redraw only on change, so a log file gets few lines
                     shown = now
+                    counted = phase == RunStatus.READING and not unbounded
+                    bar.bar_format = None if counted else PHASE_FORMAT
                     bar.total = max(progress.splits_total, 1)
                     bar.n = progress.splits_finished
-                    bar.set_description(phase)
+                    bar.set_description(phase if counted or not unbounded else f"{phase} (stream)")
                     postfix = f"records={progress.records_read} errors={progress.errors_count}"
                     if progress.rows_written is not None and not progress.done:
                         postfix += f" rows={progress.rows_written}"
+                    if stream:
+                        postfix += f" {stream}"
                     if progress.message and not progress.done:
                         postfix += f" | {progress.message[:200]}"
                     bar.set_postfix_str(postfix)
@@ -141,6 +190,10 @@ class Command(BaseCommand):
                 time.sleep(0.2)
         finally:
             bar.close()
+
+
+#: A phase with no percentage to show: a stream's reading, starting Spark, transforming, the end.
+PHASE_FORMAT = "{desc}[{elapsed}{postfix}]"
 
 
 def _progress_riding_out_outages(run_id: int, bar: tqdm) -> RunProgress:
@@ -197,13 +250,51 @@ def _unblock_when_stopping(worker, timeout_s: float = 2.0) -> None:
         logging.getLogger("dataflow.runflow").debug("unblocking the worker failed: %s", exc)
 
 
-def _beat(flow_id: int, stop: threading.Event) -> None:
-    """The periodic tick that celery beat would send, run in this process. A failed tick
-    (the database or Redis away for a moment) is retried at the next one, as beat would."""
+@contextmanager
+def _own_queue(flow, queue: str):
+    """While the block runs, the flow's tasks go to ``queue``; then they go to the shared
+    queue again, and what is left in ``queue`` is dropped: the run has ended or stopped by
+    then (runflow follows it to its end or stops it), so those tasks are stale, and kombu's
+    "Requeuing undeliverable message ... No consumers" for them as the worker stops says
+    nothing an operator can act on."""
+    undeliverable = _DropRequeueNotice(queue)
+    logging.getLogger("kombu.transport.virtual.base").addFilter(undeliverable)
+    try:
+        yield
+    finally:
+        try:
+            runflow_release(flow)
+            with app.connection_for_write() as connection:
+                connection.default_channel.queue_purge(queue)
+        except Exception as exc:  # noqa: BLE001 - the claim lapses by itself, the tasks are stale
+            logging.getLogger("dataflow.runflow").warning("could not release queue %s: %s", queue, exc)
+        logging.getLogger("kombu.transport.virtual.base").removeFilter(undeliverable)
+
+
+class _DropRequeueNotice(logging.Filter):
+    """Drops kombu's notice that a message of runflow's own queue was put back as its
+    consumer stopped (the queue is purged right after)."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__()
+        self.queue = queue
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.getMessage().startswith("Requeuing undeliverable")
+            and repr(self.queue) in record.getMessage()
+        )
+
+
+def _beat(flow, stop: threading.Event) -> None:
+    """The periodic tick that celery beat would send, run in this process; it renews the
+    claim on runflow's queue. A failed tick (the database or Redis away for a moment) is
+    retried at the next one, as beat would."""
     log = logging.getLogger("dataflow.runflow")
     while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
         try:
-            flow_tick(flow_id=flow_id)
+            runflow_claim(flow)
+            flow_tick(flow_id=flow.pk)
         except Exception as exc:  # noqa: BLE001 - the next tick tries again
             log.warning("tick failed, retrying: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
         finally:

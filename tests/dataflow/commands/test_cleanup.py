@@ -38,16 +38,18 @@ def _run(flow: DataFlow, status: str, *, days_ago: float | None, landed_bytes: i
 @pytest.fixture()
 def history(dirs):
     """Two flows' runs: what the default retention (7 days) removes and what it keeps."""
-    a, b = _flow(dirs, "a"), _flow(dirs, "b")
+    a, b, c, d = (_flow(dirs, name) for name in "abcd")
     runs = {
-        "old_stopped": _run(a, "stopped", days_ago=30, landed_bytes=100),  # a later stop exists
+        "old_stopped": _run(a, "stopped", days_ago=30, landed_bytes=100),  # later runs exist
         "old_failed": _run(a, "failed", days_ago=20, landed_bytes=1000),
-        "latest_stopped": _run(a, "stopped", days_ago=15, landed_bytes=10),  # resumable
         "latest_a": _run(a, "succeeded", days_ago=10, landed_bytes=1),  # row kept, files go
         "old_b": _run(b, "failed", days_ago=9, landed_bytes=5),
         "recent_b": _run(b, "failed", days_ago=2, landed_bytes=7),  # within retention
         "active_b": _run(b, "reading", days_ago=None, landed_bytes=3),
+        "latest_stopped": _run(c, "stopped", days_ago=15, landed_bytes=10),  # resumable
+        "failed_split": _run(d, "failed", days_ago=30, landed_bytes=20),  # restart --failed
     }
+    Split.objects.filter(run=runs["failed_split"]).update(status="failed", error="bad line")
     return runs
 
 
@@ -65,7 +67,10 @@ def test_cleanup_is_a_dry_run_that_prints_counts_and_bytes(history, capsys):
     assert "landed files of 4 runs: 4 files, 1106 bytes" in out
     assert "3 runs (3 splits, 3 assignments, 3 dead letters)" in out
     assert "nothing removed" in out
-    assert FlowRun.objects.count() == 7
+    stopped, failed = history["latest_stopped"].pk, history["failed_split"].pk
+    assert f"kept: run {stopped} of c (stopped, can be resumed) holds 1 landed files, 10 bytes" in out
+    assert f"kept: run {failed} of d (failed, can be resumed) holds 1 landed files, 20 bytes" in out
+    assert FlowRun.objects.count() == 8
     assert all(run_landing_dir(run).exists() for run in history.values())
 
 
@@ -77,13 +82,13 @@ def test_cleanup_apply_removes_old_runs_and_landed_files_but_keeps_what_can_be_n
     assert _exists(history, "old_stopped", "old_failed", "old_b") == dict.fromkeys(
         ["old_stopped", "old_failed", "old_b"], False
     )
-    kept = ["latest_stopped", "latest_a", "recent_b", "active_b"]
+    kept = ["latest_stopped", "failed_split", "latest_a", "recent_b", "active_b"]
     assert _exists(history, *kept) == dict.fromkeys(kept, True)
     assert not run_landing_dir(history["latest_a"]).exists()
-    for name in ("latest_stopped", "recent_b", "active_b"):
+    for name in ("latest_stopped", "failed_split", "recent_b", "active_b"):
         assert run_landing_dir(history[name]).exists(), name
-    assert Split.objects.count() == Assignment.objects.count() == DeadLetter.objects.count() == 4
-    assert LandedBatch.objects.count() == 4
+    assert Split.objects.count() == Assignment.objects.count() == DeadLetter.objects.count() == 5
+    assert LandedBatch.objects.count() == 5
 
 
 @pytest.mark.django_db
@@ -92,7 +97,19 @@ def test_cleanup_older_than_overrides_the_retention(history, capsys):
 
     assert "removed landed files of 1 runs: 1 files, 100 bytes" in capsys.readouterr().out
     assert not FlowRun.objects.filter(pk=history["old_stopped"].pk).exists()
-    assert FlowRun.objects.count() == 6
+    assert FlowRun.objects.count() == 7
+
+
+@pytest.mark.django_db
+def test_a_stopped_run_that_a_later_run_replaced_cannot_be_resumed_and_its_files_go(dirs, capsys):
+    flow = _flow(dirs, "a")
+    stopped = _run(flow, "stopped", days_ago=30, landed_bytes=10)
+    _run(flow, "failed", days_ago=20)  # resume now refuses: the latest run did not stop
+
+    call_command("cleanup", "--apply")
+
+    assert "kept:" not in capsys.readouterr().out
+    assert not run_landing_dir(stopped).exists()
 
 
 @pytest.mark.django_db

@@ -1,0 +1,59 @@
+"""What ``runflow``'s progress line shows, phase by phase, for a bounded and a stream flow."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from dataflow.services.flows import flow_apply
+from tests.e2e.fleet import ROOT, fleet_env
+from tests.e2e.streams_helpers import Producer, stream_spec
+from tests.helpers import spec, write_csv
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _runflow_screens(name: str) -> list[str]:
+    """Each state of the progress line that ``runflow NAME --until-done`` drew (tqdm
+    redraws a line after a carriage return)."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "runflow", name, "--until-done"],
+        cwd=ROOT,
+        env=fleet_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return [screen.strip() for screen in re.split(r"[\r\n]", done.stderr) if screen.strip()]
+
+
+def test_only_a_bounded_runs_reading_shows_a_percentage(dirs):
+    for i in range(4):
+        write_csv(dirs.data / f"part-{i}.csv", range(i * 1000, (i + 1) * 1000))
+    flow_apply(spec=spec("phases", str(dirs.data), str(dirs.out / "sink")))
+
+    screens = _runflow_screens("phases")
+
+    assert any(s.startswith("reading:") and "%|" in s for s in screens), screens
+    later = [s for s in screens if s.startswith(("starting Spark", "transforming", "succeeded"))]
+    assert later, screens
+    assert not [s for s in later if "%" in s], "a phase after reading has no percentage"
+
+
+def test_a_stream_runs_reading_shows_rate_lag_and_epoch_not_a_percentage(dirs, rds, prefix):
+    Producer(rds, prefix, streams=2).write(400)
+    doc = stream_spec("stream-phases", prefix, dirs.out / "sink")
+    doc["stop"] = {"after_records": 400}
+    flow_apply(spec=doc)
+
+    screens = _runflow_screens("stream-phases")
+
+    reading = [s for s in screens if s.startswith("reading")]
+    assert reading, screens
+    assert not [s for s in reading if "%" in s or "/2" in s], reading
+    assert all(s.startswith("reading (stream): [") for s in reading), reading
+    assert any("epoch=" in s or "no epoch yet" in s for s in reading), reading
