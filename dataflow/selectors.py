@@ -8,7 +8,7 @@ import redis
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
 
 from dataflow.models import Connection, DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
-from dataflow.services.runs import STALL_NOTE, run_stalled_for, stall_note
+from dataflow.services.stalls import STALL_NOTE, run_stalled_for, stall_note
 
 
 @dataclass(frozen=True)

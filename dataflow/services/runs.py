@@ -26,10 +26,11 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
-from dataflow.redis_client import get_redis
 from dataflow.services.cleanup import run_resumable
+from dataflow.services.context import coordinator_for, run_key
 from dataflow.services.queues import run_task_send
 from dataflow.services.specs import flow_environment
+from dataflow.services.stalls import STALL_NOTE, stall_note
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
@@ -54,21 +55,6 @@ FINAL_FLOW_STATUS = {
     RunStatus.FAILED: FlowStatus.FAILED,
     RunStatus.STOPPED: FlowStatus.STOPPED,
 }
-
-
-def coordinator_for(run: FlowRun | int) -> RunCoordinator:
-    """The Redis side of a run, named by the run's uid (never by its database id)."""
-    if isinstance(run, int):
-        run = FlowRun.objects.only("uid").get(pk=run)
-    lease_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 1000)
-    return RunCoordinator(
-        get_redis(), run_key(run), lease_ms=lease_ms, namespace=settings.DATAFLOW_REDIS_NAMESPACE
-    )
-
-
-def run_key(run: FlowRun) -> str:
-    """The run's name outside the database: its Redis keys, landing and staging directories."""
-    return run.uid.hex
 
 
 def landing_zone() -> LandingZone:
@@ -206,34 +192,6 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
         status=SplitStatus.FINISHED, owner_token="", owner_subtask=None
     )
     _reading_done(run, coordinator)
-
-
-STALL_NOTE = "waiting: "
-
-
-def stall_note(idle_s: float) -> str:
-    """What a reading run says when no reader has run for ``idle_s`` seconds."""
-    queue = settings.CELERY_TASK_DEFAULT_QUEUE
-    return (
-        f"{STALL_NOTE}no reader has run for {int(idle_s)} s: is a Celery worker consuming "
-        f"queue {queue!r}, with a free slot?"
-    )
-
-
-def run_stalled_for(run: FlowRun, *, now: float | None = None) -> float | None:
-    """Seconds a reading, unpaused run has had no live reader, once that is at least
-    ``DATAFLOW_STALL_SECONDS``; None otherwise. Read from Redis when asked (a reader's
-    lease and its last heartbeat), so it holds with no tick running: the process that ran
-    the readers and the tick may be gone."""
-    if run.status != RunStatus.READING or run.paused_at is not None:
-        return None
-    coordinator = coordinator_for(run)
-    parallelism = run.spec.get("parallelism") or run.flow.parallelism
-    if coordinator.live_readers(parallelism):
-        return None
-    since = coordinator.reader_alive_at() or run.started_at.timestamp()
-    idle = (time.time() if now is None else now) - since
-    return idle if idle >= settings.DATAFLOW_STALL_SECONDS else None
 
 
 def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:

@@ -1,0 +1,38 @@
+"""When a reading run has no live reader: worked out from Redis when asked, so every view
+(and the tick) says the same, even with no tick running."""
+
+from __future__ import annotations
+
+import time
+
+from django.conf import settings
+
+from dataflow.models import FlowRun, RunStatus
+from dataflow.services.context import coordinator_for
+
+STALL_NOTE = "waiting: "
+
+
+def stall_note(idle_s: float) -> str:
+    """What a reading run says when no reader has run for ``idle_s`` seconds."""
+    queue = settings.CELERY_TASK_DEFAULT_QUEUE
+    return (
+        f"{STALL_NOTE}no reader has run for {int(idle_s)} s: is a Celery worker consuming "
+        f"queue {queue!r}, with a free slot?"
+    )
+
+
+def run_stalled_for(run: FlowRun, *, now: float | None = None) -> float | None:
+    """Seconds a reading, unpaused run has had no live reader, once that is at least
+    ``DATAFLOW_STALL_SECONDS``; None otherwise. Read from Redis when asked (a reader's
+    lease and its last heartbeat), so it holds with no tick running: the process that ran
+    the readers and the tick may be gone."""
+    if run.status != RunStatus.READING or run.paused_at is not None:
+        return None
+    coordinator = coordinator_for(run)
+    parallelism = run.spec.get("parallelism") or run.flow.parallelism
+    if coordinator.live_readers(parallelism):
+        return None
+    since = coordinator.reader_alive_at() or run.started_at.timestamp()
+    idle = (time.time() if now is None else now) - since
+    return idle if idle >= settings.DATAFLOW_STALL_SECONDS else None
