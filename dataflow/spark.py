@@ -37,6 +37,8 @@ _driver_java_options = ""
 _session_key = None
 _pid = None
 _jobs_running = 0
+#: Set when the JVM ran out of heap while other jobs ran in it: the last of them restarts it.
+_restart_pending = False
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -115,7 +117,9 @@ def spark_job() -> Iterator:
     finally:
         with _lock:
             _jobs_running -= 1
-            if _jobs_running == 0 and stop_after_job():
+            if _jobs_running == 0 and _restart_pending:
+                _drop_jvm(graceful=False)
+            elif _jobs_running == 0 and stop_after_job():
                 _stop_current()
 
 
@@ -482,23 +486,36 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "java.lang.OutOfMemoryError" in text or "SparkOutOfMemoryError" in text
 
 
-def session_recover() -> str:
-    """After a failed job: checks that this process's Spark still answers (a one-row job);
-    if it does not (its JVM died, e.g. out of heap, or Spark stopped its context), the
-    session and its JVM are dropped, so that the next job starts new ones. Returns "" when
-    the session is healthy, else what was found ("the Spark driver exited with status 52
-    (out of memory)")."""
+def session_recover(*, out_of_memory: bool = False) -> str:
+    """After a failed job: makes sure the next job of this process gets a working Spark.
+    A JVM that ran out of heap is restarted (its state after an ``OutOfMemoryError`` is
+    anyone's guess: Spark's listener thread may be dead, and every job that waits for a
+    listener event with it), once no other job of the process runs in it. Otherwise the
+    session must answer a one-row job, or its JVM is dropped (it died, or Spark stopped its
+    context). Returns "" when the session is healthy, else what was found ("the Spark
+    driver ran out of memory", "the Spark driver exited with status 52 (out of memory)")."""
+    global _restart_pending
+    if out_of_memory and settings.SPARK_REMOTE:
+        return "the Spark Connect server's driver ran out of memory"
     with _lock:
         session = _session
         if session is None or settings.SPARK_REMOTE or _pid != os.getpid():
-            return ""
-        try:
-            if not _is_stopped(session) and session.range(1).count() == 1:
-                return ""
-            found = "Spark stopped the session"
-        except Exception as exc:  # noqa: BLE001 - any failure here means the session is gone
-            found = f"the Spark session stopped answering ({type(exc).__name__})"
-        status = _drop_jvm()
+            return "the Spark driver ran out of memory" if out_of_memory else ""
+        if out_of_memory:
+            found = "the Spark driver ran out of memory"
+            if _jobs_running:
+                _restart_pending = True  # the last running job restarts it (``spark_job``)
+                log.warning("%s; its JVM restarts once the jobs running in it end", found)
+                return found
+            status = _drop_jvm(graceful=False)
+        else:
+            try:
+                if not _is_stopped(session) and session.range(1).count() == 1:
+                    return ""
+                found = "Spark stopped the session"
+            except Exception as exc:  # noqa: BLE001 - any failure here means the session is gone
+                found = f"the Spark session stopped answering ({type(exc).__name__})"
+            status = _drop_jvm()
     if status is not None:
         found = f"the Spark driver exited with status {status}" + (
             " (out of memory)" if status == JVM_OOM_EXIT else ""
@@ -538,10 +555,11 @@ def _drop_jvm(*, graceful: bool = True) -> int | None:
     """Stops the process session and its JVM (killed at once unless ``graceful``: a
     graceful stop waits for running tasks) and forgets both (PySpark keeps the gateway of a
     dead JVM and would reuse it); returns the JVM's exit status, None if it was alive."""
-    global _session
+    global _session, _restart_pending
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    _restart_pending = False
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
     status = process.poll() if process is not None else None

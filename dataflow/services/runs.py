@@ -562,8 +562,10 @@ def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
     message = _spark_error_message(exc)
     out_of_memory = is_out_of_memory(exc)
     # A query Spark refused cannot have hurt the session; anything else may have killed it.
-    broken = session_recover() if out_of_memory or not _is_deterministic(exc) else ""
-    if out_of_memory or broken:
+    broken = (
+        session_recover(out_of_memory=out_of_memory) if out_of_memory or not _is_deterministic(exc) else ""
+    )
+    if broken:
         # The same query would do it again: no retry.
         run_finish(
             run=run, status=RunStatus.FAILED, message=driver_lost_message(message, broken), attempt=attempt
@@ -578,19 +580,13 @@ def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
         )
 
 
-def driver_lost_message(error: str, broken: str) -> str:
-    """What a run says when its transform ran the Spark driver out of memory (``error``,
-    Spark's line) or the driver died under it (``broken``, from ``session_recover``)."""
-    if broken:
-        memory = "the query needs more memory than the driver has; " if "out of memory" in broken else ""
-        return (
-            f"transform failed: {broken} while running it (last error: {error[:300]}); "
-            f"{memory}a new Spark session starts with the next job"
-        )
-    return (
-        f"transform failed: the Spark driver ran out of memory ({error[:300]}); "
-        "the query needs more memory than the driver has (SPARK_DRIVER_MEMORY)"
-    )
+def driver_lost_message(error: str, found: str) -> str:
+    """What a run says when its transform ran the Spark driver out of memory or the driver
+    died under it: ``found`` (from ``session_recover``) and Spark's own line ``error``."""
+    memory = "out of memory" in found
+    hint = "the query needs more memory than the driver has (SPARK_DRIVER_MEMORY); " if memory else ""
+    restart = "" if "Connect server" in found else "a new Spark session starts with the next job"
+    return f"transform failed: {found} ({error[:300]}); {hint}{restart}".rstrip("; ")
 
 
 #: SQLSTATE classes of errors that the same query over the same data raises again: data

@@ -451,8 +451,8 @@ class StreamDriver:
         message = _spark_error_message(exc)
         out_of_memory = is_out_of_memory(exc)
         refused = isinstance(exc, ConfigError) or _is_deterministic(exc)
-        broken = session_recover() if out_of_memory or not refused else ""
-        if out_of_memory or broken:
+        broken = session_recover(out_of_memory=out_of_memory) if out_of_memory or not refused else ""
+        if broken:
             run_finish(run=self.run, status=RunStatus.FAILED, message=driver_lost_message(message, broken))
             return Step.ENDED
         if isinstance(exc, ConfigError) or _is_deterministic(exc):
