@@ -76,7 +76,7 @@ from dataflow.services.transform_limits import (
     TransformWatch,
     check_output_rows,
 )
-from dataflow.spark import is_out_of_memory, session_recover
+from dataflow.spark import is_out_of_memory, observe_rows, session_recover
 from dataflow.stream_query import (
     QueryKind,
     plan_contradiction,
@@ -249,11 +249,19 @@ class StreamDriver:
     def run_epoch(self, epoch: TransformEpoch) -> bool:
         """Runs ``epoch`` with Spark and commits it; False if it was not this driver's to
         commit (the run ended, or another driver committed it)."""
-        from dataflow.spark import observe_rows
-
         paths = self.planner.inputs(self.run, epoch)
         if not paths and self.planner.query.kind != QueryKind.WHOLE_INPUT:
             return self._commit(epoch, rows=0, move=None)
+        try:
+            return self._run_watched(epoch, paths)
+        except TransformCancelled as exc:
+            if exc.reason in (CancelReason.TIMEOUT, CancelReason.PAUSED):
+                raise
+            log.info("run %s: epoch %s cancelled: %s", self.run.pk, epoch.number, exc.reason.value)
+            return False  # the run ended, or another driver has it
+
+    def _run_watched(self, epoch: TransformEpoch, paths: list[str]) -> bool:
+        """``run_epoch``'s Spark job, in a job group of the epoch's own, watched."""
         spark = self._session()
         spec = self.run.spec
         watch = TransformWatch(run_id=self.run.pk, limits=transform_limits(spec), lease_lost=self.lease_lost)

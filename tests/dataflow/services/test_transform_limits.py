@@ -10,14 +10,20 @@ in-process worker runs its transforms on).
 
 from __future__ import annotations
 
-import pytest
+import threading
+import time
+from collections import Counter
 
-from dataflow.models import FlowRun, RunStatus
+import pytest
+from django.db import connection
+
+from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.redis_client import get_redis
-from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
 from dataflow.services.runs import coordinator_for
 from dataflow.spark import get_spark
 from source_support.errors import ConfigError
+from tests.dataflow.services.test_streaming import Stream, driver, ids
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -178,3 +184,60 @@ def test_limits_beyond_the_sites_bounds_are_refused_naming_the_field(
 
     assert refused.value.field == field
     assert reason in str(refused.value)
+
+
+# Streams: each epoch's query is watched the same way.
+
+STREAM_RUNAWAY_SQL = (
+    "SELECT a.id, a.customer, a.amount, a.ts FROM source a CROSS JOIN source b CROSS JOIN source c "
+    "CROSS JOIN source d WHERE a.id < 0"
+)
+#: About 20 ms a row: an epoch of 600 rows runs for seconds, and then ends by itself.
+STREAM_SLOW_SQL = (
+    "SELECT id, customer, amount, ts FROM source "
+    "WHERE aggregate(sequence(1, 2000000), 0L, (total, x) -> total + x) > 0"
+)
+
+
+def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
+    stream = Stream(dirs, STREAM_RUNAWAY_SQL, transform={"timeout": "3 seconds"})
+    stream.land("s0", [float(i) for i in range(2000)])
+    stream.end_input()  # the join's one epoch runs over the whole input once it ended
+
+    assert driver(stream).run_slice(deadline=time.monotonic() + 120) is False
+
+    wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+    run = stream.refreshed()
+    assert (run.status, run.message) == (RunStatus.FAILED, "transform exceeded [transform] timeout of 3 s")
+    assert stream.sink_ids() == Counter()
+
+
+def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+    worker = driver(stream)
+
+    def drive() -> None:
+        try:
+            worker.run_slice(deadline=time.monotonic() + 240)
+        finally:
+            connection.close()  # this thread's own
+
+    slice_ = threading.Thread(target=drive)
+    slice_.start()
+    try:
+        wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+
+        flow_pause(flow=stream.run.flow)
+
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+        assert stream.sink_ids() == Counter()
+        assert TransformEpoch.objects.get(run=stream.run).status == EpochStatus.PLANNED
+
+        flow_resume(flow=stream.run.flow)
+
+        wait_until(lambda: stream.sink_ids() == ids(rows), 180, lambda: f"sink: {len(stream.sink_ids())} ids")
+    finally:
+        flow_stop(flow=stream.run.flow)
+        slice_.join()
+    assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
