@@ -30,7 +30,7 @@ from enum import Enum
 from django.conf import settings
 from django.db import close_old_connections, connection
 
-from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun
+from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
 from dataflow.services.specs import TransformLimits
 from dataflow.spark import JobGroup, job_group, kill_stuck_group
 
@@ -170,10 +170,12 @@ class TransformWatch:
             log.warning("run %s: the transform watch could not read the run: %s", self.run_id, exc)
             connection.close()
             return None
+        if row is not None and self.attempt is not None and row["transform_attempts"] != self.attempt:
+            return CancelReason.SUPERSEDED
+        if row is not None and row["status"] == RunStatus.SUCCEEDED:
+            return None  # this attempt (a stream's last epoch) published and ended the run
         if row is None or row["status"] not in ACTIVE_RUN_STATUSES:
             return CancelReason.STOPPED
-        if self.attempt is not None and row["transform_attempts"] != self.attempt:
-            return CancelReason.SUPERSEDED
         # A bounded run cannot be paused once it transforms (``flow_pause``); a stream's
         # epochs wait while it is paused.
         if self.attempt is None and row["paused_at"] is not None:
