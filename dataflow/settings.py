@@ -299,6 +299,17 @@ DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECOND
 DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
+# A flow's [transform] timeout (default 1 hour) may be at most this; a run's transform (a
+# stream's epoch) running longer is cancelled and fails the run.
+DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = float(
+    os.environ.get("DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS", "86400")
+)
+# A site-wide ceiling on the rows one transform (a stream's epoch) may write; it also bounds
+# flows that set no [transform] max_output_rows. 0: no ceiling.
+DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS", "0"))
+# A cancelled transform whose Spark tasks still run this long after the cancel (a tight loop
+# Spark cannot interrupt) has its worker's local Spark JVM killed, if it runs nothing else.
+DATAFLOW_TRANSFORM_KILL_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_KILL_SECONDS", "10"))
 # A streaming transform task runs epochs for this long, then queues its next slice; after
 # this many failed epochs in a row (each retried with backoff) its run fails.
 DATAFLOW_STREAM_SLICE_SECONDS = float(os.environ.get("DATAFLOW_STREAM_SLICE_SECONDS", "30"))

@@ -37,6 +37,8 @@ _driver_java_options = ""
 _session_key = None
 _pid = None
 _jobs_running = 0
+#: Set when the JVM ran out of heap while other jobs ran in it: the last of them restarts it.
+_restart_pending = False
 
 CONNECT_TIMEOUT_S = 5.0
 
@@ -115,7 +117,9 @@ def spark_job() -> Iterator:
     finally:
         with _lock:
             _jobs_running -= 1
-            if _jobs_running == 0 and stop_after_job():
+            if _jobs_running == 0 and _restart_pending:
+                _drop_jvm(graceful=False)
+            elif _jobs_running == 0 and stop_after_job():
                 _stop_current()
 
 
@@ -198,6 +202,9 @@ def _conf() -> dict[str, str]:
             conf["spark.cores.max"] = settings.SPARK_CORES_MAX
         if settings.SPARK_EXECUTOR_MEMORY:
             conf["spark.executor.memory"] = settings.SPARK_EXECUTOR_MEMORY
+        # A cancelled task that ignores the cancel (a tight loop) ends with its executor.
+        conf.setdefault("spark.task.reaper.enabled", "true")
+        conf.setdefault("spark.task.reaper.killTimeout", "60s")
     if settings.SPARK_REMOTE:
         # The Connect server's own launch fixes its driver and executors; a client may set
         # only SQL options of its session.
@@ -399,3 +406,183 @@ def observe_rows(frame, name: str):
     observation = Observation(name)
     observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
     return observed, lambda: observation.get["rows"]
+
+
+class JobGroup:
+    """The Spark jobs of one transform attempt: a job group in classic Spark (its tasks are
+    interrupted on cancel), a tag of the attempt's own session with Spark Connect. Made in
+    the thread that runs the jobs (``job_group``); ``cancel`` may be called from any thread."""
+
+    def __init__(self, session, name: str) -> None:
+        self.session = session
+        self.name = name
+        self.remote = type(session).__module__.startswith("pyspark.sql.connect")
+
+    def cancel(self) -> None:
+        """Cancels the group's running jobs (their tasks interrupted); jobs it starts later
+        run unless cancelled again."""
+        try:
+            if self.remote:
+                self.session.interruptTag(self.name)
+            else:
+                self.session.sparkContext.cancelJobGroup(self.name)
+        except Exception as exc:  # noqa: BLE001 - a session already gone has nothing running
+            log.warning("cancelling Spark job group %s failed: %s", self.name, exc)
+
+    def running_tasks(self) -> int:
+        """Tasks of the group's jobs still running: a cancelled job's tasks run on until
+        they look at their interrupt flag, which a tight loop (a cross join in one
+        generated loop) may not do for minutes (classic Spark; 0 with Connect)."""
+        if self.remote:
+            return 0
+        tracker = self.session.sparkContext.statusTracker()
+        total = 0
+        for job in tracker.getJobIdsForGroup(self.name):
+            info = tracker.getJobInfo(job)
+            for stage in info.stageIds if info else ():
+                stage_info = tracker.getStageInfo(stage)
+                total += stage_info.numActiveTasks if stage_info else 0
+        return total
+
+    def active_job_ids(self) -> list[int]:
+        """The ids of the group's jobs Spark still runs (classic Spark; [] with Connect, whose
+        client cannot see the server's jobs)."""
+        if self.remote:
+            return []
+        tracker = self.session.sparkContext.statusTracker()
+        active = set(tracker.getActiveJobsIds())
+        return [job for job in tracker.getJobIdsForGroup(self.name) if job in active]
+
+
+@contextmanager
+def job_group(session, name: str, description: str) -> Iterator[JobGroup]:
+    """Runs the Spark jobs this thread starts in the block in group ``name``; the thread
+    leaves the group when the block ends (a pool thread runs other work next)."""
+    group = JobGroup(session, name)
+    if group.remote:
+        session.addTag(name)
+    else:
+        session.sparkContext.setJobGroup(name, description[:200], interruptOnCancel=True)
+    try:
+        yield group
+    finally:
+        try:
+            if group.remote:
+                session.removeTag(name)
+            else:
+                for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+                    session.sparkContext.setLocalProperty(key, None)
+        except Exception as exc:  # noqa: BLE001 - a dead session has no group to leave
+            log.debug("leaving Spark job group %s failed: %s", name, exc)
+
+
+#: The exit status of a Spark JVM that ran out of heap (Spark's ``SparkExitCode.OOM``).
+JVM_OOM_EXIT = 52
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says that the Spark driver ran out of heap."""
+    text = str(exc)
+    return "java.lang.OutOfMemoryError" in text or "SparkOutOfMemoryError" in text
+
+
+def session_recover(*, out_of_memory: bool = False) -> str:
+    """After a failed job: makes sure the next job of this process gets a working Spark.
+    A JVM that ran out of heap is restarted (its state after an ``OutOfMemoryError`` is
+    anyone's guess: Spark's listener thread may be dead, and every job that waits for a
+    listener event with it), once no other job of the process runs in it. Otherwise the
+    session must answer a one-row job, or its JVM is dropped (it died, or Spark stopped its
+    context). Returns "" when the session is healthy, else what was found ("the Spark
+    driver ran out of memory", "the Spark driver exited with status 52 (out of memory)")."""
+    global _restart_pending
+    if out_of_memory and settings.SPARK_REMOTE:
+        return "the Spark Connect server's driver ran out of memory"
+    with _lock:
+        session = _session
+        if session is None or settings.SPARK_REMOTE or _pid != os.getpid():
+            return "the Spark driver ran out of memory" if out_of_memory else ""
+        if out_of_memory:
+            found = "the Spark driver ran out of memory"
+            if _jobs_running:
+                _restart_pending = True  # the last running job restarts it (``spark_job``)
+                log.warning("%s; its JVM restarts once the jobs running in it end", found)
+                return found
+            status = _drop_jvm(graceful=False)
+        else:
+            try:
+                if not _is_stopped(session) and session.range(1).count() == 1:
+                    return ""
+                found = "Spark stopped the session"
+            except Exception as exc:  # noqa: BLE001 - any failure here means the session is gone
+                found = f"the Spark session stopped answering ({type(exc).__name__})"
+            status = _drop_jvm()
+    if status is not None:
+        found = f"the Spark driver exited with status {status}" + (
+            " (out of memory)" if status == JVM_OOM_EXIT else ""
+        )
+    log.warning("%s; a new Spark session starts with the next job", found)
+    return found
+
+
+def kill_stuck_group(group: JobGroup) -> bool:
+    """Kills this process's Spark JVM when the only tasks it runs are those of ``group``,
+    whose jobs were cancelled and which ignore it (as Spark's task reaper kills an executor
+    on a cluster, which local mode does not do); the next job starts a new session. False
+    (nothing done) with Spark Connect, on a cluster master, or while any other work runs."""
+    with _lock:
+        if group.remote or runs_beyond_this_process() or _session is None or _pid != os.getpid():
+            return False
+        context = _session.sparkContext
+        if list(context.statusTracker().getActiveJobsIds()):
+            return False  # a job of another transform runs: its work is not ours to kill
+        stuck = group.running_tasks()
+        if not stuck or stuck != _running_tasks(context):
+            return False
+        log.warning(
+            "Spark job group %s: %s cancelled tasks ignore the cancel; restarting Spark", group.name, stuck
+        )
+        _drop_jvm(graceful=False)
+        return True
+
+
+def _running_tasks(context) -> int:
+    """Every task the executors of this process run now, by Spark's status store."""
+    executors = context._jsc.sc().statusStore().executorList(True)
+    return sum(executors.apply(i).activeTasks() for i in range(executors.size()))
+
+
+def _drop_jvm(*, graceful: bool = True) -> int | None:
+    """Stops the process session and its JVM (killed at once unless ``graceful``: a
+    graceful stop waits for running tasks) and forgets both (PySpark keeps the gateway of a
+    dead JVM and would reuse it); returns the JVM's exit status, None if it was alive."""
+    global _session, _restart_pending
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    _restart_pending = False
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    status = process.poll() if process is not None else None
+    if process is not None and status is None and not graceful:
+        process.kill()
+        process.wait(timeout=30)
+    try:
+        _session.stop()
+    except Exception as exc:  # noqa: BLE001 - a dead JVM cannot answer the stop
+        log.debug("stopping a broken Spark session: %s", exc)
+    _session = None
+    with SparkContext._lock:
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.wait(timeout=30)
+    if gateway is not None:
+        try:
+            gateway.shutdown()
+        except Exception as exc:  # noqa: BLE001 - its JVM is gone already
+            log.debug("closing the gateway of a dead JVM: %s", exc)
+    return status

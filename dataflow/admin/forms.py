@@ -53,6 +53,11 @@ TRANSFORM_HELP = {
     "trigger_ms": "Unbounded flows: how often, in milliseconds, what landed is transformed.",
     "watermark_delay": "Unbounded flows with event-time windows: how late a record may come and "
     "still count in its window, such as 10 seconds.",
+    "timeout": "How long the Spark job of a run (of each epoch of a stream) may run before it is "
+    "cancelled and the run fails, such as 1 hour; at most DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS.",
+    "max_output_rows": "The most rows a run (each epoch of a stream) may write; over it, the run "
+    "fails and the sink is left as it was. 0: no bound but the site's "
+    "(DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS).",
 }
 SQL_HELP = (
     "One Spark SQL query over the view <code>source</code>, such as "

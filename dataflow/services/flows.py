@@ -163,8 +163,9 @@ def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun
 
 def flow_pause(*, flow: DataFlow) -> FlowRun:
     """Holds the readers of the active run: they keep their splits and leases and read
-    nothing until ``flow_resume``; what they read is committed first. The run stays active
-    (a stream's transform goes on with what landed). Refuses with FlowStateError if no run
+    nothing until ``flow_resume``; what they read is committed first. The run stays active;
+    a stream's transform holds too: its running epoch's Spark job is cancelled (by the
+    epoch's ``TransformWatch``) and runs again once resumed. Refuses with FlowStateError if no run
     is active or it is paused already."""
     from dataflow.services.runs import coordinator_for
 

@@ -29,8 +29,16 @@ from dataflow.models import (
 from dataflow.services.cleanup import run_resumable
 from dataflow.services.context import coordinator_for, run_key
 from dataflow.services.queues import run_task_send
-from dataflow.services.specs import flow_environment
+from dataflow.services.specs import flow_environment, transform_limits
 from dataflow.services.stalls import STALL_NOTE, stall_note
+from dataflow.services.transform_limits import (
+    CancelReason,
+    OutputRowsExceeded,
+    TransformCancelled,
+    TransformWatch,
+    check_output_rows,
+)
+from dataflow.spark import is_out_of_memory, session_recover
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
@@ -441,9 +449,17 @@ def transform(*, run_id: int) -> None:
         if attempt is None:
             return
         run = FlowRun.objects.select_related("flow").get(pk=run.pk)
+        watch = TransformWatch(
+            run_id=run.pk, limits=transform_limits(run.spec), attempt=attempt, lease_lost=held.lost
+        )
         try:
             with _transforms_here:
-                _run_spark_job(run, attempt)
+                _run_spark_job(run, attempt, watch)
+        except TransformCancelled as exc:
+            if _worker_leaving.is_set():
+                _transform_given_back(run, attempt)
+            else:
+                _transform_cancelled(run, attempt, exc)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
             if _worker_leaving.is_set():
                 _transform_given_back(run, attempt)
@@ -517,9 +533,10 @@ class SinkRowsMismatch(RuntimeError):
     """The staged sink does not hold the rows the Spark job wrote."""
 
 
-def _run_spark_job(run: FlowRun, attempt: int) -> bool:
-    """Stages the sink and publishes it through the attempt's fence; returns whether it
-    published (False: a later attempt has taken over)."""
+def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch) -> bool:
+    """Stages the sink and publishes it through the attempt's fence, its Spark jobs in a job
+    group of the attempt's own, under ``watch``; returns whether it published (False: a
+    later attempt has taken over)."""
     from dataflow.spark import application_id, observe_rows, quiet_query_errors, spark_job
 
     spec = run.spec
@@ -538,7 +555,12 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
     )
     # A session of its own: its view "source" is not another run's, and on a cluster the
     # application ends with the job (see dataflow/spark.py).
-    with spark_job() as spark, quiet_query_errors():
+    group = f"adf-{run_key(run)}-{attempt}"
+    with (
+        spark_job() as spark,
+        quiet_query_errors(),
+        watch.watching(spark, name=group, description=f"run {run.pk} of {spec['name']}, attempt {attempt}"),
+    ):
         FlowRun.objects.filter(pk=run.pk).update(spark_app_id=application_id(spark)[:100])
         if paths:
             frame = spark.read.schema(run.schema_ddl).parquet(*paths)
@@ -554,6 +576,7 @@ def _run_spark_job(run: FlowRun, attempt: int) -> bool:
                     f"the staged sink holds {staged_rows} rows but the job wrote {job_rows}; "
                     "nothing was published"
                 )
+            check_output_rows(watch.limits, staged_rows)
             return _publish(run, attempt, swap, rows=staged_rows)
 
         sink = SINKS[spec["sink_type"]]
@@ -595,8 +618,28 @@ def _publish(run: FlowRun, attempt: int, swap, *, rows: int) -> bool:
     return True
 
 
+def _transform_cancelled(run: FlowRun, attempt: int, exc: TransformCancelled) -> None:
+    """A timeout fails the run; any other cancel was for a run that ended or an attempt that
+    is no longer the run's, which has nothing more to say."""
+    if exc.reason == CancelReason.TIMEOUT:
+        run_finish(run=run, status=RunStatus.FAILED, message=str(exc), attempt=attempt)
+    else:
+        log.info("run %s: transform attempt %s cancelled: %s", run.pk, attempt, exc.reason.value)
+
+
 def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
     message = _spark_error_message(exc)
+    out_of_memory = is_out_of_memory(exc)
+    # A query Spark refused cannot have hurt the session; anything else may have killed it.
+    broken = (
+        session_recover(out_of_memory=out_of_memory) if out_of_memory or not _is_deterministic(exc) else ""
+    )
+    if broken:
+        # The same query would do it again: no retry.
+        run_finish(
+            run=run, status=RunStatus.FAILED, message=driver_lost_message(message, broken), attempt=attempt
+        )
+        return
     if _is_deterministic(exc) or attempt >= MAX_TRANSFORM_ATTEMPTS:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform failed: {message}", attempt=attempt)
     else:
@@ -604,6 +647,15 @@ def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.TRANSFORMING, transform_attempts=attempt).update(
             message=f"transform attempt {attempt} failed, will retry: {message}"
         )
+
+
+def driver_lost_message(error: str, found: str) -> str:
+    """What a run says when its transform ran the Spark driver out of memory or the driver
+    died under it: ``found`` (from ``session_recover``) and Spark's own line ``error``."""
+    memory = "out of memory" in found
+    hint = "the query needs more memory than the driver has (SPARK_DRIVER_MEMORY); " if memory else ""
+    restart = "" if "Connect server" in found else "a new Spark session starts with the next job"
+    return f"transform failed: {found} ({error[:300]}); {hint}{restart}".rstrip("; ")
 
 
 #: SQLSTATE classes of errors that the same query over the same data raises again: data
@@ -615,6 +667,8 @@ def _is_deterministic(exc: Exception) -> bool:
     """Whether a retry from the same landed files would fail the same way."""
     if isinstance(exc, SinkRowsMismatch):
         return False
+    if isinstance(exc, OutputRowsExceeded):
+        return True
     if type(exc).__name__ in ("AnalysisException", "ParseException", "IllegalArgumentException"):
         return True
     sqlstate = exc.getSqlState() if hasattr(exc, "getSqlState") else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,11 @@ OPTIONAL_SECTIONS = ("format", "stop", "schedule", "notify")
 TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "trigger_ms": (int, 1000, (100, 3_600_000)),
     "watermark_delay": (str, "0 seconds", None),
+    "timeout": (str, "1 hour", None),
+    "max_output_rows": (int, 0, (0, 2**63 - 1)),
 }
+#: The shortest ``[transform] timeout``: a Spark job takes a moment to start and to cancel.
+MIN_TRANSFORM_TIMEOUT_S = 1.0
 STOP_FIELDS = {"at": str, "after_records": int}
 ENTRY_ID_RE = re.compile(r"\d+(-\d+)?")
 RESERVED_NAMES = frozenset({"validate"})
@@ -236,7 +241,51 @@ def _validate_transform(table: dict[str, Any]):
         parse_duration_ms(options["watermark_delay"])
     except ValueError as exc:
         raise ConfigError("transform.watermark_delay", str(exc)) from None
+    _check_transform_limits(options)
     return sql.strip().rstrip(";").rstrip(), query, options
+
+
+def _check_transform_limits(options: dict[str, Any]) -> None:
+    """``timeout`` and ``max_output_rows`` within the site's bounds."""
+    try:
+        timeout_s = parse_duration_ms(options["timeout"]) / 1000
+    except ValueError as exc:
+        raise ConfigError("transform.timeout", str(exc)) from None
+    most = settings.DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS
+    if not MIN_TRANSFORM_TIMEOUT_S <= timeout_s <= most:
+        raise ConfigError(
+            "transform.timeout",
+            f"must be between {MIN_TRANSFORM_TIMEOUT_S:g} s and {most:g} s "
+            f"(DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS), not {timeout_s:g} s",
+        )
+    ceiling = settings.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS
+    if ceiling and options["max_output_rows"] > ceiling:
+        raise ConfigError(
+            "transform.max_output_rows",
+            f"must be at most {ceiling:,} (DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS), not {options['max_output_rows']:,}",
+        )
+
+
+@dataclass(frozen=True)
+class TransformLimits:
+    """What bounds one transform attempt (a stream's epoch) of a run."""
+
+    #: Seconds its Spark job may run before it is cancelled.
+    timeout_s: float
+    #: Rows it may write at most; 0: no bound.
+    max_output_rows: int
+
+
+def transform_limits(spec: dict[str, Any]) -> TransformLimits:
+    """The limits of a run's transform: its ``[transform]`` options (defaults for a flow
+    stored before they existed) held to the site's bounds as they are now."""
+    options = spec.get("transform_options") or {}
+    timeout_s = parse_duration_ms(options.get("timeout", TRANSFORM_FIELDS["timeout"][1])) / 1000
+    timeout_s = min(timeout_s, settings.DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS)
+    rows, ceiling = options.get("max_output_rows", 0), settings.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS
+    if ceiling:
+        rows = min(rows, ceiling) if rows else ceiling
+    return TransformLimits(timeout_s=timeout_s, max_output_rows=rows)
 
 
 def _validate_stop(table: dict[str, Any], *, unbounded: bool) -> dict[str, Any]:

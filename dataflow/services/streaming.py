@@ -64,12 +64,21 @@ from dataflow.services.runs import (
     _is_deterministic,
     _spark_error_message,
     coordinator_for,
+    driver_lost_message,
     landing_zone,
     run_environment,
     run_finish,
     run_key,
     source_for,
 )
+from dataflow.services.specs import transform_limits
+from dataflow.services.transform_limits import (
+    CancelReason,
+    TransformCancelled,
+    TransformWatch,
+    check_output_rows,
+)
+from dataflow.spark import is_out_of_memory, observe_rows, session_recover
 from dataflow.stream_query import (
     QueryKind,
     plan_contradiction,
@@ -159,10 +168,12 @@ class StreamDriver:
         self._spark = None
         self._spark_context = ExitStack()
         self._source = None
+        self.lease_lost: threading.Event | None = None
 
     def run_slice(self, *, deadline: float, lease_lost: threading.Event | None = None) -> bool:
         """Triggers epochs until ``deadline`` (time.monotonic()), or until ``lease_lost`` is
         set (another driver took the run over); True if the run goes on."""
+        self.lease_lost = lease_lost
         try:
             while lease_lost is None or not lease_lost.is_set():
                 started = time.monotonic()
@@ -184,6 +195,8 @@ class StreamDriver:
         if run is None or run.status not in ACTIVE_RUN_STATUSES:
             return Step.ENDED
         self.run = run
+        if run.paused_at is not None:
+            return Step.IDLE  # a user's pause holds the transform too; its epoch reruns on resume
         try:
             planner = self._prepare()
             if self._in_backoff():
@@ -195,6 +208,8 @@ class StreamDriver:
                     return Step.ENDED
                 return Step.IDLE
             committed = self.run_epoch(epoch)
+        except TransformCancelled as exc:
+            return self._cancelled(exc)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
             if _committed_by_another_driver(epoch):
                 # A second driver (e.g. after a quick stop and resume) committed this epoch
@@ -243,34 +258,48 @@ class StreamDriver:
     def run_epoch(self, epoch: TransformEpoch) -> bool:
         """Runs ``epoch`` with Spark and commits it; False if it was not this driver's to
         commit (the run ended, or another driver committed it)."""
-        from dataflow.spark import observe_rows
-
         paths = self.planner.inputs(self.run, epoch)
         if not paths and self.planner.query.kind != QueryKind.WHOLE_INPUT:
             return self._commit(epoch, rows=0, move=None)
+        try:
+            return self._run_watched(epoch, paths)
+        except TransformCancelled as exc:
+            if exc.reason in (CancelReason.TIMEOUT, CancelReason.PAUSED):
+                raise
+            log.info("run %s: epoch %s cancelled: %s", self.run.pk, epoch.number, exc.reason.value)
+            return False  # the run ended, or another driver has it
+
+    def _run_watched(self, epoch: TransformEpoch, paths: list[str]) -> bool:
+        """``run_epoch``'s Spark job, in a job group of the epoch's own, watched."""
         spark = self._session()
-        self._source_frame(spark, paths, epoch).createOrReplaceTempView(SOURCE_VIEW)
-        result = spark.sql(self.run.spec["transform_sql"])
-        self._check_plan(result)
-        observed, job_rows = observe_rows(result, f"epoch_rows_{epoch.number}")
-
-        def publish(staged_rows: int, move) -> bool:
-            written = job_rows()
-            if staged_rows != written:
-                raise SinkRowsMismatch(
-                    f"epoch {epoch.number} staged {staged_rows} rows but the job wrote {written}; "
-                    "nothing was published"
-                )
-            return self._commit(epoch, rows=staged_rows, move=move)
-
         spec = self.run.spec
-        return SINKS[spec["sink_type"]].append(
-            observed,
-            spec["sink_config"],
-            epoch_key=epoch_key(self.run, epoch.number),
-            publish=publish,
-            env=run_environment(self.run),
-        )
+        watch = TransformWatch(run_id=self.run.pk, limits=transform_limits(spec), lease_lost=self.lease_lost)
+        name = f"adf-{run_key(self.run)}-epoch-{epoch.number}"
+        with watch.watching(
+            spark, name=name, description=f"run {self.run.pk} of {spec['name']}, epoch {epoch.number}"
+        ):
+            self._source_frame(spark, paths, epoch).createOrReplaceTempView(SOURCE_VIEW)
+            result = spark.sql(spec["transform_sql"])
+            self._check_plan(result)
+            observed, job_rows = observe_rows(result, f"epoch_rows_{epoch.number}")
+
+            def publish(staged_rows: int, move) -> bool:
+                written = job_rows()
+                if staged_rows != written:
+                    raise SinkRowsMismatch(
+                        f"epoch {epoch.number} staged {staged_rows} rows but the job wrote {written}; "
+                        "nothing was published"
+                    )
+                check_output_rows(watch.limits, staged_rows, what=f"epoch {epoch.number}")
+                return self._commit(epoch, rows=staged_rows, move=move)
+
+            return SINKS[spec["sink_type"]].append(
+                observed,
+                spec["sink_config"],
+                epoch_key=epoch_key(self.run, epoch.number),
+                publish=publish,
+                env=run_environment(self.run),
+            )
 
     def _source_frame(self, spark, paths: list[str], epoch: TransformEpoch):
         ddl = self.run.schema_ddl
@@ -420,11 +449,29 @@ class StreamDriver:
 
     # Failures
 
+    def _cancelled(self, exc: TransformCancelled) -> Step:
+        """An epoch cancelled past its timeout fails the run; one cancelled because the run
+        was paused runs again once it is resumed; otherwise the run is over or another
+        driver has it."""
+        self._drop_spark()
+        if exc.reason == CancelReason.TIMEOUT:
+            run_finish(run=self.run, status=RunStatus.FAILED, message=str(exc))
+            return Step.ENDED
+        log.info("run %s: epoch cancelled: %s", self.run.pk, exc.reason.value)
+        return Step.IDLE if exc.reason == CancelReason.PAUSED else Step.ENDED
+
     def _failed(self, exc: Exception) -> Step:
         """A deterministic error fails the run; any other is retried with backoff, at most
-        ``DATAFLOW_STREAM_FAILURE_LIMIT`` times in a row."""
+        ``DATAFLOW_STREAM_FAILURE_LIMIT`` times in a row. An epoch that ran the Spark driver
+        out of memory (or killed it) fails the run: it would again."""
         self._drop_spark()  # a broken session is not reused
         message = _spark_error_message(exc)
+        out_of_memory = is_out_of_memory(exc)
+        refused = isinstance(exc, ConfigError) or _is_deterministic(exc)
+        broken = session_recover(out_of_memory=out_of_memory) if out_of_memory or not refused else ""
+        if broken:
+            run_finish(run=self.run, status=RunStatus.FAILED, message=driver_lost_message(message, broken))
+            return Step.ENDED
         if isinstance(exc, ConfigError) or _is_deterministic(exc):
             run_finish(run=self.run, status=RunStatus.FAILED, message=f"transform failed: {message}")
             return Step.ENDED

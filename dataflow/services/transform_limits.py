@@ -1,0 +1,183 @@
+"""What bounds a transform attempt (a stream's epoch) while Spark runs it.
+
+Each attempt runs its Spark jobs in a job group of its own (``dataflow.spark.job_group``),
+and a ``TransformWatch`` thread cancels that group, interrupting its tasks, once the run no
+longer wants the attempt: the run was stopped (or ended otherwise), paused (a stream), a
+later attempt took over, the transform lease was lost, or ``[transform] timeout`` passed.
+The attempt's thread then sees ``TransformCancelled`` saying why. A job cancelled early
+writes nothing to the sink: a sink is published only by the attempt's fenced step.
+
+A cancelled Spark task stops only when it next looks at its interrupt flag, which a tight
+generated loop (a cross join) may not do for minutes: if the attempt's tasks still run
+``DATAFLOW_TRANSFORM_KILL_SECONDS`` after the cancel, and they are all that this process's
+Spark runs, its JVM is killed and the next job starts a new one (on a cluster, Spark's task
+reaper kills the executor instead).
+
+``[transform] max_output_rows`` is checked on the rows the job wrote to its staging
+directory, before the publishing step: a result over the bound is never published and the
+sink stays as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from enum import Enum
+
+from django.conf import settings
+from django.db import close_old_connections, connection
+
+from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
+from dataflow.services.specs import TransformLimits
+from dataflow.spark import JobGroup, job_group, kill_stuck_group
+
+log = logging.getLogger(__name__)
+
+#: How often a watch looks at its run (and cancels again a job started after a cancel).
+WATCH_INTERVAL_S = 0.5
+
+
+class CancelReason(Enum):
+    STOPPED = "the run ended"  # stopped by request, or failed in another process
+    PAUSED = "the run was paused"
+    SUPERSEDED = "a later transform attempt took over"
+    LEASE_LOST = "its transform lease was lost"
+    TIMEOUT = "timeout"
+
+
+class TransformCancelled(Exception):
+    """The attempt's Spark jobs were cancelled on purpose; ``reason`` says why."""
+
+    def __init__(self, reason: CancelReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class OutputRowsExceeded(Exception):
+    """The transform wrote more rows than ``[transform] max_output_rows`` allows."""
+
+
+def check_output_rows(limits: TransformLimits, rows: int, *, what: str = "the transform") -> None:
+    """Raises ``OutputRowsExceeded`` when ``rows`` is over the run's bound (if it has one)."""
+    if limits.max_output_rows and rows > limits.max_output_rows:
+        raise OutputRowsExceeded(
+            f"{what} wrote {rows:,} rows, more than transform.max_output_rows = {limits.max_output_rows:,}; "
+            "nothing was published and the sink was left as it was"
+        )
+
+
+class TransformWatch:
+    """Watches one transform attempt (or one epoch of a stream) of a run from a thread of
+    its own while ``watching`` runs, and cancels its Spark job group when the run no longer
+    wants it. ``attempt``: the bounded transform's attempt number (None for a stream, whose
+    epochs are fenced otherwise); ``lease_lost``: set once another process took the lease."""
+
+    def __init__(
+        self,
+        *,
+        run_id: int,
+        limits: TransformLimits,
+        attempt: int | None = None,
+        lease_lost: threading.Event | None = None,
+        interval_s: float = WATCH_INTERVAL_S,
+    ) -> None:
+        self.run_id = run_id
+        self.limits = limits
+        self.attempt = attempt
+        self.lease_lost = lease_lost
+        self.interval_s = interval_s
+        #: Why the jobs were cancelled; set before the first cancel, so the attempt's thread
+        #: finds it once its job fails.
+        self.reason: CancelReason | None = None
+
+    @contextmanager
+    def watching(self, session, *, name: str, description: str) -> Iterator[JobGroup]:
+        """Runs the block's Spark jobs in job group ``name``, watched; a job that fails
+        because the watch cancelled it raises ``TransformCancelled`` instead."""
+        with job_group(session, name, description) as group:
+            stop = threading.Event()
+            watcher = threading.Thread(
+                target=self._watch, args=(group, stop, time.monotonic()), name=f"watch-{name}", daemon=True
+            )
+            watcher.start()
+            try:
+                yield group
+            except Exception as exc:
+                if self.reason is not None:
+                    raise TransformCancelled(self.reason, self.message()) from exc
+                raise
+            finally:
+                stop.set()
+                watcher.join()
+                if self.reason is not None:
+                    self._reap(group)
+
+    def message(self) -> str:
+        """What the run says about the cancel."""
+        if self.reason == CancelReason.TIMEOUT:
+            return f"transform exceeded [transform] timeout of {self.limits.timeout_s:g} s"
+        return f"transform cancelled: {self.reason.value if self.reason else 'no reason'}"
+
+    def _watch(self, group: JobGroup, stop: threading.Event, started: float) -> None:
+        try:
+            while not stop.wait(self.interval_s):
+                reason = self.reason or self._reason(started)
+                if reason is None:
+                    continue
+                if self.reason is None:
+                    log.warning(
+                        "run %s: cancelling Spark job group %s: %s", self.run_id, group.name, reason.value
+                    )
+                    self.reason = reason
+                group.cancel()  # again each round: a job started after the first cancel goes too
+        except Exception as exc:  # noqa: BLE001 - the session may be gone under the watch
+            log.warning("run %s: the transform watch of %s ended: %s", self.run_id, group.name, exc)
+        finally:
+            connection.close()  # this thread's own database connection
+
+    def _reap(self, group: JobGroup) -> None:
+        """Waits until the cancelled group's tasks have stopped; past
+        ``DATAFLOW_TRANSFORM_KILL_SECONDS`` kills the Spark JVM they run in, if they are all
+        it runs (``kill_stuck_group``). The attempt keeps its lease meanwhile, so no next
+        attempt starts beside tasks of this one."""
+        deadline = time.monotonic() + settings.DATAFLOW_TRANSFORM_KILL_SECONDS
+        try:
+            while group.running_tasks():
+                if time.monotonic() > deadline:
+                    if not kill_stuck_group(group):
+                        log.warning("run %s: cancelled tasks of %s still run", self.run_id, group.name)
+                    return
+                time.sleep(self.interval_s)
+        except Exception as exc:  # noqa: BLE001 - a session already gone runs no task
+            log.debug("run %s: reaping %s: %s", self.run_id, group.name, exc)
+
+    def _reason(self, started: float) -> CancelReason | None:
+        if time.monotonic() - started > self.limits.timeout_s:
+            return CancelReason.TIMEOUT
+        if self.lease_lost is not None and self.lease_lost.is_set():
+            return CancelReason.LEASE_LOST
+        try:
+            close_old_connections()
+            row = (
+                FlowRun.objects.filter(pk=self.run_id)
+                .values("status", "transform_attempts", "paused_at")
+                .first()
+            )
+        except Exception as exc:  # noqa: BLE001 - a database hiccup is no reason to cancel
+            log.warning("run %s: the transform watch could not read the run: %s", self.run_id, exc)
+            connection.close()
+            return None
+        if row is not None and self.attempt is not None and row["transform_attempts"] != self.attempt:
+            return CancelReason.SUPERSEDED
+        if row is not None and row["status"] == RunStatus.SUCCEEDED:
+            return None  # this attempt (a stream's last epoch) published and ended the run
+        if row is None or row["status"] not in ACTIVE_RUN_STATUSES:
+            return CancelReason.STOPPED
+        # A bounded run cannot be paused once it transforms (``flow_pause``); a stream's
+        # epochs wait while it is paused.
+        if self.attempt is None and row["paused_at"] is not None:
+            return CancelReason.PAUSED
+        return None

@@ -1,0 +1,243 @@
+"""A transform's Spark job is cancelled when its run is stopped, loses its lease or passes
+its ``[transform] timeout``; ``[transform] max_output_rows`` keeps an oversized result from
+being published.
+
+The runaway query is a CROSS JOIN of the source with itself four times (2,000 rows: 1.6e13
+rows to count), which never ends by itself here. "Idle" is what Spark's own status store
+says: no active job and no running task in the tests' shared Spark session (the one the
+in-process worker runs its transforms on).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
+from dataflow.redis_client import get_redis
+from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
+from dataflow.services.runs import coordinator_for
+from dataflow.spark import get_spark
+from source_support.errors import ConfigError
+from tests.dataflow.services.test_streaming import Stream, driver, ids
+from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(autouse=True)
+def _quick_kill(settings):
+    """Cancelled tasks of the cross join ignore the cancel (one generated loop): the JVM
+    that runs them is killed this soon after the cancel."""
+    settings.DATAFLOW_TRANSFORM_KILL_SECONDS = 3
+
+
+RUNAWAY_SQL = (
+    "SELECT a.sensor, count(*) AS n FROM source a CROSS JOIN source b CROSS JOIN source c "
+    "CROSS JOIN source d GROUP BY a.sensor"
+)
+
+
+def running_tasks() -> int:
+    """Tasks that Spark's executors of this process run now (its status store: a killed
+    task counts until its thread has really stopped)."""
+    executors = get_spark().sparkContext._jsc.sc().statusStore().executorList(True)
+    return sum(executors.apply(i).activeTasks() for i in range(executors.size()))
+
+
+def active_jobs() -> list[int]:
+    return list(get_spark().sparkContext.statusTracker().getActiveJobsIds())
+
+
+def spark_is_idle() -> bool:
+    return not active_jobs() and running_tasks() == 0
+
+
+def _runaway(dirs, name: str, **transform) -> FlowRun:
+    write_csv(dirs.data / "part-0.csv", range(2000))
+    doc = spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=1, batch_size=5000)
+    doc["transform"] = {"sql": RUNAWAY_SQL, **transform}
+    flow, _ = flow_apply(spec=doc)
+    return flow_start(flow=flow)
+
+
+def _wait_until_its_job_runs(run: FlowRun) -> None:
+    def running() -> bool:
+        run.refresh_from_db()
+        assert run.status in (RunStatus.READING, RunStatus.TRANSFORMING), run.message
+        return run.status == RunStatus.TRANSFORMING and bool(active_jobs()) and running_tasks() > 0
+
+    wait_until(running, 120, lambda: f"no Spark job of run {run.pk} started: {run.message}")
+
+
+def test_a_stopped_flow_leaves_no_spark_job_of_its_transform_running(worker, dirs):
+    with Beat():
+        run = _runaway(dirs, "runaway-stop")
+        _wait_until_its_job_runs(run)
+
+        flow_stop(flow=run.flow)
+
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+    run.refresh_from_db()
+    assert run.status == RunStatus.STOPPED
+    assert run.message == "stopped by request"
+    assert not (dirs.out / "sink").exists()
+
+
+def test_a_transform_past_its_timeout_is_cancelled_and_fails_its_run(worker, dirs):
+    with Beat():
+        run = _runaway(dirs, "runaway-timeout", timeout="3 seconds")
+        run = wait_for_run(run, timeout=180)
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+
+    assert run.status == RunStatus.FAILED
+    assert run.message == "transform exceeded [transform] timeout of 3 s"
+    assert run.transform_attempts == 1, "a timeout is not retried"
+
+
+def test_a_transform_whose_lease_another_process_took_stops_its_job(worker, dirs, settings):
+    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 3
+    with Beat():
+        run = _runaway(dirs, "runaway-lease")
+        _wait_until_its_job_runs(run)
+        # Another process holds the lease now (as after this one's lapsed): the renewer
+        # sees it at its next round.
+        get_redis().set(coordinator_for(run).key("transform-lease"), "another-process", px=600_000)
+
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+        run.refresh_from_db()
+        assert run.status == RunStatus.TRANSFORMING, "the run itself goes on, with the lease's holder"
+        flow_stop(flow=run.flow)
+
+
+def _explode_spec(dirs, name: str, **transform) -> dict:
+    doc = spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=1)
+    # Each input row becomes 100: 10 rows make 1,000.
+    doc["transform"] = {"sql": "SELECT id, explode(sequence(1, 100)) AS k FROM source", **transform}
+    return doc
+
+
+def test_a_result_over_max_output_rows_is_not_published_and_the_sink_stays(worker, dirs):
+    write_csv(dirs.data / "part-0.csv", range(10))
+    first = _explode_spec(dirs, "bounded-output")
+    first["transform"]["sql"] = "SELECT id FROM source"
+    assert run_flow(first).status == RunStatus.SUCCEEDED
+
+    run = run_flow(_explode_spec(dirs, "bounded-output", max_output_rows=999))
+
+    assert run.status == RunStatus.FAILED
+    assert run.message == (
+        "transform failed: the transform wrote 1,000 rows, more than transform.max_output_rows = 999; "
+        "nothing was published and the sink was left as it was"
+    )
+    assert run.transform_attempts == 1, "an oversized result is not retried"
+    assert sorted(read_parquet_rows(dirs.out / "sink")) == [(i,) for i in range(10)]
+    assert sorted(p.name for p in dirs.out.iterdir()) == ["sink"], "no staging directory is left"
+
+
+def test_the_sites_ceiling_bounds_a_flow_that_sets_no_max_output_rows(worker, dirs, settings):
+    write_csv(dirs.data / "part-0.csv", range(10))
+    flow, _ = flow_apply(spec=_explode_spec(dirs, "ceiling"))
+    settings.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = 500
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=120)
+
+    assert run.status == RunStatus.FAILED
+    assert "wrote 1,000 rows, more than transform.max_output_rows = 500" in run.message
+    assert not (dirs.out / "sink").exists()
+
+
+def test_a_result_within_max_output_rows_is_published(worker, dirs):
+    write_csv(dirs.data / "part-0.csv", range(10))
+
+    run = run_flow(_explode_spec(dirs, "within", max_output_rows=1000))
+
+    assert run.status == RunStatus.SUCCEEDED, run.message
+    assert run.rows_written == 1000
+
+
+@pytest.mark.parametrize(
+    ("transform", "field", "reason"),
+    [
+        ({"timeout": "2 days"}, "transform.timeout", "must be between 1 s and 86400 s"),
+        ({"timeout": "500 ms"}, "transform.timeout", "must be between 1 s and 86400 s"),
+        ({"timeout": "soon"}, "transform.timeout", "is not a duration"),
+        ({"max_output_rows": 10_001}, "transform.max_output_rows", "must be at most 10,000"),
+        ({"max_output_rows": -1}, "transform.max_output_rows", "must be between 0 and"),
+    ],
+)
+def test_limits_beyond_the_sites_bounds_are_refused_naming_the_field(
+    dirs, settings, transform, field, reason
+):
+    settings.DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = 86400
+    settings.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = 10_000
+    doc = spec("refused", str(dirs.data), str(dirs.out / "sink"))
+    doc["transform"].update(transform)
+
+    with pytest.raises(ConfigError) as refused:
+        flow_apply(spec=doc)
+
+    assert refused.value.field == field
+    assert reason in str(refused.value)
+
+
+# Streams: each epoch's query is watched the same way.
+
+STREAM_RUNAWAY_SQL = (
+    "SELECT a.id, a.customer, a.amount, a.ts FROM source a CROSS JOIN source b CROSS JOIN source c "
+    "CROSS JOIN source d WHERE a.id + b.id + c.id + d.id < 0"  # on every combination: no shortcut
+)
+#: About 20 ms a row: an epoch of 600 rows runs for seconds, and then ends by itself.
+STREAM_SLOW_SQL = (
+    "SELECT id, customer, amount, ts FROM source "
+    "WHERE aggregate(sequence(1, 2000000), 0L, (total, x) -> total + x) > 0"
+)
+
+
+def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
+    stream = Stream(dirs, STREAM_RUNAWAY_SQL, transform={"timeout": "3 seconds"})
+    stream.land("s0", [float(i) for i in range(2000)])
+    stream.end_input()  # the join's one epoch runs over the whole input once it ended
+
+    assert driver(stream).run_slice(deadline=time.monotonic() + 120) is False
+
+    wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+    run = stream.refreshed()
+    assert (run.status, run.message) == (RunStatus.FAILED, "transform exceeded [transform] timeout of 3 s")
+    assert stream.sink_ids() == Counter()
+
+
+def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+    worker = driver(stream)
+
+    def drive() -> None:
+        try:
+            worker.run_slice(deadline=time.monotonic() + 240)
+        finally:
+            connection.close()  # this thread's own
+
+    slice_ = threading.Thread(target=drive)
+    slice_.start()
+    try:
+        wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+
+        flow_pause(flow=stream.run.flow)
+
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+        assert stream.sink_ids() == Counter()
+        assert TransformEpoch.objects.get(run=stream.run).status == EpochStatus.PLANNED
+
+        flow_resume(flow=stream.run.flow)
+
+        wait_until(lambda: stream.sink_ids() == ids(rows), 180, lambda: f"sink: {len(stream.sink_ids())} ids")
+    finally:
+        flow_stop(flow=stream.run.flow)
+        slice_.join()
+    assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
