@@ -33,6 +33,7 @@ from dataflow.models import DataFlow, DeadLetter, FlowRun, Split
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.runs import flow_tick
 from tests.helpers import Beat, live, multiset, wait_for_run, wait_until
+from tests.redis_server import PrivateRedis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -573,53 +574,12 @@ def test_a_stateless_query_writes_rows_while_the_flow_runs(worker, rds, prefix, 
 # A source Redis restarted mid-flow
 
 
-class PrivateRedis:
-    """A redis-server of the test's own on a free port, persisting every write
-    (appendonly, fsync always), that the test stops and starts again."""
-
-    def __init__(self, directory: Path) -> None:
-        self.dir = directory
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir)]
-            + ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        client = redis.Redis.from_url(self.url)
-        wait_until(lambda: _pings(client), 30, lambda: f"redis-server on {self.port} did not start")
-        client.close()
-
-    def stop(self) -> None:
-        self.proc.terminate()  # SIGTERM: a clean shutdown, the AOF flushed
-        self.proc.wait(timeout=30)
-
-    def client(self) -> redis.Redis:
-        return redis.Redis.from_url(self.url)
-
-
-def _pings(client: redis.Redis) -> bool:
-    try:
-        return client.ping()
-    except redis.ConnectionError:
-        return False
-
-
 @pytest.fixture()
 def private_redis(tmp_path):
     server = PrivateRedis(tmp_path / "redis")
     server.start()
     yield server
-    if server.proc.poll() is None:
-        server.proc.kill()
-        server.proc.wait()
+    server.kill()
 
 
 class SturdyBeat(Beat):
