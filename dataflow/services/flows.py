@@ -48,9 +48,9 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     """
     if owner is not None:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
-    values = flow_spec_validate(spec)  # then as the operator's: a bad spec is refused without a query
     existing = _flow_named_in(spec)
-    flow_connections_check(spec, owner=existing.owner if existing is not None else owner)
+    # An update is held to the rules of the flow's owner (connections, paths), whoever applies it.
+    values = flow_spec_validate(spec, owner=existing.owner if existing is not None else owner)
     name = values.pop("name")
     with transaction.atomic():
         flow, created = DataFlow.objects.select_for_update().get_or_create(

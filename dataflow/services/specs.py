@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.models import DataFlow
 from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_check, flow_connections_resolve
 from dataflow.services.notify import notify_masked, notify_validate
@@ -130,6 +131,7 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
     notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)
+    flow_paths_check(source_config=source_config, sink_config=sink_config, owner=owner)
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
         raise ConfigError("sink.key", reads_back)
@@ -298,6 +300,52 @@ def _check_sizes(doc: dict[str, Any]) -> None:
         if total > MAX_SPEC_CHARS:
             raise ConfigError("flow", f"the whole spec is too large: more than {MAX_SPEC_CHARS:,} characters")
         pending.extend((n, v, depth + 1) for n, v in items)
+
+
+def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, Any], owner) -> None:
+    """Refuses paths that belong to another owner's flow: a sink that is, contains or lies
+    inside another owner's flow's sink or source directory (``sink.path``: it would replace
+    their results or input), and a source that overlaps another owner's flow's sink
+    (``source.path``: it would read their results). ``owner``: the user the flow belongs
+    to; None is the operator's flows (those without an owner), which are held to the same
+    rule against users' flows. The error does not say whose flow it is.
+    """
+    source_dir = _file_dir(source_config.get("path"), glob=True)
+    sink_dir = _file_dir(sink_config.get("path"), glob=False)
+    if source_dir is None and sink_dir is None:
+        return
+    if owner is None:
+        others = DataFlow.objects.filter(owner__isnull=False)
+    else:
+        others = DataFlow.objects.exclude(owner_id=owner.pk)
+    for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
+        other_source_dir = _file_dir((other_source or {}).get("path"), glob=True)
+        other_sink_dir = _file_dir((other_sink or {}).get("path"), glob=False)
+        for theirs, what in ((other_sink_dir, "the sink"), (other_source_dir, "the source")):
+            if sink_dir is not None and theirs is not None and _overlaps(sink_dir, theirs):
+                raise ConfigError(
+                    "sink.path",
+                    f"{sink_dir} overlaps {what} directory of another user's flow; "
+                    "a flow writes only where no other user's flow reads or writes",
+                )
+        if source_dir is not None and other_sink_dir is not None and _overlaps(source_dir, other_sink_dir):
+            raise ConfigError(
+                "source.path",
+                f"{source_dir} overlaps the sink directory of another user's flow; "
+                "a flow reads only what is not another user's flow's output",
+            )
+
+
+def _file_dir(path: Any, *, glob: bool) -> Path | None:
+    """The directory a validated ``path`` field names after symlinks (for a glob, its
+    part before the first wildcard); None when it is no file-system path."""
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return None
+    return Path(os.path.realpath(glob_static_prefix(path) if glob else path))
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    return a == b or a in b.parents or b in a.parents
 
 
 def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -> None:
