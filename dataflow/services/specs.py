@@ -131,7 +131,8 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
     notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)
-    flow_paths_check(source_config=source_config, sink_config=sink_config, owner=owner)
+    if owner is not None:
+        flow_paths_check(source_config=source_config, sink_config=sink_config, owner=owner)
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
         raise ConfigError("sink.key", reads_back)
@@ -302,22 +303,20 @@ def _check_sizes(doc: dict[str, Any]) -> None:
         pending.extend((n, v, depth + 1) for n, v in items)
 
 
-def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, Any], owner) -> None:
+def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, Any], owner: Any) -> None:
     """Refuses paths that belong to another owner's flow: a sink that is, contains or lies
     inside another owner's flow's sink or source directory (``sink.path``: it would replace
     their results or input), and a source that overlaps another owner's flow's sink
     (``source.path``: it would read their results). ``owner``: the user the flow belongs
-    to; None is the operator's flows (those without an owner), which are held to the same
-    rule against users' flows. The error does not say whose flow it is.
+    to; the operator's flows (no owner) count as another owner's. ``flow_spec_validate``
+    checks this for a flow with an owner; the operator's own flows are exempt, as they
+    are from the connection rules. The error does not say whose flow it is.
     """
     source_dir = _file_dir(source_config.get("path"), glob=True)
     sink_dir = _file_dir(sink_config.get("path"), glob=False)
     if source_dir is None and sink_dir is None:
         return
-    if owner is None:
-        others = DataFlow.objects.filter(owner__isnull=False)
-    else:
-        others = DataFlow.objects.exclude(owner_id=owner.pk)
+    others = DataFlow.objects.exclude(owner_id=owner.pk)  # with the operator's (owner NULL)
     for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
         other_source_dir = _file_dir((other_source or {}).get("path"), glob=True)
         other_sink_dir = _file_dir((other_sink or {}).get("path"), glob=False)
