@@ -7,6 +7,8 @@ Every entry point (TOML, admin, API) turns its input into this shape and calls
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 import re
 from pathlib import Path
@@ -312,39 +314,81 @@ def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, An
     checks this for a flow with an owner; the operator's own flows are exempt, as they
     are from the connection rules. The error does not say whose flow it is.
     """
-    source_dir = _file_dir(source_config.get("path"), glob=True)
-    sink_dir = _file_dir(sink_config.get("path"), glob=False)
-    if source_dir is None and sink_dir is None:
+    source_pattern = _file_path(source_config.get("path"))
+    sink_dir = _file_dir(sink_config.get("path"))
+    if source_pattern is None and sink_dir is None:
         return
     others = DataFlow.objects.exclude(owner_id=owner.pk)  # with the operator's (owner NULL)
     for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
-        other_source_dir = _file_dir((other_source or {}).get("path"), glob=True)
-        other_sink_dir = _file_dir((other_sink or {}).get("path"), glob=False)
-        for theirs, what in ((other_sink_dir, "the sink"), (other_source_dir, "the source")):
-            if sink_dir is not None and theirs is not None and _overlaps(sink_dir, theirs):
-                raise ConfigError(
-                    "sink.path",
-                    f"{sink_dir} overlaps {what} directory of another user's flow; "
-                    "a flow writes only where no other user's flow reads or writes",
-                )
-        if source_dir is not None and other_sink_dir is not None and _overlaps(source_dir, other_sink_dir):
+        other_pattern = _file_path((other_source or {}).get("path"))
+        other_sink_dir = _file_dir((other_sink or {}).get("path"))
+        if sink_dir is not None:
+            if other_sink_dir is not None and _overlaps(sink_dir, other_sink_dir):
+                _refuse_sink(sink_dir, "the sink directory")
+            if other_pattern is not None and _glob_reaches(other_pattern, sink_dir):
+                _refuse_sink(sink_dir, "the source")
+        if (
+            source_pattern is not None
+            and other_sink_dir is not None
+            and _glob_reaches(source_pattern, other_sink_dir)
+        ):
             raise ConfigError(
                 "source.path",
-                f"{source_dir} overlaps the sink directory of another user's flow; "
+                f"{source_config['path']} reads the sink directory of another user's flow; "
                 "a flow reads only what is not another user's flow's output",
             )
 
 
-def _file_dir(path: Any, *, glob: bool) -> Path | None:
-    """The directory a validated ``path`` field names after symlinks (for a glob, its
-    part before the first wildcard); None when it is no file-system path."""
-    if not isinstance(path, str) or not os.path.isabs(path):
-        return None
-    return Path(os.path.realpath(glob_static_prefix(path) if glob else path))
+def _refuse_sink(sink_dir: Path, what: str) -> None:
+    raise ConfigError(
+        "sink.path",
+        f"{sink_dir} overlaps {what} of another user's flow; "
+        "a flow writes only where no other user's flow reads or writes",
+    )
+
+
+def _file_path(path: Any) -> str | None:
+    """A validated ``path`` field that names the file system (absolute), else None."""
+    return path if isinstance(path, str) and os.path.isabs(path) else None
+
+
+def _file_dir(path: Any) -> Path | None:
+    """The directory a validated sink ``path`` names after symlinks; None when it is no
+    file-system path."""
+    return Path(os.path.realpath(path)) if _file_path(path) is not None else None
 
 
 def _overlaps(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
+
+
+def _glob_reaches(pattern: str, directory: Path) -> bool:
+    """Whether the source ``pattern`` (a directory: its files; a file; a glob, ``**``
+    recursing) may read a file under ``directory``, or the directory holds the source (a
+    sink there would replace it). Non-recursive globs reach only their own depth: a
+    source ``out/*.csv`` does not read a sink at ``out/results``."""
+    if glob.has_magic(pattern):
+        static = glob_static_prefix(pattern)
+        rest = Path(pattern).relative_to(static).parts if static != pattern else ()
+    elif os.path.isdir(pattern):
+        static, rest = pattern, ("*",)
+    else:
+        static, rest = os.path.dirname(pattern), (os.path.basename(pattern),)
+    base = Path(os.path.realpath(static))
+    if directory == base or directory in base.parents:
+        return True
+    if base not in directory.parents:
+        return False
+    inside = directory.relative_to(base).parts
+    if "**" in rest:
+        before = rest[: rest.index("**")]
+        return all(
+            fnmatch.fnmatchcase(part, glob_part) for part, glob_part in zip(inside, before, strict=False)
+        )
+    # A file under ``directory`` lies at least one level below it.
+    return len(inside) < len(rest) and all(
+        fnmatch.fnmatchcase(part, glob_part) for part, glob_part in zip(inside, rest, strict=False)
+    )
 
 
 def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -> None:

@@ -131,3 +131,28 @@ def test_alice_may_chain_her_own_flows(dirs, alice, alices_input):
     )
 
     assert response.status_code == 201, response.content
+
+
+def test_alices_source_glob_over_the_output_root_does_not_block_bobs_sink(dirs, alice, bob):
+    """``out/*.csv`` reads files directly in out/, not bob's results in out/bob-flow: bob
+    is not refused his sink because alice came first with a broad glob."""
+    (dirs.out / "top.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
+    flow_apply(spec=spec("alice-top", str(dirs.out / "*.csv"), str(dirs.data / "alice-top")), owner=alice)
+    (dirs.data / "b.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
+
+    response = client_of(bob).post(
+        "/api/flows/", body("bob-flow", str(dirs.data / "b.csv"), str(dirs.out / "bob-flow")), format="json"
+    )
+
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("pattern", ["**/*.csv", "*/*.csv", "bob-*/*"])
+def test_alices_glob_that_reaches_bobs_output_is_refused(dirs, alice, bobs_flow, pattern):
+    response = client_of(alice).post(
+        "/api/flows/validate/",
+        body("alice-read", str(dirs.out / pattern), str(dirs.data / "alice-read")),
+        format="json",
+    )
+
+    assert "another user's flow" in refused(response, "source.path")
