@@ -46,7 +46,8 @@ MAX_NESTING = 32
 # window, generator in the SELECT list, higher-order). Not here on purpose: reflect,
 # java_method, try_reflect (call Java methods), xpath* and from_xml/schema_of_xml (XML
 # parsers), from_protobuf/to_protobuf (read a descriptor file), from_avro/to_avro, version,
-# read_files, range and every other table-valued function.
+# input_file_name/input_file_block_* (name the server's landing files: its paths and run
+# identities), read_files, range and every other table-valued function.
 FUNCTIONS = _words(
     """
     abs acos acosh add_months aes_decrypt aes_encrypt aggregate and any any_value
@@ -67,8 +68,7 @@ FUNCTIONS = _words(
     first_value flatten float floor forall format_number format_string from_csv from_json
     from_unixtime from_utc_timestamp get get_json_object getbit greatest grouping grouping_id
     hash hex histogram_numeric hll_sketch_agg hll_sketch_estimate hll_union hll_union_agg hour
-    hypot if ifnull ilike in initcap inline inline_outer input_file_block_length
-    input_file_block_start input_file_name instr int is_valid_utf8 is_variant_null isnan
+    hypot if ifnull ilike in initcap inline inline_outer instr int is_valid_utf8 is_variant_null isnan
     isnotnull isnull json_array_length json_object_keys json_tuple kurtosis lag last
     last_day last_value lcase lead least left len length levenshtein like listagg ln localtimestamp
     locate log log10 log1p log2 lower lpad ltrim luhn_check make_date make_dt_interval
@@ -331,6 +331,8 @@ class _Walk:
 def _why(name: str) -> str:
     if name in {"reflect", "java_method", "try_reflect"}:
         return ": it calls Java methods"
+    if name.startswith("input_file_"):
+        return ": it names the service's landing files, not your data"
     if name in {"read_files", "range"} or name.startswith("read_"):
         return ": it is a table-valued function; only the view 'source' may be read"
     return ": a transform may use Spark's built-in functions that compute values"

@@ -25,7 +25,13 @@ from dataflow.services.connections import flow_connections_check
 from dataflow.services.notify import run_notify
 from dataflow.services.queues import run_task_send
 from dataflow.services.schedules import schedule_remove, schedule_sync
-from dataflow.services.specs import FLOW_FIELDS, flow_environment, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import (
+    FLOW_FIELDS,
+    flow_environment,
+    flow_paths_check,
+    flow_spec_of,
+    flow_spec_validate,
+)
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, build_source, source_is_unbounded, source_output_schema
@@ -41,7 +47,7 @@ class FlowStateError(RuntimeError):
 def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     """Creates the flow named in ``spec`` or updates it; returns (flow, created). ``owner``
     (a user) owns a flow it creates; an update keeps the flow's owner, and the spec is
-    held to that owner's connection rules, whoever applies it (``services.connections``);
+    held to that owner's connection and path rules, whoever applies it;
     given an ``owner``, those rules are checked before anything else in the spec.
 
     A running flow keeps the settings its run started with; the change applies from the
@@ -51,7 +57,12 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
     values = flow_spec_validate(spec)  # then as the operator's: a bad spec is refused without a query
     existing = _flow_named_in(spec)
-    flow_connections_check(spec, owner=existing.owner if existing is not None else owner)
+    rules_owner = existing.owner if existing is not None else owner
+    flow_connections_check(spec, owner=rules_owner)
+    if rules_owner is not None:
+        flow_paths_check(
+            source_config=values["source_config"], sink_config=values["sink_config"], owner=rules_owner
+        )
     name = values.pop("name")
     with transaction.atomic():
         flow, created = DataFlow.objects.select_for_update().get_or_create(

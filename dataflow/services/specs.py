@@ -7,6 +7,8 @@ Every entry point (TOML, admin, API) turns its input into this shape and calls
 
 from __future__ import annotations
 
+import fnmatch
+import glob
 import os
 import re
 from dataclasses import dataclass
@@ -15,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.models import DataFlow
 from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_check, flow_connections_resolve
 from dataflow.services.notify import notify_masked, notify_validate
@@ -135,6 +138,8 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
     notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)
+    if owner is not None:
+        flow_paths_check(source_config=source_config, sink_config=sink_config, owner=owner)
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
         raise ConfigError("sink.key", reads_back)
@@ -347,6 +352,92 @@ def _check_sizes(doc: dict[str, Any]) -> None:
         if total > MAX_SPEC_CHARS:
             raise ConfigError("flow", f"the whole spec is too large: more than {MAX_SPEC_CHARS:,} characters")
         pending.extend((n, v, depth + 1) for n, v in items)
+
+
+def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, Any], owner: Any) -> None:
+    """Refuses paths that belong to another owner's flow: a sink that is, contains or lies
+    inside another owner's flow's sink or source directory (``sink.path``: it would replace
+    their results or input), and a source that overlaps another owner's flow's sink
+    (``source.path``: it would read their results). ``owner``: the user the flow belongs
+    to; the operator's flows (no owner) count as another owner's. ``flow_spec_validate``
+    checks this for a flow with an owner; the operator's own flows are exempt, as they
+    are from the connection rules. The error does not say whose flow it is.
+    """
+    source_pattern = _file_path(source_config.get("path"))
+    sink_dir = _file_dir(sink_config.get("path"))
+    if source_pattern is None and sink_dir is None:
+        return
+    others = DataFlow.objects.exclude(owner_id=owner.pk)  # with the operator's (owner NULL)
+    for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
+        other_pattern = _file_path((other_source or {}).get("path"))
+        other_sink_dir = _file_dir((other_sink or {}).get("path"))
+        if sink_dir is not None:
+            if other_sink_dir is not None and _overlaps(sink_dir, other_sink_dir):
+                _refuse_sink(sink_dir, "the sink directory")
+            if other_pattern is not None and _glob_reaches(other_pattern, sink_dir):
+                _refuse_sink(sink_dir, "the source")
+        if (
+            source_pattern is not None
+            and other_sink_dir is not None
+            and _glob_reaches(source_pattern, other_sink_dir)
+        ):
+            raise ConfigError(
+                "source.path",
+                f"{source_config['path']} reads the sink directory of another user's flow; "
+                "a flow reads only what is not another user's flow's output",
+            )
+
+
+def _refuse_sink(sink_dir: Path, what: str) -> None:
+    raise ConfigError(
+        "sink.path",
+        f"{sink_dir} overlaps {what} of another user's flow; "
+        "a flow writes only where no other user's flow reads or writes",
+    )
+
+
+def _file_path(path: Any) -> str | None:
+    """A validated ``path`` field that names the file system (absolute), else None."""
+    return path if isinstance(path, str) and os.path.isabs(path) else None
+
+
+def _file_dir(path: Any) -> Path | None:
+    """The directory a validated sink ``path`` names after symlinks; None when it is no
+    file-system path."""
+    return Path(os.path.realpath(path)) if _file_path(path) is not None else None
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    return a == b or a in b.parents or b in a.parents
+
+
+def _glob_reaches(pattern: str, directory: Path) -> bool:
+    """Whether the source ``pattern`` (a directory: its files; a file; a glob, ``**``
+    recursing) may read a file under ``directory``, or the directory holds the source (a
+    sink there would replace it). Non-recursive globs reach only their own depth: a
+    source ``out/*.csv`` does not read a sink at ``out/results``."""
+    if glob.has_magic(pattern):
+        static = glob_static_prefix(pattern)
+        rest = Path(pattern).relative_to(static).parts if static != pattern else ()
+    elif os.path.isdir(pattern):
+        static, rest = pattern, ("*",)
+    else:
+        static, rest = os.path.dirname(pattern), (os.path.basename(pattern),)
+    base = Path(os.path.realpath(static))
+    if directory == base or directory in base.parents:
+        return True
+    if base not in directory.parents:
+        return False
+    inside = directory.relative_to(base).parts
+    if "**" in rest:
+        before = rest[: rest.index("**")]
+        return all(
+            fnmatch.fnmatchcase(part, glob_part) for part, glob_part in zip(inside, before, strict=False)
+        )
+    # A file under ``directory`` lies at least one level below it.
+    return len(inside) < len(rest) and all(
+        fnmatch.fnmatchcase(part, glob_part) for part, glob_part in zip(inside, rest, strict=False)
+    )
 
 
 def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -> None:

@@ -30,6 +30,9 @@ def _refusal(sql: str) -> str:
         ("SELECT reflect('java.lang.System','getenv','DATABASE_URL') FROM source", "reflect()"),
         ("SELECT java_method('java.lang.System','getenv','X') FROM source", "java_method()"),
         ("SELECT try_reflect('java.lang.System','getenv','X') FROM source", "try_reflect()"),
+        # The service's landing paths (its directories and run identities) are not the user's.
+        ("SELECT id, input_file_name() AS f FROM source", "input_file_name()"),
+        ("SELECT input_file_block_start(), input_file_block_length() FROM source", "input_file_block"),
         # Spelled otherwise.
         ("SELECT ReFlEcT('java.lang.System','getenv','X') FROM source", "reflect()"),
         ("SELECT `reflect`('java.lang.System','getenv','X') FROM source", "reflect()"),
@@ -104,7 +107,7 @@ def test_a_transform_that_leaves_the_source_view_is_refused(sql, reason):
         "SELECT * FROM source LATERAL VIEW OUTER posexplode(arr) t AS p, v",
         "SELECT aggregate(arr, 0, (acc, x) -> acc + x), transform(arr, x -> x + 1), "
         "filter(arr, x -> x > 1), exists(arr, x -> x > 1), zip_with(a, b, (x, y) -> x + y) FROM source",
-        "SELECT input_file_name(), uuid(), rand(1) FROM source",
+        "SELECT uuid(), rand(1) FROM source",
         "WITH a AS (SELECT * FROM source) SELECT * FROM a UNION ALL SELECT * FROM a",
         "SELECT id FROM source INTERSECT SELECT id FROM source EXCEPT SELECT id FROM source",
         "VALUES (1, 'a'), (2, 'b')",

@@ -19,14 +19,25 @@ from dataflow.selectors import connections_visible
 from dataflow.services.connections import connection_delete, connection_save
 from source_support.errors import ConfigError
 
+#: The model permission a write needs, as the admin asks for it (view-only staff write nothing).
+WRITE_PERMISSIONS = {
+    "POST": "dataflow.add_connection",
+    "PUT": "dataflow.change_connection",
+    "DELETE": "dataflow.delete_connection",
+}
+
 
 class StaffWrites(BasePermission):
-    """Reads for any user (they see what is granted to them); writes for staff only."""
+    """Reads for any user (they see what is granted to them); writes for staff who hold
+    the matching model permission (add, change or delete connection), as in the admin."""
 
-    message = "only staff may create, change or delete connections"
+    message = "only staff with the add, change or delete connection permission may write connections"
 
     def has_permission(self, request, view) -> bool:
-        return request.method in SAFE_METHODS or bool(request.user.is_staff)
+        if request.method in SAFE_METHODS:
+            return True
+        permission = WRITE_PERMISSIONS.get(request.method)
+        return bool(request.user.is_staff) and permission is not None and request.user.has_perm(permission)
 
 
 @extend_schema_view(

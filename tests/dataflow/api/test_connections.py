@@ -13,7 +13,7 @@ from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_resolve
 from source_support import addresses
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import ConnectionFactory, UserFactory
+from tests.dataflow.api.factories import ALL_FLOW_PERMS, ConnectionFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -26,6 +26,14 @@ def alice():
 @pytest.fixture()
 def bob():
     return UserFactory(username="bob")
+
+
+CONNECTION_PERMS = ("add_connection", "change_connection", "delete_connection", "view_connection")
+
+
+def connection_staff():
+    """A staff user who manages connections (the model permissions the admin asks for)."""
+    return UserFactory(is_staff=True, perms=(*ALL_FLOW_PERMS, *CONNECTION_PERMS))
 
 
 @pytest.fixture()
@@ -151,7 +159,7 @@ def test_a_deleted_connection_stops_the_start(alice, loopback_allowed):
     )
     api = client_of(alice)
     assert api.post("/api/flows/", body, format="json").status_code == 201
-    client_of(UserFactory(is_staff=True)).delete("/api/connections/alice-redis/")
+    client_of(connection_staff()).delete("/api/connections/alice-redis/")
 
     refused(api.post("/api/flows/mine/start/"), "source.connection")
 
@@ -175,7 +183,7 @@ def test_the_services_redis_on_loopback_is_refused_to_alice_unless_allowed(alice
 
 
 def test_staff_may_still_give_a_raw_url(db):
-    staff = client_of(UserFactory(is_staff=True))
+    staff = client_of(connection_staff())
     body = stream_flow("ops", {"streams": "ops:*", "url": redis_url()}, key="elsewhere:out")
 
     assert staff.post("/api/flows/", body, format="json").status_code == 201
@@ -206,7 +214,7 @@ def test_staff_see_every_connection_with_the_url_masked(bob):
         name="bob-redis", url="redis://:pw@10.9.9.9:6379/0", key_patterns=["bob:*"], users=[bob]
     )
 
-    shown = client_of(UserFactory(is_staff=True)).get("/api/connections/bob-redis/").json()
+    shown = client_of(connection_staff()).get("/api/connections/bob-redis/").json()
 
     assert shown["url"] == "redis://:****@10.9.9.9:6379/0"
     assert shown["users"] == ["bob"]
@@ -225,8 +233,21 @@ def test_only_staff_may_write_connections(alice, method):
     assert not Connection.objects.filter(name="mine").exists()
 
 
+@pytest.mark.parametrize("method", ["post", "put", "delete"])
+def test_view_only_staff_cannot_write_connections(alice, method):
+    ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    viewer = client_of(UserFactory(is_staff=True, perms=("view_dataflow", "view_connection")))
+    url = "/api/connections/" if method == "post" else "/api/connections/alice-redis/"
+    body = {"name": "alice-redis", "type": "redis", "url": "redis://10.1.1.1:6379/0", "users": ["alice"]}
+
+    response = getattr(viewer, method)(url, body, format="json")
+
+    assert response.status_code == 403
+    assert Connection.objects.get(name="alice-redis").url != "redis://10.1.1.1:6379/0"
+
+
 def test_staff_create_a_connection_and_a_masked_url_sent_back_keeps_the_stored_one(alice):
-    staff = client_of(UserFactory(is_staff=True))
+    staff = client_of(connection_staff())
     body = {
         "name": "orders-redis",
         "type": "redis",
@@ -257,7 +278,7 @@ def test_staff_create_a_connection_and_a_masked_url_sent_back_keeps_the_stored_o
 def test_a_bad_connection_is_refused_naming_the_field(change, field):
     body = {"name": "c", "type": "redis", "url": "redis://10.1.1.1:6379/0", **change}
 
-    refused(client_of(UserFactory(is_staff=True)).post("/api/connections/", body, format="json"), field)
+    refused(client_of(connection_staff()).post("/api/connections/", body, format="json"), field)
 
 
 @pytest.mark.parametrize("patterns", [[], ["*"], ["adf:*"], ["ad*"], ["celery*"], ["_kombu.binding.x"]])
@@ -265,7 +286,7 @@ def test_a_connection_to_the_deployments_redis_cannot_reach_its_own_keys(pattern
     body = {"name": "own", "type": "redis", "url": redis_url(), "key_patterns": patterns}
 
     reason = refused(
-        client_of(UserFactory(is_staff=True)).post("/api/connections/", body, format="json"), "key_patterns"
+        client_of(connection_staff()).post("/api/connections/", body, format="json"), "key_patterns"
     )
     assert "deployment's own" in reason
 
@@ -295,7 +316,7 @@ def test_staff_editing_alices_flow_are_held_to_alices_rules(alice, loopback_allo
         connection="alice-redis",
     )
     assert client_of(alice).post("/api/flows/", body, format="json").status_code == 201
-    staff = client_of(UserFactory(is_staff=True))
+    staff = client_of(connection_staff())
 
     response = staff.patch(
         "/api/flows/mine/",

@@ -1,0 +1,158 @@
+"""Every byte a flow reads or writes belongs to its owner: a flow may not write into the
+directories another user's flow reads or writes, nor read another user's flow's output.
+The rule lives in ``flow_spec_validate``, so the API, the admin, TOML and a start hold it."""
+
+from __future__ import annotations
+
+import pytest
+
+from dataflow.models import DataFlow
+from dataflow.services.flows import flow_apply, flow_start
+from source_support.errors import ConfigError
+from tests.dataflow.api.conftest import client_of
+from tests.dataflow.api.factories import UserFactory
+from tests.helpers import spec, write_csv
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture()
+def alice(db):
+    return UserFactory(username="alice")
+
+
+@pytest.fixture()
+def bob(db):
+    return UserFactory(username="bob")
+
+
+@pytest.fixture()
+def bobs_flow(dirs, bob):
+    """Bob's flow: data/bob/*.csv -> out/bob-flow, with a result already written."""
+    (dirs.data / "bob").mkdir()
+    write_csv(dirs.data / "bob" / "b.csv", range(5))
+    (dirs.out / "bob-flow").mkdir()
+    (dirs.out / "bob-flow" / "part-0.csv").write_text("id\n1\n")
+    flow, _ = flow_apply(
+        spec=spec("bob-flow", str(dirs.data / "bob" / "*.csv"), str(dirs.out / "bob-flow")), owner=bob
+    )
+    return flow
+
+
+@pytest.fixture()
+def alices_input(dirs):
+    (dirs.data / "alice").mkdir()
+    write_csv(dirs.data / "alice" / "a.csv", range(5))
+    return str(dirs.data / "alice" / "*.csv")
+
+
+def body(name: str, source_path: str, sink_path: str) -> dict:
+    doc = spec(name, source_path, sink_path)
+    return {**doc.pop("flow"), **doc}
+
+
+def refused(response, field: str) -> str:
+    assert response.status_code == 400, response.content
+    errors = response.json()
+    assert field in errors, errors
+    return " ".join(errors[field])
+
+
+@pytest.mark.parametrize("sink", ["bob-flow", "bob-flow/sub", "link-to-bobs"])
+def test_alice_cannot_write_her_sink_into_bobs_sink_directory(dirs, alice, bobs_flow, alices_input, sink):
+    (dirs.out / "link-to-bobs").symlink_to(dirs.out / "bob-flow")
+
+    response = client_of(alice).post(
+        "/api/flows/", body("alice-steal", alices_input, str(dirs.out / sink)), format="json"
+    )
+
+    assert "another user's flow" in refused(response, "sink.path")
+    assert not DataFlow.objects.filter(name="alice-steal").exists()
+
+
+def test_alice_cannot_read_bobs_output_as_her_source(dirs, alice, bobs_flow):
+    response = client_of(alice).post(
+        "/api/flows/",
+        body("alice-read", str(dirs.out / "bob-flow" / "*.csv"), str(dirs.out / "alice-read")),
+        format="json",
+    )
+
+    assert "another user's flow" in refused(response, "source.path")
+
+
+def test_alice_cannot_write_into_bobs_source_directory(dirs, alice, bobs_flow, alices_input):
+    response = client_of(alice).post(
+        "/api/flows/validate/", body("alice-x", alices_input, str(dirs.data / "bob")), format="json"
+    )
+
+    assert "another user's flow" in refused(response, "sink.path")
+
+
+def test_alice_cannot_patch_her_flow_onto_bobs_sink(dirs, alice, bobs_flow, alices_input):
+    flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+
+    response = client_of(alice).patch(
+        "/api/flows/alice-flow/", {"sink": {"path": str(dirs.out / "bob-flow")}}, format="json"
+    )
+
+    refused(response, "sink.path")
+    assert DataFlow.objects.get(name="alice-flow").sink_config["path"] == str(dirs.out / "alice-flow")
+
+
+def test_the_operator_cannot_apply_alices_flow_onto_bobs_sink(dirs, alice, bobs_flow, alices_input):
+    """``applyflows`` as the operator holds an existing flow to its owner's rules."""
+    flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+
+    with pytest.raises(ConfigError) as caught:
+        flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "bob-flow")))
+
+    assert caught.value.field == "sink.path"
+
+
+def test_a_flow_made_before_the_rule_is_refused_at_start(dirs, alice, bobs_flow, alices_input):
+    flow, _ = flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+    DataFlow.objects.filter(pk=flow.pk).update(sink_config={"path": str(dirs.out / "bob-flow")})
+    flow.refresh_from_db()
+
+    with pytest.raises(ConfigError) as caught:
+        flow_start(flow=flow)
+
+    assert caught.value.field == "sink.path"
+    assert (dirs.out / "bob-flow" / "part-0.csv").read_text() == "id\n1\n"
+
+
+def test_alice_may_chain_her_own_flows(dirs, alice, alices_input):
+    flow_apply(spec=spec("alice-first", alices_input, str(dirs.out / "alice-first")), owner=alice)
+
+    response = client_of(alice).post(
+        "/api/flows/",
+        body("alice-second", str(dirs.out / "alice-first" / "*.parquet"), str(dirs.out / "alice-second")),
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+
+
+def test_alices_source_glob_over_the_output_root_does_not_block_bobs_sink(dirs, alice, bob):
+    """``out/*.csv`` reads files directly in out/, not bob's results in out/bob-flow: bob
+    is not refused his sink because alice came first with a broad glob."""
+    (dirs.out / "top.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
+    flow_apply(spec=spec("alice-top", str(dirs.out / "*.csv"), str(dirs.data / "alice-top")), owner=alice)
+    (dirs.data / "b.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
+
+    response = client_of(bob).post(
+        "/api/flows/", body("bob-flow", str(dirs.data / "b.csv"), str(dirs.out / "bob-flow")), format="json"
+    )
+
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("pattern", ["**/*.csv", "*/*.csv", "bob-*/*"])
+def test_alices_glob_that_reaches_bobs_output_is_refused(dirs, alice, bobs_flow, pattern):
+    response = client_of(alice).post(
+        "/api/flows/validate/",
+        body("alice-read", str(dirs.out / pattern), str(dirs.data / "alice-read")),
+        format="json",
+    )
+
+    assert "another user's flow" in refused(response, "source.path")
