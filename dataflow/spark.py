@@ -524,6 +524,23 @@ def session_recover(*, out_of_memory: bool = False) -> str:
     return found
 
 
+def stuck_tasks(group: JobGroup) -> int:
+    """Tasks of the cancelled ``group`` that still run. Spark's tracker stops counting a
+    cancelled job's tasks once the job has ended, while their threads may run on for
+    minutes; so when no job of another group is active, every task the executors of this
+    process still run is counted as the group's (local mode: they are; none of the
+    project's other Spark work runs outside a job)."""
+    if group.remote:
+        return 0
+    with _lock:
+        if runs_beyond_this_process() or _session is None or _pid != os.getpid():
+            return group.running_tasks()
+        context = _session.sparkContext
+        if _other_groups_active(context, group):
+            return group.running_tasks()
+        return max(group.running_tasks(), _running_tasks(context))
+
+
 def kill_stuck_group(group: JobGroup) -> bool:
     """Kills this process's Spark JVM when the only tasks it runs are those of ``group``,
     whose jobs were cancelled and which ignore it (as Spark's task reaper kills an executor
@@ -533,22 +550,32 @@ def kill_stuck_group(group: JobGroup) -> bool:
         if group.remote or runs_beyond_this_process() or _session is None or _pid != os.getpid():
             return False
         context = _session.sparkContext
-        if list(context.statusTracker().getActiveJobsIds()):
+        if _other_groups_active(context, group) or not _running_tasks(context):
             return False  # a job of another transform runs: its work is not ours to kill
-        stuck = group.running_tasks()
-        if not stuck or stuck != _running_tasks(context):
-            return False
-        log.warning(
-            "Spark job group %s: %s cancelled tasks ignore the cancel; restarting Spark", group.name, stuck
-        )
+        log.warning("Spark job group %s: cancelled tasks ignore the cancel; restarting Spark", group.name)
         _drop_jvm(graceful=False)
         return True
+
+
+def _other_groups_active(context, group: JobGroup) -> bool:
+    """Whether a job of another group is active (the group's own cancelled job may still
+    count as active: its write waits for the tasks that ignore the cancel)."""
+    tracker = context.statusTracker()
+    return bool(set(tracker.getActiveJobsIds()) - set(tracker.getJobIdsForGroup(group.name)))
 
 
 def _running_tasks(context) -> int:
     """Every task the executors of this process run now, by Spark's status store."""
     executors = context._jsc.sc().statusStore().executorList(True)
     return sum(executors.apply(i).activeTasks() for i in range(executors.size()))
+
+
+def spark_kill() -> None:
+    """Kills this process's Spark JVM at once, whatever it runs, and forgets its session:
+    the next job starts a new one. For a process whose Spark is known to be stuck."""
+    with _lock:
+        if _session is not None and _pid == os.getpid():
+            _drop_jvm(graceful=False)
 
 
 def _drop_jvm(*, graceful: bool = True) -> int | None:

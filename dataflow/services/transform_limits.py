@@ -32,7 +32,7 @@ from django.db import close_old_connections, connection
 
 from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
 from dataflow.services.specs import TransformLimits
-from dataflow.spark import JobGroup, job_group, kill_stuck_group
+from dataflow.spark import JobGroup, job_group, kill_stuck_group, stuck_tasks
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class TransformWatch:
         attempt starts beside tasks of this one."""
         deadline = time.monotonic() + settings.DATAFLOW_TRANSFORM_KILL_SECONDS
         try:
-            while group.running_tasks():
+            while stuck_tasks(group):
                 if time.monotonic() > deadline:
                     if not kill_stuck_group(group):
                         log.warning("run %s: cancelled tasks of %s still run", self.run_id, group.name)

@@ -21,7 +21,7 @@ from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.redis_client import get_redis
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
 from dataflow.services.runs import coordinator_for
-from dataflow.spark import get_spark
+from dataflow.spark import get_spark, session_started, spark_kill
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
@@ -32,8 +32,13 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def _quick_kill(settings):
     """Cancelled tasks of the cross join ignore the cancel (one generated loop): the JVM
-    that runs them is killed this soon after the cancel."""
+    that runs them is killed this soon after the cancel. Should a test leave one running
+    anyway (it failed before its cancel), the JVM goes after it: the tests after this
+    module share the session, and a runaway task would hold a core for the rest of them."""
     settings.DATAFLOW_TRANSFORM_KILL_SECONDS = 3
+    yield
+    if session_started() and (active_jobs() or running_tasks()):
+        spark_kill()
 
 
 RUNAWAY_SQL = (
