@@ -10,15 +10,16 @@ from django.conf import settings
 from dataflow.models import FlowRun, RunStatus
 from dataflow.services.context import coordinator_for
 
-STALL_NOTE = "waiting: "
+#: How a stall note begins; other notes also begin "waiting: " (a stream whose pattern
+#: matches nothing yet), and only this one is worked out anew by each view.
+STALL_NOTE = "waiting: no reader has run"
 
 
 def stall_note(idle_s: float) -> str:
     """What a reading run says when no reader has run for ``idle_s`` seconds."""
     queue = settings.CELERY_TASK_DEFAULT_QUEUE
     return (
-        f"{STALL_NOTE}no reader has run for {int(idle_s)} s: is a Celery worker consuming "
-        f"queue {queue!r}, with a free slot?"
+        f"{STALL_NOTE} for {int(idle_s)} s: is a Celery worker consuming queue {queue!r}, with a free slot?"
     )
 
 

@@ -31,7 +31,7 @@ _MARKER = re.compile(r"^<!-- readme-test: (?P<name>[\w-]+) (?P<role>run|output|f
 _FENCE = re.compile(r"^```")
 _LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ ")
 # A tqdm bar: "phase: 42%|███  | 2/4 [00:01<00:02, 1.2split/s, ...]" or "phase: 0split [00:00, ?split/s]".
-_PROGRESS_BAR = re.compile(r"^[\w ]+: .*\[[0-9:]+(<[0-9:?]+)?,[^\]]*\]\s*$")
+_PROGRESS_BAR = re.compile(r"^[\w ()]+: .*\[[0-9:]+(<[0-9:?]+)?(,[^\]]*)?\]\s*$")
 
 
 @dataclass
@@ -147,6 +147,8 @@ _VOLATILE = [
     ),
     # tqdm's elapsed<remaining and rate: "[00:10<00:00,  2.70s/split" -> "[<elapsed>, <rate>"
     (re.compile(r"\[[0-9:]+(<[0-9:?]+)?,\s*[0-9.?]+\s?[a-z]*/[a-z]+"), "[<elapsed>, <rate>"),
+    # A phase without a percentage (a stream's, or after reading): "[00:03, records=" or "[00:03]"
+    (re.compile(r"\[[0-9:]+(?=[,\]])"), "[<elapsed>"),
 ]
 
 
