@@ -492,6 +492,17 @@ class _RunningTransforms:
 _transforms_here = _RunningTransforms()
 
 
+def transforms_running_here():
+    """Counts the block as a transform running its Spark job in this process: a worker
+    that leaves (``transforms_give_back``) cancels its jobs until the block ends."""
+    return _transforms_here
+
+
+def worker_leaving() -> bool:
+    """Whether this process's worker is shutting down (SIGTERM: a warm shutdown)."""
+    return _worker_leaving.is_set()
+
+
 def transforms_give_back(*, every_s: float = 0.5) -> None:
     """This worker process is leaving: its transform attempts cancel their Spark jobs and
     give their runs back at once (the lease released, no failure counted, no backoff), so

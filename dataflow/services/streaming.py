@@ -70,6 +70,8 @@ from dataflow.services.runs import (
     run_finish,
     run_key,
     source_for,
+    transforms_running_here,
+    worker_leaving,
 )
 from dataflow.services.specs import transform_limits
 from dataflow.services.transform_limits import (
@@ -176,6 +178,8 @@ class StreamDriver:
         self.lease_lost = lease_lost
         try:
             while lease_lost is None or not lease_lost.is_set():
+                if worker_leaving():
+                    return True  # the next slice goes to another worker, the lease freed at once
                 started = time.monotonic()
                 step = self.trigger()
                 if step == Step.ENDED:
@@ -207,10 +211,17 @@ class StreamDriver:
                     self._finish()
                     return Step.ENDED
                 return Step.IDLE
-            committed = self.run_epoch(epoch)
+            with transforms_running_here():
+                committed = self.run_epoch(epoch)
         except TransformCancelled as exc:
             return self._cancelled(exc)
         except Exception as exc:  # noqa: BLE001 - every failure is reported on the run
+            if worker_leaving():
+                # Its worker shuts down and cancelled the epoch's job: not a failure; the
+                # epoch stays planned and the next driver runs it again from its inputs.
+                self._drop_spark()
+                log.warning("run %s: epoch given back: its worker is shutting down", run.pk)
+                return Step.DONE
             if _committed_by_another_driver(epoch):
                 # A second driver (e.g. after a quick stop and resume) committed this epoch
                 # and removed its input while this one ran it: not a failure; it goes on.

@@ -19,8 +19,10 @@ from django.db import connection
 
 from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.redis_client import get_redis
+from dataflow.services import runs
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
-from dataflow.services.runs import coordinator_for
+from dataflow.services.runs import coordinator_for, transforms_give_back
+from dataflow.services.streaming import StreamState
 from dataflow.spark import get_spark, session_started, spark_kill
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
@@ -246,3 +248,43 @@ def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resume
         flow_stop(flow=stream.run.flow)
         slice_.join()
     assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
+
+
+@pytest.fixture()
+def worker_stays():
+    """``transforms_give_back`` marks this whole process as a leaving worker: the tests
+    after this one run in it, so the mark (a private event) is taken back."""
+    yield
+    runs._worker_leaving.clear()
+
+
+def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+    outcome = []
+
+    def drive() -> None:
+        try:
+            outcome.append(driver(stream).run_slice(deadline=time.monotonic() + 240))
+        finally:
+            connection.close()  # this thread's own
+
+    slice_ = threading.Thread(target=drive)
+    slice_.start()
+    try:
+        wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+        transforms_give_back()  # what a worker's SIGTERM runs: returns once no epoch runs
+        slice_.join(timeout=120)
+        assert not slice_.is_alive(), "the slice went on after its worker began to leave"
+        assert outcome == [True]  # the run goes on: its next slice is queued for another worker
+        run = stream.refreshed()
+        assert run.status in ("reading", "transforming") and StreamState.of(run).failures == 0, run.message
+        assert TransformEpoch.objects.get(run=run).status == EpochStatus.PLANNED
+        assert stream.sink_ids() == Counter()
+
+        runs._worker_leaving.clear()  # the next worker: the epoch runs again, once
+        assert driver(stream).run_slice(deadline=time.monotonic() + 60) is True
+        assert stream.sink_ids() == ids(rows)
+    finally:
+        flow_stop(flow=stream.run.flow)
+        slice_.join()
