@@ -6,7 +6,7 @@ if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
     if sys.argv[1:2] == ["runflow"]:
         # The driver's JVM takes seconds to start: it starts now, while Django sets up.
-        from dataflow.spark import warm_up_before_django
+        from dataflow.spark.session import warm_up_before_django
 
         warm_up_before_django()
     from django.core.management import execute_from_command_line

@@ -126,7 +126,7 @@ def start_fleet(parallelism: int):
     from celery.contrib.testing.worker import start_worker
 
     from dataflow.celery import app
-    from dataflow.spark import get_spark
+    from dataflow.spark.session import get_spark
 
     get_spark().range(1000).selectExpr("sum(id)").collect()
     worker = start_worker(

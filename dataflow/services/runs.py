@@ -38,7 +38,8 @@ from dataflow.services.transform_limits import (
     TransformWatch,
     check_output_rows,
 )
-from dataflow.spark import is_out_of_memory, session_recover
+from dataflow.spark.errors import is_out_of_memory
+from dataflow.spark.session import session_recover
 from dataflow.store import DjangoRunStore
 from source_support.coordination import RunCoordinator
 from source_support.formats import FormatSpec
@@ -509,7 +510,7 @@ def transforms_give_back(*, every_s: float = 0.5) -> None:
     another worker takes them up without waiting for the lease to lapse; a transform task
     that arrives now is left for another worker. Cancels again every ``every_s`` while an
     attempt still runs: a job submitted just after a cancel is not cancelled by it."""
-    from dataflow.spark import cancel_jobs  # loads PySpark: only where a worker leaves
+    from dataflow.spark.session import cancel_jobs  # loads PySpark: only where a worker leaves
 
     _worker_leaving.set()
     while _transforms_here.count:
@@ -548,7 +549,8 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch) -> bool:
     """Stages the sink and publishes it through the attempt's fence, its Spark jobs in a job
     group of the attempt's own, under ``watch``; returns whether it published (False: a
     later attempt has taken over)."""
-    from dataflow.spark import application_id, observe_rows, quiet_query_errors, spark_job
+    from dataflow.spark.jobs import observe_rows, quiet_query_errors
+    from dataflow.spark.session import application_id, spark_job
 
     spec = run.spec
     if not run.schema_ddl:

@@ -80,7 +80,9 @@ from dataflow.services.transform_limits import (
     TransformWatch,
     check_output_rows,
 )
-from dataflow.spark import is_out_of_memory, observe_rows, session_recover
+from dataflow.spark.errors import is_out_of_memory
+from dataflow.spark.jobs import observe_rows
+from dataflow.spark.session import session_recover
 from dataflow.stream_query import (
     QueryKind,
     plan_contradiction,
@@ -339,7 +341,8 @@ class StreamDriver:
     def _session(self):
         """The slice's Spark session: its own temp views, on the process's warm JVM."""
         if self._spark is None:
-            from dataflow.spark import application_id, quiet_query_errors, spark_job
+            from dataflow.spark.jobs import quiet_query_errors
+            from dataflow.spark.session import application_id, spark_job
 
             spark = self._spark_context.enter_context(spark_job())
             self._spark_context.enter_context(quiet_query_errors())

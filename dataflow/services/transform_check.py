@@ -8,7 +8,7 @@ found in about a second instead of after the whole source was read.
 from __future__ import annotations
 
 from dataflow.models import FlowRun
-from dataflow.spark import quiet_query_errors
+from dataflow.spark.jobs import quiet_query_errors
 from dataflow.transform_policy import SOURCE_VIEW, transform_policy_check
 from source_support.errors import ConfigError
 
@@ -42,7 +42,7 @@ def transform_check(*, run_id: int) -> str | None:
         return str(exc)
     if not run.schema_ddl:
         return None  # nothing was inferred (an empty source): the run itself says so
-    from dataflow.spark import spark_job
+    from dataflow.spark.session import spark_job
 
     with spark_job() as spark:
         return transform_analyze(spark, sql=sql, schema_ddl=run.schema_ddl, partition_by=partition_by)

@@ -32,7 +32,8 @@ from django.db import close_old_connections, connection
 
 from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
 from dataflow.services.specs import TransformLimits
-from dataflow.spark import JobGroup, job_group, kill_stuck_group, stuck_tasks
+from dataflow.spark.jobs import JobGroup, job_group
+from dataflow.spark.session import kill_stuck_group, stuck_tasks
 
 log = logging.getLogger(__name__)
 

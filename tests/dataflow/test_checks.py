@@ -90,7 +90,7 @@ def test_spark_session_is_refused_too(landing):
     """A Celery worker runs no system checks: the transform meets the same refusal."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from dataflow.spark import get_spark
+    from dataflow.spark.session import get_spark
 
     landing.SPARK_MASTER = "spark://127.0.0.1:9"
 

@@ -116,7 +116,7 @@ def test_a_transform_that_fails_at_run_time_is_not_retried(worker, dirs, setting
 def test_spark_sql_cannot_read_files_directly(dirs):
     from pyspark.errors import AnalysisException
 
-    from dataflow.spark import get_spark
+    from dataflow.spark.session import get_spark
 
     write_csv(dirs.data / "secret.csv", range(3))
     spark = get_spark()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-import dataflow.spark
+import dataflow.spark.session
 from dataflow.models import LandedBatch
 from dataflow.services import runs
 from dataflow.services.flows import flow_apply, flow_start
@@ -158,7 +158,7 @@ def on_cluster(cluster, dirs, settings):
     settings.SPARK_CORES_MAX = "2"
     settings.DATAFLOW_LANDING_SHARED = True  # one machine: the landing root is the same path
     yield cluster
-    dataflow.spark.stop_spark()
+    dataflow.spark.session.stop_spark()
 
 
 def _sources(dirs) -> list[tuple]:
@@ -259,7 +259,7 @@ def test_flow_runs_through_spark_connect(worker, dirs, settings, monkeypatch, tm
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     sessions = []
-    spark_job = dataflow.spark.spark_job
+    spark_job = dataflow.spark.session.spark_job
 
     @contextmanager
     def recording_spark_job():

@@ -21,7 +21,7 @@ from dataflow.selectors import RunProgress, run_progress, stream_progress
 from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release
 from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
-from dataflow.spark import cancel_jobs, milestone, milestones, session_started, warm_up
+from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
 
 #: How long runflow rides out a database it cannot reach before it gives up.

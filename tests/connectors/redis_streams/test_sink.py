@@ -172,7 +172,7 @@ def test_an_attempt_that_died_while_publishing_is_finished_by_the_next(rds, pref
 
 @pytest.mark.django_db
 def test_a_spark_dataframe_is_written(rds, prefix, env):
-    from dataflow.spark import spark_job
+    from dataflow.spark.session import spark_job
 
     with spark_job() as spark:
         df = spark.sql("SELECT id, CAST(id * 2 AS STRING) AS doubled FROM range(5)")

@@ -33,7 +33,7 @@ from dataflow.services.runs import landing_zone, run_key
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.stream_runs import untransformed_records
 from dataflow.services.streaming import Step, StreamDriver, ensure_stream_transform
-from dataflow.spark import spark_job
+from dataflow.spark.session import spark_job
 from dataflow.stream_query import QueryKind, plan_contradiction
 from source_support.errors import ConfigError
 from source_support.registry import SOURCES, SourceConnector

@@ -7,7 +7,7 @@ import pytest
 from dataflow.models import FlowRun
 from dataflow.services.flows import flow_apply
 from dataflow.services.transform_check import transform_analyze, transform_check
-from dataflow.spark import spark_job
+from dataflow.spark.session import spark_job
 from tests.helpers import spec
 
 SCHEMA = "`id` BIGINT, `country` STRING, `ts` TIMESTAMP, `user` STRUCT<`name`: STRING, `tags`: ARRAY<STRING>>"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dataflow.services.runs import _spark_error_message
-from dataflow.spark import quiet_query_errors, spark_job
+from dataflow.spark.jobs import quiet_query_errors
+from dataflow.spark.session import spark_job
 
 
 def test_a_write_the_jvm_refuses_names_the_java_cause(tmp_path):

@@ -23,7 +23,7 @@ from dataflow.services import runs
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
 from dataflow.services.runs import coordinator_for, transforms_give_back
 from dataflow.services.streaming import StreamState
-from dataflow.spark import get_spark, session_started, spark_kill
+from dataflow.spark.session import get_spark, session_started, spark_kill
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv

@@ -27,8 +27,23 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from pyspark import SparkConf, SparkContext
+from pyspark.errors import PySparkRuntimeError
+from pyspark.find_spark_home import _find_spark_home
+from pyspark.java_gateway import launch_gateway
+from pyspark.sql import SparkSession
 
-log = logging.getLogger(__name__)
+from dataflow.jvm_class_archive import JvmClassArchive, java_executable
+from dataflow.spark.deployment import (
+    landing_errors,
+    runs_beyond_this_process,
+    stop_after_job,
+)
+from dataflow.spark.errors import JVM_OOM_EXIT
+from dataflow.spark.jobs import JobGroup
+
+#: The name the README and operators know these lines by.
+log = logging.getLogger("dataflow.spark")
 
 _lock = threading.Lock()
 _session = None
@@ -51,23 +66,6 @@ milestones: dict[str, float] = {}
 def milestone(name: str) -> None:
     """Records the first time this process reached ``name``."""
     milestones.setdefault(name, time.time())
-
-
-def is_local_master(master: str) -> bool:
-    """True for masters that run every executor on this machine (``local``, ``local[4]``...)."""
-    return master == "local" or master.startswith(("local[", "local-cluster["))
-
-
-def runs_beyond_this_process() -> bool:
-    """True when Spark reads the landing zone from other processes or machines."""
-    return bool(settings.SPARK_REMOTE) or not is_local_master(settings.SPARK_MASTER)
-
-
-def stop_after_job() -> bool:
-    """Whether the process session is stopped when its last running job ends."""
-    if settings.SPARK_STOP_AFTER_JOB is not None:
-        return settings.SPARK_STOP_AFTER_JOB
-    return runs_beyond_this_process()
 
 
 def get_spark():
@@ -216,8 +214,6 @@ def _build():
     _check_can_start()
     if settings.SPARK_REMOTE:
         return _connect_builder().getOrCreate()
-    from pyspark.sql import SparkSession
-
     master = settings.SPARK_MASTER
     conf = {
         "spark.app.name": "activedataflow",
@@ -242,10 +238,6 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
     this process's driver options, and with its stdout and stderr on ``output`` (Spark's
     log4j lines, JVM warnings), so they do not land in a command's progress bar; ``None``
     leaves them on this process's. A JVM already running is kept."""
-    from pyspark import SparkContext
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.java_gateway import launch_gateway
-
     with SparkContext._lock:
         if SparkContext._gateway is not None:
             return
@@ -273,8 +265,6 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
 
 
 def _spark_conf(conf: dict[str, str], java_options: str):
-    from pyspark import SparkConf
-
     spark_conf = SparkConf(loadDefaults=False)
     for key, value in conf.items():
         spark_conf.set(key, value)
@@ -288,10 +278,6 @@ def _class_archive(conf: dict[str, str]):
     """The driver JVM's class archive (see ``dataflow.jvm_class_archive``), or None."""
     if not settings.DATAFLOW_SPARK_CLASS_ARCHIVE_DIR:
         return None
-    from pyspark.find_spark_home import _find_spark_home
-
-    from dataflow.jvm_class_archive import JvmClassArchive, java_executable
-
     class_path = ":".join(conf.get(k, "") for k in ("spark.driver.extraClassPath", "spark.jars"))
     return JvmClassArchive(
         Path(settings.DATAFLOW_SPARK_CLASS_ARCHIVE_DIR),
@@ -304,8 +290,6 @@ def _class_archive(conf: dict[str, str]):
 def _check_can_start() -> None:
     """The start-up checks again (a Celery worker runs no Django system checks), then the
     master or Connect server must answer."""
-    from dataflow.checks import landing_errors
-
     problems = landing_errors()
     if problems:
         raise ImproperlyConfigured(" ".join(problems))
@@ -318,7 +302,8 @@ def _check_can_start() -> None:
 def _connect_builder():
     # The Connect client's own builder: the classic builder would mark the whole process as
     # remote (SPARK_CONNECT_MODE_ENABLED) and refuse while a classic context is alive.
-    from pyspark.sql.connect.session import SparkSession as ConnectSession
+    # Spark Connect's client costs 2 s and 130 MB to import: only a Connect deployment loads it.
+    from pyspark.sql.connect.session import SparkSession as ConnectSession  # noqa: PLC0415
 
     builder = ConnectSession.builder.remote(settings.SPARK_REMOTE)
     for key, value in _conf().items():
@@ -363,127 +348,6 @@ def cancel_jobs() -> None:
         session.sparkContext.cancelAllJobs()
     except Exception as exc:  # noqa: BLE001 - the process is on its way out anyway
         log.warning("cancelling Spark jobs failed: %s", exc)
-
-
-_quiet = threading.local()
-
-
-class _DropInThisThread(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not getattr(_quiet, "on", False) or record.thread != threading.get_ident()
-
-
-_filter = _DropInThisThread()
-
-
-@contextmanager
-def quiet_query_errors() -> Iterator[None]:
-    """Drops PySpark's log of a failed query in this thread while the block runs.
-
-    PySpark logs every failed query with the whole Java stack trace (11 KB) at ERROR; the
-    caller reports the error's first line where the user looks (the run's message).
-    """
-    from pyspark.logger import PySparkLogger
-
-    # PySpark's own class: a plain Logger of that name would break its error logging.
-    PySparkLogger.getLogger("SQLQueryContextLogger").addFilter(_filter)  # once: filters are a set
-    _quiet.on = True
-    try:
-        yield
-    finally:
-        _quiet.on = False
-
-
-def observe_rows(frame, name: str):
-    """``frame`` with a count of the rows that flow through it, taken by the action that
-    runs it (no second pass), and a function that returns the count afterwards."""
-    if type(frame).__module__.startswith("pyspark.sql.connect"):
-        from pyspark.sql.connect import functions as F
-        from pyspark.sql.connect.observation import Observation
-    else:
-        from pyspark.sql import Observation
-        from pyspark.sql import functions as F
-    observation = Observation(name)
-    observed = frame.observe(observation, F.count(F.lit(1)).alias("rows"))
-    return observed, lambda: observation.get["rows"]
-
-
-class JobGroup:
-    """The Spark jobs of one transform attempt: a job group in classic Spark (its tasks are
-    interrupted on cancel), a tag of the attempt's own session with Spark Connect. Made in
-    the thread that runs the jobs (``job_group``); ``cancel`` may be called from any thread."""
-
-    def __init__(self, session, name: str) -> None:
-        self.session = session
-        self.name = name
-        self.remote = type(session).__module__.startswith("pyspark.sql.connect")
-
-    def cancel(self) -> None:
-        """Cancels the group's running jobs (their tasks interrupted); jobs it starts later
-        run unless cancelled again."""
-        try:
-            if self.remote:
-                self.session.interruptTag(self.name)
-            else:
-                self.session.sparkContext.cancelJobGroup(self.name)
-        except Exception as exc:  # noqa: BLE001 - a session already gone has nothing running
-            log.warning("cancelling Spark job group %s failed: %s", self.name, exc)
-
-    def running_tasks(self) -> int:
-        """Tasks of the group's jobs still running: a cancelled job's tasks run on until
-        they look at their interrupt flag, which a tight loop (a cross join in one
-        generated loop) may not do for minutes (classic Spark; 0 with Connect)."""
-        if self.remote:
-            return 0
-        tracker = self.session.sparkContext.statusTracker()
-        total = 0
-        for job in tracker.getJobIdsForGroup(self.name):
-            info = tracker.getJobInfo(job)
-            for stage in info.stageIds if info else ():
-                stage_info = tracker.getStageInfo(stage)
-                total += stage_info.numActiveTasks if stage_info else 0
-        return total
-
-    def active_job_ids(self) -> list[int]:
-        """The ids of the group's jobs Spark still runs (classic Spark; [] with Connect, whose
-        client cannot see the server's jobs)."""
-        if self.remote:
-            return []
-        tracker = self.session.sparkContext.statusTracker()
-        active = set(tracker.getActiveJobsIds())
-        return [job for job in tracker.getJobIdsForGroup(self.name) if job in active]
-
-
-@contextmanager
-def job_group(session, name: str, description: str) -> Iterator[JobGroup]:
-    """Runs the Spark jobs this thread starts in the block in group ``name``; the thread
-    leaves the group when the block ends (a pool thread runs other work next)."""
-    group = JobGroup(session, name)
-    if group.remote:
-        session.addTag(name)
-    else:
-        session.sparkContext.setJobGroup(name, description[:200], interruptOnCancel=True)
-    try:
-        yield group
-    finally:
-        try:
-            if group.remote:
-                session.removeTag(name)
-            else:
-                for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
-                    session.sparkContext.setLocalProperty(key, None)
-        except Exception as exc:  # noqa: BLE001 - a dead session has no group to leave
-            log.debug("leaving Spark job group %s failed: %s", name, exc)
-
-
-#: The exit status of a Spark JVM that ran out of heap (Spark's ``SparkExitCode.OOM``).
-JVM_OOM_EXIT = 52
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` says that the Spark driver ran out of heap."""
-    text = str(exc)
-    return "java.lang.OutOfMemoryError" in text or "SparkOutOfMemoryError" in text
 
 
 def session_recover(*, out_of_memory: bool = False) -> str:
@@ -583,9 +447,6 @@ def _drop_jvm(*, graceful: bool = True) -> int | None:
     graceful stop waits for running tasks) and forgets both (PySpark keeps the gateway of a
     dead JVM and would reuse it); returns the JVM's exit status, None if it was alive."""
     global _session, _restart_pending
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
     _restart_pending = False
     gateway = SparkContext._gateway
     process = getattr(gateway, "proc", None)
