@@ -56,7 +56,7 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
     from django.db import connection
 
     from dataflow.models import FlowRun
-    from dataflow.services.runs import coordinator_for
+    from dataflow.services.context import coordinator_for
     from dataflow.store import DjangoRunStore
     from source_support.coordination import decode_notices
     from source_support.runtime import SPLIT_REQUEST_RETRY_S, BatchCommit
@@ -175,8 +175,8 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     from dataflow.models import FlowRun, Split, SplitStatus
     from dataflow.redis_client import get_redis
+    from dataflow.services.context import coordinator_for, source_for
     from dataflow.services.flows import flow_apply, flow_start
-    from dataflow.services.runs import coordinator_for, source_for
     from dataflow.store import DjangoRunStore
     from source_support.runtime import enumerator_tick
 

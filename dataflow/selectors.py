@@ -6,8 +6,23 @@ from dataclasses import dataclass
 
 import redis
 from django.db.models import Count, OuterRef, Q, QuerySet, Subquery, Sum
+from django.utils import timezone
 
-from dataflow.models import Connection, DataFlow, EpochStatus, FlowRun, SplitStatus, TransformEpoch
+from dataflow.models import (
+    ACTIVE_RUN_STATUSES,
+    Assignment,
+    AssignmentOutcome,
+    Connection,
+    DataFlow,
+    DeadLetter,
+    EpochStatus,
+    FlowRun,
+    MetricSample,
+    RunStatus,
+    SplitStatus,
+    TransformEpoch,
+)
+from dataflow.services.context import source_for
 from dataflow.services.stalls import STALL_NOTE, run_stalled_for, stall_note
 
 
@@ -89,8 +104,6 @@ class StreamProgress:
 
 def stream_progress(*, run_id: int) -> StreamProgress:
     """The rate, lag and last committed epoch of an unbounded run (see ``StreamProgress``)."""
-    from dataflow.models import MetricSample
-
     sample = MetricSample.objects.filter(run_id=run_id, split_id="").order_by("-at").first()
     epoch = (
         TransformEpoch.objects.filter(run_id=run_id, status=EpochStatus.COMMITTED)
@@ -146,8 +159,6 @@ RUNS_LISTED = 50
 def flow_runs(*, flow: DataFlow, limit: int = RUNS_LISTED) -> list[dict]:
     """The flow's newest runs, newest first: what started each, its outcome and counters
     (live while it runs) and how long it took (until now while it runs)."""
-    from django.utils import timezone
-
     rows = []
     for run in flow.runs.order_by("-id")[:limit]:
         progress = run_progress(run_id=run.pk)
@@ -206,8 +217,6 @@ def flow_status(*, flow: DataFlow, splits_max: int = STATUS_SPLITS_MAX) -> dict:
 
 
 def _split_rows(run: FlowRun, limit: int) -> list[dict]:
-    from dataflow.models import Assignment, AssignmentOutcome, MetricSample
-
     splits = list(run.splits.order_by("split_id")[:limit])
     readers = {
         a.split_id: a
@@ -247,8 +256,6 @@ def _split_rows(run: FlowRun, limit: int) -> list[dict]:
 def _position_formatter(run: FlowRun):
     """The source's ``format_position``, or ``str`` where the source cannot be built now
     (a config that no longer validates must not break a status page)."""
-    from dataflow.services.runs import source_for
-
     try:
         return source_for(run).format_position
     except Exception:  # noqa: BLE001 - a status page shows raw positions instead
@@ -262,8 +269,6 @@ SERIES_MAX = 720
 def metrics_series(*, run: FlowRun, split_id: str = "", since=None, limit: int = SERIES_MAX) -> list[dict]:
     """A run's samples over time, oldest first: of the whole run (``split_id`` empty) or of
     one split; only those after ``since`` (a datetime) if given; at most the latest ``limit``."""
-    from dataflow.models import MetricSample
-
     samples = MetricSample.objects.filter(run=run, split_id=split_id)
     if since is not None:
         samples = samples.filter(at__gt=since)
@@ -296,8 +301,6 @@ def flow_overview(*, user) -> list[dict]:
     """Each flow ``user`` may see, by name: its state, its latest run, the records that run
     read, its records/s (``run_records_per_s``) and the lag of its latest sample (None
     where no sample was taken, and once the run has ended)."""
-    from dataflow.models import MetricSample
-
     latest_run = FlowRun.objects.filter(flow=OuterRef("pk")).order_by("-id").values("id")[:1]
     flows = list(flows_visible(user=user).annotate(latest_run_id=Subquery(latest_run)))
     sample = MetricSample.objects.filter(run=OuterRef("pk"), split_id="").order_by("-at")
@@ -323,8 +326,6 @@ def _flow_card(flow: DataFlow) -> dict:
 
 
 def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
-    from dataflow.models import ACTIVE_RUN_STATUSES
-
     row = {
         **_flow_card(flow),
         "run": None,
@@ -443,8 +444,6 @@ def _recent_runs(flow: DataFlow) -> list[dict]:
 
 def _recent_errors(flow: DataFlow) -> dict:
     """The latest runs that failed or say why they stopped, and the latest dead letters."""
-    from dataflow.models import DeadLetter, RunStatus
-
     # As they read now: a stall note that no longer holds is dropped.
     said = flow.runs.exclude(message="").exclude(status=RunStatus.SUCCEEDED)
     fields = ("id", "status", "message", "finished_at", "started_at")
@@ -479,8 +478,3 @@ def connections_visible(*, user) -> QuerySet[Connection]:
     if user.is_staff or user.is_superuser:
         return connections
     return connections.filter(Q(users=user) | Q(groups__user=user)).distinct()
-
-
-def connection_granted(*, connection: Connection, user) -> bool:
-    """Whether ``connection`` is granted to ``user`` (directly or through a group)."""
-    return connection.users.filter(pk=user.pk).exists() or connection.groups.filter(user=user).exists()

@@ -4,49 +4,52 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from dataflow.services import notify, runs, schedules, streaming
+from dataflow.services import flows, notify
+from dataflow.services.runs import slices, tick, transform
+from dataflow.services.streams import driver as stream_driver
+from dataflow.services.streams.tick import stream_transform_requeue
 from source_support.runtime import SliceOutcome
 
 
 @shared_task(name="dataflow.tasks.tick_flow", ignore_result=True)
 def tick_flow(flow_id: int) -> None:
-    runs.flow_tick(flow_id=flow_id)
+    tick.flow_tick(flow_id=flow_id)
 
 
 @shared_task(name="dataflow.tasks.tick_run", ignore_result=True)
 def tick_run(run_id: int) -> None:
-    runs.run_tick(run_id=run_id)
+    tick.run_tick(run_id=run_id)
 
 
 @shared_task(name="dataflow.tasks.read_splits", ignore_result=True)
 def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
     """One time slice of a reader; it re-queues itself so a fleet is shared fairly."""
-    report = runs.read_slice(run_id=run_id, subtask=subtask, token=token)
+    report = slices.read_slice(run_id=run_id, subtask=subtask, token=token)
     if report.outcome == SliceOutcome.CONTINUE:
-        runs.reader_requeue(run_id=run_id, subtask=subtask, token=report.token)
+        slices.reader_requeue(run_id=run_id, subtask=subtask, token=report.token)
 
 
 @shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
 def run_transform(run_id: int) -> None:
-    runs.transform(run_id=run_id)
+    transform.transform(run_id=run_id)
 
 
 @shared_task(name="dataflow.tasks.stream_transform", ignore_result=True)
 def stream_transform(run_id: int) -> None:
     """One time slice of an unbounded run's streaming transform; it re-queues itself."""
-    if streaming.stream_transform(run_id=run_id):
-        streaming.stream_transform_requeue(run_id=run_id)
+    if stream_driver.stream_transform(run_id=run_id):
+        stream_transform_requeue(run_id=run_id)
 
 
 @shared_task(name="dataflow.tasks.transform_check", ignore_result=True)
 def transform_check(run_id: int) -> None:
-    runs.transform_check(run_id=run_id)
+    transform.transform_check(run_id=run_id)
 
 
 @shared_task(name="dataflow.tasks.run_scheduled", ignore_result=True)
 def run_scheduled(flow_id: int) -> None:
     """A flow's schedule is due: beat sends this from the flow's ``dataflow-schedule:`` entry."""
-    schedules.flow_run_scheduled(flow_id=flow_id)
+    flows.flow_run_scheduled(flow_id=flow_id)
 
 
 @shared_task(bind=True, name="dataflow.tasks.webhook_deliver", ignore_result=True, max_retries=None)

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors import run_progress
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import flow_tick
+from dataflow.services.runs.tick import flow_tick
 
 SCHEMA = "id BIGINT, sensor STRING, temperature DOUBLE"
 

@@ -28,8 +28,8 @@ from dataflow.services.admin_support import (
     run_live,
     runs_with_live_counters,
 )
+from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (
-    FlowStateError,
     flow_apply,
     flow_delete,
     flow_pause,

@@ -19,7 +19,7 @@ from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split, We
 from dataflow.selectors import run_message
 from dataflow.services.admin_support import run_duration_s, run_live, runs_with_live_counters, split_share
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
-from dataflow.services.flows import FlowStateError
+from dataflow.services.errors import FlowStateError
 from dataflow.services.notify import webhook_url_masked
 from dataflow.services.specs import spec_values_masked
 from source_support.errors import ConfigError

@@ -19,7 +19,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from dataflow.services.flows import FlowStateError
+from dataflow.services.errors import FlowStateError
 from dataflow.services.login_throttle import LoginThrottleUnavailable
 from dataflow.services.specs import FLOW_FIELDS
 from source_support.errors import ConfigError

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from django.utils import timezone
 from rest_framework import serializers
 from rest_framework.reverse import reverse
 
@@ -209,8 +210,6 @@ class RunSerializer(ValuesSerializer):
     duration_seconds = serializers.FloatField(help_text="Until it finished, or until now while it runs.")
 
     def values(self, run: FlowRun) -> dict[str, Any]:
-        from django.utils import timezone
-
         progress = run_progress(run_id=run.pk)
         end = run.finished_at or timezone.now()
         request = self.context.get("request")

@@ -15,7 +15,8 @@ from django.db.models import OuterRef, QuerySet, Subquery
 
 from dataflow.models import DataFlow, DeadLetter, FlowRun, RunStatus
 from dataflow.selectors import flow_status, flows_visible
-from dataflow.services.flows import FlowStateError, flow_apply
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.notify import notify_unmasked
 from dataflow.services.specs import flow_spec_of
 from source_support.registry import unmask_section
@@ -140,8 +141,6 @@ def flow_status_report(*, flow: DataFlow) -> dict[str, Any]:
 
 def flow_stop_active(*, flow: DataFlow) -> FlowRun:
     """Stops the flow's active run (``flow_stop``); refuses with FlowStateError if it has none."""
-    from dataflow.services.flows import flow_stop
-
     run = flow_stop(flow=flow)
     if run is None:
         raise FlowStateError(f"flow {flow.name!r} has no active run to stop")

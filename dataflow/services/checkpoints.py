@@ -62,21 +62,6 @@ def checkpoints_of(*, flow: DataFlow) -> list[Checkpoint]:
     return list(Checkpoint.objects.filter(run__flow=flow).select_related("run").order_by("-id"))
 
 
-def flow_restore(*, flow: DataFlow, checkpoint_id: int | None = None) -> FlowRun:
-    """Starts a new run of a stopped unbounded flow from a checkpoint (the newest if none is
-    named): each split goes on from the position the checkpoint holds. What the sink got
-    after that checkpoint is read again, as the user asked (Flink's restore from a
-    savepoint). Refused with FlowStateError while a run is active."""
-    from dataflow.services.flows import FlowStateError, flow_start
-
-    checkpoints = Checkpoint.objects.filter(run__flow=flow).order_by("-id")
-    checkpoint = checkpoints.filter(pk=checkpoint_id).first() if checkpoint_id else checkpoints.first()
-    if checkpoint is None:
-        which = f"checkpoint {checkpoint_id}" if checkpoint_id else "checkpoint"
-        raise FlowStateError(f"flow {flow.name!r} has no {which} to restore")
-    return flow_start(flow=flow, restore=checkpoint)
-
-
 def seed_run_from_checkpoint(*, run: FlowRun, checkpoint: Checkpoint) -> None:
     """Gives a new run the checkpoint's splits and enumerator state. Unfinished splits are
     stored as owned by no live reader, so the first tick hands them back to the enumerator

@@ -33,6 +33,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.context import landing_zone, run_key
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,6 @@ def run_resumable(*, run: FlowRun) -> bool:
 
 def run_landing_dir(run: FlowRun) -> Path:
     """Where the readers of ``run`` land its batches (the one place that says so here)."""
-    from dataflow.services.runs import landing_zone, run_key
-
     return landing_zone().run_dir(run_key(run))
 
 

@@ -41,7 +41,6 @@ from django.db import transaction
 
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
-from dataflow.selectors import connection_granted
 from dataflow.services.addresses import url_address_check
 from source_support import addresses
 from source_support.connections import (
@@ -302,3 +301,8 @@ def flow_connections_resolve(
             key_patterns=tuple(connection.key_patterns),
         )
     return targets
+
+
+def connection_granted(*, connection: Connection, user) -> bool:
+    """Whether ``connection`` is granted to ``user`` (directly or through a group)."""
+    return connection.users.filter(pk=user.pk).exists() or connection.groups.filter(user=user).exists()

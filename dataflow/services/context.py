@@ -1,13 +1,20 @@
-"""A run's names outside the database: its Redis coordinator and its key. Below the run
-engine and the selectors, so both can reach a run's Redis side without importing each other."""
+"""A run's names and parts outside the database: its Redis coordinator, its key, the
+landing zone, and its source built from the spec it started with. The floor under every
+service that drives or reads a run, so none of them imports another for these."""
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from dataflow.models import FlowRun
+from dataflow.models import DataFlow, FlowRun
 from dataflow.redis_client import get_redis
+from dataflow.services.environment import flow_environment
+from source_support.api import Source
 from source_support.coordination import RunCoordinator
+from source_support.formats import FormatSpec
+from source_support.landing import LandingZone
+from source_support.registry import BuildContext, Environment, build_source
+from source_support.schema import parse_ddl
 
 
 def coordinator_for(run: FlowRun | int) -> RunCoordinator:
@@ -23,3 +30,34 @@ def coordinator_for(run: FlowRun | int) -> RunCoordinator:
 def run_key(run: FlowRun) -> str:
     """The run's name outside the database: its Redis keys, landing and staging directories."""
     return run.uid.hex
+
+
+def landing_zone() -> LandingZone:
+    """Where readers land what they read, for the transform to take."""
+    return LandingZone(settings.DATAFLOW_LANDING_ROOT, fsync=settings.DATAFLOW_LANDING_FSYNC)
+
+
+def source_for(run: FlowRun) -> Source:
+    """The run's source, built from the spec it started with."""
+    spec = run.spec
+    schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
+    context = BuildContext(
+        env=run_environment(run),
+        batch_size=spec["batch_size"],
+        schema=schema,
+        flow_name=spec["name"],
+        stop=spec.get("stop_rule") or {},
+    )
+    return build_source(
+        spec["source_type"],
+        spec["source_config"],
+        FormatSpec(spec["format_type"], spec["format_options"]),
+        context,
+    )
+
+
+def run_environment(run: FlowRun) -> Environment:
+    """The environment the run's source and sink are built in: its connections resolved
+    for the flow's owner now (a revoked grant stops the build with a ConfigError)."""
+    flow = DataFlow.objects.select_related("owner").get(pk=run.flow_id)
+    return flow_environment(run.spec, owner=flow.owner)

@@ -8,7 +8,7 @@ attempts, fence and retries), except that it adds its rows to the sink under a n
 the replay run (``append``, as a stream's epoch does) instead of replacing what earlier
 runs wrote. In the transaction that publishes those rows, the replayed dead letters whose
 record parsed are deleted and those that failed again become dead letters of the replay
-run, with the new reason (``dead_letters_replay_commit``). A replay that fails or is
+run, with the new reason (``runs.replay``). A replay that fails or is
 stopped changes no dead letter: nothing is lost, nothing is counted twice.
 
 Only the lines of a file can be parsed again this way (a stream entry's dead letter is its
@@ -41,17 +41,21 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
-from dataflow.services.specs import environment, flow_spec_of, flow_spec_validate
-from dataflow.stream_query import QueryKind, stream_query_classify
+from dataflow.services.context import landing_zone, run_key
+from dataflow.services.environment import environment
+from dataflow.services.errors import FlowStateError
+from dataflow.services.runs.replay import REPLAY_SPLIT, REPLAY_TRIGGER
+from dataflow.services.runs.start import run_schema_resolve
+from dataflow.services.runs.tick import request_tick
+from dataflow.services.specs import flow_spec_of, flow_spec_validate
+from dataflow.services.streams.query import QueryKind, stream_query_classify
+from dataflow.services.ticks import flow_ticks_set
 from source_support.errors import ConfigError
 from source_support.formats import CsvFormat, FormatSpec, MissingColumns, RecordFormat
 from source_support.lines import MAX_RECORD_BYTES
 from source_support.registry import SINKS, SOURCES, source_is_unbounded
 from source_support.schema import parse_ddl
 
-REPLAY_TRIGGER = "replay"
-#: The single split of a replay run: its landed batch holds the records that parsed.
-REPLAY_SPLIT = "dead-letters"
 #: Ids named in a refusal, at most.
 IDS_SHOWN = 20
 
@@ -64,8 +68,6 @@ def dead_letters_discard(*, flow: DataFlow, ids: list[int] | None = None, run_id
     ConfigError("run") for a run of another flow, and FlowStateError while a replay of
     the flow runs (it decides what becomes of the dead letters it replays).
     """
-    from dataflow.services.flows import FlowStateError
-
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         letters = _chosen(flow, ids=ids, run_id=run_id)
@@ -90,12 +92,9 @@ def dead_letters_replay(
     when the flow cannot add rows to its sink (its source, sink or transform), or when the
     dead letters' run is not the one whose rows the sink holds (a later run replaced them).
     """
-    from dataflow.services.flows import FlowStateError, _resolve_schema, _schedule_ticks
-    from dataflow.services.runs import landing_zone, request_tick
-
     values = flow_spec_validate(flow_spec_of(flow), owner=flow.owner)
     _check_replayable(values)
-    schema_ddl = _resolve_schema(values, owner=flow.owner)
+    schema_ddl = run_schema_resolve(values, owner=flow.owner)
     if not schema_ddl:
         raise ConfigError(
             "format.schema", "is needed to parse the dead letters: the source holds no file to infer it from"
@@ -130,34 +129,12 @@ def dead_letters_replay(
             _land(run, records, letters=len(letters), failed=len(failed))
             flow.status = FlowStatus.RUNNING
             flow.save(update_fields=["status", "updated_at"])
-            _schedule_ticks(flow, enabled=True)
+            flow_ticks_set(flow=flow, enabled=True)
     except BaseException:
         landing.discard_run(uid.hex)  # what was landed for a run that was never created
         raise
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
-
-
-def dead_letters_replay_commit(*, run: FlowRun) -> None:
-    """Settles the dead letters a replay run replayed, in the transaction that publishes its
-    rows (``runs._publish``): those whose record parsed are deleted (it is in the sink now),
-    those that failed again become the run's own, with the reason they failed this time."""
-    replay = run.spec.get("replay") or {}
-    failed = {int(pk): reason for pk, reason in (replay.get("failed") or {}).items()}
-    again = list(DeadLetter.objects.filter(pk__in=failed, flow_id=run.flow_id))
-    for letter in again:
-        letter.run_id, letter.error = run.pk, failed[letter.pk]
-    DeadLetter.objects.bulk_update(again, ["run", "error"])
-    replayed = DeadLetter.objects.filter(pk__in=replay.get("dead_letters") or [], flow_id=run.flow_id)
-    replayed.exclude(pk__in=failed).delete()
-
-
-def replay_epoch_key(run: FlowRun) -> str:
-    """What names a replay run's files in the sink (``part-<key>.<ext>``): the run's own,
-    so a retry of its transform replaces them instead of adding copies."""
-    from dataflow.services.epochs import epoch_key
-
-    return epoch_key(run, 1)
 
 
 # Choosing and checking.
@@ -338,8 +315,6 @@ def _parse_each(
 
 def _land(run: FlowRun, records: pa.Table, *, letters: int, failed: int) -> None:
     """The run's single split, finished, and its landed batch (if any record parsed)."""
-    from dataflow.services.runs import landing_zone, run_key
-
     split = Split.objects.create(
         run=run,
         split_id=REPLAY_SPLIT,

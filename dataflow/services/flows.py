@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
@@ -21,27 +18,24 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.checkpoints import seed_run_from_checkpoint
+from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
+from dataflow.services.context import coordinator_for, source_for
+from dataflow.services.errors import FlowStateError
 from dataflow.services.notify import run_notify
-from dataflow.services.queues import run_task_send
-from dataflow.services.schedules import schedule_remove, schedule_sync
-from dataflow.services.specs import (
-    FLOW_FIELDS,
-    flow_environment,
-    flow_paths_check,
-    flow_spec_of,
-    flow_spec_validate,
-)
+from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
+from dataflow.services.runs.finish import run_finish
+from dataflow.services.runs.start import run_prepare, run_schema_resolve
+from dataflow.services.runs.tick import request_tick
+from dataflow.services.schedules import schedule_remove, schedule_remove_orphan, schedule_sync
+from dataflow.services.specs import FLOW_FIELDS, flow_paths_check, flow_spec_of, flow_spec_validate
+from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
 from source_support.errors import ConfigError
-from source_support.formats import FormatSpec
-from source_support.registry import BuildContext, build_source, source_is_unbounded, source_output_schema
-from source_support.schema import parse_ddl, to_ddl
 
 log = logging.getLogger(__name__)
-
-
-class FlowStateError(RuntimeError):
-    """The flow is not in a state that allows the action (e.g. starting a running flow)."""
+#: Scheduled starts log where operators look for their schedules.
+schedule_log = logging.getLogger("dataflow.services.schedules")
 
 
 def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
@@ -93,12 +87,10 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
     and with FlowStateError if a run is already active.
     """
-    from dataflow.services.runs import request_tick, run_prepare
-
     spec = flow_spec_of(flow)
     values = flow_spec_validate(spec, owner=flow.owner)
     try:
-        schema_ddl = _resolve_schema(values, owner=flow.owner)
+        schema_ddl = run_schema_resolve(values, owner=flow.owner)
     except ConfigError as exc:
         _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
@@ -108,13 +100,11 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
             raise FlowStateError(f"flow {flow.name!r} is already running")
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
         if restore is not None:
-            from dataflow.services.checkpoints import seed_run_from_checkpoint
-
             seed_run_from_checkpoint(run=run, checkpoint=restore)
         run_prepare(run)
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
-        _schedule_ticks(flow, enabled=True)
+        flow_ticks_set(flow=flow, enabled=True)
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run
@@ -152,19 +142,15 @@ def flow_input_check(*, values: dict[str, Any], owner=None) -> str:
     the spec gives none; empty when there is nothing to read yet), reached with the
     connections of ``owner``. ConfigError naming the field when the input does not fit (an
     inference that fails, a header without a column)."""
-    return _resolve_schema(values, owner=owner)
+    return run_schema_resolve(values, owner=owner)
 
 
 def _queue_transform_check(run_id: int) -> None:
-    from dataflow import tasks
-
-    run_task_send(tasks.transform_check, run_id)
+    run_task_send(TRANSFORM_CHECK, run_id)
 
 
 def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun | None:
     """Stops the active run, if any (paused or not); landed data and checkpoints are kept."""
-    from dataflow.services.runs import run_finish
-
     run = flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).first()
     if run is None:
         return None
@@ -178,8 +164,6 @@ def flow_pause(*, flow: DataFlow) -> FlowRun:
     a stream's transform holds too: its running epoch's Spark job is cancelled (by the
     epoch's ``TransformWatch``) and runs again once resumed. Refuses with FlowStateError if no run
     is active or it is paused already."""
-    from dataflow.services.runs import coordinator_for
-
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         run = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
@@ -203,8 +187,6 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
     stopped: its splits go on from their checkpoints and what it landed is kept. Refuses
     with FlowStateError if the active run is not paused, or if no run is active and the
     latest was not stopped."""
-    from dataflow.services.runs import coordinator_for, request_tick
-
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         active = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
@@ -229,7 +211,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
-        _schedule_ticks(flow, enabled=True)
+        flow_ticks_set(flow=flow, enabled=True)
         coordinator = coordinator_for(run)
         # The stop mark and every lease of the stopped run go: readers start afresh and
         # take the splits back from their checkpoints.
@@ -248,8 +230,6 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
     if not only_failed:
         flow_stop(flow=flow, message="stopped to restart")
         return flow_start(flow=flow)
-    from dataflow.services.runs import coordinator_for, request_tick
-
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         run = flow.runs.select_for_update().order_by("-id").first()
@@ -265,7 +245,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         run.save(update_fields=["status", "finished_at", "message"])
         flow.status = FlowStatus.PAUSED if run.paused_at else FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
-        _schedule_ticks(flow, enabled=True)
+        flow_ticks_set(flow=flow, enabled=True)
         if not was_active:
             coordinator = coordinator_for(run)
             transaction.on_commit(coordinator.purge)
@@ -279,8 +259,6 @@ def _splits_retried(run: FlowRun, failed: list[Split]) -> int:
     back from its checkpoint and hands it out again, as after a crash), as its source reads
     it again (``Source.split_to_retry``: a file the user fixed is no longer the one
     discovered); FlowStateError if one cannot be read again safely."""
-    from dataflow.services.runs import source_for
-
     source = source_for(run)
     serializer = source.split_serializer
     for split in failed:
@@ -301,8 +279,6 @@ def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:
     new count leave and their splits go to the others; new readers take a share of the
     splits (an unbounded source's enumerator moves as few as it can). Returns the active
     run, if any. Refuses a count out of range with ConfigError naming flow.parallelism."""
-    from dataflow.services.runs import request_tick
-
     low, high = FLOW_FIELDS["parallelism"][2]
     if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not low <= parallelism <= high:
         raise ConfigError("flow.parallelism", f"must be between {low} and {high}")
@@ -319,20 +295,14 @@ def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:
     return run
 
 
-def flow_schedule_off(*, flow: DataFlow) -> None:
-    _schedule_ticks(flow, enabled=False)
-
-
 def flow_delete(*, flow: DataFlow) -> None:
     """Deletes the flow with its runs, splits and dead letters: its active run is stopped
     first (readers leave, its Redis keys are purged), its periodic tick and its schedule are
     removed so beat sends nothing more, and the landed files of its runs are removed (its sink is kept)."""
-    from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
-
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
     with transaction.atomic():
-        PeriodicTask.objects.filter(name=_tick_task_name(flow)).delete()
+        flow_ticks_remove(flow=flow)
         schedule_remove(flow=flow)
         flow.delete()
     for run in runs:
@@ -342,62 +312,44 @@ def flow_delete(*, flow: DataFlow) -> None:
             log.warning("flow %s deleted; the landed files of run %s were kept: %s", flow.name, run.pk, exc)
 
 
-def flow_schedule_remove_orphan(*, flow_id: int) -> None:
-    """Removes the periodic tick of a flow that no longer exists (deleted without
-    ``flow_delete``, e.g. by a cascade or a raw query): it would otherwise tick forever."""
-    if not DataFlow.objects.filter(pk=flow_id).exists():
-        PeriodicTask.objects.filter(task="dataflow.tasks.tick_flow", args=json.dumps([flow_id])).delete()
+def flow_restore(*, flow: DataFlow, checkpoint_id: int | None = None) -> FlowRun:
+    """Starts a new run of a stopped unbounded flow from a checkpoint (the newest if none is
+    named): each split goes on from the position the checkpoint holds. What the sink got
+    after that checkpoint is read again, as the user asked (Flink's restore from a
+    savepoint). Refused with FlowStateError while a run is active."""
+    checkpoints = Checkpoint.objects.filter(run__flow=flow).order_by("-id")
+    checkpoint = checkpoints.filter(pk=checkpoint_id).first() if checkpoint_id else checkpoints.first()
+    if checkpoint is None:
+        which = f"checkpoint {checkpoint_id}" if checkpoint_id else "checkpoint"
+        raise FlowStateError(f"flow {flow.name!r} has no {which} to restore")
+    return flow_start(flow=flow, restore=checkpoint)
 
 
-def _tick_task_name(flow: DataFlow) -> str:
-    return f"dataflow-tick:{flow.name}"
+def flow_run_scheduled(*, flow_id: int) -> FlowRun | None:
+    """Starts a run of the flow because its schedule says so (trigger "schedule").
 
-
-def _schedule_ticks(flow: DataFlow, *, enabled: bool) -> None:
-    """The flow's periodic enumerator tick in django-celery-beat's schedule."""
-    every, _ = IntervalSchedule.objects.get_or_create(
-        every=settings.DATAFLOW_TICK_SECONDS, period=IntervalSchedule.SECONDS
-    )
-    PeriodicTask.objects.update_or_create(
-        name=_tick_task_name(flow),
-        defaults={
-            "task": "dataflow.tasks.tick_flow",
-            "interval": every,
-            "args": json.dumps([flow.pk]),
-            "enabled": enabled,
-        },
-    )
-
-
-def _resolve_schema(values: dict[str, Any], *, owner) -> str:
-    """The run's schema: the one given, or inferred now from the first file's first MiB;
-    the input is then checked against it (``Source.check_input``: e.g. CSV headers)."""
-    fmt = FormatSpec(values["format_type"], values["format_options"])
-    env = flow_environment(values, owner=owner)
-
-    def source_with(schema):
-        context = BuildContext(
-            env=env, batch_size=1, schema=schema, flow_name=values["name"], stop=values["stop_rule"]
+    Starts nothing, and logs why, while a run of the flow is active, paused included
+    ("skipped: still running": runs never overlap and missed times are not queued), when
+    the flow's config is no longer valid, or when the flow has no schedule any more. The
+    entry of a flow that no longer exists removes itself from beat's schedule.
+    """
+    flow = DataFlow.objects.filter(pk=flow_id).first()
+    if flow is None:
+        schedule_remove_orphan(flow_id=flow_id)
+        schedule_log.warning(
+            "scheduled run of flow id %s: the flow no longer exists; its schedule was removed", flow_id
         )
-        return build_source(values["source_type"], values["source_config"], fmt, context)
-
-    schema = parse_ddl(fmt.options["schema"]) if "schema" in fmt.options else None
-    if schema is not None:
-        schema = source_output_schema(values["source_type"], values["source_config"], schema)
-    source = source_with(schema)
-    if schema is None:
-        try:
-            schema = source.infer_schema()
-        except Exception as exc:  # noqa: BLE001 - any parse failure means the same to the user
-            raise ConfigError("format.schema", f"could not be inferred ({exc}); give it explicitly") from None
-        if schema is None:
-            if source_is_unbounded(values["source_type"], values["source_config"]):
-                raise ConfigError(
-                    "format.schema",
-                    "is required: the source holds nothing yet to infer it from (a stream "
-                    "or a watched directory fills later)",
-                )
-            return ""
-        source = source_with(schema)
-    source.check_input()
-    return to_ddl(schema)
+        return None
+    if not flow.schedule:
+        schedule_remove(flow=flow)
+        return None
+    try:
+        run = flow_start(flow=flow, trigger="schedule")
+    except FlowStateError as exc:
+        schedule_log.info("flow %s: scheduled run skipped: still running (%s)", flow.name, exc)
+        return None
+    except ConfigError as exc:
+        schedule_log.warning("flow %s: scheduled run not started: %s", flow.name, exc)
+        return None
+    schedule_log.info("flow %s: scheduled run %s started", flow.name, run.pk)
+    return run

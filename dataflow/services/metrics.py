@@ -17,6 +17,7 @@ from dataflow.models import (
     SplitStatus,
     TransformEpoch,
 )
+from dataflow.services.context import source_for
 
 
 def metrics_sample(*, run: FlowRun) -> list[MetricSample]:
@@ -94,6 +95,4 @@ def _last_epoch_latency_ms(run: FlowRun) -> int | None:
 
 
 def _source(run: FlowRun):
-    from dataflow.services.runs import source_for
-
     return source_for(run)

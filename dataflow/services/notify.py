@@ -46,6 +46,7 @@ from django.utils import timezone
 
 from dataflow.models import DataFlow, DeliveryStatus, FlowRun, WebhookDelivery
 from dataflow.services.addresses import address_allow_list, address_check
+from dataflow.services.queues import WEBHOOK_DELIVER
 from source_support.addresses import AddressRefused, create_checked_connection
 from source_support.errors import ConfigError
 from source_support.registry import check_fields
@@ -56,7 +57,6 @@ NOTIFY_FIELDS = {"webhook": str, "on": list}
 NOTIFY_OUTCOMES = ("failed", "succeeded", "stopped")
 DEFAULT_ON = ["failed", "succeeded"]
 MAX_URL_CHARS = 2048  # WebhookDelivery.url
-DELIVER_TASK = "dataflow.tasks.webhook_deliver"
 #: Beyond the longest a delivery's retries may take, before its task counts as lost.
 LOST_TASK_MARGIN_S = 60
 USER_AGENT = "activedataflow"
@@ -155,7 +155,7 @@ def run_notify(*, run: FlowRun, status: str) -> WebhookDelivery | None:
     if not created:
         return None
     # robust: the run has ended whatever the broker says; a delivery not queued stays pending.
-    transaction.on_commit(lambda: current_app.send_task(DELIVER_TASK, args=[delivery.pk]), robust=True)
+    transaction.on_commit(lambda: current_app.send_task(WEBHOOK_DELIVER, args=[delivery.pk]), robust=True)
     return delivery
 
 
@@ -213,7 +213,7 @@ def webhook_deliveries_resume(*, now=None) -> int:
         )
     )
     for delivery_id in lost:
-        current_app.send_task(DELIVER_TASK, args=[delivery_id])
+        current_app.send_task(WEBHOOK_DELIVER, args=[delivery_id])
     if lost:
         log.warning("webhook deliveries %s had lost their task: sent again", lost)
     return len(lost)

@@ -16,11 +16,12 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.context import landing_zone, source_for
+from dataflow.services.errors import FlowStateError
+from source_support.errors import ConfigError
 
 
 def _stopped_run(flow: DataFlow) -> FlowRun:
-    from dataflow.services.flows import FlowStateError
-
     if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
         raise FlowStateError(f"flow {flow.name!r} is running: stop it before changing its offsets")
     run = flow.runs.order_by("-id").first()
@@ -52,8 +53,6 @@ def offsets_set(*, flow: DataFlow, positions: dict[str, str]) -> list[dict[str, 
     offset syntax, e.g. an entry id), so resuming reads from there. Landed data not yet
     transformed past a new position is dropped (it would be read again). Unknown splits and
     bad offsets are refused with ConfigError naming them."""
-    from source_support.errors import ConfigError
-
     run = _stopped_run(flow)
     source = _source(run)
     splits = {s.split_id: s for s in run.splits.all()}
@@ -92,8 +91,6 @@ def offsets_reset(*, flow: DataFlow) -> None:
 
 
 def _drop_untransformed(split: Split, *, beyond: int) -> None:
-    from dataflow.services.runs import landing_zone
-
     # Every landed batch still kept reaches the sink some day (a planned epoch, an open
     # window): all of them past the new position would be read twice.
     doomed = LandedBatch.objects.filter(split=split, end_position__gt=beyond)
@@ -103,6 +100,4 @@ def _drop_untransformed(split: Split, *, beyond: int) -> None:
 
 
 def _source(run: FlowRun):
-    from dataflow.services.runs import source_for
-
     return source_for(run)

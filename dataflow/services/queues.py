@@ -1,4 +1,6 @@
-"""Which Celery queue a run's tasks go to: the shared one, or that of a ``runflow``.
+"""Queueing a run's work by task name, so no service imports ``dataflow.tasks`` (the
+tasks call the services, as Zulip's actions publish events by queue name); and which Celery
+queue a run's tasks go to: the shared one, or that of a ``runflow``.
 
 ``runflow NAME`` runs an in-process worker next to whatever fleet shares the broker. It
 must run only its own flow's tasks, so while it runs a flow it claims a queue of its own
@@ -14,10 +16,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 
 from dataflow.models import DataFlow, FlowRun
 from dataflow.redis_client import get_redis
+
+#: The tasks of a run, by the names ``dataflow.tasks`` registers them under.
+TICK_FLOW = "dataflow.tasks.tick_flow"
+TICK_RUN = "dataflow.tasks.tick_run"
+READ_SPLITS = "dataflow.tasks.read_splits"
+RUN_TRANSFORM = "dataflow.tasks.run_transform"
+STREAM_TRANSFORM = "dataflow.tasks.stream_transform"
+TRANSFORM_CHECK = "dataflow.tasks.transform_check"
+RUN_SCHEDULED = "dataflow.tasks.run_scheduled"
+WEBHOOK_DELIVER = "dataflow.tasks.webhook_deliver"
+WEBHOOK_DELIVERIES_RESUME = "dataflow.tasks.webhook_deliveries_resume"
 
 #: How long a claim outlives its last renewal (``runflow`` renews it at every tick),
 #: at least.
@@ -59,10 +73,9 @@ def run_queue(run_id: int) -> str | None:
     return queue.decode() if queue is not None else None
 
 
-def run_task_send(task: Any, run_id: int, *args: Any) -> None:
-    """Queues ``task(run_id, *args)`` where the run's tasks go (see ``run_queue``)."""
+def run_task_send(task: str, run_id: int, *args: Any) -> None:
+    """Queues the task named ``task`` with ``(run_id, *args)`` where the run's tasks go (see
+    ``run_queue``; without a ``runflow``, ``CELERY_TASK_ROUTES`` routes it by its name)."""
     queue = run_queue(run_id)
-    if queue is None:
-        task.delay(run_id, *args)
-    else:
-        task.apply_async((run_id, *args), queue=queue)
+    options = {} if queue is None else {"queue": queue}
+    current_app.send_task(task, args=(run_id, *args), **options)

@@ -25,7 +25,8 @@ from django.core.exceptions import ValidationError
 from django_celery_beat import validators
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
-from dataflow.models import DataFlow, FlowRun
+from dataflow.models import DataFlow
+from dataflow.services.queues import RUN_SCHEDULED
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
 from source_support.registry import check_fields
@@ -33,7 +34,6 @@ from source_support.registry import check_fields
 log = logging.getLogger(__name__)
 
 SCHEDULE_FIELDS = {"cron": str, "every": str, "timezone": str}
-RUN_SCHEDULED_TASK = "dataflow.tasks.run_scheduled"
 #: A run takes seconds to start (a Spark session alone takes ~8 s): a shorter interval
 #: would only ever skip.
 MIN_EVERY_SECONDS = 10
@@ -146,12 +146,12 @@ def schedule_sync(*, flow: DataFlow) -> PeriodicTask | None:
     name = schedule_task_name(flow)
     args = json.dumps([flow.pk])
     # An entry of this flow under another name (the flow was renamed) would run it twice.
-    PeriodicTask.objects.filter(task=RUN_SCHEDULED_TASK, args=args).exclude(name=name).delete()
+    PeriodicTask.objects.filter(task=RUN_SCHEDULED, args=args).exclude(name=name).delete()
     crontab_row, interval_row = _beat_schedule(flow.schedule)
     entry, _ = PeriodicTask.objects.update_or_create(
         name=name,
         defaults={
-            "task": RUN_SCHEDULED_TASK,
+            "task": RUN_SCHEDULED,
             "args": args,
             "crontab": crontab_row,
             "interval": interval_row,
@@ -167,7 +167,7 @@ def schedule_remove(*, flow: DataFlow) -> None:
     """Removes the flow's entry from beat's schedule (by name, and by the flow's id, so an
     entry left under an older name goes too)."""
     PeriodicTask.objects.filter(name=schedule_task_name(flow)).delete()
-    PeriodicTask.objects.filter(task=RUN_SCHEDULED_TASK, args=json.dumps([flow.pk])).delete()
+    PeriodicTask.objects.filter(task=RUN_SCHEDULED, args=json.dumps([flow.pk])).delete()
 
 
 def _beat_schedule(schedule: dict[str, Any]) -> tuple[CrontabSchedule | None, IntervalSchedule | None]:
@@ -189,33 +189,7 @@ def _beat_schedule(schedule: dict[str, Any]) -> tuple[CrontabSchedule | None, In
     return None, row
 
 
-def flow_run_scheduled(*, flow_id: int) -> FlowRun | None:
-    """Starts a run of the flow because its schedule says so (trigger "schedule").
-
-    Starts nothing, and logs why, while a run of the flow is active, paused included
-    ("skipped: still running": runs never overlap and missed times are not queued), when
-    the flow's config is no longer valid, or when the flow has no schedule any more. The
-    entry of a flow that no longer exists removes itself from beat's schedule.
-    """
-    from dataflow.services.flows import FlowStateError, flow_start
-
-    flow = DataFlow.objects.filter(pk=flow_id).first()
-    if flow is None:
-        PeriodicTask.objects.filter(task=RUN_SCHEDULED_TASK, args=json.dumps([flow_id])).delete()
-        log.warning(
-            "scheduled run of flow id %s: the flow no longer exists; its schedule was removed", flow_id
-        )
-        return None
-    if not flow.schedule:
-        schedule_remove(flow=flow)
-        return None
-    try:
-        run = flow_start(flow=flow, trigger="schedule")
-    except FlowStateError as exc:
-        log.info("flow %s: scheduled run skipped: still running (%s)", flow.name, exc)
-        return None
-    except ConfigError as exc:
-        log.warning("flow %s: scheduled run not started: %s", flow.name, exc)
-        return None
-    log.info("flow %s: scheduled run %s started", flow.name, run.pk)
-    return run
+def schedule_remove_orphan(*, flow_id: int) -> None:
+    """Removes the schedule entry of a flow that no longer exists: it would otherwise
+    start nothing, forever."""
+    PeriodicTask.objects.filter(task=RUN_SCHEDULED, args=json.dumps([flow_id])).delete()

@@ -18,11 +18,11 @@ from typing import Any
 from django.conf import settings
 
 from dataflow.models import DataFlow
-from dataflow.redis_client import redis_url
-from dataflow.services.connections import flow_connections_check, flow_connections_resolve
+from dataflow.services.connections import flow_connections_check
+from dataflow.services.environment import environment
 from dataflow.services.notify import notify_masked, notify_validate
 from dataflow.services.schedules import schedule_validate
-from dataflow.stream_query import stream_query_check
+from dataflow.services.streams.query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
@@ -30,7 +30,6 @@ from source_support.formats import check_format_for_source, validate_format
 from source_support.registry import (
     SINKS,
     SOURCES,
-    Environment,
     check_fields,
     expected_types,
     glob_static_prefix,
@@ -73,33 +72,6 @@ MAX_SPEC_CHARS = 256 * 1024
 MAX_STRING_CHARS = 4096  # any config string (a path may be at most 4096 bytes on Linux)
 MAX_FIELD_CHARS = {"flow.description": 16 * 1024, "transform.sql": 64 * 1024, "format.schema": 64 * 1024}
 MAX_DEPTH = 8  # a flow spec is sections of fields; a value nested deeper is a mistake
-
-
-def environment(*, connections=None) -> Environment:
-    """What validation and connectors know of the deployment; ``connections``: the
-    resolved connections of the flow being built (``flow_environment``)."""
-    return Environment(
-        allowed_roots=tuple(settings.DATAFLOW_ALLOWED_ROOTS),
-        base_dir=settings.DATAFLOW_BASE_DIR,
-        redis_url=redis_url(),
-        connections=connections or {},
-    )
-
-
-def flow_environment(values: dict[str, Any], *, owner) -> Environment:
-    """The environment a flow's source and sink are built in: its named connections
-    resolved for its owner now (a revoked grant or a deleted connection is a ConfigError
-    naming ``source.connection`` or ``sink.connection``). ``values``: what
-    ``flow_spec_validate`` returned (a run's ``spec``)."""
-    return environment(
-        connections=flow_connections_resolve(
-            source_type=values["source_type"],
-            source_config=values["source_config"],
-            sink_type=values["sink_type"],
-            sink_config=values["sink_config"],
-            owner=owner,
-        )
-    )
 
 
 def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:

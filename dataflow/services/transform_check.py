@@ -7,8 +7,11 @@ found in about a second instead of after the whole source was read.
 
 from __future__ import annotations
 
+from pyspark.errors import AnalysisException
+
 from dataflow.models import FlowRun
 from dataflow.spark.jobs import quiet_query_errors
+from dataflow.spark.session import spark_job
 from dataflow.transform_policy import SOURCE_VIEW, transform_policy_check
 from source_support.errors import ConfigError
 
@@ -42,8 +45,6 @@ def transform_check(*, run_id: int) -> str | None:
         return str(exc)
     if not run.schema_ddl:
         return None  # nothing was inferred (an empty source): the run itself says so
-    from dataflow.spark.session import spark_job
-
     with spark_job() as spark:
         return transform_analyze(spark, sql=sql, schema_ddl=run.schema_ddl, partition_by=partition_by)
 
@@ -54,8 +55,6 @@ def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[st
     ``sql`` must have passed ``transform_policy_check``: Spark runs a command (SET, ADD JAR)
     as soon as it is given one.
     """
-    from pyspark.errors import AnalysisException
-
     spark.createDataFrame([], schema_ddl).createOrReplaceTempView(SOURCE_VIEW)
     try:
         with quiet_query_errors():

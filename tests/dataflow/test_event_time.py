@@ -8,7 +8,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dataflow.event_time import BatchTimes, SplitClock, batch_times, rows_before, watermark_ms, window_floor
+from dataflow.services.streams.event_time import (
+    BatchTimes,
+    SplitClock,
+    batch_times,
+    rows_before,
+    watermark_ms,
+    window_floor,
+)
 
 T0 = datetime(2024, 5, 1, tzinfo=UTC)
 T0_MS = int(T0.timestamp() * 1000)

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from dataflow import monitoring
 from dataflow.models import DataFlow, FlowRun, FlowStatus, MetricSample, RunStatus, Split, SplitStatus
-from dataflow.services.runs import coordinator_for
+from dataflow.services.context import coordinator_for
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,9 @@ from django.db import connection, transaction
 from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.source import NumberRangeReader, NumberSequenceSource
 from dataflow.models import Assignment, FlowRun, LandedBatch, Split
+from dataflow.services.context import coordinator_for, landing_zone, source_for
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import coordinator_for, landing_zone, read_slice, source_for
+from dataflow.services.runs.slices import read_slice
 from dataflow.store import DjangoRunStore
 from source_support.api import SourceEvent
 from source_support.reader_base import SourceReaderBase

@@ -12,8 +12,9 @@ from django.contrib.auth import get_user_model
 
 from dataflow.celery import app as celery_app
 from dataflow.models import FlowRun
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import coordinator_for, run_tick
+from dataflow.services.runs.tick import run_tick
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.helpers import spec, write_csv
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlglot import exp
 
-from dataflow.stream_query import (
+from dataflow.services.streams.query import (
     ANONYMOUS_AGGREGATES,
     QueryKind,
     stream_query_check,

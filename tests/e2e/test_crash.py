@@ -11,8 +11,8 @@ import time
 import pytest
 
 from dataflow.models import Assignment, FlowRun, Split
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import coordinator_for
 from tests.e2e.fleet import Fleet
 from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
 

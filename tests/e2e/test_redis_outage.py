@@ -18,8 +18,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from dataflow.models import Assignment, FlowRun, Split
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import coordinator_for
 from tests.e2e.fleet import Fleet
 from tests.e2e.netcut import TcpProxy
 from tests.helpers import (

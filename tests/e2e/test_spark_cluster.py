@@ -23,8 +23,9 @@ import pytest
 
 import dataflow.spark.session
 from dataflow.models import LandedBatch
-from dataflow.services import runs
+from dataflow.services import transform_check
 from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.runs import transform as bounded_transform
 from tests.helpers import (
     Beat,
     multiset,
@@ -188,7 +189,7 @@ def test_master_down_when_the_job_starts_fails_the_attempt_and_a_retry_succeeds(
     # No beat now: nothing queues the next attempt while the master starts.
 
     assert run.status == "transforming"
-    assert run.transform_attempts < runs.MAX_TRANSFORM_ATTEMPTS
+    assert run.transform_attempts < bounded_transform.MAX_TRANSFORM_ATTEMPTS
     assert run.message.startswith(
         f"transform attempt 1 failed, will retry: Spark master {cluster.url} is unreachable: "
     ), run.message
@@ -267,7 +268,9 @@ def test_flow_runs_through_spark_connect(worker, dirs, settings, monkeypatch, tm
             sessions.append(session)
             yield session
 
-    monkeypatch.setattr(dataflow.spark, "spark_job", recording_spark_job)
+    # Where the check of the transform and the bounded transform take their sessions.
+    monkeypatch.setattr(transform_check, "spark_job", recording_spark_job)
+    monkeypatch.setattr(bounded_transform, "spark_job", recording_spark_job)
     sent = _sources(dirs)
 
     with connect_server(tmp_path_factory.mktemp("spark-connect")) as (remote, api):

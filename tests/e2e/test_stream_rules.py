@@ -31,7 +31,7 @@ from django.db import connection
 from connectors.redis_streams.split import decode_position, encode_id, position_ms
 from dataflow.models import DataFlow, DeadLetter, FlowRun, Split
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
-from dataflow.services.runs import flow_tick
+from dataflow.services.runs.tick import flow_tick
 from tests.helpers import Beat, live, multiset, wait_for_run, wait_until
 from tests.redis_server import PrivateRedis
 
@@ -529,7 +529,7 @@ def test_a_stream_that_never_gets_an_event_does_not_hold_windows_open(worker, rd
 
 def run_state(run: FlowRun) -> str:
     """What a run that does not end is at: its note, splits and live readers."""
-    from dataflow.services.runs import coordinator_for
+    from dataflow.services.context import coordinator_for
 
     splits = [
         f"{s.split_id} {s.status} owner={s.owner_subtask}/{s.owner_token[:6]} read={s.records_read}"

@@ -32,7 +32,7 @@ from dataflow.models import (
     TransformEpoch,
 )
 from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
-from dataflow.services.stream_runs import untransformed_records
+from dataflow.services.streams.tick import untransformed_records
 from tests.e2e.fleet import Fleet
 from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stream_spec, what_differs
 from tests.helpers import Beat, live, wait_until

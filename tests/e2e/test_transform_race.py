@@ -15,8 +15,8 @@ import pytest
 
 from dataflow.models import FlowRun
 from dataflow.redis_client import get_redis
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import coordinator_for
 from tests.e2e.fleet import Fleet
 from tests.helpers import spec, wait_for_run, wait_until
 

@@ -13,8 +13,8 @@ import pytest
 from django_celery_beat.models import PeriodicTask
 
 from dataflow.models import FlowRun
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
-from dataflow.services.runs import coordinator_for
 from tests.e2e.fleet import Fleet
 from tests.helpers import spec, wait_until, write_csv
 

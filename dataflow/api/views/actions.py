@@ -13,8 +13,7 @@ from dataflow.api.serializers import ActionSerializer, RestartQuerySerializer, R
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import DataFlow, FlowRun
 from dataflow.services.api_support import flow_stop_active
-from dataflow.services.checkpoints import flow_restore
-from dataflow.services.flows import flow_pause, flow_restart, flow_resume, flow_start
+from dataflow.services.flows import flow_pause, flow_restart, flow_restore, flow_resume, flow_start
 
 
 class FlowActionView(FlowScopedView):

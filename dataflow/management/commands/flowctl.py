@@ -11,13 +11,14 @@ from django.core.management.base import BaseCommand, CommandError
 from dataflow.management.lookup import flow_named
 from dataflow.models import DataFlow
 from dataflow.selectors import flow_runs, flow_status
-from dataflow.services.checkpoints import checkpoints_of, flow_restore
+from dataflow.services.checkpoints import checkpoints_of
+from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (
-    FlowStateError,
     flow_input_check,
     flow_pause,
     flow_rescale,
     flow_restart,
+    flow_restore,
     flow_resume,
     flow_start,
     flow_stop,

@@ -6,7 +6,9 @@ import time
 from contextlib import contextmanager
 
 import psutil
+from celery.bootsteps import RUN
 from celery.contrib.testing.worker import start_worker
+from celery.worker import state
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseError
@@ -18,9 +20,10 @@ from dataflow.management.lookup import flow_named
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
 from dataflow.selectors import RunProgress, run_progress, stream_progress
-from dataflow.services.flows import FlowStateError, flow_resume, flow_start, flow_stop
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release
-from dataflow.services.runs import flow_tick, request_tick, run_is_unbounded
+from dataflow.services.runs.tick import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
 
@@ -222,8 +225,6 @@ def _stop_now(worker) -> None:
     BRPOP to time out. So: the request, a control message that wakes the loop, then, once
     the worker is stopping, CLIENT UNBLOCK of this process's blocked BRPOPs (they return as
     if timed out). Should any of it fail, the worker stops all the same, as slowly as before."""
-    from celery.worker import state
-
     state.should_terminate = 0
     try:
         app.control.broadcast("ping", destination=[worker.hostname], reply=False)
@@ -234,8 +235,6 @@ def _stop_now(worker) -> None:
 
 
 def _unblock_when_stopping(worker, timeout_s: float = 2.0) -> None:
-    from celery.bootsteps import RUN
-
     deadline = time.monotonic() + timeout_s
     while worker.blueprint.state == RUN and time.monotonic() < deadline:
         time.sleep(0.01)

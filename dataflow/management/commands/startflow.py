@@ -1,7 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
-from dataflow.services.flows import FlowStateError, flow_resume, flow_start
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_resume, flow_start
 from source_support.errors import ConfigError
 
 

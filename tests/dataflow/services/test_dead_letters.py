@@ -12,7 +12,8 @@ import pytest
 
 from dataflow.models import DeadLetter, FlowRun, RunStatus
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
-from dataflow.services.flows import FlowStateError, flow_apply, flow_start, flow_stop
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from source_support.errors import ConfigError
 from tests.helpers import Beat, run_flow, wait_for_run
 

@@ -17,16 +17,10 @@ from celery.signals import task_postrun, task_prerun
 
 from dataflow.models import Assignment, FlowRun, FlowStatus, RunStatus, Split, SplitStatus
 from dataflow.selectors import flow_status
-from dataflow.services.flows import (
-    FlowStateError,
-    flow_apply,
-    flow_pause,
-    flow_restart,
-    flow_resume,
-    flow_start,
-    flow_stop,
-)
-from dataflow.services.runs import coordinator_for, run_tick
+from dataflow.services.context import coordinator_for
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_apply, flow_pause, flow_restart, flow_resume, flow_start, flow_stop
+from dataflow.services.runs.tick import run_tick
 from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
 from tests.helpers import Beat, live, multiset, read_parquet_rows, spec, wait_for_run, wait_until, write_csv
 

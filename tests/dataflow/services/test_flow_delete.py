@@ -8,7 +8,7 @@ from django_celery_beat.models import PeriodicTask
 from dataflow.models import DataFlow, FlowRun, RunStatus
 from dataflow.services.cleanup import run_landing_dir
 from dataflow.services.flows import flow_apply, flow_delete, flow_start
-from dataflow.services.runs import flow_tick
+from dataflow.services.runs.tick import flow_tick
 from tests.helpers import spec, write_csv
 
 

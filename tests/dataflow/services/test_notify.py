@@ -18,7 +18,7 @@ from django.utils import timezone
 from dataflow.models import DeliveryStatus, FlowRun, RunStatus, WebhookDelivery
 from dataflow.services.flows import flow_apply
 from dataflow.services.notify import webhook_deliveries_resume, webhook_url_masked
-from dataflow.services.runs import run_finish
+from dataflow.services.runs.finish import run_finish
 from dataflow.services.specs import flow_spec_of
 from source_support import addresses
 from source_support.errors import ConfigError

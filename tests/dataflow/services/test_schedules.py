@@ -12,8 +12,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 from dataflow.celery import app as celery_app
 from dataflow.models import FlowRun, RunStatus
-from dataflow.services.flows import flow_apply, flow_delete, flow_start
-from dataflow.services.schedules import flow_run_scheduled
+from dataflow.services.flows import flow_apply, flow_delete, flow_run_scheduled, flow_start
 from dataflow.services.specs import flow_spec_of
 from source_support.errors import ConfigError
 from tests.helpers import spec, write_csv
@@ -186,7 +185,7 @@ def test_a_scheduled_run_is_skipped_while_the_last_one_is_still_running(nightly,
 
 @pytest.mark.django_db
 def test_a_scheduled_run_starts_once_the_last_one_has_ended(nightly):
-    from dataflow.services.runs import run_finish
+    from dataflow.services.runs.finish import run_finish
 
     flow, _ = flow_apply(spec=nightly)
     first = flow_run_scheduled(flow_id=flow.pk)

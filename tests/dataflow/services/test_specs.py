@@ -8,7 +8,8 @@ import os
 import pytest
 
 from dataflow.models import DataFlow, FlowRun
-from dataflow.services.flows import FlowStateError, flow_apply, flow_start
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
 from tests.helpers import spec, write_csv
 

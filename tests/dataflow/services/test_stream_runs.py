@@ -18,12 +18,13 @@ from django.utils import timezone
 
 from connectors.redis_streams.split import encode_id
 from dataflow.models import Checkpoint, FlowRun, LandedBatch, MetricSample, RunStatus, Split, SplitStatus
-from dataflow.services.checkpoints import checkpoint_take, flow_restore
-from dataflow.services.flows import FlowStateError, flow_apply, flow_rescale, flow_start, flow_stop
+from dataflow.services.checkpoints import checkpoint_take
+from dataflow.services.context import coordinator_for, landing_zone, run_key, source_for
+from dataflow.services.errors import FlowStateError
+from dataflow.services.flows import flow_apply, flow_rescale, flow_restore, flow_start, flow_stop
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
-from dataflow.services.runs import coordinator_for, landing_zone, run_key, source_for
-from dataflow.services.stream_runs import run_backpressure
+from dataflow.services.streams.tick import run_backpressure
 from source_support.errors import ConfigError
 
 

@@ -26,15 +26,15 @@ from django.db.models import F
 from django.utils import timezone
 
 from dataflow.models import EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
-from dataflow.services import streaming
-from dataflow.services.epochs import epoch_key
+from dataflow.services.context import landing_zone, run_key
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
-from dataflow.services.runs import landing_zone, run_key
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
-from dataflow.services.stream_runs import untransformed_records
-from dataflow.services.streaming import Step, StreamDriver, ensure_stream_transform
+from dataflow.services.streams import driver as stream_driver
+from dataflow.services.streams.driver import Step, StreamDriver
+from dataflow.services.streams.epochs import epoch_key
+from dataflow.services.streams.query import QueryKind, plan_contradiction
+from dataflow.services.streams.tick import ensure_stream_transform, untransformed_records
 from dataflow.spark.session import spark_job
-from dataflow.stream_query import QueryKind, plan_contradiction
 from source_support.errors import ConfigError
 from source_support.registry import SOURCES, SourceConnector
 from source_support.schema import parse_ddl
@@ -306,7 +306,7 @@ import sys, time
 import django
 django.setup()
 from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun
-from dataflow.services.streaming import stream_transform
+from dataflow.services.streams.driver import stream_transform
 run_id = int(sys.argv[1])
 while FlowRun.objects.filter(pk=run_id, status__in=ACTIVE_RUN_STATUSES).exists():
     stream_transform(run_id=run_id)  # False while the killed driver's lease lapses
@@ -601,7 +601,7 @@ def test_a_query_that_does_not_fit_the_data_fails_the_run_at_once(dirs):
 @pytest.mark.django_db(transaction=True)
 def test_other_failures_are_retried_then_fail_the_run_after_the_limit(dirs, monkeypatch, settings):
     settings.DATAFLOW_STREAM_FAILURE_LIMIT = 2
-    monkeypatch.setattr(streaming, "_backoff_s", lambda failures: 0)
+    monkeypatch.setattr(stream_driver, "_backoff_s", lambda failures: 0)
     stream = Stream(dirs, "SELECT * FROM source")
     stream.land("s1", [1])
     crash_before_commit(monkeypatch)
@@ -619,7 +619,7 @@ def test_other_failures_are_retried_then_fail_the_run_after_the_limit(dirs, monk
 
 @pytest.mark.django_db(transaction=True)
 def test_a_success_after_a_failure_clears_the_retry_note(dirs, monkeypatch):
-    monkeypatch.setattr(streaming, "_backoff_s", lambda failures: 0)
+    monkeypatch.setattr(stream_driver, "_backoff_s", lambda failures: 0)
     stream = Stream(dirs, "SELECT * FROM source")
     stream.land("s1", [1])
     with monkeypatch.context() as patch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dataflow.services.runs import _spark_error_message
+from dataflow.spark.errors import spark_error_message
 from dataflow.spark.jobs import quiet_query_errors
 from dataflow.spark.session import spark_job
 
@@ -14,7 +14,7 @@ def test_a_write_the_jvm_refuses_names_the_java_cause(tmp_path):
     with spark_job() as spark, quiet_query_errors(), pytest.raises(Exception) as raised:
         spark.range(3).write.parquet(str(tmp_path / "afile" / "sink"))
 
-    message = _spark_error_message(raised.value)
+    message = spark_error_message(raised.value)
 
     assert "An error occurred while calling" not in message
     assert "afile" in message and "\n" not in message, message
@@ -26,4 +26,4 @@ def test_a_spark_error_keeps_its_first_line():
 
     error = AnalysisException("[UNRESOLVED_COLUMN] `x` cannot be resolved.\n== SQL ==\nSELECT x")
 
-    assert _spark_error_message(error) == "[UNRESOLVED_COLUMN] `x` cannot be resolved."
+    assert spark_error_message(error) == "[UNRESOLVED_COLUMN] `x` cannot be resolved."

@@ -19,10 +19,11 @@ from django.db import connection
 
 from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.redis_client import get_redis
-from dataflow.services import runs
+from dataflow.services import transform_watch
+from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
-from dataflow.services.runs import coordinator_for, transforms_give_back
-from dataflow.services.streaming import StreamState
+from dataflow.services.streams.epochs import StreamState
+from dataflow.services.transform_watch import transforms_give_back
 from dataflow.spark.session import get_spark, session_started, spark_kill
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
@@ -255,7 +256,7 @@ def worker_stays():
     """``transforms_give_back`` marks this whole process as a leaving worker: the tests
     after this one run in it, so the mark (a private event) is taken back."""
     yield
-    runs._worker_leaving.clear()
+    transform_watch._worker_leaving.clear()
 
 
 def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
@@ -282,7 +283,7 @@ def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, wor
         assert TransformEpoch.objects.get(run=run).status == EpochStatus.PLANNED
         assert stream.sink_ids() == Counter()
 
-        runs._worker_leaving.clear()  # the next worker: the epoch runs again, once
+        transform_watch._worker_leaving.clear()  # the next worker: the epoch runs again, once
         assert driver(stream).run_slice(deadline=time.monotonic() + 60) is True
         assert stream.sink_ids() == ids(rows)
     finally:

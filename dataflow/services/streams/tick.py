@@ -1,7 +1,8 @@
 """What a reading unbounded run does on each tick besides enumerating: its transform kept
-going, backpressure, checkpoints (``checkpoints``) and metric samples (``metrics``).
+going (a slice of ``driver`` queued by task name), backpressure, checkpoints
+(``checkpoints``) and metric samples (``metrics``).
 
-``runs.run_tick`` calls ``stream_run_tick`` on each tick of a reading unbounded run.
+``runs.tick.run_tick`` calls ``stream_run_tick`` on each tick of a reading unbounded run.
 """
 
 from __future__ import annotations
@@ -10,15 +11,26 @@ from django.conf import settings
 from django.db.models import Sum
 
 from dataflow.models import (
+    ACTIVE_RUN_STATUSES,
     FlowRun,
     LandedBatch,
     RunStatus,
     Split,
 )
 from dataflow.services.checkpoints import checkpoint_take
+from dataflow.services.context import coordinator_for
 from dataflow.services.metrics import metrics_sample
+from dataflow.services.queues import STREAM_TRANSFORM, run_task_send
 from source_support.coordination import RunCoordinator
 from source_support.runtime import TickResult
+
+#: The bounded transform's lease too: one run never has both.
+LEASE = "transform-lease"
+QUEUED = "transform-queued"
+#: How long a queued slice keeps another from being queued. Short: a slice whose worker
+#: was killed holding its message must not stop the stream for long; a second slice
+#: queued while the first still waits is harmless (it finds the lease held and leaves).
+QUEUED_TTL_MS = 10_000
 
 PAUSE_NOTE = "paused: "
 WAITING_NOTE = "waiting: "
@@ -26,8 +38,6 @@ WAITING_NOTE = "waiting: "
 
 def stream_run_tick(*, run: FlowRun, coordinator: RunCoordinator, result: TickResult) -> None:
     """The periodic work of a reading unbounded run, each step at its own pace."""
-    from dataflow.services.streaming import ensure_stream_transform
-
     ensure_stream_transform(run)
     run_backpressure(run=run, coordinator=coordinator)
     if coordinator.mark_once("checkpoint-due", int(settings.DATAFLOW_CHECKPOINT_SECONDS * 1000)):
@@ -35,6 +45,22 @@ def stream_run_tick(*, run: FlowRun, coordinator: RunCoordinator, result: TickRe
     if coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)
     _say_waiting(run, pending=result.pending)
+
+
+def ensure_stream_transform(run: FlowRun) -> None:
+    """Queues a slice of the run's streaming transform unless one is running or queued."""
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return
+    coordinator = coordinator_for(run)
+    if coordinator.is_set(LEASE):
+        return
+    if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
+        run_task_send(STREAM_TRANSFORM, run.pk)
+
+
+def stream_transform_requeue(*, run_id: int) -> None:
+    """Queues the next slice of the run's streaming transform (the last one asked to go on)."""
+    run_task_send(STREAM_TRANSFORM, run_id)
 
 
 def untransformed_records(run: FlowRun) -> int:

@@ -18,7 +18,7 @@ the same file names, so the sink, as a plain reader (pyarrow, pandas) lists it, 
 row once whatever process is killed when. Our own epochs rather than Structured Streaming:
 what a retry rewrites, and when the input ends (a ``[stop]`` rule), are ours to decide.
 
-A query's kind (``dataflow.stream_query``) says what an epoch runs over: a stateless query
+A query's kind (``streams.query``) says what an epoch runs over: a stateless query
 its new batches; a tumbling window query the rows of the windows that the watermark closed
 (Flink's per-split watermarks, idle splits left out); a query that needs the whole input
 one final epoch over everything, once the input ended.
@@ -51,44 +51,36 @@ from dataflow.models import (
     RunStatus,
     TransformEpoch,
 )
-from dataflow.services.epochs import (
+from dataflow.services.context import coordinator_for, landing_zone, run_environment, run_key, source_for
+from dataflow.services.runs.finish import run_finish
+from dataflow.services.specs import transform_limits
+from dataflow.services.streams.epochs import (
     IDLE_SPLIT_MIN_MS,
     EpochPlanner,
     StreamState,
     classify_query,
     epoch_key,
 )
-from dataflow.services.queues import run_task_send
-from dataflow.services.runs import (
-    SinkRowsMismatch,
-    _is_deterministic,
-    _spark_error_message,
-    coordinator_for,
-    driver_lost_message,
-    landing_zone,
-    run_environment,
-    run_finish,
-    run_key,
-    source_for,
-    transforms_running_here,
-    worker_leaving,
-)
-from dataflow.services.specs import transform_limits
-from dataflow.services.transform_limits import (
-    CancelReason,
-    TransformCancelled,
-    TransformWatch,
-    check_output_rows,
-)
-from dataflow.spark.errors import is_out_of_memory
-from dataflow.spark.jobs import observe_rows
-from dataflow.spark.session import session_recover
-from dataflow.stream_query import (
+from dataflow.services.streams.query import (
     QueryKind,
     plan_contradiction,
     schema_field,
     time_column_problem,
 )
+from dataflow.services.streams.tick import LEASE, QUEUED, QUEUED_TTL_MS
+from dataflow.services.transform_watch import (
+    CancelReason,
+    SinkRowsMismatch,
+    TransformCancelled,
+    TransformWatch,
+    check_output_rows,
+    transform_is_deterministic,
+    transforms_running_here,
+    worker_leaving,
+)
+from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_error_message
+from dataflow.spark.jobs import observe_rows, quiet_query_errors
+from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
@@ -97,25 +89,11 @@ from source_support.schema import parse_ddl
 
 log = logging.getLogger(__name__)
 
-#: The bounded transform's lease too: one run never has both.
-LEASE = "transform-lease"
-QUEUED = "transform-queued"
-#: How long a queued slice keeps another from being queued. Short: a slice whose worker
-#: was killed holding its message must not stop the stream for long; a second slice
-#: queued while the first still waits is harmless (it finds the lease held and leaves).
-QUEUED_TTL_MS = 10_000
 MAX_BACKOFF_S = 60
 RETRY_NOTE = "transform retrying: "
 #: Spark lists more paths than this with a job of its own; an epoch lists its few files
 #: on the driver.
 LISTING_THRESHOLD = "100000"
-
-
-def stream_transform_requeue(*, run_id: int) -> None:
-    """Queues the next slice of the run's streaming transform (the last one asked to go on)."""
-    from dataflow import tasks
-
-    run_task_send(tasks.stream_transform, run_id)
 
 
 def stream_transform(*, run_id: int) -> bool:
@@ -139,19 +117,6 @@ def stream_transform(*, run_id: int) -> bool:
             return False  # another driver took over (a resume purged the lease): it goes on
         # Marked before the lease goes, so a tick in between does not queue a second slice.
         return more and coordinator.mark_once(QUEUED, QUEUED_TTL_MS)
-
-
-def ensure_stream_transform(run: FlowRun) -> None:
-    """Queues a slice of the run's streaming transform unless one is running or queued."""
-    if run.status not in ACTIVE_RUN_STATUSES:
-        return
-    coordinator = coordinator_for(run)
-    if coordinator.is_set(LEASE):
-        return
-    if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
-        from dataflow import tasks
-
-        run_task_send(tasks.stream_transform, run.pk)
 
 
 class Step(Enum):
@@ -341,9 +306,6 @@ class StreamDriver:
     def _session(self):
         """The slice's Spark session: its own temp views, on the process's warm JVM."""
         if self._spark is None:
-            from dataflow.spark.jobs import quiet_query_errors
-            from dataflow.spark.session import application_id, spark_job
-
             spark = self._spark_context.enter_context(spark_job())
             self._spark_context.enter_context(quiet_query_errors())
             spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", LISTING_THRESHOLD)
@@ -479,14 +441,14 @@ class StreamDriver:
         ``DATAFLOW_STREAM_FAILURE_LIMIT`` times in a row. An epoch that ran the Spark driver
         out of memory (or killed it) fails the run: it would again."""
         self._drop_spark()  # a broken session is not reused
-        message = _spark_error_message(exc)
+        message = spark_error_message(exc)
         out_of_memory = is_out_of_memory(exc)
-        refused = isinstance(exc, ConfigError) or _is_deterministic(exc)
+        refused = isinstance(exc, ConfigError) or transform_is_deterministic(exc)
         broken = session_recover(out_of_memory=out_of_memory) if out_of_memory or not refused else ""
         if broken:
             run_finish(run=self.run, status=RunStatus.FAILED, message=driver_lost_message(message, broken))
             return Step.ENDED
-        if isinstance(exc, ConfigError) or _is_deterministic(exc):
+        if isinstance(exc, ConfigError) or transform_is_deterministic(exc):
             run_finish(run=self.run, status=RunStatus.FAILED, message=f"transform failed: {message}")
             return Step.ENDED
         limit = settings.DATAFLOW_STREAM_FAILURE_LIMIT

@@ -18,7 +18,6 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from dataflow.event_time import BatchTimes, SplitClock, batch_times, rows_before, watermark_ms, window_floor
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
     EpochStatus,
@@ -29,7 +28,15 @@ from dataflow.models import (
     SplitStatus,
     TransformEpoch,
 )
-from dataflow.stream_query import QueryKind, StreamQuery, stream_query_classify
+from dataflow.services.streams.event_time import (
+    BatchTimes,
+    SplitClock,
+    batch_times,
+    rows_before,
+    watermark_ms,
+    window_floor,
+)
+from dataflow.services.streams.query import QueryKind, StreamQuery, stream_query_classify
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,10 @@ generated loop (a cross join) may not do for minutes: if the attempt's tasks sti
 Spark runs, its JVM is killed and the next job starts a new one (on a cluster, Spark's task
 reaper kills the executor instead).
 
+A worker that leaves (SIGTERM, a warm shutdown) cancels the jobs of every attempt running in
+its process and gives their runs back at once (``transforms_give_back``), so another worker
+takes them up without waiting for the lease to lapse.
+
 ``[transform] max_output_rows`` is checked on the rows the job wrote to its staging
 directory, before the publishing step: a result over the bound is never published and the
 sink stays as it was.
@@ -32,8 +36,9 @@ from django.db import close_old_connections, connection
 
 from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
 from dataflow.services.specs import TransformLimits
+from dataflow.spark.errors import is_deterministic
 from dataflow.spark.jobs import JobGroup, job_group
-from dataflow.spark.session import kill_stuck_group, stuck_tasks
+from dataflow.spark.session import cancel_jobs, kill_stuck_group, stuck_tasks
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +187,66 @@ class TransformWatch:
         if self.attempt is None and row["paused_at"] is not None:
             return CancelReason.PAUSED
         return None
+
+
+class SinkRowsMismatch(RuntimeError):
+    """The staged sink does not hold the rows the Spark job wrote."""
+
+
+def transform_is_deterministic(exc: BaseException) -> bool:
+    """Whether a retry from the same landed files would fail the same way."""
+    if isinstance(exc, SinkRowsMismatch):
+        return False
+    if isinstance(exc, OutputRowsExceeded):
+        return True
+    return is_deterministic(exc)
+
+
+# A worker that leaves.
+
+
+#: Set once this process's worker is shutting down (SIGTERM: a warm shutdown).
+_worker_leaving = threading.Event()
+
+
+class _RunningTransforms:
+    """How many transform attempts run their Spark job in this process."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self.count += 1
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self.count -= 1
+
+
+_transforms_here = _RunningTransforms()
+
+
+def transforms_running_here():
+    """Counts the block as a transform running its Spark job in this process: a worker
+    that leaves (``transforms_give_back``) cancels its jobs until the block ends."""
+    return _transforms_here
+
+
+def worker_leaving() -> bool:
+    """Whether this process's worker is shutting down (SIGTERM: a warm shutdown)."""
+    return _worker_leaving.is_set()
+
+
+def transforms_give_back(*, every_s: float = 0.5) -> None:
+    """This worker process is leaving: its transform attempts cancel their Spark jobs and
+    give their runs back at once (the lease released, no failure counted, no backoff), so
+    another worker takes them up without waiting for the lease to lapse; a transform task
+    that arrives now is left for another worker. Cancels again every ``every_s`` while an
+    attempt still runs: a job submitted just after a cancel is not cancelled by it."""
+
+    _worker_leaving.set()
+    while _transforms_here.count:
+        cancel_jobs()
+        time.sleep(every_s)

@@ -1,0 +1,8 @@
+"""The errors service functions raise besides ``ConfigError`` (a refused spec or option,
+``source_support.errors``). Their own module, so that raising one imports nothing else."""
+
+from __future__ import annotations
+
+
+class FlowStateError(RuntimeError):
+    """The flow is not in a state that allows the action (e.g. starting a running flow)."""
