@@ -1,27 +1,28 @@
-"""Celery tasks: each takes ids, calls one service function, and re-queues if asked to."""
+"""Celery tasks: each takes ids, calls one service function, and re-queues if asked to.
+Services queue them by the names in ``services.queues``, never by importing this module."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from dataflow.services import flows, notify
+from dataflow.services import flows, notify, queues
 from dataflow.services.runs import slices, tick, transform
 from dataflow.services.streams import driver as stream_driver
 from dataflow.services.streams.tick import stream_transform_requeue
 from source_support.runtime import SliceOutcome
 
 
-@shared_task(name="dataflow.tasks.tick_flow", ignore_result=True)
+@shared_task(name=queues.TICK_FLOW, ignore_result=True)
 def tick_flow(flow_id: int) -> None:
     tick.flow_tick(flow_id=flow_id)
 
 
-@shared_task(name="dataflow.tasks.tick_run", ignore_result=True)
+@shared_task(name=queues.TICK_RUN, ignore_result=True)
 def tick_run(run_id: int) -> None:
     tick.run_tick(run_id=run_id)
 
 
-@shared_task(name="dataflow.tasks.read_splits", ignore_result=True)
+@shared_task(name=queues.READ_SPLITS, ignore_result=True)
 def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
     """One time slice of a reader; it re-queues itself so a fleet is shared fairly."""
     report = slices.read_slice(run_id=run_id, subtask=subtask, token=token)
@@ -29,30 +30,30 @@ def read_splits(run_id: int, subtask: int, token: str | None = None) -> None:
         slices.reader_requeue(run_id=run_id, subtask=subtask, token=report.token)
 
 
-@shared_task(name="dataflow.tasks.run_transform", ignore_result=True)
+@shared_task(name=queues.RUN_TRANSFORM, ignore_result=True)
 def run_transform(run_id: int) -> None:
     transform.transform(run_id=run_id)
 
 
-@shared_task(name="dataflow.tasks.stream_transform", ignore_result=True)
+@shared_task(name=queues.STREAM_TRANSFORM, ignore_result=True)
 def stream_transform(run_id: int) -> None:
     """One time slice of an unbounded run's streaming transform; it re-queues itself."""
     if stream_driver.stream_transform(run_id=run_id):
         stream_transform_requeue(run_id=run_id)
 
 
-@shared_task(name="dataflow.tasks.transform_check", ignore_result=True)
+@shared_task(name=queues.TRANSFORM_CHECK, ignore_result=True)
 def transform_check(run_id: int) -> None:
     transform.transform_check(run_id=run_id)
 
 
-@shared_task(name="dataflow.tasks.run_scheduled", ignore_result=True)
+@shared_task(name=queues.RUN_SCHEDULED, ignore_result=True)
 def run_scheduled(flow_id: int) -> None:
     """A flow's schedule is due: beat sends this from the flow's ``dataflow-schedule:`` entry."""
     flows.flow_run_scheduled(flow_id=flow_id)
 
 
-@shared_task(bind=True, name="dataflow.tasks.webhook_deliver", ignore_result=True, max_retries=None)
+@shared_task(bind=True, name=queues.WEBHOOK_DELIVER, ignore_result=True, max_retries=None)
 def webhook_deliver(self, delivery_id: int) -> None:
     """One call of a flow's webhook; the service counts the attempts and says when to call again."""
     countdown = notify.webhook_deliver(delivery_id=delivery_id)
@@ -60,7 +61,7 @@ def webhook_deliver(self, delivery_id: int) -> None:
         raise self.retry(countdown=countdown)
 
 
-@shared_task(name="dataflow.tasks.webhook_deliveries_resume", ignore_result=True)
+@shared_task(name=queues.WEBHOOK_DELIVERIES_RESUME, ignore_result=True)
 def webhook_deliveries_resume() -> None:
     """Beat, each minute: pending webhook deliveries whose task was lost are sent again."""
     notify.webhook_deliveries_resume()
