@@ -1,3 +1,6 @@
+"""The Django apps: ``dataflow`` (connectors registered, system checks) and the admin on
+the project's own site."""
+
 from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 from django.core import checks

@@ -73,7 +73,7 @@ def _pool_process_gives_back_on_notice(**kwargs) -> None:
 def _give_back_in_background() -> None:
     # Imported here: this module loads with Django's settings, before the app registry that
     # the services' models need is ready; a worker that leaves has it ready.
-    from dataflow.services.transform_watch import transforms_give_back  # noqa: PLC0415
+    from dataflow.services.transform_watch import transforms_give_back  # noqa: PLC0415 - app registry
 
     threading.Thread(target=transforms_give_back, name="give-back", daemon=True).start()
 

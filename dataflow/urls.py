@@ -1,3 +1,5 @@
+"""The URL map: the admin, the REST API, the dashboard, ``/metrics`` and ``/healthz``."""
+
 from django.contrib import admin
 from django.urls import include, path
 

@@ -1,3 +1,5 @@
+"""The WSGI application that gunicorn serves (``dataflow.wsgi:application``)."""
+
 import os
 
 from django.core.wsgi import get_wsgi_application

@@ -19,6 +19,9 @@ from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
 from source_support import addresses
 
+#: A skip for want of a tool fails the run under CI=true.
+pytest_plugins = ["tests.missing_tool"]
+
 #: The names the tests' resolver knows (a public address: nothing connects to it in a test).
 OFFLINE_NAMES = {
     "localhost": "127.0.0.1",

@@ -46,7 +46,7 @@ def observe_rows(frame, name: str):
     runs it (no second pass), and a function that returns the count afterwards."""
     if type(frame).__module__.startswith("pyspark.sql.connect"):
         # Spark Connect's client costs 2 s and 130 MB to import: only its frames load it.
-        from pyspark.sql.connect import functions as connect_f  # noqa: PLC0415
+        from pyspark.sql.connect import functions as connect_f  # noqa: PLC0415 - 2 s, 130 MB
         from pyspark.sql.connect import observation as connect_o  # noqa: PLC0415 - as above
 
         observation, functions = connect_o.Observation(name), connect_f

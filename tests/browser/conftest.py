@@ -16,10 +16,9 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from dataflow.web import views as dashboard_views
+from tests.missing_tool import require_tool
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
-CHROMIUM = shutil.which("chromium")
-CHROMEDRIVER = shutil.which("chromedriver")
 WIDTH, HEIGHT = 1440, 900
 
 
@@ -35,12 +34,10 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="module")
 def browser():
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip(
-            "chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)"
-        )
+    chromium = require_tool("chromium", "chromium")
+    chromedriver = require_tool("chromedriver", "chromium-driver")
     options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
+    options.binary_location = chromium
     for argument in (
         "--headless=new",
         "--no-sandbox",  # root in a container has no user namespace for the sandbox
@@ -52,7 +49,7 @@ def browser():
     ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    driver = webdriver.Chrome(options=options, service=Service(chromedriver))
     driver.set_page_load_timeout(20)
     yield driver
     driver.quit()
