@@ -38,7 +38,7 @@ from dataflow.models import ACTIVE_RUN_STATUSES, FlowRun, RunStatus
 from dataflow.services.specs import TransformLimits
 from dataflow.spark.errors import is_deterministic
 from dataflow.spark.jobs import JobGroup, job_group
-from dataflow.spark.session import cancel_jobs, kill_stuck_group, stuck_tasks
+from dataflow.spark.session import kill_stuck_group, stuck_tasks
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class CancelReason(Enum):
     SUPERSEDED = "a later transform attempt took over"
     LEASE_LOST = "its transform lease was lost"
     TIMEOUT = "timeout"
+    WORKER_LEAVING = "its worker is shutting down"
 
 
 class TransformCancelled(Exception):
@@ -161,6 +162,8 @@ class TransformWatch:
             log.debug("run %s: reaping %s: %s", self.run_id, group.name, exc)
 
     def _reason(self, started: float) -> CancelReason | None:
+        if _worker_leaving.is_set():
+            return CancelReason.WORKER_LEAVING
         if time.monotonic() - started > self.limits.timeout_s:
             return CancelReason.TIMEOUT
         if self.lease_lost is not None and self.lease_lost.is_set():
@@ -240,13 +243,12 @@ def worker_leaving() -> bool:
 
 
 def transforms_give_back(*, every_s: float = 0.5) -> None:
-    """This worker process is leaving: its transform attempts cancel their Spark jobs and
-    give their runs back at once (the lease released, no failure counted, no backoff), so
-    another worker takes them up without waiting for the lease to lapse; a transform task
-    that arrives now is left for another worker. Cancels again every ``every_s`` while an
-    attempt still runs: a job submitted just after a cancel is not cancelled by it."""
-
+    """This worker process is leaving: its transform attempts give their runs back at once
+    (the lease released, no failure counted, no backoff), so another worker takes them up
+    without waiting for the lease to lapse; a transform task that arrives now is left for
+    another worker. Each attempt's ``TransformWatch`` cancels its jobs (reason
+    ``WORKER_LEAVING``), again each round while they run; returns once none runs here,
+    looking every ``every_s``."""
     _worker_leaving.set()
     while _transforms_here.count:
-        cancel_jobs()
         time.sleep(every_s)

@@ -242,7 +242,7 @@ class StreamDriver:
         try:
             return self._run_watched(epoch, paths)
         except TransformCancelled as exc:
-            if exc.reason in (CancelReason.TIMEOUT, CancelReason.PAUSED):
+            if exc.reason in (CancelReason.TIMEOUT, CancelReason.PAUSED, CancelReason.WORKER_LEAVING):
                 raise
             log.info("run %s: epoch %s cancelled: %s", self.run.pk, epoch.number, exc.reason.value)
             return False  # the run ended, or another driver has it
@@ -427,9 +427,13 @@ class StreamDriver:
 
     def _cancelled(self, exc: TransformCancelled) -> Step:
         """An epoch cancelled past its timeout fails the run; one cancelled because the run
-        was paused runs again once it is resumed; otherwise the run is over or another
-        driver has it."""
+        was paused runs again once it is resumed, and one whose worker leaves runs again in
+        the next driver; otherwise the run is over or another driver has it."""
         self._drop_spark()
+        if exc.reason == CancelReason.WORKER_LEAVING:
+            # Not a failure: the epoch stays planned and the next driver runs it again.
+            log.warning("run %s: epoch given back: its worker is shutting down", self.run.pk)
+            return Step.DONE
         if exc.reason == CancelReason.TIMEOUT:
             run_finish(run=self.run, status=RunStatus.FAILED, message=str(exc))
             return Step.ENDED
