@@ -244,7 +244,7 @@ class SourceConnector(Generic[ConfigT]):
 
 #: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
 #: attempt may still publish, and if so calls ``swap()`` and returns True.
-Publish = Callable[[int, Callable[[], None]], bool]
+Publish = Callable[[int, Callable[[], object]], bool]
 
 
 class SinkWrite(Protocol):

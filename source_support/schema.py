@@ -12,6 +12,7 @@ import re
 import pyarrow as pa
 
 from source_support.errors import ConfigError
+from source_support.typed_arrow import fields_of
 
 _SIMPLE = {
     "TINYINT": pa.int8(),
@@ -232,7 +233,7 @@ def spark_type(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"ARRAY<{spark_type(t.value_type)}>"
     if pa.types.is_struct(t):
-        inner = ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in struct_fields(t))
+        inner = ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in fields_of(t))
         return f"STRUCT<{inner}>"
     for name, arrow_type in _SIMPLE.items():
         if arrow_type == t:
@@ -260,16 +261,10 @@ def _widen_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return pa.list_(_widen_type(t.value_type))
     if pa.types.is_struct(t) and t.num_fields:
-        return pa.struct([pa.field(f.name, _widen_type(f.type)) for f in struct_fields(t)])
+        return pa.struct([pa.field(f.name, _widen_type(f.type)) for f in fields_of(t)])
     if pa.types.is_map(t):
         return pa.map_(_widen_type(t.key_type), _widen_type(t.item_type))
     return pa.string()
-
-
-def struct_fields(t: pa.StructType) -> list[pa.Field[pa.DataType]]:
-    """The fields of a struct type, typed (pyarrow's stubs give a struct's fields no type)."""
-    fields: list[pa.Field[pa.DataType]] = list(t)
-    return fields
 
 
 def _split_top_level(ddl: str) -> list[str]:

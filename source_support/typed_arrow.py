@@ -22,6 +22,13 @@ TimeUnit = Literal["s", "ms", "us", "ns"]
 ParquetCompression = Literal["none", "snappy", "gzip", "zstd", "lz4", "brotli"]
 
 
+def fields_of(schema: pa.Schema | pa.StructType) -> list[pa.Field[pa.DataType]]:
+    """The fields of a schema or a struct type, with their types (the stubs type both
+    kinds of field lists without a type argument)."""
+    fields: list[pa.Field[pa.DataType]] = list(schema)
+    return fields
+
+
 def timestamp_zone(arrow_type: pa.DataType) -> str | None:
     """The time zone of a timestamp type; None for a naive timestamp or another type."""
     return arrow_type.tz if pa.types.is_timestamp(arrow_type) else None

@@ -11,14 +11,21 @@ clients here never decode replies: text comes back as bytes.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any
 
 import redis
+from redis import connection
 from redis.client import Pipeline
 
 #: A command's argument (redis-py encodes each).
 Arg = str | bytes | int | float
+
+
+def check_url(url: str) -> None:
+    """A ValueError saying why, unless ``url`` is a URL redis-py can connect to."""
+    # redis-py leaves parse_url untyped.
+    connection.parse_url(url)  # pyright: ignore[reportUnknownMemberType]
 
 
 def sync_reply(response: Awaitable[Any] | Any) -> Any:
@@ -35,6 +42,19 @@ def pipeline(client: redis.Redis, *, transaction: bool = True) -> Pipeline:
     return client.pipeline(transaction=transaction)  # pyright: ignore[reportUnknownMemberType]
 
 
+def execute(pipe: Pipeline, *, raise_on_error: bool = True) -> list[Any]:
+    """Sends a pipeline's commands; their replies in order (with ``raise_on_error=False``,
+    the error of a command that failed in its place)."""
+    # redis-py leaves Pipeline.execute untyped.
+    return pipe.execute(raise_on_error=raise_on_error)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+
+
+def watch(pipe: Pipeline, *keys: str) -> None:
+    """``WATCH``: the pipeline's next MULTI/EXEC fails (WatchError) if a key changes."""
+    # redis-py leaves Pipeline.watch untyped.
+    pipe.watch(*keys)  # pyright: ignore[reportUnknownMemberType]
+
+
 def execute_command(client: redis.Redis, *args: Arg) -> Any:
     """Sends a command as given; its reply as Redis sent it (on a pipeline: queued)."""
     # redis-py leaves the arguments of execute_command untyped.
@@ -45,12 +65,6 @@ def info(client: redis.Redis, section: str) -> dict[str, Any]:
     """``INFO section`` as a dict of its fields."""
     # redis-py leaves the **kwargs of info untyped.
     return sync_reply(client.info(section))  # pyright: ignore[reportUnknownMemberType]
-
-
-def queue_info(pipe: Pipeline, section: str) -> None:
-    """Queues ``INFO section`` on a pipeline (its reply is a dict of the fields)."""
-    # redis-py leaves the **kwargs of info untyped.
-    pipe.info(section)  # pyright: ignore[reportUnknownMemberType]
 
 
 def ping(client: redis.Redis) -> bool:
@@ -82,6 +96,11 @@ def hash_fields(client: redis.Redis, key: str) -> dict[bytes, bytes]:
     """``HGETALL``: the fields of a hash (empty if there is none)."""
     # redis-py types the reply as a bare dict.
     return sync_reply(client.hgetall(key))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+def hash_set(client: redis.Redis, key: str, fields: Mapping[str, Arg]) -> None:
+    """``HSET``: sets fields of a hash (on a pipeline: queued)."""
+    execute_command(client, "HSET", key, *(item for pair in fields.items() for item in pair))
 
 
 def hash_field(client: redis.Redis, key: str, field: str) -> bytes | None:
