@@ -434,7 +434,7 @@ def _sink_entry(connector: SinkConnector) -> dict[str, Any]:
     }
 
 
-def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tuple[type, ...]]) -> None:
+def check_fields(section: str, config: dict[str, Any], spec: Mapping[str, type | tuple[type, ...]]) -> None:
     """Refuses unknown fields and wrong types, naming the field."""
     for name, value in config.items():
         if name not in spec:
