@@ -23,8 +23,16 @@ from dataclasses import dataclass
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-#: ``socket.getaddrinfo``'s signature.
-Resolver = Callable[..., list]
+#: One answer of ``socket.getaddrinfo``: family, type, protocol, canonical name, address.
+AddrInfo = tuple[
+    socket.AddressFamily,
+    socket.SocketKind,
+    int,
+    str,
+    tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes],
+]
+#: ``socket.getaddrinfo``'s signature, as it is called here (host, port, family, type).
+Resolver = Callable[[str, int | None, int, int], list[AddrInfo]]
 #: The resolver used when a caller passes none: the test suite replaces it with one that
 #: sends no query over the network (it resolves only numeric hosts and names it is given).
 getaddrinfo: Resolver = socket.getaddrinfo

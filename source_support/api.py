@@ -11,7 +11,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 import pyarrow as pa
 
@@ -46,7 +46,7 @@ class SourceSplit(ABC):
         """Where this split's data lives and how far it has been read."""
 
     @abstractmethod
-    def at(self, position: int) -> SourceSplit:
+    def at(self, position: int) -> Self:
         """The same split, read up to ``position``."""
 
 
@@ -76,7 +76,7 @@ class SourceEvent:
     """A message between the enumerator and a reader (Flink ``SourceEvent``)."""
 
     kind: str
-    payload: dict[str, Any] = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict[str, Any])
 
 
 class SplitBacklog(ABC, Generic[SplitT]):
@@ -107,7 +107,7 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
     def registered_readers(self) -> dict[int, ReaderInfo]: ...
 
     @abstractmethod
-    def assign_splits(self, assignment: dict[int, Sequence[SplitT]]) -> None: ...
+    def assign_splits(self, assignment: Mapping[int, Sequence[SplitT]]) -> None: ...
 
     def assign_split(self, split: SplitT, subtask: int) -> None:
         self.assign_splits({subtask: [split]})
@@ -229,7 +229,7 @@ class RecordBatch:
     start: OffsetEntry
     end: OffsetEntry
     records: pa.Table
-    bad_records: list[BadRecord] = field(default_factory=list)
+    bad_records: list[BadRecord] = field(default_factory=list[BadRecord])
     finished: bool = False
     #: What the operator should know of this split besides its records (a stream deleted
     #: while it was read, replaced by another, or lost with its server): kept on the

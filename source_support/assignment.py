@@ -25,7 +25,7 @@ def balance(owners: Mapping[str, int | None], readers: Sequence[int]) -> dict[st
     free: list[str] = []
     for split_id in sorted(owners):
         owner = owners[split_id]
-        held.get(owner, free).append(split_id)
+        (held[owner] if owner is not None and owner in held else free).append(split_id)
     base, extra = divmod(len(owners), len(live))
     ranked = sorted(live, key=lambda reader: (-len(held[reader]), reader))
     share = {reader: base + (rank < extra) for rank, reader in enumerate(ranked)}

@@ -133,7 +133,7 @@ def url_with_credentials(url: str, username: str, password: str) -> str:
 def url_with_host(url: str, address: str) -> str:
     """``url`` with its host replaced by ``address`` (an IP), credentials and port kept."""
     parts = urlsplit(url)
-    user_info, at, host_port = parts.netloc.rpartition("@")
+    user_info, at, _ = parts.netloc.rpartition("@")
     port = f":{parts.port}" if parts.port is not None else ""
     host = f"[{address}]" if ":" in address else address
     return urlunsplit(parts._replace(netloc=f"{user_info}{at}{host}{port}"))

@@ -11,12 +11,15 @@ so it is cut off and added back here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.errors import ConfigError
+from source_support.typed_arrow import TimeUnit, add_duration, join_strings, struct_field, timestamp_zone
 
 # letter -> {run length: strptime directive}; a length not listed takes the longest below it.
 _DIRECTIVES: dict[str, dict[int, str]] = {
@@ -103,40 +106,39 @@ def datetime_pattern(pattern: str, *, field: str) -> DatetimePattern:
 
 
 def parse_with_pattern(
-    strings: pa.Array, pattern: DatetimePattern, target: pa.DataType
-) -> tuple[pa.Array, np.ndarray]:
+    strings: pa.Array[Any], pattern: DatetimePattern, target: pa.DataType
+) -> tuple[pa.Array[Any], npt.NDArray[np.bool_]]:
     """Texts (nulls stay null) as ``target`` (DATE or TIMESTAMP) by ``pattern``; values
     without a zone count as UTC. Returns the values and the mask of texts that did not parse."""
-    strings = pc.utf8_trim_whitespace(strings.cast(pa.string()))
-    present = np.asarray(pc.is_valid(strings).to_numpy(zero_copy_only=False), dtype=bool)
+    texts = pc.utf8_trim_whitespace(strings.cast(pa.string()))
+    present = np.asarray(texts.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     micros = None
     if pattern.fraction:
-        parts = pc.extract_regex(strings, _FRACTION)
-        strings = pc.binary_join_element_wise(
-            pc.struct_field(parts, "head"), pc.struct_field(parts, "zone"), ""
-        )
-        digits = pc.utf8_slice_codeunits(pc.utf8_rpad(pc.struct_field(parts, "fraction"), 9, "0"), 0, 6)
-        micros = pc.cast(digits, pa.int64())
-    unit = target.unit if pa.types.is_timestamp(target) else "s"
-    parsed = pc.strptime(strings, format=pattern.strptime, unit=unit, error_is_null=True)
+        parts = pc.extract_regex(texts, _FRACTION)
+        texts = join_strings(struct_field(parts, "head"), struct_field(parts, "zone"))
+        digits = pc.utf8_slice_codeunits(pc.utf8_rpad(struct_field(parts, "fraction"), 9, "0"), 0, 6)
+        micros = digits.cast(pa.int64())
+    unit: TimeUnit = target.unit if pa.types.is_timestamp(target) else "s"
+    parsed = pc.strptime(texts, format=pattern.strptime, unit=unit, error_is_null=True)
     if micros is not None:
         per_micro = {"s": None, "ms": None, "us": 1, "ns": 1000}[unit]
         if per_micro is None:
             micros = pc.divide(micros, 1000 if unit == "ms" else 1_000_000)
         else:
             micros = pc.multiply(micros, per_micro)
-        parsed = pc.add(parsed, pc.cast(micros, pa.duration(unit)))
-    failed = present & ~np.asarray(pc.is_valid(parsed).to_numpy(zero_copy_only=False), dtype=bool)
+        parsed = add_duration(parsed, micros.cast(pa.duration(unit)))
+    failed = present & ~np.asarray(parsed.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    zone = timestamp_zone(parsed.type)
     if pa.types.is_date(target):
-        naive = parsed.cast(pa.timestamp(unit)) if parsed.type.tz is None else _naive(parsed)
+        naive = parsed.cast(pa.timestamp(unit)) if zone is None else _naive(parsed, unit)
         return naive.cast(target), failed
-    if parsed.type.tz is None:
-        parsed = pc.assume_timezone(parsed, "UTC") if target.tz else parsed
-    elif target.tz is None:
-        parsed = _naive(parsed)
+    if zone is None:
+        parsed = pc.assume_timezone(parsed, "UTC") if timestamp_zone(target) else parsed
+    elif timestamp_zone(target) is None:
+        parsed = _naive(parsed, unit)
     return parsed.cast(target), failed
 
 
-def _naive(instants: pa.Array) -> pa.Array:
+def _naive(instants: pa.Array[Any], unit: TimeUnit) -> pa.Array[Any]:
     """UTC instants as naive timestamps of the same wall clock in UTC."""
-    return instants.cast(pa.int64()).cast(pa.timestamp(instants.type.unit))
+    return instants.cast(pa.int64()).cast(pa.timestamp(unit))

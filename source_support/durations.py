@@ -32,8 +32,8 @@ def parse_duration_ms(text: str) -> int:
     """Milliseconds in ``text`` (Spark's interval words: ``"10 seconds"``, ``"1 minute"``,
     also ``"500 ms"``, ``"2h"``); ValueError naming what is accepted otherwise."""
     match = _DURATION.fullmatch(text or "")
-    unit = match and _UNITS_MS.get(match.group(2).lower())
-    if not unit:
+    unit = _UNITS_MS.get(match.group(2).lower()) if match else None
+    if match is None or not unit:
         raise ValueError(f"{text!r} is not a duration such as '10 seconds', '500 ms' or '1 minute'")
     return round(float(match.group(1)) * unit)
 

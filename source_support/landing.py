@@ -20,7 +20,8 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from source_support.typed_arrow import write_parquet
 
 #: Errors of a landing zone that no retry can help: the disk is full, mounted read-only, or
 #: the quota is used up. Another reader would fail the same way.
@@ -33,7 +34,7 @@ class LandingZoneUnwritable(OSError):
 
 
 class LandingZone:
-    def __init__(self, root: str | os.PathLike, *, fsync: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
         self.fsync = fsync
 
@@ -51,7 +52,7 @@ class LandingZone:
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, tmp, compression="snappy")
+            write_parquet(table, tmp, compression="snappy")
             if self.fsync:
                 fd = os.open(tmp, os.O_RDONLY)
                 try:
@@ -68,7 +69,7 @@ class LandingZone:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def remove(self, path: str | os.PathLike) -> None:
+    def remove(self, path: str | os.PathLike[str]) -> None:
         """Removes one landed file (gone already is fine)."""
         Path(path).unlink(missing_ok=True)
 

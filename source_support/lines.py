@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import codecs
 import gzip
-from typing import BinaryIO
+from types import TracebackType
+from typing import Protocol, Self
 
 import numpy as np
 
@@ -36,11 +37,39 @@ class RecordTooLarge(ReadError):
     """A record is longer than ``MAX_RECORD_BYTES``."""
 
 
+class RecordFile(Protocol):
+    """What the readers use of a file ``open_records`` opened: a plain or gunzipped binary
+    file, or a ``DecodedFile``."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+    def seek(self, position: int, /) -> int: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
+
+
 class DecodedFile:
     """A binary file in ``encoding`` read as its text's UTF-8 bytes (a BOM is read and
     dropped). Seeking goes forward by reading (or from the start again), as in gzip."""
 
-    def __init__(self, raw: BinaryIO, encoding: str, path: str) -> None:
+    def __init__(self, raw: RecordFile, encoding: str, path: str) -> None:
         self.raw, self.encoding, self.path = raw, encoding, path
         self._restart()
 
@@ -106,13 +135,13 @@ class DecodedFile:
         self.close()
 
 
-def open_records(path: str, *, compressed: bool, encoding: str = "utf-8") -> BinaryIO:
+def open_records(path: str, *, compressed: bool, encoding: str = "utf-8") -> RecordFile:
     """The file's bytes as the formats read them: gunzipped, and decoded to UTF-8 when its
     encoding is another."""
-    raw: BinaryIO = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+    raw: RecordFile = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
     if codecs.lookup(encoding).name == "utf-8":
         return raw
-    return DecodedFile(raw, encoding, path)  # type: ignore[return-value]
+    return DecodedFile(raw, encoding, path)
 
 
 class RecordBlockReader:
@@ -136,7 +165,7 @@ class RecordBlockReader:
         self.compressed = compressed
         self.fmt = fmt
         self.end = end
-        self.file: BinaryIO = open_records(path, compressed=compressed, encoding=fmt.encoding)
+        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding)
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0

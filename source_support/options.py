@@ -65,7 +65,7 @@ class Option:
     type: type | tuple[type, ...]
     help: str
     default: Any = REQUIRED
-    choices: tuple = ()
+    choices: tuple[str | int | float, ...] = ()
     minimum: int | float | None = None
     maximum: int | float | None = None
     secret: str = ""
@@ -102,7 +102,7 @@ class Option:
         return self.default is not REQUIRED and self.default is not None
 
 
-def option_types(options: Iterable[Option]) -> dict[str, type | tuple]:
+def option_types(options: Iterable[Option]) -> dict[str, type | tuple[type, ...]]:
     """The type of each option by name: what ``check_fields`` takes."""
     return {option.name: option.type for option in options}
 

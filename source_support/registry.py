@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, Self
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 import pyarrow as pa
 
@@ -31,6 +31,11 @@ from source_support.options import (
     unmask_config,
 )
 
+if TYPE_CHECKING:
+    # Only the sinks' signatures name Spark's DataFrame: a sink is handed one by the run,
+    # and nothing here imports Spark at run time.
+    from pyspark.sql import DataFrame
+
 
 @dataclass(frozen=True)
 class Environment:
@@ -41,7 +46,7 @@ class Environment:
     #: The deployment's Redis (a stream source's default ``url`` for staff and the operator).
     redis_url: str = ""
     #: The named connections of the flow being built, resolved (empty while validating).
-    connections: Mapping[str, ConnectionTarget] = field(default_factory=dict)
+    connections: Mapping[str, ConnectionTarget] = field(default_factory=dict[str, ConnectionTarget])
 
     def connection(self, name: str, field_name: str) -> ConnectionTarget:
         """The resolved connection ``name``, or a ConfigError naming ``field_name``."""
@@ -124,7 +129,7 @@ def glob_static_prefix(pattern: str) -> str:
     """The part of a glob before its first wildcard (the whole path when it has none)."""
     if not glob.has_magic(pattern):
         return pattern
-    parts = []
+    parts: list[str] = []
     for part in pattern.split("/"):
         if glob.has_magic(part):
             break
@@ -161,7 +166,7 @@ class BuildContext:
     #: The flow's name: a stream source names its consumer group after it.
     flow_name: str = ""
     #: The validated ``[stop]`` rule (empty: run until stopped); see ``dataflow.services.specs``.
-    stop: Mapping[str, Any] = field(default_factory=dict)
+    stop: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
 
 class SourceConfig(Protocol):
@@ -187,15 +192,18 @@ def _no_read_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], 
     return ""
 
 
-def _never_unbounded(config: Any) -> bool:
+ConfigT = TypeVar("ConfigT", bound=SourceConfig)
+
+
+def _never_unbounded(config: SourceConfig) -> bool:
     return False
 
 
-def _always_unbounded(config: Any) -> bool:
+def _always_unbounded(config: SourceConfig) -> bool:
     return True
 
 
-def _same_schema(config: Any, schema: pa.Schema) -> pa.Schema:
+def _same_schema(config: SourceConfig, schema: pa.Schema) -> pa.Schema:
     return schema
 
 
@@ -205,13 +213,14 @@ Boundedness = Literal["bounded", "unbounded", "config"]
 
 
 @dataclass(frozen=True)
-class SourceConnector:
+class SourceConnector(Generic[ConfigT]):
     """A source type. ``build``, ``unbounded`` and ``output_schema`` receive an instance of
     ``config``, never the stored dict."""
 
     type: str
-    config: type[SourceConfig]
-    build: Callable[[Any, FormatSpec, BuildContext], Source]
+    config: type[ConfigT]
+    #: The source's splits are its own type; the registry holds sources of every kind.
+    build: Callable[[ConfigT, FormatSpec, BuildContext], Source[Any]]
     description: str = ""
     #: The fields of its ``[source]`` table; ``config.parse`` checks against them.
     options: tuple[Option, ...] = ()
@@ -219,18 +228,41 @@ class SourceConnector:
     boundedness: Boundedness = "bounded"
     #: Whether a config reads without end (a stream, files with ``watch``); left out, what
     #: ``boundedness`` says.
-    unbounded: Callable[[Any], bool] = _never_unbounded
+    unbounded: Callable[[ConfigT], bool] = _never_unbounded
     #: Why a sink would feed this source back its own output (empty: it would not); a
     #: file sink inside a file source is refused by the path checks of every flow.
     sink_reads_back: Callable[[dict[str, Any], str, dict[str, Any], Environment], str] = _no_read_back
     #: Whether records come as entries (field/value pairs) rather than lines of text.
     reads_entries: bool = False
     #: The columns a run lands for a format schema (e.g. metadata columns added).
-    output_schema: Callable[[Any, pa.Schema], pa.Schema] = _same_schema
+    output_schema: Callable[[ConfigT, pa.Schema], pa.Schema] = _same_schema
 
     def __post_init__(self) -> None:
         if self.boundedness == "unbounded" and self.unbounded is _never_unbounded:
             object.__setattr__(self, "unbounded", _always_unbounded)
+
+
+#: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
+#: attempt may still publish, and if so calls ``swap()`` and returns True.
+Publish = Callable[[int, Callable[[], object]], bool]
+
+
+class SinkWrite(Protocol):
+    """Writes a bounded run's result, publishing it through ``publish``; whether it was
+    published. ``attempt_key`` names the run's attempt."""
+
+    def __call__(
+        self, df: DataFrame, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment
+    ) -> bool: ...
+
+
+class SinkAppend(Protocol):
+    """Adds one epoch of an unbounded run's streaming transform, once per ``epoch_key``,
+    through ``publish``; whether it was published."""
+
+    def __call__(
+        self, df: DataFrame, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+    ) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -240,20 +272,21 @@ class SinkConnector:
 
     type: str
     validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
-    write: Callable[..., int]
+    write: SinkWrite
     description: str = ""
     #: The fields of its ``[sink]`` table.
     options: tuple[Option, ...] = ()
-    #: ``append(df, config, *, epoch_key, publish, env) -> bool``: adds one epoch of an
-    #: unbounded run's streaming transform (None: the sink cannot take a stream).
-    append: Callable[..., bool] | None = None
+    #: Adds one epoch of an unbounded run's streaming transform (None: the sink cannot
+    #: take a stream).
+    append: SinkAppend | None = None
 
 
-SOURCES: dict[str, SourceConnector] = {}
+#: Each connector's config is its own type: the registry holds them all.
+SOURCES: dict[str, SourceConnector[Any]] = {}
 SINKS: dict[str, SinkConnector] = {}
 
 
-def register_source(connector: SourceConnector) -> None:
+def register_source(connector: SourceConnector[Any]) -> None:
     SOURCES[connector.type] = connector
 
 
@@ -261,15 +294,20 @@ def register_sink(connector: SinkConnector) -> None:
     SINKS[connector.type] = connector
 
 
-def _lookup(table: dict, registry: dict, section: str) -> tuple[Any, dict[str, Any]]:
-    table = dict(table)
-    type_name = table.pop("type", None)
+_ConnectorT = TypeVar("_ConnectorT")
+
+
+def _lookup(
+    table: Mapping[str, Any], registry: Mapping[str, _ConnectorT], section: str
+) -> tuple[_ConnectorT, dict[str, Any]]:
+    config = dict(table)
+    type_name = config.pop("type", None)
     known = ", ".join(sorted(registry))
     if not type_name:
         raise ConfigError(f"{section}.type", f"is required (one of: {known})")
     if type_name not in registry:
         raise ConfigError(f"{section}.type", f"unknown {section} type {type_name!r} (one of: {known})")
-    return registry[type_name], table
+    return registry[type_name], config
 
 
 def validate_source(table: dict[str, Any], env: Environment) -> tuple[str, dict[str, Any]]:
@@ -293,7 +331,9 @@ def source_output_schema(type_name: str, stored: dict[str, Any], schema: pa.Sche
     return connector.output_schema(connector.config.from_dict(stored), schema)
 
 
-def build_source(type_name: str, stored: dict[str, Any], fmt: FormatSpec, context: BuildContext) -> Source:
+def build_source(
+    type_name: str, stored: dict[str, Any], fmt: FormatSpec, context: BuildContext
+) -> Source[Any]:
     """The source of a stored (validated) config."""
     connector = SOURCES[type_name]
     return connector.build(connector.config.from_dict(stored), fmt, context)
@@ -307,15 +347,19 @@ def address_option(options: tuple[Option, ...]) -> Option | None:
     return next((option for option in options if option.address), None)
 
 
-def section_options(section: str, type_name: str) -> tuple[Option, ...]:
+def section_options(section: str, type_name: object) -> tuple[Option, ...]:
     """The options of a ``source``, ``format`` or ``sink`` type (a format alias too); ()
-    for an unknown section or type."""
+    for an unknown section or type (``type_name`` is what a table holds: maybe not a string)."""
+    if not isinstance(type_name, str):
+        return ()
     if section == "format":
-        kind = format_type(type_name) if isinstance(type_name, str) else None
+        kind = format_type(type_name)
         return kind.options if kind else ()
-    registry: dict[str, Any] = {"source": SOURCES, "sink": SINKS}.get(section, {})
-    connector = registry.get(type_name) if isinstance(type_name, str) else None
-    return connector.options if connector else ()
+    if section == "source":
+        source = SOURCES.get(type_name)
+        return source.options if source else ()
+    sink = SINKS.get(type_name) if section == "sink" else None
+    return sink.options if sink else ()
 
 
 def mask_section(section: str, config_with_type: dict[str, Any]) -> dict[str, Any]:
@@ -352,7 +396,7 @@ def connector_catalog() -> dict[str, list[dict[str, Any]]]:
 _UNBOUNDED = {"bounded": False, "unbounded": True, "config": "config"}
 
 
-def _source_entry(connector: SourceConnector) -> dict[str, Any]:
+def _source_entry(connector: SourceConnector[Any]) -> dict[str, Any]:
     return {
         "type": connector.type,
         "description": connector.description,
@@ -390,7 +434,7 @@ def _sink_entry(connector: SinkConnector) -> dict[str, Any]:
     }
 
 
-def check_fields(section: str, config: dict[str, Any], spec: dict[str, type | tuple]) -> None:
+def check_fields(section: str, config: dict[str, Any], spec: Mapping[str, type | tuple[type, ...]]) -> None:
     """Refuses unknown fields and wrong types, naming the field."""
     for name, value in config.items():
         if name not in spec:

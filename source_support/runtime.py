@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol
 
-from source_support.api import BadRecord, RecordBatch, Source, SplitEnumerator
+from source_support.api import BadRecord, RecordBatch, Source, SourceEvent, SplitEnumerator, SplitT
 from source_support.coordination import (
     SPLITS_REVOKED,
     AssignedSplit,
+    ReaderInbox,
     RedisEnumeratorContext,
     RedisReaderContext,
     RunCoordinator,
@@ -32,6 +33,7 @@ from source_support.coordination import (
 )
 from source_support.errors import SplitFailed
 from source_support.landing import LandingZone
+from source_support.typed_redis import pipeline
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +73,7 @@ class RunStore(SplitStore, Protocol):
         """Moves each split's checkpoint past its batches, in one transaction, where
         ``token`` still owns the split and the first batch starts at the checkpoint;
         returns the ids of the splits that moved."""
+        ...
 
     def fail_split(self, split_id: str, token: str, message: str) -> None: ...
 
@@ -90,7 +93,7 @@ class TickResult:
 
 def enumerator_start(
     *,
-    source: Source,
+    source: Source[SplitT],
     coordinator: RunCoordinator,
     store: RunStore,
     parallelism: int,
@@ -111,7 +114,7 @@ def enumerator_start(
     enumerator.close()
 
 
-def _save_state(store: RunStore, enumerator: SplitEnumerator) -> tuple[dict[str, Any], int, bool]:
+def _save_state(store: RunStore, enumerator: SplitEnumerator[SplitT]) -> tuple[dict[str, Any], int, bool]:
     state, pending, exhausted = (
         enumerator.snapshot_state(),
         enumerator.pending_count(),
@@ -123,11 +126,11 @@ def _save_state(store: RunStore, enumerator: SplitEnumerator) -> tuple[dict[str,
 
 def enumerator_tick(
     *,
-    source: Source,
+    source: Source[SplitT],
     coordinator: RunCoordinator,
     store: RunStore,
     parallelism: int,
-    atomic: Callable[[], AbstractContextManager],
+    atomic: Callable[[], AbstractContextManager[object]],
     budget_s: float | None = None,
 ) -> TickResult | None:
     """Runs the enumerator over what readers asked and what expired, in passes.
@@ -168,7 +171,8 @@ def enumerator_tick(
                         splits = [serializer.deserialize(payload).at(pos) for _, payload, pos in rows]
                         enumerator.add_splits_back(splits, subtask)
                 for origin, event in inputs.events:
-                    enumerator.handle_source_event(origin, event)
+                    if origin is not None:  # a reader's event says which reader sent it
+                        enumerator.handle_source_event(origin, event)
                 for served, subtask in enumerate(inputs.requests):
                     if context.queued >= MAX_SPLITS_PER_PASS:
                         coordinator.push_back_split_requests(inputs.requests[served:])
@@ -187,30 +191,41 @@ def enumerator_tick(
                 return TickResult(state, pending, exhausted, live, assigned, slowest)
 
 
-class _BufferedNotices:
-    """Holds back what a pass tells readers until its assignments are committed, then
-    sends it all in one pipeline."""
-
-    BUFFERED = ("notify_assigned", "signal_no_more_splits", "send_event", "remember_live")
+class _BufferedNotices(RunCoordinator):
+    """The run's coordinator for one pass, holding back what the pass tells readers (new
+    splits, no more splits, events, the readers it saw) until its assignments are
+    committed; ``flush`` then sends it all in one pipeline. Reads go to Redis at once."""
 
     def __init__(self, coordinator: RunCoordinator) -> None:
+        # The same run's keys, scripts and connection as ``coordinator`` (a copy of it).
+        vars(self).update(vars(coordinator))
         self.coordinator = coordinator
-        self.calls: list[tuple[str, tuple]] = []
+        self.held: list[Callable[[RunCoordinator], None]] = []
+        self.assigned = 0
 
-    def __getattr__(self, name: str):
-        if name in self.BUFFERED:
-            return lambda *args: self.calls.append((name, args))
-        return getattr(self.coordinator, name)
+    def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
+        self.held.append(lambda coordinator: coordinator.notify_assigned(subtask, splits))
+        self.assigned += len(splits)
+
+    def signal_no_more_splits(self, subtask: int, token: str) -> None:
+        self.held.append(lambda coordinator: coordinator.signal_no_more_splits(subtask, token))
+
+    def send_event(self, target: str, event: SourceEvent, origin: int | None = None) -> None:
+        self.held.append(lambda coordinator: coordinator.send_event(target, event, origin))
+
+    def remember_live(self, live: dict[int, str]) -> None:
+        self.held.append(lambda coordinator: coordinator.remember_live(live))
 
     def flush(self) -> int:
-        """Sends what was buffered; returns how many splits were announced."""
+        """Sends what was held back; returns how many splits were announced."""
         pipelined = copy.copy(self.coordinator)
-        pipelined.redis = self.coordinator.redis.pipeline(transaction=False)
-        for name, args in self.calls:
-            getattr(pipelined, name)(*args)
+        pipelined.redis = pipeline(self.coordinator.redis, transaction=False)
+        for send in self.held:
+            send(pipelined)
         pipelined.redis.execute()
-        assigned = sum(len(args[1]) for name, args in self.calls if name == "notify_assigned")
-        self.calls.clear()
+        assigned = self.assigned
+        self.held.clear()
+        self.assigned = 0
         return assigned
 
 
@@ -251,7 +266,7 @@ class ReaderSettings:
 
 def reader_slice(
     *,
-    source: Source,
+    source: Source[SplitT],
     coordinator: RunCoordinator,
     store: RunStore,
     landing: LandingZone,
@@ -275,7 +290,7 @@ def reader_slice(
     return loop.run()
 
 
-class _ReaderLoop:
+class _ReaderLoop(Generic[SplitT]):
     """One slice of one reader: lease, adopt splits, poll, land, commit, heartbeat.
 
     The order of the steps makes a crash harmless at any point: a batch is landed under a
@@ -285,7 +300,7 @@ class _ReaderLoop:
 
     def __init__(
         self,
-        source: Source,
+        source: Source[SplitT],
         coordinator: RunCoordinator,
         store: RunStore,
         landing: LandingZone,
@@ -348,7 +363,7 @@ class _ReaderLoop:
             return self.wait_for_splits(now)
         return self.read(now)
 
-    def take_inbox(self, inbox) -> None:
+    def take_inbox(self, inbox: ReaderInbox) -> None:
         for event in inbox.events:
             if event.kind == SPLITS_REVOKED:
                 self.commit()  # what was read of them lands under their new reader instead

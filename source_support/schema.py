@@ -12,6 +12,7 @@ import re
 import pyarrow as pa
 
 from source_support.errors import ConfigError
+from source_support.typed_arrow import fields_of
 
 _SIMPLE = {
     "TINYINT": pa.int8(),
@@ -57,7 +58,7 @@ def parse_ddl(ddl: str, *, field: str = "format.schema") -> pa.Schema:
     """Parses ``name TYPE, ...``; refuses unknown types and repeated names, naming them."""
     if not ddl or not ddl.strip():
         raise ConfigError(field, "is empty")
-    fields = []
+    fields: list[pa.Field[pa.DataType]] = []
     for part in _split_top_level(ddl):
         fields.append(_parse_column(part, field))
     names = [f.name.lower() for f in fields]  # Spark resolves names case-insensitively
@@ -80,7 +81,7 @@ def parse_type(text: str, *, field: str = "format.schema") -> pa.DataType:
     return arrow_type
 
 
-def _parse_column(part: str, field: str) -> pa.Field:
+def _parse_column(part: str, field: str) -> pa.Field[pa.DataType]:
     tokens = _Tokens(part)
     name = None
     try:
@@ -111,7 +112,8 @@ class _Tokens:
             match = _TOKEN.match(text, pos)
             if not match:
                 raise _Unreadable(f"unexpected {text[pos:].strip()[:20]!r}")
-            self.items.append(match.group(match.lastindex))
+            # one group of the pattern matches: the token
+            self.items.append(next(group for group in match.groups() if group is not None))
             pos = match.end()
         self.at = 0
 
@@ -193,7 +195,7 @@ def _read_type(tokens: _Tokens, depth: int) -> pa.DataType:
         return pa.map_(key, value)
     if upper == "STRUCT":
         tokens.expect("<")
-        children: list[pa.Field] = []
+        children: list[pa.Field[pa.DataType]] = []
         if not tokens.accept(">"):
             while True:
                 name = tokens.name()
@@ -216,7 +218,7 @@ def _read_type(tokens: _Tokens, depth: int) -> pa.DataType:
 
 def to_ddl(schema: pa.Schema) -> str:
     """The Spark DDL of an Arrow schema (the inverse of ``parse_ddl`` on its types)."""
-    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
+    return ", ".join(f"`{name}` {spark_type(t)}" for name, t in zip(schema.names, schema.types, strict=True))
 
 
 @functools.lru_cache(maxsize=256)
@@ -231,7 +233,7 @@ def spark_type(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"ARRAY<{spark_type(t.value_type)}>"
     if pa.types.is_struct(t):
-        inner = ", ".join(f"`{t.field(i).name}`: {spark_type(t.field(i).type)}" for i in range(t.num_fields))
+        inner = ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in fields_of(t))
         return f"STRUCT<{inner}>"
     for name, arrow_type in _SIMPLE.items():
         if arrow_type == t:
@@ -242,7 +244,9 @@ def spark_type(t: pa.DataType) -> str:
 def widen(schema: pa.Schema) -> pa.Schema:
     """Types as inferred from a sample, widened so later rows fit more often; nested types
     are widened inside (an empty list seen in the sample becomes a list of strings)."""
-    return pa.schema([pa.field(f.name, _widen_type(f.type)) for f in schema])
+    return pa.schema(
+        [pa.field(name, _widen_type(t)) for name, t in zip(schema.names, schema.types, strict=True)]
+    )
 
 
 def _widen_type(t: pa.DataType) -> pa.DataType:
@@ -257,16 +261,16 @@ def _widen_type(t: pa.DataType) -> pa.DataType:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return pa.list_(_widen_type(t.value_type))
     if pa.types.is_struct(t) and t.num_fields:
-        return pa.struct(
-            [pa.field(t.field(i).name, _widen_type(t.field(i).type)) for i in range(t.num_fields)]
-        )
+        return pa.struct([pa.field(f.name, _widen_type(f.type)) for f in fields_of(t)])
     if pa.types.is_map(t):
         return pa.map_(_widen_type(t.key_type), _widen_type(t.item_type))
     return pa.string()
 
 
 def _split_top_level(ddl: str) -> list[str]:
-    parts, depth, current, quoted = [], 0, [], False
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quoted = 0, False
     for ch in ddl:
         if ch == "`":
             quoted = not quoted

@@ -210,7 +210,7 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         if not self.awaiting:
             return
         registered = self.context.registered_readers()
-        waiting = []
+        waiting: list[int] = []
         for subtask in self.awaiting:
             if subtask not in registered:
                 continue
@@ -233,7 +233,8 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         latest = self.stop.get("kind") == "latest"
         until_ns = self.stop["time_ms"] * 1_000_000 if self.stop.get("kind") == "time" else None
         only = set(self.unsettled) if latest and self.discovered else None
-        taken, unsettled = [], []
+        taken: list[tuple[int, str, str, os.stat_result]] = []
+        unsettled: list[str] = []
         for path, info in files_with_stats(self.pattern, self.env):
             name, mtime_ns = self._name(path), info.st_mtime_ns
             if (only is not None and name not in only) or (until_ns is not None and mtime_ns > until_ns):
@@ -323,7 +324,7 @@ def files_with_stats(pattern: str, env: Environment) -> list[tuple[str, os.stat_
     if os.path.isdir(pattern):
         pattern = os.path.join(pattern, "*")
     allowed_dirs: dict[str, bool] = {}
-    found = []
+    found: list[tuple[str, os.stat_result]] = []
     for path in sorted(glob.glob(pattern, recursive=True)):
         if os.path.basename(path).startswith((".", "_")):
             continue

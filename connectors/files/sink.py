@@ -18,13 +18,23 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
 from source_support.errors import ConfigError
 from source_support.options import Option, check_bounds, option_defaults, option_types
-from source_support.registry import Environment, SinkConnector, check_fields
+from source_support.registry import (
+    Environment,
+    Publish,
+    SinkAppend,
+    SinkConnector,
+    SinkWrite,
+    check_fields,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4")
 
@@ -64,7 +74,7 @@ def sink_options(kind: str) -> tuple[Option, ...]:
     return options
 
 
-def _validator(options: tuple[Option, ...]):
+def _validator(options: tuple[Option, ...]) -> Callable[[dict[str, Any], Environment], dict[str, Any]]:
     types = option_types(options)
     defaults = option_defaults(options)
 
@@ -105,7 +115,7 @@ def _file_among_parents(target: Path) -> Path | None:
     return None
 
 
-def _write_files(df, kind: str, config: dict[str, Any], staging: str) -> None:
+def _write_files(df: DataFrame, kind: str, config: dict[str, Any], staging: str) -> None:
     """Spark writes ``df`` into the new directory ``staging`` as the sink's files."""
     writer = df.write.mode("overwrite").option("compression", config["compression"])
     if config.get("partition_by"):
@@ -124,8 +134,10 @@ def _row_counter(kind: str, config: dict[str, Any]) -> Callable[[Path], int]:
     return lambda staging: count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
 
 
-def _writer(kind: str):
-    def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment) -> bool:
+def _writer(kind: str) -> SinkWrite:
+    def write(
+        df: DataFrame, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment
+    ) -> bool:
         target = Path(config["path"])
         return commit_directory(
             target,
@@ -139,8 +151,10 @@ def _writer(kind: str):
     return write
 
 
-def _appender(kind: str):
-    def append(df, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment) -> bool:
+def _appender(kind: str) -> SinkAppend:
+    def append(
+        df: DataFrame, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+    ) -> bool:
         """Adds the rows of one streaming epoch to the sink (see ``append_epoch``)."""
         target = Path(config["path"])
         return append_epoch(
@@ -153,11 +167,6 @@ def _appender(kind: str):
         )
 
     return append
-
-
-#: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
-#: attempt may still publish, and if so calls ``swap()`` and returns True.
-Publish = Callable[[int, Callable[[], None]], bool]
 
 
 def commit_directory(
@@ -291,7 +300,7 @@ def _epoch_files(staging: Path, epoch_key: str) -> list[tuple[Path, Path]]:
     for path in sorted(staging.rglob("*")):
         if path.is_file() and not path.name.startswith((".", "_")):
             by_dir.setdefault(path.parent, []).append(path)
-    out = []
+    out: list[tuple[Path, Path]] = []
     for directory, paths in by_dir.items():
         for index, path in enumerate(paths):
             match = _SPARK_FILE_SUFFIX.search(path.name)

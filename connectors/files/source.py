@@ -85,9 +85,12 @@ class FileSource(Source[FileSplit]):
             raise ConfigError(
                 "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
             )
+        record_format = fmt.build(context.schema)
+        if not isinstance(record_format, RecordFormat):  # build refuses fields for lines already
+            raise ConfigError("format.type", "this source reads lines: use csv or jsonl")
         return cls(
             pattern=config.path,
-            fmt=fmt.build(context.schema),
+            fmt=record_format,
             split_size=max(1, int(config.split_size_mb * (1 << 20))),
             env=context.env,
             batch_size=context.batch_size,

@@ -6,7 +6,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Self
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 
@@ -51,7 +51,7 @@ class FileSplit(SourceSplit):
     def offset(self) -> OffsetEntry:
         return OffsetEntry(key=self.split_id, position=self.position)
 
-    def at(self, position: int) -> FileSplit:
+    def at(self, position: int) -> Self:
         return replace(self, position=position)
 
     def change_in(self, info: os.stat_result) -> str | None:
@@ -59,7 +59,7 @@ class FileSplit(SourceSplit):
         if it is the same file, unchanged (or the split predates recorded identities)."""
         if self.size is None:
             return None
-        changes = []
+        changes: list[str] = []
         if (info.st_ino, info.st_dev) != (self.inode, self.device):
             changes.append("replaced by another file")
         if info.st_size != self.size:

@@ -5,11 +5,14 @@ many entries its consumer group has read (Redis 7 counts entries added; Redis 6 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import redis
+
 from connectors.redis_streams.split import StreamSplit, decode_position, encode_id, position_ms
+from source_support.typed_redis import sync_reply
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,11 @@ class LostEntries:
         if self.next_id is not None:
             return f"{after} and before {self.next_id}"
         return f"{after} up to {decode_position(self.last_position)}"
+
+
+#: One consumer group of an ``XINFO GROUPS`` reply: a dict (as redis-py parses it), or the
+#: flat list of names and values Redis sends.
+GroupInfo = Mapping[str | bytes, Any] | Sequence[Any]
 
 
 def lost_entries(position: int, entries_read: dict[int, int], info: Mapping[str, Any]) -> LostEntries | None:
@@ -130,7 +138,7 @@ class StreamReplaced:
 def replaced_stream(
     split: StreamSplit,
     info: Mapping[str, Any],
-    group: Any | None,
+    group: GroupInfo | None,
     entries_read: dict[int, int],
     last_info: Mapping[str, Any] | None,
     *,
@@ -195,11 +203,14 @@ def read_to_stop(split: StreamSplit, info: Mapping[str, Any], server_ms: int) ->
     last = info.get("last-entry")
     if last and encode_id(last[0]) > split.position:
         return False
+    stop = split.stop_position
+    if stop is None:
+        return False  # a split without a stop reads on
     last_generated = encode_id(info["last-generated-id"])
-    return last_generated >= split.stop_position or server_ms > position_ms(split.stop_position)
+    return last_generated >= stop or server_ms > position_ms(stop)
 
 
-def entries_read_at(position: int, info: Mapping[str, Any], group: Any | None) -> int | None:
+def entries_read_at(position: int, info: Mapping[str, Any], group: GroupInfo | None) -> int | None:
     """How many entries a reader at ``position`` has read (Redis 7), where that is known:
     from the flow's group if it stands at ``position``, or when the position is at the
     end or before the first entry left (entries trimmed before a split began are not
@@ -219,14 +230,19 @@ def entries_read_at(position: int, info: Mapping[str, Any], group: Any | None) -
     return None
 
 
-def group_name(group: Any) -> str:
+def consumer_groups(client: redis.Redis, key: str) -> list[GroupInfo]:
+    """``XINFO GROUPS``: the consumer groups of a stream."""
+    return sync_reply(client.xinfo_groups(key))
+
+
+def group_name(group: GroupInfo) -> str:
     name = group_value(group, "name")
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
-def group_value(group: Any, name: str) -> Any:
+def group_value(group: GroupInfo, name: str) -> Any:
     """A field of one ``XINFO GROUPS`` reply (a dict, or a flat list of names and values)."""
-    if isinstance(group, dict):
+    if isinstance(group, Mapping):
         return group.get(name, group.get(name.encode()))
     for i in range(0, len(group) - 1, 2):
         key = group[i].decode() if isinstance(group[i], bytes) else group[i]

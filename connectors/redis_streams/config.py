@@ -8,8 +8,6 @@ import fnmatch
 from dataclasses import asdict, dataclass
 from typing import Any, Self
 
-import redis
-
 from connectors.redis_streams.connection import URL_SCHEMES, mask_url
 from connectors.redis_streams.split import (
     MAX_POSITION,
@@ -22,6 +20,7 @@ from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.options import Option, check_bounds, option_defaults, option_types
 from source_support.registry import Environment, check_fields
+from source_support.typed_redis import check_url
 
 #: The kind of named connection a ``url`` may be replaced by.
 CONNECTION_KIND = "redis"
@@ -118,15 +117,14 @@ class RedisStreamsSourceConfig:
         check_bounds("source", SOURCE_OPTIONS, table)
         url = validate_url(table["url"], "source.url") if "url" in table else None
         connection = _connection_name(table, "source")
+        given = {**SOURCE_DEFAULTS, **table}
         return cls(
-            **{
-                **SOURCE_DEFAULTS,
-                **table,
-                "streams": streams,
-                "start": start,
-                "url": url,
-                "connection": connection,
-            }
+            streams=streams,
+            start=start,
+            discovery_interval_ms=given["discovery_interval_ms"],
+            metadata=given["metadata"],
+            url=url,
+            connection=connection,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,7 +172,7 @@ def validate_url(url: str, field: str) -> str:
     if not url.startswith(URL_SCHEMES):
         raise ConfigError(field, f"{mask_url(url)!r} must start with {', '.join(URL_SCHEMES)}")
     try:
-        redis.connection.parse_url(url)
+        check_url(url)
     except ValueError as exc:
         raise ConfigError(field, f"{mask_url(url)!r} is not a Redis URL: {_masked(str(exc), url)}") from None
     return url

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 import threading
+from typing import Any
 
 import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+
+from source_support.typed_redis import info
 
 #: Longest single block of a read; a socket waits this long plus a margin.
 MAX_BLOCK_MS = 10_000
@@ -39,16 +42,23 @@ def connect(url: str) -> redis.Redis:
     No ``health_check_interval``: the retries already replace a dropped connection, and
     with them redis-py's health check recurses until RecursionError against a server that
     takes connections and closes them (redis-py#2866), instead of failing at once."""
-    client = redis.Redis.from_url(
+    # redis-py leaves the options of from_url (its **kwargs) untyped.
+    client = redis.Redis.from_url(  # pyright: ignore[reportUnknownMemberType]
         url,
         socket_timeout=SOCKET_TIMEOUT_S,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
-    # Replies as Redis sends them: redis-py would build a dict per entry.
-    client.set_response_callback("XREAD", lambda response, **options: response)
+    # Replies as Redis sends them: redis-py would build a dict per entry. (redis-py types
+    # the callback as a bare Callable.)
+    client.set_response_callback("XREAD", _as_sent)  # pyright: ignore[reportUnknownMemberType]
     return client
+
+
+def _as_sent(response: Any, **options: Any) -> Any:
+    """A response callback that keeps the reply as parsed (nested lists of bytes)."""
+    return response
 
 
 _shared: dict[str, redis.Redis] = {}
@@ -67,7 +77,7 @@ def shared_client(url: str) -> redis.Redis:
 
 def server_major_version(client: redis.Redis) -> int:
     """The Redis server's major version (7 has ``ENTRIESREAD`` and trimming marks)."""
-    version = client.info("server").get("redis_version", "0")
+    version = info(client, "server").get("redis_version", "0")
     return int(str(version).split(".")[0] or 0)
 
 

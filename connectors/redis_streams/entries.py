@@ -14,12 +14,16 @@ from itertools import chain
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
+from source_support.errors import ConfigError
 from source_support.formats import CsvFormat, FieldsFormat, RecordFormat
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
+#: An XREAD reply as Redis sends it: (key, [entry, ...]) for each stream that gave entries.
+XreadReply = Sequence[Sequence[Any]]
 DEFAULT_RECORD_FIELD = "data"
 
 
@@ -35,7 +39,7 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def field_columns(entries: Sequence[Entry], names: Sequence[str]) -> dict[str, pa.Array]:
+def field_columns(entries: Sequence[Entry], names: Sequence[str]) -> dict[str, pa.Array[Any]]:
     """The values of each field in ``names`` over ``entries`` (null where an entry lacks
     it). Entries that all carry the same fields in the same order (what one producer
     writes) are sliced column by column; others go through a dict each."""
@@ -80,7 +84,10 @@ class FieldsDecoder:
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
         """The records of ``entries`` with the bad ones left out, and why each bad entry
         (by index) is bad; with ``first_only``, only the first bad one and no records."""
-        texts = field_columns(entries, self.fmt.schema.names)
+        schema = self.fmt.schema
+        if schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        texts = field_columns(entries, schema.names)
         table, bad = self.fmt.convert(texts, len(entries))
         return _without(table, bad, len(entries), first_only)
 
@@ -96,7 +103,7 @@ class RecordFieldDecoder:
         # A newline in JSON is only white space between tokens; in CSV it would cut a record.
         self.flatten_newlines = not isinstance(fmt, CsvFormat)
 
-    def values(self, entries: Sequence[Entry]) -> pa.Array:
+    def values(self, entries: Sequence[Entry]) -> pa.Array[Any]:
         return field_columns(entries, [self.field])[self.field]
 
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
@@ -105,6 +112,9 @@ class RecordFieldDecoder:
         lines: list[bytes] = []
         kept: list[int] = []
         for i, value in enumerate(values):
+            if value is None:
+                bad[i] = f"the entry has no field {self.field!r}"
+                continue
             reason = self._unusable(value)
             if reason is not None:
                 bad[i] = reason
@@ -122,9 +132,7 @@ class RecordFieldDecoder:
             return self.fmt.empty(), dict([min(bad.items())])
         return table, bad
 
-    def _unusable(self, value: bytes | None) -> str | None:
-        if value is None:
-            return f"the entry has no field {self.field!r}"
+    def _unusable(self, value: bytes) -> str | None:
         if not value.strip():
             return f"field {self.field!r} is empty"
         if not self.flatten_newlines and (b"\n" in value or b"\r" in value):
@@ -155,7 +163,7 @@ def _without(
     return table.filter(pa.array(keep)), bad
 
 
-def good_indices(count: int, bad: dict[int, str]) -> np.ndarray:
+def good_indices(count: int, bad: dict[int, str]) -> npt.NDArray[np.intp]:
     """The indices of the entries that became records, in order."""
     keep = np.ones(count, dtype=bool)
     if bad:

@@ -22,6 +22,7 @@ from connectors.redis_streams.split import (
 from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
 from source_support.assignment import balance
 from source_support.connections import key_allowed
+from source_support.typed_redis import execute, pipeline, scan_keys, server_time_ms
 
 log = logging.getLogger("connectors.redis_streams")
 
@@ -177,8 +178,7 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
 
     def _discover(self) -> None:
-        seconds, micros = self.client.time()
-        now_ms = seconds * 1000 + micros // 1000  # before the scan: later streams have later ids
+        now_ms = server_time_ms(self.client)  # before the scan: later streams have later ids
         first = self.first_discovery_ms is None
         found = [k for k in self._matching_keys() if k not in self.splits and k not in self.done]
         infos = self._stream_infos(found) if first and self._needs_infos() else {}
@@ -211,8 +211,8 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
             if not key_allowed(self.streams, self.key_patterns):
                 return []
             return [self.streams] if self.client.type(self.streams) == b"stream" else []
-        keys = []
-        for raw in self.client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
+        keys: list[str] = []
+        for raw in scan_keys(self.client, match=self.streams, count=SCAN_COUNT, type_name="stream"):
             key = _split_key(raw)
             if key is not None and key_allowed(key, self.key_patterns):
                 keys.append(key)
@@ -223,11 +223,11 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
 
     def _stream_infos(self, keys: list[str]) -> dict[str, int]:
         """Each stream's last generated id, as a position."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client, transaction=False)
         for key in keys:
             pipe.xinfo_stream(key)
-        last = {}
-        for key, info in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+        last: dict[str, int] = {}
+        for key, info in zip(keys, execute(pipe, raise_on_error=False), strict=True):
             if not isinstance(info, Exception):
                 last[key] = encode_id(info["last-generated-id"])
         return last
@@ -237,7 +237,7 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
             return 0
         if self.start_kind == "latest":
             return last_generated or 0
-        return self.start_at
+        return self.start_at or 0  # an entry id or a time: a position
 
     def _stop_for(self, key: str, last_generated: int | None) -> int | None:
         kind = self.stop.get("kind")
@@ -248,6 +248,8 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         if kind == "latest":
             if last_generated is not None:
                 return last_generated
+            if self.first_discovery_ms is None:
+                raise RuntimeError("a split's stop at latest is fixed by the first discovery, which ran")
             return last_position_before_ms(self.first_discovery_ms)
         return None
 

@@ -10,11 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
 
 from connectors.redis_streams.checks import (
+    GroupInfo,
     LostEntries,
     StreamReplaced,
     entries_read_at,
@@ -29,6 +32,7 @@ from connectors.redis_streams.entries import (
     Entry,
     FieldsDecoder,
     RecordFieldDecoder,
+    XreadReply,
     entry_json,
     good_indices,
 )
@@ -43,6 +47,7 @@ from connectors.redis_streams.split import (
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
 from source_support.reader_base import SplitReader
+from source_support.typed_redis import Arg, execute, execute_command, pipeline, time_ms
 
 log = logging.getLogger("connectors.redis_streams")
 
@@ -63,7 +68,7 @@ class StreamState:
     group_ready: bool = False
     #: Entries the group has read at each position read since (Redis 7 ``ENTRIESREAD``,
     #: so ``XINFO GROUPS`` shows the lag); empty when unknown.
-    entries_read: dict[int, int] = field(default_factory=dict)
+    entries_read: dict[int, int] = field(default_factory=dict[int, int])
     #: The stream as the last check saw it (``XINFO STREAM``), to tell what was lost if
     #: it is gone by the next one.
     last_info: Mapping[str, Any] | None = None
@@ -131,7 +136,7 @@ class StreamSplitReader(SplitReader[StreamSplit]):
                 state.next_check = 0.0
             return batches + self._check_due()
         by_key = {s.split.key: s for s in reading if s.split.split_id not in unsure}
-        for raw_key, entries in reply or []:
+        for raw_key, entries in reply:
             state = by_key.get(raw_key.decode("utf-8"))
             if state is not None and entries:
                 batches.append(self._batch(state, entries))
@@ -148,14 +153,14 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         new one (deleted and created again, or its server restarted empty), which the
         next check tells apart and reports."""
         ids = [i for i in positions if i in self.streams or i in self.finished]
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client, transaction=False)
         for split_id in ids:
             key = self._state(split_id).split.key
-            pipe.execute_command(
-                "XGROUP", "SETID", key, self.group, *self._group_id(split_id, positions[split_id])
+            execute_command(
+                pipe, "XGROUP", "SETID", key, self.group, *self._group_id(split_id, positions[split_id])
             )
         try:
-            results = pipe.execute(raise_on_error=False)
+            results = execute(pipe, raise_on_error=False)
             for split_id, result in zip(ids, results, strict=True):
                 if _is_error(result, "NOGROUP") and split_id in self.streams:
                     self.streams[split_id].next_check = 0.0  # the check says why it is gone
@@ -177,7 +182,7 @@ class StreamSplitReader(SplitReader[StreamSplit]):
 
     def _xread(
         self, reading: list[StreamState], max_records: int, block_ms: int | None
-    ) -> tuple[list, set[str]]:
+    ) -> tuple[XreadReply, set[str]]:
         """The XREAD's reply, and the split ids of the streams it may have read from another
         stream than the split's: those that gave entries but no longer hold the flow's
         consumer group just after the read. The group lives in the stream, and this reader
@@ -186,24 +191,24 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         what came from it is left unread until a check says what it is. One ``XPENDING``
         per stream that gave entries asks, after the XREAD returned (small: this source
         leaves no entry pending)."""
-        args: list[Any] = ["XREAD", "COUNT", max_records]
+        args: list[Arg] = ["XREAD", "COUNT", max_records]
         if block_ms is not None:
             args += ["BLOCK", block_ms]
         args.append("STREAMS")
         args += [s.split.key for s in reading]
         args += [decode_position(s.split.position) for s in reading]
-        reply = self.client.execute_command(*args)
+        reply: XreadReply = execute_command(self.client, *args) or []
         by_key = {s.split.key: s for s in reading if s.group_ready}
         guarded = [
-            by_key[k] for k in (raw.decode("utf-8") for raw, entries in reply or [] if entries) if k in by_key
+            by_key[k] for k in (raw.decode("utf-8") for raw, entries in reply if entries) if k in by_key
         ]
         if not guarded:
             return reply, set()
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client, transaction=False)
         for state in guarded:
-            pipe.execute_command("XPENDING", state.split.key, self.group)
-        unsure = set()
-        for state, result in zip(guarded, pipe.execute(raise_on_error=False), strict=True):
+            execute_command(pipe, "XPENDING", state.split.key, self.group)
+        unsure: set[str] = set()
+        for state, result in zip(guarded, execute(pipe, raise_on_error=False), strict=True):
             if _is_error(result, "NOGROUP") or _is_error(result, "WRONGTYPE"):
                 state.next_check = 0.0
                 unsure.add(state.split.split_id)
@@ -237,7 +242,9 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             table = self._with_metadata(table, split.key, entries, good_indices(len(entries), reasons))
         return table, bad
 
-    def _with_metadata(self, table: pa.Table, key: str, entries: list[Entry], rows) -> pa.Table:
+    def _with_metadata(
+        self, table: pa.Table, key: str, entries: list[Entry], rows: npt.NDArray[np.intp]
+    ) -> pa.Table:
         ids = pa.array([entries[i][0] for i in rows], pa.binary()).cast(pa.string())
         table = table.append_column(METADATA_FIELDS[0], pa.array([key] * len(ids), pa.string()))
         table = table.append_column(METADATA_FIELDS[1], ids)
@@ -256,20 +263,20 @@ class StreamSplitReader(SplitReader[StreamSplit]):
     def _check_due(self) -> list[RecordBatch]:
         now = time.monotonic()
         due = [s for s in self.streams.values() if s.next_check <= now]
-        batches = []
+        batches: list[RecordBatch] = []
         for state in [s for s in self.streams.values() if s.split.stopped]:
             batches.append(self._finished(state))
         due = [s for s in due if s.split.split_id in self.streams]
         if not due:
             return batches
-        pipe = self.client.pipeline(transaction=False)
-        pipe.time()
-        pipe.info("server")
+        pipe = pipeline(self.client, transaction=False)
+        execute_command(pipe, "TIME")
+        execute_command(pipe, "INFO", "server")
         for state in due:
             pipe.xinfo_stream(state.split.key)
-            pipe.execute_command("XINFO", "GROUPS", state.split.key)
-        results = iter(pipe.execute(raise_on_error=False))
-        server_ms = _time_ms(next(results))
+            execute_command(pipe, "XINFO", "GROUPS", state.split.key)
+        results = iter(execute(pipe, raise_on_error=False))
+        server_ms = time_ms(next(results))
         server_info = next(results)
         server = ServerSeen(
             server_info.get("run_id", ""), server_ms - int(server_info.get("uptime_in_seconds", 0)) * 1000
@@ -284,7 +291,12 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         return batches
 
     def _check(
-        self, state: StreamState, info: Any, groups: Any, server_ms: int, server: ServerSeen
+        self,
+        state: StreamState,
+        info: Mapping[str, Any] | Exception,
+        groups: Sequence[GroupInfo] | Exception,
+        server_ms: int,
+        server: ServerSeen,
     ) -> RecordBatch | None:
         split = state.split
         if isinstance(info, Exception):
@@ -292,9 +304,8 @@ class StreamSplitReader(SplitReader[StreamSplit]):
                 return self._gone(state, server)
             raise info
         try:
-            mine = None
-            if isinstance(groups, list):
-                mine = next((g for g in groups if group_name(g) == self.group), None)
+            listed: Sequence[GroupInfo] = [] if isinstance(groups, Exception) else groups
+            mine = next((g for g in listed if group_name(g) == self.group), None)
             replaced = replaced_stream(
                 split, info, mine, state.entries_read, state.last_info, group_made=state.group_ready
             )
@@ -347,7 +358,7 @@ class StreamSplitReader(SplitReader[StreamSplit]):
 
     def _end_generation(self, state: StreamState, replaced: StreamReplaced, note: str) -> RecordBatch:
         split = state.split
-        bad = []
+        bad: list[BadRecord] = []
         if replaced.lost:
             if self.first_bad_record_only():
                 self.streams.pop(split.split_id, None)
@@ -414,20 +425,20 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         create streams); one that exists already is left as it is. Says, for each stream,
         whether the group is there: a stream whose group this reader could not make is
         read without it (and without the checks the group allows)."""
-        pipe = self.client.pipeline(transaction=False)
+        pipe = pipeline(self.client, transaction=False)
         for key, position in positions.items():
-            pipe.execute_command(
-                "XGROUP", "CREATE", key, self.group, *self._group_id(split_ids[key], position)
+            execute_command(
+                pipe, "XGROUP", "CREATE", key, self.group, *self._group_id(split_ids[key], position)
             )
-        results = pipe.execute(raise_on_error=False)
-        made = {}
+        results = execute(pipe, raise_on_error=False)
+        made: dict[str, bool] = {}
         for key, result in zip(positions, results, strict=True):
             made[key] = not isinstance(result, Exception) or _is_error(result, "BUSYGROUP")
             if not made[key]:
                 log.warning("could not make consumer group %s on stream %s: %s", self.group, key, result)
         return made
 
-    def _group_id(self, split_id: str, position: int) -> list[Any]:
+    def _group_id(self, split_id: str, position: int) -> list[Arg]:
         state = self.streams.get(split_id) or self.finished.get(split_id)
         read = state.entries_read.get(position) if state is not None else None
         if state is not None:
@@ -448,9 +459,9 @@ def _check_sequences(split: StreamSplit, entries: list[Entry]) -> None:
     given explicitly by a producer can have one)."""
     ids = pa.array([e[0] for e in entries], pa.binary()).cast(pa.string())
     seqs = pc.list_element(pc.split_pattern(ids, "-", max_splits=1), 1).cast(pa.int64())
-    if pc.max(seqs).as_py() > MAX_SEQ:
-        first = int(pc.index(pc.greater(seqs, MAX_SEQ), True).as_py())
-        split.entry_position(entries[first][0])  # raises SplitFailed naming the id
+    too_large = np.flatnonzero(seqs.to_numpy() > MAX_SEQ)
+    if len(too_large):
+        split.entry_position(entries[int(too_large[0])][0])  # raises SplitFailed naming the id
 
 
 @dataclass(frozen=True)
@@ -471,11 +482,6 @@ class ServerSeen:
             return state.server_id != self.run_id
         split = state.split
         return split.progressed and self.started_ms + 1000 > position_ms(split.position)
-
-
-def _time_ms(reply: Any) -> int:
-    seconds, micros = reply
-    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def _is_error(reply: Any, text: str) -> bool:

@@ -18,18 +18,32 @@ import hashlib
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
+from redis.client import Pipeline
 
 from connectors.redis_streams.config import redis_target
 from connectors.redis_streams.connection import shared_client
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
-from source_support.registry import Environment
+from source_support.registry import Environment, Publish
+from source_support.typed_redis import (
+    Arg,
+    execute_command,
+    hash_field,
+    hash_fields,
+    hash_set,
+    pipeline,
+    sync_reply,
+    watch,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("connectors.redis_streams")
 
@@ -41,13 +55,17 @@ CHUNK_ROWS = 5_000
 STAGING_TTL_S = 24 * 3600
 MARKER_TTL_S = 7 * 24 * 3600
 
-#: ``publish(staged_rows, swap)``: the caller's fence (see connectors/files/sink.py).
-Publish = Callable[[int, Callable[[], None]], bool]
-
 
 class RedisStreamSink:
     @staticmethod
-    def write(df, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment) -> bool:
+    def write(
+        df: DataFrame | pa.Table,
+        config: dict[str, Any],
+        *,
+        attempt_key: str,
+        publish: Publish,
+        env: Environment,
+    ) -> bool:
         """Stages the result, then lets ``publish`` move it into the stream (``swap``);
         returns whether it was published. Every attempt of one run publishes through one
         marker, so the run's rows reach the stream once, whichever attempts crash."""
@@ -57,7 +75,14 @@ class RedisStreamSink:
         return _publish_through(target, target.stage(_arrow_of(df), attempt_key), publish)
 
     @staticmethod
-    def append(df, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment) -> bool:
+    def append(
+        df: DataFrame | pa.Table,
+        config: dict[str, Any],
+        *,
+        epoch_key: str,
+        publish: Publish,
+        env: Environment,
+    ) -> bool:
         """Adds one epoch of a streaming transform through the caller's fence
         (``SinkConnector.append``): staged, then moved by ``publish``'s swap, once per
         ``epoch_key`` whatever attempts crash or repeat."""
@@ -78,7 +103,9 @@ def _client_for(config: dict[str, Any], env: Environment) -> redis.Redis:
     return shared_client(url)
 
 
-def append_batch(df, config: dict[str, Any], *, batch_key: str, env: Environment) -> int:
+def append_batch(
+    df: DataFrame | pa.Table, config: dict[str, Any], *, batch_key: str, env: Environment
+) -> int:
     """Appends the rows of ``df`` (one micro-batch of a streaming transform) to the stream
     once per ``batch_key``: returns how many entries this call added, 0 if the batch was
     already written. A call that finds the batch half written finishes it."""
@@ -108,9 +135,9 @@ class StreamTarget:
         staging = f"{NAMESPACE}:staging:{name}:{uuid.uuid4().hex[:12]}"
         self.staged_rows = 0
         for offset in range(0, table.num_rows, CHUNK_ROWS):
-            pipe = self.client.pipeline(transaction=False)
+            pipe = pipeline(self.client, transaction=False)
             for fields in entry_fields(table.slice(offset, CHUNK_ROWS)):
-                pipe.execute_command("XADD", staging, "*", *fields)
+                execute_command(pipe, "XADD", staging, "*", *fields)
                 self.staged_rows += 1
             pipe.expire(staging, STAGING_TTL_S)
             pipe.execute()
@@ -119,16 +146,16 @@ class StreamTarget:
     def discard(self, staging: str) -> None:
         """Drops a staging stream unless a publication began to move it (the next attempt
         finishes that one)."""
-        if self.client.hget(self.marker, "staging") != staging.encode():
+        if hash_field(self.client, self.marker, "staging") != staging.encode():
             self.client.delete(staging)
 
     def is_done(self) -> bool:
-        return self.client.hget(self.marker, "done") == b"1"
+        return hash_field(self.client, self.marker, "done") == b"1"
 
     def pending_staging(self) -> str | None:
         """The staging stream a publication under this marker began to move, if it still
         waits to be finished."""
-        state = self.client.hgetall(self.marker)
+        state = hash_fields(self.client, self.marker)
         staging = state.get(b"staging")
         if staging and state.get(b"done") != b"1" and self.client.exists(staging):
             return staging.decode()
@@ -153,11 +180,11 @@ class StreamTarget:
     def _claim(self, staging: str) -> str | None:
         """The staging stream to move: ours, or the one an earlier attempt began to move;
         None if the publication is done."""
-        with self.client.pipeline() as pipe:
+        with pipeline(self.client) as pipe:
             while True:
                 try:
-                    pipe.watch(self.marker)
-                    state = pipe.hgetall(self.marker)
+                    watch(pipe, self.marker)
+                    state = hash_fields(pipe, self.marker)
                     if state.get(b"done") == b"1":
                         return None
                     began = (state.get(b"staging") or b"").decode()
@@ -166,7 +193,7 @@ class StreamTarget:
                             self.client.delete(staging)
                         return began
                     pipe.multi()
-                    pipe.hset(self.marker, mapping={"staging": staging, "cursor": "0-0"})
+                    hash_set(pipe, self.marker, {"staging": staging, "cursor": "0-0"})
                     pipe.expire(self.marker, MARKER_TTL_S)
                     pipe.expire(staging, MARKER_TTL_S)  # kept while its publication may be resumed
                     pipe.execute()
@@ -178,48 +205,51 @@ class StreamTarget:
         """Moves the next chunk after the marker's cursor, in one MULTI/EXEC that also
         moves the cursor; marks the publication done (and drops the staging stream) when
         nothing is left. Returns how many entries it moved, None once done."""
-        with self.client.pipeline() as pipe:
+        with pipeline(self.client) as pipe:
             while True:
                 try:
-                    pipe.watch(self.marker)
-                    state = pipe.hgetall(self.marker)
+                    watch(pipe, self.marker)
+                    state = hash_fields(pipe, self.marker)
                     if state.get(b"done") == b"1" or state.get(b"staging", b"").decode() != staging:
                         return None
                     cursor = state[b"cursor"].decode()
-                    entries = pipe.xrange(staging, min=f"({cursor}", count=CHUNK_ROWS)
+                    # Watched: the pipeline runs commands at once until multi().
+                    entries: list[tuple[bytes, dict[bytes, bytes]]] = sync_reply(
+                        pipe.xrange(staging, min=f"({cursor}", count=CHUNK_ROWS)
+                    )
                     pipe.multi()
                     if not entries:
-                        pipe.hset(self.marker, "done", "1")
+                        hash_set(pipe, self.marker, {"done": "1"})
                         pipe.delete(staging)
                     for _, fields in entries:
                         self._xadd(pipe, fields)
                     if entries:
-                        pipe.hset(self.marker, "cursor", entries[-1][0])
+                        hash_set(pipe, self.marker, {"cursor": entries[-1][0]})
                     pipe.expire(self.marker, MARKER_TTL_S)
                     pipe.execute()
                     return len(entries) if entries else None
                 except redis.WatchError:
                     continue
 
-    def _xadd(self, pipe: redis.client.Pipeline, fields: dict[bytes, bytes]) -> None:
-        trim = ["MAXLEN", "~", self.maxlen] if self.maxlen else []
+    def _xadd(self, pipe: Pipeline, fields: dict[bytes, bytes]) -> None:
+        trim: list[Arg] = ["MAXLEN", "~", self.maxlen] if self.maxlen else []
         flat = [item for pair in fields.items() for item in pair]
-        pipe.execute_command("XADD", self.key, *trim, "*", *flat)
+        execute_command(pipe, "XADD", self.key, *trim, "*", *flat)
 
 
-def _arrow_of(df) -> pa.Table:
+def _arrow_of(df: DataFrame | pa.Table) -> pa.Table:
     """The rows of a Spark DataFrame (or an Arrow table, as given) on the driver."""
     if isinstance(df, pa.Table):
         return df
     return df.toArrow()
 
 
-def entry_fields(table: pa.Table) -> Iterator[list[Any]]:
+def entry_fields(table: pa.Table) -> Iterator[list[str | bytes]]:
     """Each row of ``table`` as the flat field/value list of an entry (nulls left out)."""
     names = table.column_names
     columns = [_texts(table.column(i).combine_chunks()) for i in range(table.num_columns)]
     for row in range(table.num_rows):
-        fields = []
+        fields: list[str | bytes] = []
         for name, values in zip(names, columns, strict=True):
             value = values[row]
             if value is not None:
@@ -227,7 +257,7 @@ def entry_fields(table: pa.Table) -> Iterator[list[Any]]:
         yield fields or [names[0], ""]
 
 
-def _texts(values: pa.Array) -> list[Any]:
+def _texts(values: pa.Array[Any]) -> Sequence[str | bytes | None]:
     """A column's values as entry values: text, bytes as they are, nested values as JSON."""
     t = values.type
     if pa.types.is_nested(t):

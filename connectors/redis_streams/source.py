@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 import redis
 
+from connectors.redis_streams.checks import consumer_groups, group_name, group_value
 from connectors.redis_streams.config import RedisStreamsSourceConfig, is_pattern, redis_target
 from connectors.redis_streams.connection import (
     connect,
@@ -18,8 +19,10 @@ from connectors.redis_streams.connection import (
     shared_client,
 )
 from connectors.redis_streams.entries import (
+    Entry,
     FieldsDecoder,
     RecordFieldDecoder,
+    XreadReply,
     field_columns,
     field_names,
 )
@@ -38,6 +41,8 @@ from source_support.errors import ConfigError
 from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext
+from source_support.typed_arrow import fields_of
+from source_support.typed_redis import execute_command, ping, scan_keys
 
 #: Entries sampled to infer a schema, and streams looked at for them.
 SAMPLE_ENTRIES = 1000
@@ -89,7 +94,7 @@ class RedisStreamsSource(Source[StreamSplit]):
         metadata = config.metadata
         schema = context.schema
         if schema is not None and metadata:  # the run's schema: the format's columns are the others
-            schema_of_format = pa.schema([f for f in schema if f.name not in METADATA_NAMES])
+            schema_of_format = pa.schema([f for f in fields_of(schema) if f.name not in METADATA_NAMES])
             record_format = fmt.build(schema_of_format, entries=True)
         else:
             record_format = fmt.build(schema, entries=True)
@@ -179,12 +184,12 @@ class RedisStreamsSource(Source[StreamSplit]):
         lags: dict[str, int | None] = {}
         for split_id, (payload, _) in splits.items():
             try:
-                groups = client.xinfo_groups(payload.get("key", split_id))
+                groups = consumer_groups(client, payload.get("key", split_id))
             except redis.RedisError:
                 lags[split_id] = None
                 continue
-            mine = next((g for g in groups if _text(g.get("name")) == self.group), None)
-            lag = mine.get("lag") if mine else None
+            mine = next((g for g in groups if group_name(g) == self.group), None)
+            lag = group_value(mine, "lag") if mine else None
             lags[split_id] = max(0, int(lag)) if lag is not None else None
         return lags
 
@@ -198,7 +203,7 @@ class RedisStreamsSource(Source[StreamSplit]):
         cannot list streams by type)."""
         client = shared_client(self.url)
         try:
-            client.ping()
+            ping(client)
             major = server_major_version(client)
         except redis.RedisError as exc:
             reason = connection_reason(exc).replace(self.url, mask_url(self.url))
@@ -225,24 +230,24 @@ class RedisStreamsSource(Source[StreamSplit]):
             inferred = self.fmt.infer_schema(sample)
         return with_metadata(inferred) if self.metadata else inferred
 
-    def _sample(self) -> list:
+    def _sample(self) -> list[Entry]:
         client = shared_client(self.url)
+        keys: list[str | bytes] = []
         if is_pattern(self.streams):
-            keys = []
-            for key in client.scan_iter(match=self.streams, count=SCAN_COUNT, _type="stream"):
+            for key in scan_keys(client, match=self.streams, count=SCAN_COUNT, type_name="stream"):
                 if not key_allowed(_text(key), self.key_patterns):
                     continue
                 keys.append(key)
                 if len(keys) >= SAMPLE_STREAMS:
                     break
-        else:
-            keys = [self.streams] if key_allowed(self.streams, self.key_patterns) else []
-        entries: list = []
+        elif key_allowed(self.streams, self.key_patterns):
+            keys = [self.streams]
+        entries: list[Entry] = []
         for key in sorted(keys):
             if len(entries) >= SAMPLE_ENTRIES:
                 break
-            reply = client.execute_command(
-                "XREAD", "COUNT", SAMPLE_ENTRIES - len(entries), "STREAMS", key, "0-0"
+            reply: XreadReply = execute_command(
+                client, "XREAD", "COUNT", SAMPLE_ENTRIES - len(entries), "STREAMS", key, "0-0"
             )
             for _, read in reply or []:
                 entries.extend(read)
@@ -251,7 +256,7 @@ class RedisStreamsSource(Source[StreamSplit]):
 
 def with_metadata(schema: pa.Schema) -> pa.Schema:
     """``schema`` with the metadata columns ``_stream`` and ``_id`` after its own."""
-    return pa.schema([*[f for f in schema if f.name not in METADATA_NAMES], *METADATA_FIELDS])
+    return pa.schema([*[f for f in fields_of(schema) if f.name not in METADATA_NAMES], *METADATA_FIELDS])
 
 
 def output_schema(config: RedisStreamsSourceConfig, schema: pa.Schema) -> pa.Schema:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Self
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 from source_support.errors import SplitFailed
@@ -96,7 +96,7 @@ class StreamSplit(SourceSplit):
     def offset(self) -> OffsetEntry:
         return OffsetEntry(key=self.key, position=self.position)
 
-    def at(self, position: int) -> StreamSplit:
+    def at(self, position: int) -> Self:
         return replace(self, position=position)
 
     @property

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Self
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 
@@ -23,7 +23,7 @@ class NumberRangeSplit(SourceSplit):
     def offset(self) -> OffsetEntry:
         return OffsetEntry(key=self.split_id, position=self.position)
 
-    def at(self, position: int) -> NumberRangeSplit:
+    def at(self, position: int) -> Self:
         return replace(self, position=position)
 
 

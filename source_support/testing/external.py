@@ -22,7 +22,7 @@ class SourceOptions:
     #: (discovery intervals, stop times) must use it, so the kit can move time.
     clock: Callable[[], float]
     #: A validated ``[stop]`` rule, as ``BuildContext.stop``.
-    stop: Mapping[str, Any] = field(default_factory=dict)
+    stop: Mapping[str, Any] = field(default_factory=dict[str, Any])
     flow_name: str = "conformance"
 
 
@@ -52,8 +52,9 @@ class ExternalContext(ABC):
         keep only their number where its system decides the values (a number sequence)."""
 
     @abstractmethod
-    def source(self, options: SourceOptions) -> Source:
-        """The source over what was written (and, if ``writes_while_running``, what will be)."""
+    def source(self, options: SourceOptions) -> Source[Any]:
+        """The source over what was written (and, if ``writes_while_running``, what will be);
+        its splits are its connector's own type."""
 
     @abstractmethod
     def expected(self) -> list[Record]:

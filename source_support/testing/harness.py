@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
 
 from source_support.api import (
     Boundedness,
@@ -21,8 +21,8 @@ from source_support.api import (
     Source,
     SourceEvent,
     SourceReader,
-    SourceSplit,
     SplitEnumerator,
+    SplitT,
 )
 from source_support.testing.memory import (
     AssignedSplit,
@@ -65,19 +65,20 @@ class Assignment:
 
 
 @dataclass
-class ReaderSlot:
+class ReaderSlot(Generic[SplitT]):
     """One reader instance (a token) of a subtask, and what the runtime keeps for it."""
 
     subtask: int
     token: str
-    reader: SourceReader
+    reader: SourceReader[SplitT]
     context: MemoryReaderContext
-    #: Where each held split's next batch must start: its checkpoint, then each batch's end.
-    positions: dict[str, int] = field(default_factory=dict)
-    uncommitted: list[RecordBatch] = field(default_factory=list)
-    inbox: list[AssignedSplit] = field(default_factory=list)
-    events: list[SourceEvent] = field(default_factory=list)
-    revoked: list[str] = field(default_factory=list)
+    #: Where each held split's next batch must start: its checkpoint (None: the store has
+    #: none), then each batch's end.
+    positions: dict[str, int | None] = field(default_factory=dict[str, int | None])
+    uncommitted: list[RecordBatch] = field(default_factory=list[RecordBatch])
+    inbox: list[AssignedSplit] = field(default_factory=list[AssignedSplit])
+    events: list[SourceEvent] = field(default_factory=list[SourceEvent])
+    revoked: list[str] = field(default_factory=list[str])
     told_no_more: bool = False
     #: Told no more splits and holding none: the instance ended (the runtime's DONE).
     done: bool = False
@@ -85,7 +86,7 @@ class ReaderSlot:
     batches_read: int = 0
 
 
-class SourceHarness:
+class SourceHarness(Generic[SplitT]):
     """A run of ``source`` with ``readers`` readers, advanced round by round.
 
     A round moves the clock by ``tick_s``, makes one enumerator pass (as a periodic tick
@@ -97,7 +98,7 @@ class SourceHarness:
 
     def __init__(
         self,
-        source: Source,
+        source: Source[SplitT],
         *,
         readers: int = 1,
         clock: ManualClock | None = None,
@@ -114,7 +115,7 @@ class SourceHarness:
         self.clock = clock or ManualClock()
         self.tick_s, self.commit_every, self.poll_timeout_s = tick_s, commit_every, poll_timeout_s
         self.request_retry_rounds, self.max_rounds = request_retry_rounds, max_rounds
-        self.readers: dict[int, ReaderSlot] = {}
+        self.readers: dict[int, ReaderSlot[SplitT]] = {}
         self.landed: list[LandedBatch] = []
         self.assignments: list[Assignment] = []
         #: Splits given back to the enumerator (``add_splits_back``): (subtask, split id, position).
@@ -143,7 +144,7 @@ class SourceHarness:
         """One pass: registrations, splits of readers that are gone, events, requests."""
         self._pass(self._feed)
 
-    def _pass(self, feed: Callable[[SplitEnumerator, MemoryEnumeratorContext], None]) -> None:
+    def _pass(self, feed: Callable[[SplitEnumerator[SplitT], MemoryEnumeratorContext[SplitT]], None]) -> None:
         context = MemoryEnumeratorContext(self.run_state)
         if self.state is None:
             enumerator = self.source.create_enumerator(context)
@@ -157,7 +158,7 @@ class SourceHarness:
         enumerator.close()
         self._deliver(context)
 
-    def _feed(self, enumerator: SplitEnumerator, context: MemoryEnumeratorContext) -> None:
+    def _feed(self, enumerator: SplitEnumerator[SplitT], context: MemoryEnumeratorContext[SplitT]) -> None:
         run = self.run_state
         registrations, run.registrations = run.registrations, []
         for subtask in registrations:
@@ -175,7 +176,7 @@ class SourceHarness:
             if subtask in run.live:
                 enumerator.handle_split_request(subtask, f"memory-{subtask}")
 
-    def _deliver(self, context: MemoryEnumeratorContext) -> None:
+    def _deliver(self, context: MemoryEnumeratorContext[SplitT]) -> None:
         """What the pass told readers reaches them once it is over."""
         by_token = {slot.token: slot for slot in self.readers.values()}
         for token, split_ids in context.revoked.items():
@@ -206,7 +207,7 @@ class SourceHarness:
         self.readers[subtask] = self._new_slot(subtask, token)
         return subtask
 
-    def _new_slot(self, subtask: int, token: str) -> ReaderSlot:
+    def _new_slot(self, subtask: int, token: str) -> ReaderSlot[SplitT]:
         context = MemoryReaderContext(self.run_state, subtask)
         return ReaderSlot(subtask, token, self.source.create_reader(context), context)
 
@@ -218,7 +219,7 @@ class SourceHarness:
         self.readers[subtask] = slot = self._new_slot(subtask, old.token)
         self._adopt_stored(slot)
 
-    def restore_reader(self, subtask: int, splits: Sequence[SourceSplit]) -> None:
+    def restore_reader(self, subtask: int, splits: Sequence[SplitT]) -> None:
         """A new reader for the same instance, given ``splits`` (e.g. from the last one's
         ``snapshot_state``, taken right after a commit) instead of what the store says: its
         first batches must start at the splits' checkpoints all the same."""
@@ -283,7 +284,7 @@ class SourceHarness:
                 self.commit(subtask)
         raise AssertionError(f"reader {subtask} did not read {batches} batches: {self.describe()}")
 
-    def _take_inbox(self, slot: ReaderSlot) -> None:
+    def _take_inbox(self, slot: ReaderSlot[SplitT]) -> None:
         events, slot.events = slot.events, []
         for event in events:
             slot.reader.handle_source_event(event)
@@ -296,7 +297,7 @@ class SourceHarness:
         inbox, slot.inbox = slot.inbox, []
         self._adopt(slot, inbox)
 
-    def _adopt(self, slot: ReaderSlot, rows: Sequence[AssignedSplit]) -> None:
+    def _adopt(self, slot: ReaderSlot[SplitT], rows: Sequence[AssignedSplit]) -> None:
         held = {s.split_id for s in slot.reader.snapshot_state()}
         fresh = [
             self.serializer.deserialize(payload).at(position)
@@ -306,12 +307,12 @@ class SourceHarness:
         slot.reader.add_splits(fresh)
         slot.positions.update((s.split_id, s.offset.position) for s in fresh)
 
-    def _adopt_stored(self, slot: ReaderSlot) -> None:
+    def _adopt_stored(self, slot: ReaderSlot[SplitT]) -> None:
         self.commit(slot.subtask)
         slot.inbox = []
         self._adopt(slot, self.run_state.store.owned_splits(slot.token))
 
-    def _wait_for_splits(self, slot: ReaderSlot) -> None:
+    def _wait_for_splits(self, slot: ReaderSlot[SplitT]) -> None:
         if slot.told_no_more:
             self._adopt_stored(slot)  # a split assigned before the signal may not be adopted yet
             if slot.reader.has_splits():
@@ -326,7 +327,7 @@ class SourceHarness:
             slot.context.send_split_request()
             slot.requested_at = self.rounds
 
-    def _read(self, slot: ReaderSlot) -> RecordBatch | None:
+    def _read(self, slot: ReaderSlot[SplitT]) -> RecordBatch | None:
         batch = slot.reader.poll(self.poll_timeout_s)
         if batch is None:
             return None
@@ -338,7 +339,7 @@ class SourceHarness:
             slot.requested_at = None
         return batch
 
-    def _check_batch(self, slot: ReaderSlot, batch: RecordBatch) -> None:
+    def _check_batch(self, slot: ReaderSlot[SplitT], batch: RecordBatch) -> None:
         where = f"reader {slot.subtask}: a batch of split {batch.split_id}"
         expected = slot.positions.get(batch.split_id)
         if expected is None:
@@ -409,7 +410,9 @@ class SourceHarness:
         for subtask in list(self.readers):
             self.step_reader(subtask)
 
-    def run(self, *, until: Callable[[SourceHarness], bool] | None = None, rounds: int | None = None) -> None:
+    def run(
+        self, *, until: Callable[[SourceHarness[SplitT]], bool] | None = None, rounds: int | None = None
+    ) -> None:
         """``rounds`` rounds; or rounds until ``until`` holds; or, for a bounded source,
         until it is over (the enumerator exhausted, every split finished, every reader
         told no more splits). Fails after ``max_rounds`` rounds."""
@@ -419,7 +422,7 @@ class SourceHarness:
             return
         if until is None and not self.bounded:
             raise ValueError("an unbounded source runs until something holds: pass until=")
-        done = until or SourceHarness.is_over
+        done = until or SourceHarness[SplitT].is_over
         for _ in range(self.max_rounds):
             if done(self):
                 return

@@ -11,18 +11,18 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic
 
 from source_support.api import (
     ReaderInfo,
     SourceEvent,
     SourceReaderContext,
-    SourceSplit,
     SplitBacklog,
     SplitEnumeratorContext,
     SplitSerializer,
+    SplitT,
 )
 
 #: A split as a reader is given it: (split_id, serialized split, checkpointed position), as
@@ -48,31 +48,31 @@ class ManualClock:
         self.now += seconds
 
 
-class MemoryBacklog(SplitBacklog):
+class MemoryBacklog(SplitBacklog[SplitT]):
     """The run's queue of waiting splits, kept serialized as the store keeps it."""
 
-    def __init__(self, serializer: SplitSerializer) -> None:
+    def __init__(self, serializer: SplitSerializer[SplitT]) -> None:
         self.serializer = serializer
         self.queue: deque[dict[str, Any]] = deque()
 
-    def append(self, splits: Sequence[SourceSplit]) -> None:
+    def append(self, splits: Sequence[SplitT]) -> None:
         self.queue.extend(self._payload(s) for s in splits)
 
-    def prepend(self, splits: Sequence[SourceSplit]) -> None:
+    def prepend(self, splits: Sequence[SplitT]) -> None:
         self.queue.extendleft(reversed([self._payload(s) for s in splits]))
 
-    def take(self, count: int) -> list[SourceSplit]:
+    def take(self, count: int) -> list[SplitT]:
         taken = [self.queue.popleft() for _ in range(min(count, len(self.queue)))]
         return [self.serializer.deserialize(payload) for payload in taken]
 
-    def splits(self) -> list[SourceSplit]:
+    def splits(self) -> list[SplitT]:
         """What waits, head first (left in place)."""
         return [self.serializer.deserialize(payload) for payload in self.queue]
 
     def __len__(self) -> int:
         return len(self.queue)
 
-    def _payload(self, split: SourceSplit) -> dict[str, Any]:
+    def _payload(self, split: SplitT) -> dict[str, Any]:
         return json_round_trip(self.serializer.serialize(split))
 
 
@@ -134,16 +134,16 @@ class MemorySplitStore:
         """Ends the assignments of reader instances that are gone; their splits by subtask."""
         reclaimed: dict[int, list[AssignedSplit]] = {}
         for split_id, stored in self.splits.items():
-            if stored.owner is not None and stored.owner not in live_tokens and not stored.finished:
-                reclaimed.setdefault(stored.owner_subtask, []).append(
-                    (split_id, stored.payload, stored.position)
-                )
+            subtask = stored.owner_subtask  # set with the owner
+            gone = stored.owner is not None and stored.owner not in live_tokens
+            if gone and subtask is not None and not stored.finished:
+                reclaimed.setdefault(subtask, []).append((split_id, stored.payload, stored.position))
                 stored.owner, stored.owner_subtask = None, None
         return reclaimed
 
     def revoke(self, split_ids: Sequence[str]) -> list[tuple[str, AssignedSplit]]:
         """Takes assigned splits back from their owners: (old owner's token, split)."""
-        revoked = []
+        revoked: list[tuple[str, AssignedSplit]] = []
         for split_id in split_ids:
             stored = self.splits.get(split_id)
             if stored is None or stored.owner is None or stored.finished:
@@ -159,7 +159,7 @@ class MemorySplitStore:
         by_split: dict[str, list[BatchMove]] = {}
         for move in moves:
             by_split.setdefault(move.split_id, []).append(move)
-        moved = set()
+        moved: set[str] = set()
         for split_id, batches in by_split.items():
             stored = self.splits.get(split_id)
             if stored is None or stored.owner != token or stored.finished:
@@ -180,19 +180,19 @@ class MemorySplitStore:
 
 
 @dataclass
-class MemoryRun:
+class MemoryRun(Generic[SplitT]):
     """What outlives one enumerator pass: the store, the backlog, the live reader instances
     (subtask -> token) and what readers sent the enumerator since the last pass."""
 
-    serializer: SplitSerializer
+    serializer: SplitSerializer[SplitT]
     #: The run's parallelism if fixed; else the number of live readers (at least 1).
     fixed_parallelism: int | None = None
     store: MemorySplitStore = field(default_factory=MemorySplitStore)
-    live: dict[int, str] = field(default_factory=dict)
-    registrations: list[int] = field(default_factory=list)
-    requests: list[int] = field(default_factory=list)
-    reader_events: list[tuple[int, SourceEvent]] = field(default_factory=list)
-    backlog: MemoryBacklog = field(init=False)
+    live: dict[int, str] = field(default_factory=dict[int, str])
+    registrations: list[int] = field(default_factory=list[int])
+    requests: list[int] = field(default_factory=list[int])
+    reader_events: list[tuple[int, SourceEvent]] = field(default_factory=list[tuple[int, SourceEvent]])
+    backlog: MemoryBacklog[SplitT] = field(init=False)
 
     def __post_init__(self) -> None:
         self.backlog = MemoryBacklog(self.serializer)
@@ -202,15 +202,15 @@ class MemoryRun:
         return self.fixed_parallelism or max(1, len(self.live))
 
 
-class MemoryEnumeratorContext(SplitEnumeratorContext):
+class MemoryEnumeratorContext(SplitEnumeratorContext[SplitT]):
     """An enumerator's view of a ``MemoryRun`` for one pass (the runtime makes a new
     context each pass too). What it tells readers waits in ``notices``, ``no_more``,
     ``events`` and ``revoked`` until the pass is over, as the runtime holds notices back
     until the pass's transaction commits."""
 
-    def __init__(self, run: MemoryRun) -> None:
+    def __init__(self, run: MemoryRun[SplitT]) -> None:
         self.run = run
-        self._queued: dict[int, list[SourceSplit]] = {}
+        self._queued: dict[int, list[SplitT]] = {}
         #: Splits stored as assigned, by subtask, each at its checkpoint.
         self.notices: dict[int, list[AssignedSplit]] = {}
         self.no_more: list[int] = []
@@ -225,7 +225,7 @@ class MemoryEnumeratorContext(SplitEnumeratorContext):
     def registered_readers(self) -> dict[int, ReaderInfo]:
         return {subtask: ReaderInfo(subtask, f"memory-{subtask}") for subtask in self.run.live}
 
-    def assign_splits(self, assignment: dict[int, Sequence[SourceSplit]]) -> None:
+    def assign_splits(self, assignment: Mapping[int, Sequence[SplitT]]) -> None:
         unknown = set(assignment) - set(self.run.live)
         if unknown:
             raise ValueError(f"cannot assign splits to readers that are not registered: {unknown}")
@@ -240,13 +240,13 @@ class MemoryEnumeratorContext(SplitEnumeratorContext):
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
         self.events.append((subtask, event))
 
-    def backlog(self) -> MemoryBacklog:
+    def backlog(self) -> MemoryBacklog[SplitT]:
         return self.run.backlog
 
-    def revoke_splits(self, split_ids: Sequence[str]) -> list[SourceSplit]:
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[SplitT]:
         self.flush()  # a split queued for a reader in this pass is stored before it moves
         serializer = self.run.serializer
-        splits = []
+        splits: list[SplitT] = []
         for owner, (split_id, payload, position) in self.run.store.revoke(split_ids):
             self.revoked.setdefault(owner, []).append(split_id)
             for subtask, rows in self.notices.items():
@@ -272,7 +272,7 @@ class MemoryEnumeratorContext(SplitEnumeratorContext):
 class MemoryReaderContext(SourceReaderContext):
     """A reader's view of a ``MemoryRun``: requests and events wait for the next pass."""
 
-    def __init__(self, run: MemoryRun, subtask: int) -> None:
+    def __init__(self, run: MemoryRun[Any], subtask: int) -> None:
         self.run = run
         self._subtask = subtask
         self.requests = 0
