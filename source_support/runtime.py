@@ -11,7 +11,6 @@ A crash before the commit replays the same positions into the same file name.
 
 from __future__ import annotations
 
-import copy
 import enum
 import logging
 import threading
@@ -191,7 +190,7 @@ class _BufferedNotices:
     """Holds back what a pass tells readers until its assignments are committed, then
     sends it all in one pipeline."""
 
-    BUFFERED = ("notify_assigned", "signal_no_more_splits", "send_event", "remember_live")
+    BUFFERED = ("notify_assigned", "signal_no_more_splits", "send_to_reader", "remember_live")
 
     def __init__(self, coordinator: RunCoordinator) -> None:
         self.coordinator = coordinator
@@ -204,11 +203,9 @@ class _BufferedNotices:
 
     def flush(self) -> int:
         """Sends what was buffered; returns how many splits were announced."""
-        pipelined = copy.copy(self.coordinator)
-        pipelined.redis = self.coordinator.redis.pipeline(transaction=False)
-        for name, args in self.calls:
-            getattr(pipelined, name)(*args)
-        pipelined.redis.execute()
+        with self.coordinator.batched() as batch:
+            for name, args in self.calls:
+                getattr(batch, name)(*args)
         assigned = sum(len(args[1]) for name, args in self.calls if name == "notify_assigned")
         self.calls.clear()
         return assigned

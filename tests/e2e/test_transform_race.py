@@ -50,7 +50,7 @@ def test_a_stale_transform_attempt_cannot_lose_rows(fleet: Fleet, dirs, settings
         240,
         lambda: f"no transform started: {FlowRun.objects.get(pk=run.pk).message}",
     )
-    lease_key = coordinator_for(run).key("transform-lease")
+    lease_key = coordinator_for(run).keys.mark("transform-lease")
 
     def second_attempt_started() -> bool:
         now = FlowRun.objects.get(pk=run.pk)

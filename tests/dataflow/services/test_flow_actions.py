@@ -224,7 +224,7 @@ def test_a_tick_sets_the_pause_mark_again_after_redis_lost_it(dirs, rds, prefix)
     run = flow_start(flow=flow)
     flow_pause(flow=flow)
     coordinator = coordinator_for(run)
-    held = coordinator.key("held")
+    held = coordinator.keys.mark("held")
     assert coordinator.redis.exists(held)
 
     coordinator.redis.delete(held)

@@ -113,7 +113,7 @@ def test_a_transform_whose_lease_another_process_took_stops_its_job(worker, dirs
         _wait_until_its_job_runs(run)
         # Another process holds the lease now (as after this one's lapsed): the renewer
         # sees it at its next round.
-        get_redis().set(coordinator_for(run).key("transform-lease"), "another-process", px=600_000)
+        get_redis().set(coordinator_for(run).keys.mark("transform-lease"), "another-process", px=600_000)
 
         wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
         run.refresh_from_db()
