@@ -24,6 +24,7 @@ from source_support.api import BadRecord, RecordBatch, Source, SplitEnumerator
 from source_support.coordination import (
     SPLITS_REVOKED,
     AssignedSplit,
+    Mark,
     RedisEnumeratorContext,
     RedisReaderContext,
     RunCoordinator,
@@ -180,7 +181,7 @@ def enumerator_tick(
             assigned += notices.flush()
             slowest = max(slowest, time.perf_counter() - began)
             if budget_s is not None and time.perf_counter() - started >= budget_s:
-                more = coordinator.is_set("enum-dirty")
+                more = coordinator.is_set(Mark.ENUMERATOR_DIRTY)
                 return TickResult(state, pending, exhausted, live, assigned, slowest, more)
             if not coordinator.take_dirty():
                 return TickResult(state, pending, exhausted, live, assigned, slowest)

@@ -40,7 +40,7 @@ from dataflow.services.transform_limits import (
 )
 from dataflow.spark import is_out_of_memory, session_recover
 from dataflow.store import DjangoRunStore
-from source_support.coordination import RunCoordinator
+from source_support.coordination import Mark, RunCoordinator
 from source_support.formats import FormatSpec
 from source_support.landing import LandingZone, LandingZoneUnwritable
 from source_support.registry import SINKS, BuildContext, Environment, build_source, source_is_unbounded
@@ -105,7 +105,7 @@ def request_tick(*, run_id: int) -> None:
     """Asks for a prompt enumerator tick; at most one waits in the queue per run."""
     from dataflow import tasks
 
-    if coordinator_for(run_id).mark_once("tick-queued", 30_000):
+    if coordinator_for(run_id).mark_once(Mark.TICK_QUEUED, 30_000):
         run_task_send(tasks.tick_run, run_id)
 
 
@@ -115,7 +115,7 @@ def run_tick(*, run_id: int) -> None:
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None:
         return
-    coordinator_for(run).clear_mark("tick-queued")
+    coordinator_for(run).clear_mark(Mark.TICK_QUEUED)
     unbounded = run_is_unbounded(run)
     if run.status == RunStatus.TRANSFORMING:
         _ensure_transform(run, unbounded=unbounded)
@@ -146,7 +146,7 @@ def run_tick(*, run_id: int) -> None:
 
     if unbounded:
         stream_run_tick(run=run, coordinator=coordinator, result=result)
-    elif coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
+    elif coordinator.mark_once(Mark.METRICS_DUE, int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)  # a bounded run's progress, for its charts
 
 
@@ -208,11 +208,11 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
     Views do not rely on it (see ``selectors.run_message``): it keeps the note in the
     run's history, e.g. for a webhook or the admin's raw field."""
     if live:
-        coordinator.clear_mark("no-reader-since")
+        coordinator.clear_mark(Mark.NO_READER_SINCE)
         if run.message.startswith(STALL_NOTE):
             FlowRun.objects.filter(pk=run.pk, message=run.message).update(message="")
         return
-    idle = time.time() - coordinator.first_seen("no-reader-since", time.time())
+    idle = time.time() - coordinator.first_seen(Mark.NO_READER_SINCE, time.time())
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
@@ -402,11 +402,11 @@ def _ensure_transform(run: FlowRun, *, unbounded: bool = False) -> None:
         ensure_stream_transform(run)
         return
     coordinator = coordinator_for(run)
-    if coordinator.is_set("transform-lease"):
+    if coordinator.is_set(Mark.TRANSFORM_LEASE):
         return
     if _in_backoff(run):
         return
-    if coordinator.mark_once("transform-queued", 60_000):
+    if coordinator.mark_once(Mark.TRANSFORM_QUEUED, 60_000):
         from dataflow import tasks
 
         run_task_send(tasks.run_transform, run.pk)
@@ -435,14 +435,14 @@ def transform(*, run_id: int) -> None:
     if run is None:
         return
     coordinator = coordinator_for(run)
-    coordinator.clear_mark("transform-queued")
+    coordinator.clear_mark(Mark.TRANSFORM_QUEUED)
     if run.status != RunStatus.TRANSFORMING:
         return
     if _worker_leaving.is_set():
         request_tick(run_id=run.pk)  # another worker queues it again
         return
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
-    with coordinator.held_lease("transform-lease", lease_ms) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, lease_ms) as held:
         if not held:
             return
         attempt = _claim_transform_attempt(run.pk)

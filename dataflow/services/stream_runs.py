@@ -17,7 +17,7 @@ from dataflow.models import (
 )
 from dataflow.services.checkpoints import checkpoint_take
 from dataflow.services.metrics import metrics_sample
-from source_support.coordination import RunCoordinator
+from source_support.coordination import Mark, RunCoordinator
 from source_support.runtime import TickResult
 
 PAUSE_NOTE = "paused: "
@@ -30,9 +30,9 @@ def stream_run_tick(*, run: FlowRun, coordinator: RunCoordinator, result: TickRe
 
     ensure_stream_transform(run)
     run_backpressure(run=run, coordinator=coordinator)
-    if coordinator.mark_once("checkpoint-due", int(settings.DATAFLOW_CHECKPOINT_SECONDS * 1000)):
+    if coordinator.mark_once(Mark.CHECKPOINT_DUE, int(settings.DATAFLOW_CHECKPOINT_SECONDS * 1000)):
         checkpoint_take(run=run)
-    if coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
+    if coordinator.mark_once(Mark.METRICS_DUE, int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)
     _say_waiting(run, pending=result.pending)
 
@@ -50,7 +50,7 @@ def run_backpressure(*, run: FlowRun, coordinator: RunCoordinator) -> bool:
     whatever the input rate."""
     limit = run.spec.get("backpressure_records", 1_000_000)
     waiting = untransformed_records(run)
-    paused = coordinator.is_set("paused")
+    paused = coordinator.is_set(Mark.BACKPRESSURE)
     if not paused and waiting > limit:
         coordinator.pause(True)
         _set_note(

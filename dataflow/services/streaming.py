@@ -88,6 +88,7 @@ from dataflow.stream_query import (
     time_column_problem,
 )
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
+from source_support.coordination import Mark
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
 from source_support.registry import SINKS
@@ -95,9 +96,6 @@ from source_support.schema import parse_ddl
 
 log = logging.getLogger(__name__)
 
-#: The bounded transform's lease too: one run never has both.
-LEASE = "transform-lease"
-QUEUED = "transform-queued"
 #: How long a queued slice keeps another from being queued. Short: a slice whose worker
 #: was killed holding its message must not stop the stream for long; a second slice
 #: queued while the first still waits is harmless (it finds the lease held and leaves).
@@ -126,9 +124,9 @@ def stream_transform(*, run_id: int) -> bool:
     if run is None or run.status not in ACTIVE_RUN_STATUSES:
         return False
     coordinator = coordinator_for(run)
-    coordinator.clear_mark(QUEUED)
+    coordinator.clear_mark(Mark.TRANSFORM_QUEUED)
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
-    with coordinator.held_lease(LEASE, lease_ms) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, lease_ms) as held:
         if not held:
             return False
         deadline = time.monotonic() + settings.DATAFLOW_STREAM_SLICE_SECONDS
@@ -136,7 +134,7 @@ def stream_transform(*, run_id: int) -> bool:
         if held.lost.is_set():
             return False  # another driver took over (a resume purged the lease): it goes on
         # Marked before the lease goes, so a tick in between does not queue a second slice.
-        return more and coordinator.mark_once(QUEUED, QUEUED_TTL_MS)
+        return more and coordinator.mark_once(Mark.TRANSFORM_QUEUED, QUEUED_TTL_MS)
 
 
 def ensure_stream_transform(run: FlowRun) -> None:
@@ -144,9 +142,9 @@ def ensure_stream_transform(run: FlowRun) -> None:
     if run.status not in ACTIVE_RUN_STATUSES:
         return
     coordinator = coordinator_for(run)
-    if coordinator.is_set(LEASE):
+    if coordinator.is_set(Mark.TRANSFORM_LEASE):
         return
-    if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
+    if coordinator.mark_once(Mark.TRANSFORM_QUEUED, QUEUED_TTL_MS):
         from dataflow import tasks
 
         run_task_send(tasks.stream_transform, run.pk)

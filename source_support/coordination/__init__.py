@@ -16,7 +16,7 @@ checkpoints, who was assigned what) is kept by a ``SplitStore`` the runtime prov
 
 from source_support.coordination.contexts import RedisEnumeratorContext, RedisReaderContext
 from source_support.coordination.coordinator import RunCoordinator
-from source_support.coordination.keys import DAY_MS, Keys
+from source_support.coordination.keys import DAY_MS, Keys, Mark
 from source_support.coordination.leases import HeldLease
 from source_support.coordination.messages import (
     SPLITS_REVOKED,
@@ -33,6 +33,7 @@ __all__ = [
     "AssignedSplit",
     "HeldLease",
     "Keys",
+    "Mark",
     "PassInputs",
     "ReaderInbox",
     "RedisEnumeratorContext",

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import redis
 
 from source_support.api import SourceEvent
-from source_support.coordination.keys import DAY_MS, Keys
+from source_support.coordination.keys import DAY_MS, Keys, Mark
 from source_support.coordination.leases import HeldLease, LeaseScripts, ReaderLeases
 from source_support.coordination.marks import Marks
 from source_support.coordination.messages import AssignedSplit, Messages, PassInputs, ReaderInbox
@@ -91,14 +91,14 @@ class RunCoordinator:
         A tick that finds the lock taken leaves a ``dirty`` mark; the holder loops once
         more before it lets go, so no request waits for the next periodic tick.
         """
-        with self._marks.held_lease("enum-lock", self.lease_ms) as held:
+        with self._marks.held_lease(Mark.ENUMERATOR_LOCK, self.lease_ms) as held:
             if not held:
-                self._marks.set("enum-dirty")
+                self._marks.set(Mark.ENUMERATOR_DIRTY)
             yield bool(held)
 
     def take_dirty(self) -> bool:
         """Whether a tick found the enumerator lock taken since the last call."""
-        return self._marks.clear("enum-dirty")
+        return self._marks.clear(Mark.ENUMERATOR_DIRTY)
 
     # Split requests, assignment notices and source events (``Messages``).
 
@@ -141,47 +141,47 @@ class RunCoordinator:
 
     def stop(self) -> None:
         """Tells every reader of the run to stop; the mark expires after a day."""
-        self._marks.set("stopped", ttl_ms=DAY_MS)
+        self._marks.set(Mark.STOPPED, ttl_ms=DAY_MS)
 
     def is_stopped(self) -> bool:
-        return self._marks.is_set("stopped")
+        return self._marks.is_set(Mark.STOPPED)
 
     def pause(self, paused: bool) -> None:
         """Pauses every reader of the run (backpressure) or lets them go on."""
         if paused:
-            self._marks.set("paused", ttl_ms=DAY_MS)
+            self._marks.set(Mark.BACKPRESSURE, ttl_ms=DAY_MS)
         else:
-            self._marks.clear("paused")
+            self._marks.clear(Mark.BACKPRESSURE)
 
     def hold(self, held: bool) -> None:
         """Holds every reader of the run (a user's pause) or lets them go on. Apart from the
         backpressure pause, so that the transform catching up never ends a user's pause;
         kept until the run's keys are purged, and set again from the database by each tick."""
         if held:
-            self._marks.set("held")
+            self._marks.set(Mark.USER_HOLD)
         else:
-            self._marks.clear("held")
+            self._marks.clear(Mark.USER_HOLD)
 
-    def mark_once(self, name: str, ttl_ms: int) -> bool:
-        """Sets mark ``name`` unless it is set; True if this call set it."""
-        return self._marks.once(name, ttl_ms)
+    def mark_once(self, mark: Mark, ttl_ms: int) -> bool:
+        """Sets ``mark`` unless it is set; True if this call set it."""
+        return self._marks.once(mark, ttl_ms)
 
-    def first_seen(self, name: str, now: float) -> float:
-        """The time mark ``name`` was first set (to ``now`` if it is not set yet)."""
-        return self._marks.first_seen(name, now)
+    def first_seen(self, mark: Mark, now: float) -> float:
+        """The time ``mark`` was first set (to ``now`` if it is not set yet)."""
+        return self._marks.first_seen(mark, now)
 
-    def clear_mark(self, name: str) -> None:
-        self._marks.clear(name)
+    def clear_mark(self, mark: Mark) -> None:
+        self._marks.clear(mark)
 
-    def is_set(self, name: str) -> bool:
-        return self._marks.is_set(name)
+    def is_set(self, mark: Mark) -> bool:
+        return self._marks.is_set(mark)
 
     @contextmanager
-    def held_lease(self, name: str, ttl_ms: int) -> Iterator[HeldLease]:
-        """Holds lease ``name`` while the block runs, renewed by a thread; yields a
+    def held_lease(self, mark: Mark, ttl_ms: int) -> Iterator[HeldLease]:
+        """Holds lease ``mark`` while the block runs, renewed by a thread; yields a
         ``HeldLease`` that is false if another process holds it, and whose ``lost`` is set
         once another process has taken it (see ``leases.hold_lease``)."""
-        with self._marks.held_lease(name, ttl_ms) as lease:
+        with self._marks.held_lease(mark, ttl_ms) as lease:
             yield lease
 
     def purge(self) -> None:

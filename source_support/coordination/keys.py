@@ -6,8 +6,38 @@ changes: a process with another layout would not see the run's leases and marks.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 #: How long run-wide marks live in Redis at most (a run's keys are purged when it ends).
 DAY_MS = 24 * 3600 * 1000
+
+
+class Mark(StrEnum):
+    """The run-wide marks and job leases; each value is its key's name under the run's
+    prefix, so a value never changes."""
+
+    #: The run is over: every reader stops.
+    STOPPED = "stopped"
+    #: Backpressure: the transform is behind, so every reader waits.
+    BACKPRESSURE = "paused"
+    #: A user paused the flow: every reader waits until the flow is resumed.
+    USER_HOLD = "held"
+    #: Lease of the tick that runs the enumerator.
+    ENUMERATOR_LOCK = "enum-lock"
+    #: A tick found the enumerator lock taken: its holder makes one more pass.
+    ENUMERATOR_DIRTY = "enum-dirty"
+    #: A tick of the run is queued.
+    TICK_QUEUED = "tick-queued"
+    #: Set for a metrics interval once the run's metrics were written.
+    METRICS_DUE = "metrics-due"
+    #: Set for a checkpoint interval once a stream's checkpoint was taken.
+    CHECKPOINT_DUE = "checkpoint-due"
+    #: When the run was first seen without a live reader (cleared when one is back).
+    NO_READER_SINCE = "no-reader-since"
+    #: Lease of the process that runs the transform (bounded or stream: a run has one).
+    TRANSFORM_LEASE = "transform-lease"
+    #: A transform (or a stream transform's next slice) is queued.
+    TRANSFORM_QUEUED = "transform-queued"
 
 
 class Keys:
@@ -56,6 +86,6 @@ class Keys:
         """List: the source events for reader ``subtask``."""
         return f"{self.prefix}events:reader:{subtask}"
 
-    def mark(self, name: str) -> str:
-        """A run-wide mark or lease (see ``Marks``)."""
-        return self.prefix + name
+    def mark(self, mark: Mark) -> str:
+        """A run-wide mark or job lease (see ``Marks``)."""
+        return self.prefix + mark.value

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import redis
 
-from source_support.coordination.keys import Keys
+from source_support.coordination.keys import Keys, Mark
 from source_support.coordination.leases import HeldLease, LeaseScripts, hold_lease
 
 
@@ -18,29 +18,29 @@ class Marks:
     def __init__(self, client: redis.Redis, keys: Keys, scripts: LeaseScripts) -> None:
         self.redis, self.keys, self.scripts = client, keys, scripts
 
-    def set(self, name: str, *, ttl_ms: int | None = None) -> None:
-        """Sets mark ``name``, for ``ttl_ms`` if given."""
-        self.redis.set(self.keys.mark(name), 1, px=ttl_ms)
+    def set(self, mark: Mark, *, ttl_ms: int | None = None) -> None:
+        """Sets ``mark``, for ``ttl_ms`` if given."""
+        self.redis.set(self.keys.mark(mark), 1, px=ttl_ms)
 
-    def once(self, name: str, ttl_ms: int) -> bool:
-        """Sets mark ``name`` unless it is set; True if this call set it."""
-        return bool(self.redis.set(self.keys.mark(name), 1, nx=True, px=ttl_ms))
+    def once(self, mark: Mark, ttl_ms: int) -> bool:
+        """Sets ``mark`` unless it is set; True if this call set it."""
+        return bool(self.redis.set(self.keys.mark(mark), 1, nx=True, px=ttl_ms))
 
-    def first_seen(self, name: str, now: float) -> float:
-        """The time mark ``name`` was first set (to ``now`` if it is not set yet)."""
-        key = self.keys.mark(name)
+    def first_seen(self, mark: Mark, now: float) -> float:
+        """The time ``mark`` was first set (to ``now`` if it is not set yet)."""
+        key = self.keys.mark(mark)
         self.redis.set(key, now, nx=True)
         return float(self.redis.get(key) or now)
 
-    def clear(self, name: str) -> bool:
-        """Removes mark ``name``; True if it was set."""
-        return bool(self.redis.delete(self.keys.mark(name)))
+    def clear(self, mark: Mark) -> bool:
+        """Removes ``mark``; True if it was set."""
+        return bool(self.redis.delete(self.keys.mark(mark)))
 
-    def is_set(self, name: str) -> bool:
-        return bool(self.redis.exists(self.keys.mark(name)))
+    def is_set(self, mark: Mark) -> bool:
+        return bool(self.redis.exists(self.keys.mark(mark)))
 
     @contextmanager
-    def held_lease(self, name: str, ttl_ms: int) -> Iterator[HeldLease]:
-        """Holds lease ``name`` while the block runs (see ``hold_lease``)."""
-        with hold_lease(self.redis, self.scripts, self.keys.mark(name), ttl_ms, name=name) as lease:
+    def held_lease(self, mark: Mark, ttl_ms: int) -> Iterator[HeldLease]:
+        """Holds lease ``mark`` while the block runs (see ``hold_lease``)."""
+        with hold_lease(self.redis, self.scripts, self.keys.mark(mark), ttl_ms, name=mark.value) as lease:
             yield lease

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from source_support.api import SourceEvent
-from source_support.coordination.keys import DAY_MS, Keys
+from source_support.coordination.keys import DAY_MS, Keys, Mark
 
 #: The event that tells a reader to drop splits that were moved to another reader; the
 #: runtime handles it, a connector never sees it.
@@ -90,7 +90,7 @@ class Messages:
         """Returns requests a pass did not serve to the head of the queue, for the next pass."""
         pipe = self.redis.pipeline()
         pipe.lpush(self.keys.requests, *reversed(subtasks))
-        pipe.set(self.keys.mark("enum-dirty"), 1)
+        pipe.set(self.keys.mark(Mark.ENUMERATOR_DIRTY), 1)
         pipe.execute()
 
     def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
@@ -134,8 +134,8 @@ class Messages:
         for good, so it must see a new split while it reads the others)."""
         events, assigned = self.keys.reader_events(subtask), self.keys.assigned(subtask)
         pipe = self.redis.pipeline()
-        pipe.exists(self.keys.mark("stopped"))
-        pipe.exists(self.keys.mark("paused"), self.keys.mark("held"))
+        pipe.exists(self.keys.mark(Mark.STOPPED))
+        pipe.exists(self.keys.mark(Mark.BACKPRESSURE), self.keys.mark(Mark.USER_HOLD))
         pipe.get(self.keys.records_committed)
         pipe.lrange(events, 0, -1)
         pipe.lrange(assigned, 0, -1)

@@ -13,7 +13,7 @@ import redis
 
 from connectors.files.split import FileSplit, FileSplitSerializer
 from source_support.api import SourceEvent
-from source_support.coordination import RedisEnumeratorContext, RedisReaderContext, RunCoordinator
+from source_support.coordination import Mark, RedisEnumeratorContext, RedisReaderContext, RunCoordinator
 
 SHORT_LEASE_MS = 300
 
@@ -349,7 +349,7 @@ def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator, clie
     old, new = make_coordinator(run_key, lease_ms=300), make_coordinator(run_key, lease_ms=300)
     old_lock = old.enumerator_lock()
     assert old_lock.__enter__() is True
-    client.delete(old.keys.mark("enum-lock"))  # as if it lapsed while its holder had no Redis
+    client.delete(old.keys.mark(Mark.ENUMERATOR_LOCK))  # as if it lapsed while its holder had no Redis
     new_lock = new.enumerator_lock()
     assert new_lock.__enter__() is True
 
@@ -365,12 +365,12 @@ def test_the_enumerator_lock_lives_a_lease_and_is_renewed_while_held(make_coordi
 
     with coordinator.enumerator_lock() as held:
         assert held is True
-        assert 0 < client.pttl(coordinator.keys.mark("enum-lock")) <= SHORT_LEASE_MS
+        assert 0 < client.pttl(coordinator.keys.mark(Mark.ENUMERATOR_LOCK)) <= SHORT_LEASE_MS
         time.sleep(SHORT_LEASE_MS / 1000 * 3)
         with coordinator.enumerator_lock() as other:
             assert other is False
 
-    assert not coordinator.is_set("enum-lock")
+    assert not coordinator.is_set(Mark.ENUMERATOR_LOCK)
 
 
 def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, client):
@@ -487,32 +487,34 @@ def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
 
 
 def test_held_lease_is_exclusive_outlives_its_ttl_while_held_and_is_released(coordinator):
-    with coordinator.held_lease("job", 300) as first:
-        with coordinator.held_lease("job", 300) as second:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as first:
+        with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as second:
             assert (bool(first), bool(second)) == (True, False)
         time.sleep(0.8)  # more than two time-to-lives: the renewing thread keeps it
-        assert coordinator.is_set("job")
-    assert not coordinator.is_set("job")
+        assert coordinator.is_set(Mark.TRANSFORM_LEASE)
+    assert not coordinator.is_set(Mark.TRANSFORM_LEASE)
 
 
 def test_held_lease_says_when_another_process_took_it(coordinator):
     from tests.helpers import wait_until
 
-    with coordinator.held_lease("job", 300) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as held:
         coordinator.purge()  # e.g. a resume purges a stopped run's keys...
         coordinator.redis.set(
-            coordinator.keys.mark("job"), "another-driver", px=10_000
+            coordinator.keys.mark(Mark.TRANSFORM_LEASE), "another-driver", px=10_000
         )  # ...and one takes it
         wait_until(held.lost.is_set, 5, lambda: "the lease was not seen lost")
 
-        assert coordinator.redis.get(coordinator.keys.mark("job")) == b"another-driver"  # not taken back
+        assert (
+            coordinator.redis.get(coordinator.keys.mark(Mark.TRANSFORM_LEASE)) == b"another-driver"
+        )  # not taken back
 
 
 def test_mark_once_is_set_by_one_caller_until_cleared(coordinator):
-    assert coordinator.mark_once("queued", 10_000) is True
-    assert coordinator.mark_once("queued", 10_000) is False
-    coordinator.clear_mark("queued")
-    assert coordinator.mark_once("queued", 10_000) is True
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is True
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is False
+    coordinator.clear_mark(Mark.TICK_QUEUED)
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is True
 
 
 def test_lease_keeper_keeps_the_lease_through_a_block_longer_than_the_lease(make_coordinator):
@@ -583,3 +585,21 @@ def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
         "adf:run:r1:records-committed",
         "adf:run:r1:*",
     ]
+
+
+def test_the_marks_keep_the_key_names_running_deployments_have_in_redis():
+    keys = RunCoordinator(redis.Redis(), "r1").keys
+
+    assert {mark.name: keys.mark(mark) for mark in Mark} == {
+        "STOPPED": "adf:run:r1:stopped",
+        "BACKPRESSURE": "adf:run:r1:paused",
+        "USER_HOLD": "adf:run:r1:held",
+        "ENUMERATOR_LOCK": "adf:run:r1:enum-lock",
+        "ENUMERATOR_DIRTY": "adf:run:r1:enum-dirty",
+        "TICK_QUEUED": "adf:run:r1:tick-queued",
+        "METRICS_DUE": "adf:run:r1:metrics-due",
+        "CHECKPOINT_DUE": "adf:run:r1:checkpoint-due",
+        "NO_READER_SINCE": "adf:run:r1:no-reader-since",
+        "TRANSFORM_LEASE": "adf:run:r1:transform-lease",
+        "TRANSFORM_QUEUED": "adf:run:r1:transform-queued",
+    }

@@ -27,6 +27,7 @@ from dataflow.services.flows import (
     flow_stop,
 )
 from dataflow.services.runs import coordinator_for, run_tick
+from source_support.coordination import Mark
 from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
 from tests.helpers import Beat, live, multiset, read_parquet_rows, spec, wait_for_run, wait_until, write_csv
 
@@ -224,7 +225,7 @@ def test_a_tick_sets_the_pause_mark_again_after_redis_lost_it(dirs, rds, prefix)
     run = flow_start(flow=flow)
     flow_pause(flow=flow)
     coordinator = coordinator_for(run)
-    held = coordinator.keys.mark("held")
+    held = coordinator.keys.mark(Mark.USER_HOLD)
     assert coordinator.redis.exists(held)
 
     coordinator.redis.delete(held)
