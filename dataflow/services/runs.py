@@ -157,7 +157,7 @@ def _sync_hold(run: FlowRun, coordinator: RunCoordinator) -> None:
     before them cannot undo their mark (readers would read on while paused)."""
     with transaction.atomic():
         paused_at = FlowRun.objects.select_for_update().filter(pk=run.pk).values_list("paused_at", flat=True)
-        coordinator.hold(paused_at.first() is not None)
+        coordinator.user_hold_set(paused_at.first() is not None)
 
 
 def run_is_unbounded(run: FlowRun) -> bool:

@@ -50,15 +50,15 @@ def run_backpressure(*, run: FlowRun, coordinator: RunCoordinator) -> bool:
     whatever the input rate."""
     limit = run.spec.get("backpressure_records", 1_000_000)
     waiting = untransformed_records(run)
-    paused = coordinator.is_set(Mark.BACKPRESSURE)
+    paused = coordinator.backpressure_on()
     if not paused and waiting > limit:
-        coordinator.pause(True)
+        coordinator.backpressure_set(True)
         _set_note(
             run, f"{PAUSE_NOTE}{waiting:,} records wait for the transform (backpressure_records {limit:,})"
         )
         return True
     if paused and waiting <= limit // 2:
-        coordinator.pause(False)
+        coordinator.backpressure_set(False)
         _clear_note(run, PAUSE_NOTE)
         return False
     return paused

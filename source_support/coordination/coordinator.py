@@ -146,21 +146,31 @@ class RunCoordinator:
     def is_stopped(self) -> bool:
         return self._marks.is_set(Mark.STOPPED)
 
-    def pause(self, paused: bool) -> None:
-        """Pauses every reader of the run (backpressure) or lets them go on."""
-        if paused:
+    # Readers wait while either of two marks is set, kept apart so that the transform
+    # catching up (backpressure off) never ends a user's pause.
+
+    def backpressure_set(self, on: bool) -> None:
+        """Backpressure: the transform is behind, so every reader waits (on) or goes on."""
+        if on:
             self._marks.set(Mark.BACKPRESSURE, ttl_ms=DAY_MS)
         else:
             self._marks.clear(Mark.BACKPRESSURE)
 
-    def hold(self, held: bool) -> None:
-        """Holds every reader of the run (a user's pause) or lets them go on. Apart from the
-        backpressure pause, so that the transform catching up never ends a user's pause;
-        kept until the run's keys are purged, and set again from the database by each tick."""
-        if held:
+    def backpressure_on(self) -> bool:
+        """Whether backpressure makes the run's readers wait."""
+        return self._marks.is_set(Mark.BACKPRESSURE)
+
+    def user_hold_set(self, on: bool) -> None:
+        """A user's pause of the flow: every reader waits (on) until it is resumed; kept
+        until the run's keys are purged, and set again from the database by each tick."""
+        if on:
             self._marks.set(Mark.USER_HOLD)
         else:
             self._marks.clear(Mark.USER_HOLD)
+
+    def user_hold_on(self) -> bool:
+        """Whether a user's pause makes the run's readers wait."""
+        return self._marks.is_set(Mark.USER_HOLD)
 
     def mark_once(self, mark: Mark, ttl_ms: int) -> bool:
         """Sets ``mark`` unless it is set; True if this call set it."""

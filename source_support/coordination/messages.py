@@ -29,6 +29,7 @@ def decode_notices(raw: Sequence[bytes]) -> list[AssignedSplit]:
 @dataclass
 class ReaderInbox:
     stopped: bool
+    #: Readers wait: backpressure, or a user's hold (``RunCoordinator.user_hold_set``).
     paused: bool
     #: Records the run's readers committed (counted where a rule needs it; 0 otherwise).
     records_committed: int

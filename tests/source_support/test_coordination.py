@@ -373,6 +373,19 @@ def test_the_enumerator_lock_lives_a_lease_and_is_renewed_while_held(make_coordi
     assert not coordinator.is_set(Mark.ENUMERATOR_LOCK)
 
 
+def test_backpressure_ending_never_ends_a_users_hold(coordinator):
+    coordinator.user_hold_set(True)
+    coordinator.backpressure_set(True)
+    assert coordinator.reader_inbox(0).paused
+
+    coordinator.backpressure_set(False)  # the transform caught up
+
+    assert (coordinator.backpressure_on(), coordinator.user_hold_on()) == (False, True)
+    assert coordinator.reader_inbox(0).paused
+    coordinator.user_hold_set(False)  # the user resumed
+    assert not coordinator.reader_inbox(0).paused
+
+
 def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, client):
     coordinator, neighbour = make_coordinator(), make_coordinator()
     for c in (coordinator, neighbour):

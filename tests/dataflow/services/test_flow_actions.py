@@ -225,11 +225,10 @@ def test_a_tick_sets_the_pause_mark_again_after_redis_lost_it(dirs, rds, prefix)
     run = flow_start(flow=flow)
     flow_pause(flow=flow)
     coordinator = coordinator_for(run)
-    held = coordinator.keys.mark(Mark.USER_HOLD)
-    assert coordinator.redis.exists(held)
+    assert coordinator.user_hold_on()
 
-    coordinator.redis.delete(held)
+    coordinator.redis.delete(coordinator.keys.mark(Mark.USER_HOLD))  # as if Redis lost it
     run_tick(run_id=run.pk)
 
-    assert coordinator.redis.exists(held)
+    assert coordinator.user_hold_on()
     flow_stop(flow=flow)
