@@ -3,29 +3,29 @@ their run (assignments go to the ``SplitStore`` first, then to the readers throu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from source_support.api import (
     ReaderInfo,
     SourceEvent,
     SourceReaderContext,
-    SourceSplit,
     SplitEnumeratorContext,
     SplitSerializer,
+    SplitT,
 )
 from source_support.coordination.coordinator import RunCoordinator
 from source_support.coordination.messages import SPLITS_REVOKED
 from source_support.coordination.store import SplitStore, StoreBacklog
 
 
-class RedisEnumeratorContext(SplitEnumeratorContext):
+class RedisEnumeratorContext(SplitEnumeratorContext[SplitT]):
     """The enumerator's view of the run: assignments go to the store, then to Redis."""
 
     def __init__(
         self,
         coordinator: RunCoordinator,
         store: SplitStore,
-        serializer: SplitSerializer,
+        serializer: SplitSerializer[SplitT],
         *,
         parallelism: int,
         live: dict[int, str],
@@ -35,10 +35,10 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         self.serializer = serializer
         self.parallelism = parallelism
         self.live = live
-        self._queued: dict[int, list[SourceSplit]] = {}
+        self._queued: dict[int, list[SplitT]] = {}
         #: How many splits were assigned since the last ``flush``.
         self.queued = 0
-        self._backlog: StoreBacklog | None = None
+        self._backlog: StoreBacklog[SplitT] | None = None
         self._locations: dict[int, str] | None = None
 
     @property
@@ -55,7 +55,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
         locations = self.locations()
         return {s: ReaderInfo(s, locations.get(s, "")) for s in self.live}
 
-    def assign_splits(self, assignment: dict[int, Sequence[SourceSplit]]) -> None:
+    def assign_splits(self, assignment: Mapping[int, Sequence[SplitT]]) -> None:
         """Queues the assignment; ``flush`` stores every queued one in a single write."""
         unknown = set(assignment) - set(self.live)
         if unknown:
@@ -82,7 +82,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
                 self.coordinator.notify_assigned(subtask, splits)
         return sum(len(splits) for splits in assigned.values())
 
-    def backlog(self) -> StoreBacklog:
+    def backlog(self) -> StoreBacklog[SplitT]:
         if self._backlog is None:
             self._backlog = StoreBacklog(self.store, self.serializer)
         return self._backlog
@@ -96,7 +96,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext):
     def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
         self.coordinator.send_to_reader(subtask, event)
 
-    def revoke_splits(self, split_ids: Sequence[str]) -> list[SourceSplit]:
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[SplitT]:
         self.flush()  # a split queued for a reader in this pass is in the store before it moves
         revoked = self.store.revoke_splits(split_ids)
         by_owner: dict[int, list[str]] = {}

@@ -3,7 +3,8 @@ queues and its marks; the methods here are what runtimes and services call."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import copy
+from collections.abc import Generator, Sequence
 from contextlib import contextmanager
 
 import redis
@@ -13,6 +14,7 @@ from source_support.coordination.keys import DAY_MS, Keys, Mark
 from source_support.coordination.leases import HeldLease, LeaseScripts, ReaderLeases
 from source_support.coordination.marks import Marks
 from source_support.coordination.messages import AssignedSplit, Messages, PassInputs, ReaderInbox
+from source_support.coordination.redis_commands import RedisCommands
 
 
 class RunCoordinator:
@@ -21,20 +23,27 @@ class RunCoordinator:
     def __init__(
         self, client: redis.Redis, run_key: str, *, lease_ms: int = 10_000, namespace: str = "adf"
     ) -> None:
+        #: The client as given (for what the coordinator has no command of its own).
         self.redis = client
         self.run_key, self.namespace, self.lease_ms = run_key, namespace, lease_ms
         self.keys = Keys(namespace, run_key)
-        scripts = LeaseScripts(client)
-        self._readers = ReaderLeases(client, self.keys, scripts, lease_ms)
-        self._messages = Messages(client, self.keys)
-        self._marks = Marks(client, self.keys, scripts)
+        self._use(RedisCommands(client))
+
+    def _use(self, commands: RedisCommands) -> None:
+        scripts = LeaseScripts(commands)
+        self._commands = commands
+        self._readers = ReaderLeases(commands, self.keys, scripts, self.lease_ms)
+        self._messages = Messages(commands, self.keys)
+        self._marks = Marks(commands, self.keys, scripts)
 
     @contextmanager
-    def batched(self) -> Iterator[RunCoordinator]:
+    def batched(self) -> Generator[RunCoordinator]:
         """A coordinator of the same run whose commands are queued and sent in one round
         trip when the block ends without an error. For writes: what it reads is not there."""
-        pipe = self.redis.pipeline(transaction=False)
-        yield RunCoordinator(pipe, self.run_key, lease_ms=self.lease_ms, namespace=self.namespace)
+        pipe = self._commands.pipeline(transaction=False)
+        batch = copy.copy(self)
+        batch._use(pipe)
+        yield batch
         pipe.execute()
 
     # Reader instances (``ReaderLeases``).
@@ -82,7 +91,7 @@ class RunCoordinator:
         self._messages.remember_live(live)
 
     @contextmanager
-    def enumerator_lock(self) -> Iterator[bool]:
+    def enumerator_lock(self) -> Generator[bool]:
         """Holds the run's enumerator lock, yielding False when another tick has it.
 
         The lock lives for a reader lease and is renewed while held, so a tick whose
@@ -187,7 +196,7 @@ class RunCoordinator:
         return self._marks.is_set(mark)
 
     @contextmanager
-    def held_lease(self, mark: Mark, ttl_ms: int) -> Iterator[HeldLease]:
+    def held_lease(self, mark: Mark, ttl_ms: int) -> Generator[HeldLease]:
         """Holds lease ``mark`` while the block runs, renewed by a thread; yields a
         ``HeldLease`` that is false if another process holds it, and whose ``lost`` is set
         once another process has taken it (see ``leases.hold_lease``)."""
@@ -196,5 +205,5 @@ class RunCoordinator:
 
     def purge(self) -> None:
         """Deletes every key of this run."""
-        for key in self.redis.scan_iter(match=self.keys.pattern, count=1000):
-            self.redis.delete(key)
+        for key in self._commands.scan_iter(match=self.keys.pattern, count=1000):
+            self._commands.delete(key)

@@ -8,12 +8,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 
 import redis
 
 from source_support.coordination.keys import Keys
+from source_support.coordination.redis_commands import RedisCommands
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,10 @@ return 0
 class LeaseScripts:
     """The Lua scripts that renew and release a lease only while it holds our token."""
 
-    def __init__(self, client: redis.Redis) -> None:
-        self.renew = client.register_script(_RENEW)
-        self.release = client.register_script(_RELEASE)
-        self.renew_or_retake = client.register_script(_RENEW_OR_RETAKE)
+    def __init__(self, client: RedisCommands) -> None:
+        self.renew = client.script(_RENEW)
+        self.release = client.script(_RELEASE)
+        self.renew_or_retake = client.script(_RENEW_OR_RETAKE)
 
 
 class HeldLease:
@@ -68,8 +69,8 @@ class HeldLease:
 
 @contextmanager
 def hold_lease(
-    client: redis.Redis, scripts: LeaseScripts, key: str, ttl_ms: int, *, name: str
-) -> Iterator[HeldLease]:
+    client: RedisCommands, scripts: LeaseScripts, key: str, ttl_ms: int, *, name: str
+) -> Generator[HeldLease]:
     """Holds the lease ``key`` while the block runs, renewed by a thread; yields a
     ``HeldLease`` that is false if another process holds it, and whose ``lost`` is set
     once another process has taken it (a long job then stops at its next step). A crash
@@ -110,7 +111,7 @@ def hold_lease(
 class ReaderLeases:
     """Reader instances: one live token per subtask, kept alive by heartbeats."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, scripts: LeaseScripts, lease_ms: int) -> None:
+    def __init__(self, client: RedisCommands, keys: Keys, scripts: LeaseScripts, lease_ms: int) -> None:
         self.redis, self.keys, self.scripts, self.lease_ms = client, keys, scripts, lease_ms
 
     def acquire(self, subtask: int, token: str | None, location: str = "") -> str | None:

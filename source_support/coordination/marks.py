@@ -3,19 +3,18 @@ is queued, a report is due, the readers must wait), and the leases of the run's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
-
-import redis
 
 from source_support.coordination.keys import Keys, Mark
 from source_support.coordination.leases import HeldLease, LeaseScripts, hold_lease
+from source_support.coordination.redis_commands import RedisCommands
 
 
 class Marks:
     """The marks of one run; each lives until cleared, its time-to-live, or the run's purge."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, scripts: LeaseScripts) -> None:
+    def __init__(self, client: RedisCommands, keys: Keys, scripts: LeaseScripts) -> None:
         self.redis, self.keys, self.scripts = client, keys, scripts
 
     def set(self, mark: Mark, *, ttl_ms: int | None = None) -> None:
@@ -40,7 +39,7 @@ class Marks:
         return bool(self.redis.exists(self.keys.mark(mark)))
 
     @contextmanager
-    def held_lease(self, mark: Mark, ttl_ms: int) -> Iterator[HeldLease]:
+    def held_lease(self, mark: Mark, ttl_ms: int) -> Generator[HeldLease]:
         """Holds lease ``mark`` while the block runs (see ``hold_lease``)."""
         with hold_lease(self.redis, self.scripts, self.keys.mark(mark), ttl_ms, name=mark.value) as lease:
             yield lease

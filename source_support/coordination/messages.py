@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from source_support.api import SourceEvent
 from source_support.coordination.keys import DAY_MS, Keys, Mark
+from source_support.coordination.redis_commands import RedisCommands
 
 #: The event that tells a reader to drop splits that were moved to another reader; the
 #: runtime handles it, a connector never sees it.
@@ -51,7 +50,7 @@ class PassInputs:
 class Messages:
     """The message queues of one run."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: RedisCommands, keys: Keys) -> None:
         self.redis, self.keys = client, keys
 
     # What the enumerator reads.

@@ -3,8 +3,10 @@ hold newlines), optionally after a header line that names the columns."""
 
 from __future__ import annotations
 
+import copy
 import io
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Literal, Self
 
 import numpy as np
 import pyarrow as pa
@@ -19,8 +21,18 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.values import ARROW_ERRORS, ValueRules, convert_text, inferred_text_type
+from source_support.formats.typed_arrow import Offsets
+from source_support.formats.values import (
+    ARROW_ERRORS,
+    ValueRules,
+    convert_text,
+    inferred_text_type,
+    shown_value,
+)
 from source_support.schema import spark_type, widen
+
+#: What Arrow's CSV reader does with a row of the wrong number of columns.
+RowHandler = Callable[[pa_csv.InvalidRow], Literal["skip", "error"]]
 
 
 class CsvFormat(RecordFormat):
@@ -46,7 +58,7 @@ class CsvFormat(RecordFormat):
         #: None reads the schema's columns by position.
         self.column_names = column_names
 
-    def _parse_options(self, invalid_row_handler=None) -> pa_csv.ParseOptions:
+    def _parse_options(self, invalid_row_handler: RowHandler | None = None) -> pa_csv.ParseOptions:
         return pa_csv.ParseOptions(
             delimiter=self.delimiter,
             quote_char=self.quote or False,
@@ -68,20 +80,20 @@ class CsvFormat(RecordFormat):
         )
         return table.column_names
 
-    def bind_header(self, header_line: bytes) -> CsvFormat:
+    def bind_header(self, header_line: bytes) -> Self:
         """A copy that finds each schema column by its name in a file's header line (names
         match without regard to case, as in Spark). Raises ``MissingColumns`` when the
         header lacks some of the schema's columns."""
         names = self.header_names(header_line)
-        wanted = {n.lower(): n for n in self.schema.names}
+        columns = self.known_schema.names
+        wanted = {n.lower(): n for n in columns}
         mapped = [wanted.get(n.lower(), n) for n in names]
-        found = [n for n in mapped if n in self.schema.names]
-        missing = [n for n in self.schema.names if n not in found]
+        found = [n for n in mapped if n in columns]
+        missing = [n for n in columns if n not in found]
         repeated = sorted({n for n in found if found.count(n) > 1})
         if missing or repeated:
             raise MissingColumns(missing, repeated, names)
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
+        clone = copy.copy(self)
         clone.column_names = mapped
         return clone
 
@@ -111,12 +123,12 @@ class CsvFormat(RecordFormat):
         return widen(pa.schema(fields))
 
     def _names(self) -> list[str]:
-        return self.column_names or self.schema.names
+        return self.column_names or self.known_schema.names
 
     def _parse(self, block: bytes) -> pa.Table:
         bad_shape: list[str] = []
 
-        def on_invalid_row(row) -> str:
+        def on_invalid_row(row: pa_csv.InvalidRow) -> Literal["skip"]:
             bad_shape.append(row.text)
             return "skip"
 
@@ -126,7 +138,7 @@ class CsvFormat(RecordFormat):
             parse_options=self._parse_options(on_invalid_row),
             convert_options=pa_csv.ConvertOptions(
                 column_types=self.parse_schema,
-                include_columns=self.schema.names,
+                include_columns=self.known_schema.names,
                 null_values=list(self.rules.null_values),
                 strings_can_be_null=True,  # one rule for every type (ValueRules)
                 quoted_strings_can_be_null=True,
@@ -137,10 +149,11 @@ class CsvFormat(RecordFormat):
         return self._finish(table)
 
     def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
-        names = self._names()
-        bad_shape: list[tuple[int, int]] = []
+        names, schema = self._names(), self.known_schema
+        # (row number, if Arrow knows it; columns found) of each row of a wrong shape
+        bad_shape: list[tuple[int | None, int]] = []
 
-        def on_invalid_row(row) -> str:
+        def on_invalid_row(row: pa_csv.InvalidRow) -> Literal["skip"]:
             bad_shape.append((row.number, row.actual_columns))
             return "skip"
 
@@ -150,8 +163,8 @@ class CsvFormat(RecordFormat):
                 read_options=self._read_options(block, column_names=names),
                 parse_options=self._parse_options(on_invalid_row),
                 convert_options=pa_csv.ConvertOptions(
-                    column_types={n: pa.binary() for n in self.schema.names},  # bad UTF-8 too
-                    include_columns=self.schema.names,
+                    column_types={n: pa.binary() for n in schema.names},  # bad UTF-8 too
+                    include_columns=schema.names,
                     strings_can_be_null=False,
                     quoted_strings_can_be_null=False,
                 ),
@@ -159,30 +172,32 @@ class CsvFormat(RecordFormat):
         except ARROW_ERRORS:
             return self._bisect_all(block, position, first_only)
         starts, ends = record_spans(block, self.record_ends(block))
-        if len(starts) != text.num_rows + len(bad_shape) or any(n is None for n, _ in bad_shape):
+        numbers = [n for n, _ in bad_shape]
+        if len(starts) != text.num_rows + len(bad_shape) or None in numbers:
             return self._bisect_all(block, position, first_only)  # Arrow counted rows otherwise
-        shape_rows = np.array([n - 1 for n, _ in bad_shape], dtype=np.int64)
+        shape_rows = np.array([n - 1 for n in numbers if n is not None], dtype=np.int64)
         row_record = np.delete(np.arange(len(starts)), shape_rows)
         # The first failing column of each parsed row, in the file's column order.
         first_column = np.full(text.num_rows, -1, dtype=np.int64)
-        values: dict[str, pa.Array] = {}
-        for index, name in sorted((names.index(n), n) for n in self.schema.names):
+        values: dict[str, pa.Array[Any]] = {}
+        types = dict(zip(schema.names, schema.types, strict=True))
+        for index, name in sorted((names.index(n), n) for n in schema.names):
             texts = text.column(name).combine_chunks()
-            values[name], failed = convert_text(texts, self.schema.field(name).type, rules=self.rules)
+            values[name], failed = convert_text(texts, types[name], rules=self.rules)
             first_column[failed & (first_column < 0)] = index
-            if pa.types.is_timestamp(self.schema.field(name).type):
-                self._learn_timestamp_modes({name: pc.drop_null(texts.filter(pa.array(~failed)))})
+            if pa.types.is_timestamp(types[name]):
+                self._learn_timestamp_modes({name: pc.drop_null(texts.filter(~failed))})
         failed_rows = np.flatnonzero(first_column >= 0)
         # record index -> (why), for bad shapes and failed conversions
         bad_at = {int(r): ("shape", actual) for r, (_, actual) in zip(shape_rows, bad_shape, strict=True)}
         bad_at.update({int(row_record[r]): ("value", int(r)) for r in failed_rows})
         chosen = sorted(bad_at)[:1] if first_only else sorted(bad_at)
         failing = [bad_at[r][1] for r in chosen if bad_at[r][0] == "value"]
-        texts_of = {
-            n: dict(zip(failing, text.column(n).take(pa.array(failing, pa.int64())).to_pylist(), strict=True))
+        texts_of: dict[str, dict[int, bytes | None]] = {
+            n: dict(zip(failing, text.column(n).take(failing).to_pylist(), strict=True))
             for n in {names[int(first_column[r])] for r in failing}
         }
-        bad = []
+        bad: list[BadRecord] = []
         for record in chosen:
             kind, detail = bad_at[record]
             raw = raw_text(block[starts[record] : ends[record]])
@@ -191,23 +206,18 @@ class CsvFormat(RecordFormat):
             else:
                 column = int(first_column[detail])
                 name = names[column]
-                value = texts_of[name][detail]
-                try:
-                    shown = repr(value.decode("utf-8"))
-                except UnicodeDecodeError:
-                    shown = f"{value.decode('utf-8', errors='replace')!r} (not UTF-8)"
                 reason = (
-                    f"column {column + 1} {name!r}: invalid value {shown} "
-                    f"for {spark_type(self.schema.field(name).type)}"
+                    f"column {column + 1} {name!r}: invalid value {shown_value(texts_of[name][detail])} "
+                    f"for {spark_type(types[name])}"
                 )
             bad.append(BadRecord(position + int(starts[record]), raw, reason))
         if first_only and bad:
             return self.empty(), bad
-        keep = pa.array(first_column < 0)
-        table = pa.table({n: values[n].filter(keep) for n in self.schema.names})
-        return table.cast(self.schema), bad
+        keep = first_column < 0
+        table = pa.table({n: values[n].filter(keep) for n in schema.names})
+        return table.cast(schema), bad
 
-    def record_ends(self, buffer: bytes) -> np.ndarray:
+    def record_ends(self, buffer: bytes) -> Offsets:
         ends = super().record_ends(buffer)
         if not self.multiline or not self.quote:
             return ends
@@ -221,7 +231,7 @@ class MissingColumns(ReadError):
     """A file's header lacks columns of the schema (or names one twice)."""
 
     def __init__(self, missing: list[str], repeated: list[str], header: list[str]) -> None:
-        parts = []
+        parts: list[str] = []
         if missing:
             parts.append(f"its header lacks the column{'s' * (len(missing) > 1)} {', '.join(missing)}")
         if repeated:

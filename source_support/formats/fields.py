@@ -3,17 +3,21 @@ column's type, vectorized; and the inference of a schema from sampled values."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.datetime_patterns import parse_with_pattern
+from source_support.errors import ConfigError
+from source_support.formats.typed_arrow import Mask, as_mask, fields_of, nulls
 from source_support.formats.values import (
     ISO_TIMESTAMP_START,
     ValueRules,
-    as_mask,
     cast_each_failing,
     convert_text,
+    shown_value,
     to_instants,
 )
 from source_support.schema import spark_type
@@ -36,27 +40,36 @@ class FieldsFormat:
     def with_schema(self, schema: pa.Schema) -> FieldsFormat:
         return FieldsFormat(schema, rules=self.rules)
 
-    def empty(self) -> pa.Table:
-        return self.schema.empty_table()
+    @property
+    def known_schema(self) -> pa.Schema:
+        """The schema, which the format needs to convert (given, or inferred)."""
+        if self.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        return self.schema
 
-    def convert(self, texts: dict[str, pa.Array], count: int) -> tuple[pa.Table, dict[int, str]]:
+    def empty(self) -> pa.Table:
+        return self.known_schema.empty_table()
+
+    def convert(self, texts: dict[str, pa.Array[Any]], count: int) -> tuple[pa.Table, dict[int, str]]:
         """The ``count`` records whose values are ``texts`` (column -> binary or string
         values, null where absent; a column not given is all null), and why each bad
         record (by index) is bad. Bad records stay in the table, with nulls where their
         values failed: the caller drops them."""
-        columns, reasons = [], {}
-        for f in self.schema:
+        schema = self.known_schema
+        columns: list[pa.Array[Any]] = []
+        reasons: dict[int, str] = {}
+        for f in fields_of(schema):
             values = texts.get(f.name)
             if values is None:
-                columns.append(pa.nulls(count, f.type))
+                columns.append(nulls(count, f.type))
                 continue
             converted, failed = _convert_field(values, f.type, self.rules)
             columns.append(converted)
             for row in np.flatnonzero(failed):
-                reasons.setdefault(int(row), _fieldarrow_reason(f, values[int(row)].as_py()))
-        return pa.Table.from_arrays(columns, schema=self.schema), reasons
+                reasons.setdefault(int(row), _field_reason(f, values[int(row)].as_py()))
+        return pa.Table.from_arrays(columns, schema=schema), reasons
 
-    def infer_schema(self, texts: dict[str, pa.Array]) -> pa.Schema:
+    def infer_schema(self, texts: dict[str, pa.Array[Any]]) -> pa.Schema:
         """A schema for sampled values (column -> texts, in the order fields were first
         seen): each column the narrowest of BIGINT, DOUBLE, BOOLEAN, TIMESTAMP that all its
         values convert to, else STRING."""
@@ -68,7 +81,7 @@ class FieldsFormat:
 _INFERRED_ORDER = (pa.int64(), pa.float64(), pa.bool_(), pa.timestamp("us", tz="UTC"))
 
 
-def _infer_field_type(values: pa.Array, rules: ValueRules) -> pa.DataType:
+def _infer_field_type(values: pa.Array[Any], rules: ValueRules) -> pa.DataType:
     present = pc.drop_null(values)
     if pa.types.is_binary(present.type):
         present, decoded = cast_each_failing(present, pa.string())
@@ -90,8 +103,8 @@ def _infer_field_type(values: pa.Array, rules: ValueRules) -> pa.DataType:
 
 
 def _convert_field(
-    values: pa.Array, arrow_type: pa.DataType, rules: ValueRules
-) -> tuple[pa.Array, np.ndarray]:
+    values: pa.Array[Any], arrow_type: pa.DataType, rules: ValueRules
+) -> tuple[pa.Array[Any], Mask]:
     """Field texts as ``arrow_type`` (a text in ``rules.null_values`` is null, whatever the
     type), and the mask of the values that did not convert."""
     if pa.types.is_timestamp(arrow_type):
@@ -100,32 +113,25 @@ def _convert_field(
 
 
 def _convert_timestamp(
-    values: pa.Array, arrow_type: pa.DataType, rules: ValueRules
-) -> tuple[pa.Array, np.ndarray]:
+    values: pa.Array[Any], arrow_type: pa.TimestampType[Any, Any], rules: ValueRules
+) -> tuple[pa.Array[Any], Mask]:
     """ISO-8601 texts (or texts of ``rules.timestamp_format``) or epoch milliseconds as instants."""
     texts, failed = convert_text(values, pa.string(), rules=rules)
     texts = pc.utf8_trim_whitespace(texts)
     epoch = as_mask(pc.match_substring_regex(texts, r"^[+-]?\d{1,15}$"))
-    not_epoch = pc.if_else(pa.array(epoch), pa.scalar(None, pa.string()), texts)
+    not_epoch = pc.if_else(epoch, pa.scalar(None, pa.string()), texts)
     if rules.timestamp_format is not None:
         instants, bad = parse_with_pattern(not_epoch, rules.timestamp_format, arrow_type)
     else:
         instants, bad = to_instants(not_epoch, arrow_type)
     if epoch.any():
-        millis = pc.if_else(pa.array(epoch), texts, pa.scalar(None, pa.string())).cast(pa.int64())
+        millis = pc.if_else(epoch, texts, pa.scalar(None, pa.string())).cast(pa.int64())
         per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[arrow_type.unit]
         scaled = pc.divide(millis, 1000) if per_ms is None else pc.multiply(millis, per_ms)
         from_epoch = scaled.cast(pa.int64()).cast(pa.timestamp(arrow_type.unit, tz=arrow_type.tz))
-        instants = pc.if_else(pa.array(epoch), from_epoch, instants)
+        instants = pc.if_else(epoch, from_epoch, instants)
     return instants, failed | bad
 
 
-def _fieldarrow_reason(f: pa.Field, value: bytes | str | None) -> str:
-    if isinstance(value, bytes):
-        try:
-            shown = repr(value.decode("utf-8"))
-        except UnicodeDecodeError:
-            shown = f"{value.decode('utf-8', errors='replace')!r} (not UTF-8)"
-    else:
-        shown = repr(value)
-    return f"field {f.name!r}: invalid value {shown} for {spark_type(f.type)}"
+def _field_reason(f: pa.Field[pa.DataType], value: bytes | str | None) -> str:
+    return f"field {f.name!r}: invalid value {shown_value(value)} for {spark_type(f.type)}"

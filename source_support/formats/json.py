@@ -7,7 +7,6 @@ import bisect
 import io
 import json
 import re
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
-from source_support.formats.json_values import check_record, null_texts
+from source_support.formats.json_values import JsonValue, check_record, null_texts
 from source_support.formats.record import (
     ARROW_BLOCK_BYTES,
     RecordFormat,
@@ -23,7 +22,13 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.values import ARROW_ERRORS, ValueRules, convert_text, inferred_text_type
+from source_support.formats.typed_arrow import Offsets, fields_of
+from source_support.formats.values import (
+    ARROW_ERRORS,
+    ValueRules,
+    convert_text,
+    inferred_text_type,
+)
 from source_support.schema import spark_type, widen
 
 
@@ -41,7 +46,7 @@ class JsonLinesFormat(RecordFormat):
         if layout == "lines":
             return self
         fmt = JsonDocumentsFormat(self.schema, rules=self.rules, array=layout == "array")
-        fmt.__dict__.update({k: v for k, v in self.__dict__.items() if k != "array"})
+        vars(fmt).update({k: v for k, v in vars(self).items() if k != "array"})
         return fmt
 
     def infer_schema(self, sample: bytes) -> pa.Schema:
@@ -58,12 +63,14 @@ class JsonLinesFormat(RecordFormat):
         except ARROW_ERRORS as exc:
             raise ValueError(_json_sample_error(sample, exc)) from None
         fields = [
-            pa.field(f.name, inferred_text_type(table.column(f.name), self.rules)) for f in table.schema
+            pa.field(f.name, inferred_text_type(table.column(f.name), self.rules))
+            for f in fields_of(table.schema)
         ]
         return widen(pa.schema(fields))
 
     def _parse(self, block: bytes) -> pa.Table:
-        if _has_map(self.schema):
+        schema = self.known_schema
+        if _has_map(schema):
             return self._parse_python(block)
         table = pa_json.read_json(
             io.BytesIO(block),
@@ -74,7 +81,7 @@ class JsonLinesFormat(RecordFormat):
                 explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
             ),
         )
-        return self._finish(table.select(self.schema.names))
+        return self._finish(table.select(schema.names))
 
     def _parse_python(self, block: bytes) -> pa.Table:
         """Arrow's JSON reader has no MAP type: a schema with one is read with ``json``."""
@@ -89,36 +96,37 @@ class JsonLinesFormat(RecordFormat):
 
     def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
         starts, ends = record_spans(block, self.record_ends(block))
-        temporal = [f for f in self.schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
+        schema = self.known_schema
+        temporal = [f for f in fields_of(schema) if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)]
         null_values = frozenset(self.rules.null_values)
         good: list[int] = []
         #: good records some of whose strings became nulls: the record as it is read then
-        rewritten: dict[int, dict[str, Any]] = {}
-        stamps: dict[str, list[Any]] = {f.name: [] for f in temporal}
+        rewritten: dict[int, JsonValue] = {}
+        stamps: dict[str, list[JsonValue]] = {f.name: [] for f in temporal}
         bad: dict[int, str] = {}
         for record, (start, end) in enumerate(zip(starts, ends, strict=True)):
             line = block[start:end]
             if not line.strip():
                 continue  # Arrow's reader skips lines of white space
             try:
-                value = json.loads(line)
+                value: JsonValue = json.loads(line)
             except ValueError as exc:
-                reason = f"not valid JSON: {exc}"
+                bad[record] = f"not valid JSON: {exc}"
             except RecursionError:
-                reason = "JSON nested too deeply to read (Python's parser has a depth limit)"
+                bad[record] = "JSON nested too deeply to read (Python's parser has a depth limit)"
             else:
-                nulled = null_texts(value, self.schema, null_values)
+                nulled = null_texts(value, schema, null_values)
                 if nulled is not value:
-                    rewritten[record] = value = nulled
-                reason = check_record(value, self.schema)
-            if reason is not None:
-                bad[record] = reason
-                if first_only:
-                    break
-                continue
-            good.append(record)
-            for f in temporal:
-                stamps[f.name].append(value.get(f.name))
+                    rewritten[record] = nulled
+                reason = check_record(nulled, schema)
+                if reason is not None:
+                    bad[record] = reason
+                elif isinstance(nulled, dict):  # what check_record passes is an object
+                    good.append(record)
+                    for f in temporal:
+                        stamps[f.name].append(nulled.get(f.name))
+            if first_only and bad:
+                break
         if not (first_only and bad):
             keep = np.ones(len(good), dtype=bool)
             for f in temporal:
@@ -130,7 +138,7 @@ class JsonLinesFormat(RecordFormat):
                     )
                 keep &= ~failed
                 if pa.types.is_timestamp(f.type):
-                    self._learn_timestamp_modes({f.name: pc.drop_null(texts.filter(pa.array(~failed)))})
+                    self._learn_timestamp_modes({f.name: pc.drop_null(texts.filter(~failed))})
             good = [g for g, k in zip(good, keep, strict=True) if k]
         records = sorted(bad)[:1] if first_only else sorted(bad)
         found = [
@@ -224,7 +232,7 @@ class JsonDocumentsFormat(JsonLinesFormat):
                 count = bisect.bisect_right(old_records, len(buffer))
                 return old_values[:count], old_records[:count]
             cut = len(old) - len(buffer)
-            if 0 < cut < len(old) and cut in old_records and memoryview(old)[cut:] == buffer:
+            if 0 < cut < len(old) and cut in old_records and memoryview(old)[cut:] == memoryview(buffer):
                 # what is left once a block was cut off: the same records, shifted
                 first = bisect.bisect_right(old_records, cut)
                 value_ends = [v - cut for v in old_values[first:]]
@@ -242,20 +250,20 @@ class JsonDocumentsFormat(JsonLinesFormat):
         at, byte_at, char_at = 0, offset, 0
         size = len(text)
         while True:
-            at = _JSON_SPACES.match(text, at).end()
+            at = _after_spaces(text, at)
             if at >= size or (self.array and text[at] == "]"):
                 break
             try:
                 _, value_end = _DECODER.raw_decode(text, at)
             except (ValueError, RecursionError):
                 break  # not whole yet, or not JSON: the reader takes the rest as one record
-            end = _JSON_SPACES.match(text, value_end).end()
+            end = _after_spaces(text, value_end)
             if end >= size:
                 break  # not known yet where the next record starts (the reader's last one)
             if self.array and text[end] == "]":
                 end = size  # the rest is the array's end
             elif self.array and text[end] == ",":
-                end = _JSON_SPACES.match(text, end + 1).end()  # the next record starts at its value
+                end = _after_spaces(text, end + 1)  # the next record starts at its value
             elif self.array:
                 break  # not JSON: the rest is one bad record
             if ascii_only:
@@ -269,13 +277,14 @@ class JsonDocumentsFormat(JsonLinesFormat):
                 record_ends.append(byte_at)
             at = end
 
-    def record_ends(self, buffer: bytes) -> np.ndarray:
+    def record_ends(self, buffer: bytes) -> Offsets:
         return np.array(self.value_spans(buffer)[1], dtype=np.int64)
 
     def as_lines(self, block: bytes) -> bytes:
         """``block`` as JSON lines of the same length: one line per record."""
         value_ends, record_ends = self.value_spans(block)
-        pieces, start = [], 0
+        pieces: list[bytes] = []
+        start = 0
         for value_end, end in zip(value_ends, record_ends, strict=True):
             value = block[start:value_end].replace(b"\n", b" ").replace(b"\r", b" ")
             pieces.append(value + b" " * (end - value_end - 1) + b"\n")
@@ -300,20 +309,26 @@ class JsonDocumentsFormat(JsonLinesFormat):
     ) -> tuple[pa.Table, list[BadRecord]]:
         # The same format reading lines (its timestamp modes shared: learned once).
         lines = object.__new__(JsonLinesFormat)
-        lines.__dict__.update(self.__dict__)
+        vars(lines).update(vars(self))
         return lines.parse(self.as_lines(block), position, first_only=first_only)
+
+
+def _after_spaces(text: str, at: int) -> int:
+    """Where the white space that starts at ``at`` ends."""
+    spaces = _JSON_SPACES.match(text, at)
+    return spaces.end() if spaces else at
 
 
 def _has_map(schema_or_type: pa.Schema | pa.DataType) -> bool:
     if isinstance(schema_or_type, pa.Schema):
-        return any(_has_map(f.type) for f in schema_or_type)
+        return any(_has_map(f.type) for f in fields_of(schema_or_type))
     t = schema_or_type
     if pa.types.is_map(t):
         return True
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return _has_map(t.value_type)
     if pa.types.is_struct(t):
-        return any(_has_map(t.field(i).type) for i in range(t.num_fields))
+        return any(_has_map(f.type) for f in fields_of(t))
     return False
 
 

@@ -4,20 +4,24 @@ Python record by record (the slow path finds each bad record this way, in one pa
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypeAlias
 
 import pyarrow as pa
 
+from source_support.formats.typed_arrow import fields_of
 from source_support.schema import spark_type
 
+#: A value as ``json.loads`` decodes it.
+JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
 
-def null_texts(value: Any, schema: pa.Schema, null_values: frozenset[str]) -> Any:
+
+def null_texts(value: JsonValue, schema: pa.Schema, null_values: frozenset[str]) -> JsonValue:
     """A JSON record whose top-level strings in columns other than STRING that are one of
     ``null_values`` are null; ``value`` itself when there is none (or it is not an object)."""
     if not isinstance(value, dict):
         return value
-    nulled = None
-    for f in schema:
+    nulled: dict[str, JsonValue] | None = None
+    for f in fields_of(schema):
         text = value.get(f.name)
         if isinstance(text, str) and text in null_values and not pa.types.is_string(f.type):
             nulled = nulled or dict(value)
@@ -29,19 +33,19 @@ _INT_RANGES = {8: (-(2**7), 2**7 - 1), 16: (-(2**15), 2**15 - 1), 32: (-(2**31),
 _INT_RANGES[64] = (-(2**63), 2**63 - 1)
 
 
-def check_record(value: Any, schema: pa.Schema) -> str | None:
+def check_record(value: JsonValue, schema: pa.Schema) -> str | None:
     """Why a decoded JSON line does not fit ``schema`` as Arrow's JSON reader reads it, or
     None if it fits (fields it does not know are ignored, missing ones are null)."""
     if not isinstance(value, dict):
         return f"a line must hold a JSON object, not {_json_kind(value)}"
-    for f in schema:
+    for f in fields_of(schema):
         reason = _check_value(value.get(f.name), f.type, f.name)
         if reason is not None:
             return reason
     return None
 
 
-def _check_value(value: Any, t: pa.DataType, path: str) -> str | None:
+def _check_value(value: JsonValue, t: pa.DataType, path: str) -> str | None:
     if value is None:
         return None
     fits = True
@@ -76,8 +80,7 @@ def _check_value(value: Any, t: pa.DataType, path: str) -> str | None:
         if not isinstance(value, dict):
             fits = False
         else:
-            for i in range(t.num_fields):
-                child = t.field(i)
+            for child in fields_of(t):
                 reason = _check_value(value.get(child.name), child.type, f"{path}.{child.name}")
                 if reason is not None:
                     return reason
@@ -86,7 +89,7 @@ def _check_value(value: Any, t: pa.DataType, path: str) -> str | None:
     return f"field {path!r}: expected {spark_type(t)}, found {_json_kind(value)} {_short(value)}"
 
 
-def _json_kind(value: Any) -> str:
+def _json_kind(value: JsonValue) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, int | float):
@@ -100,6 +103,6 @@ def _json_kind(value: Any) -> str:
     return "null"
 
 
-def _short(value: Any) -> str:
+def _short(value: JsonValue) -> str:
     text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -10,14 +10,18 @@ lines are parsed again by Arrow.
 
 from __future__ import annotations
 
+import copy
 import re
 from abc import ABC, abstractmethod
+from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.api import BadRecord
+from source_support.errors import ConfigError
+from source_support.formats.typed_arrow import Offsets, as_mask, fields_of
 from source_support.formats.values import ARROW_ERRORS, ZONE_SUFFIX, ValueRules, convert_text
 from source_support.schema import spark_type
 
@@ -64,12 +68,19 @@ class RecordFormat(ABC):
         #: column -> NAIVE/ZONED/MIXED, shared by the copies of this format (learned once).
         self.timestamp_modes: dict[str, str] = {}
 
-    def with_schema(self, schema: pa.Schema) -> RecordFormat:
-        clone = object.__new__(type(self))
-        clone.__dict__.update(self.__dict__)
+    def with_schema(self, schema: pa.Schema) -> Self:
+        clone = copy.copy(self)
         clone.schema = schema
         clone.timestamp_modes = {}
         return clone
+
+    @property
+    def known_schema(self) -> pa.Schema:
+        """The schema, which a format needs to parse (given, or inferred and set by
+        ``with_schema``)."""
+        if self.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        return self.schema
 
     @abstractmethod
     def infer_schema(self, sample: bytes) -> pa.Schema:
@@ -83,7 +94,7 @@ class RecordFormat(ABC):
     def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
         """The slow path: the good records and the bad ones, at about one parse's cost."""
 
-    def record_ends(self, buffer: bytes) -> np.ndarray:
+    def record_ends(self, buffer: bytes) -> Offsets:
         """Offsets just past each record-ending newline in ``buffer``."""
         data = np.frombuffer(buffer, dtype=np.uint8)
         return np.flatnonzero(data == NEWLINE) + 1
@@ -109,7 +120,7 @@ class RecordFormat(ABC):
         returned then). Lines that start with ``comment`` are no records.
         """
         if self.comment is not None and self.comment in block:
-            return self._parse_without_comments(block, position, first_only)
+            return self._parse_without_comments(block, position, first_only, self.comment)
         if not block.strip():
             return self.empty(), []
         try:
@@ -119,7 +130,7 @@ class RecordFormat(ABC):
         return self._locate(block, position, first_only)
 
     def _parse_without_comments(
-        self, block: bytes, position: int, first_only: bool
+        self, block: bytes, position: int, first_only: bool, comment: bytes
     ) -> tuple[pa.Table, list[BadRecord]]:
         """Parses the lines of ``block`` that are not comments; a bad record keeps its place
         in ``block`` (Arrow's CSV reader has no comment option)."""
@@ -127,12 +138,11 @@ class RecordFormat(ABC):
         if not len(ends) or ends[-1] != len(block):
             ends = np.append(ends, len(block))
         starts = np.concatenate(([0], ends[:-1])).astype(np.int64)
-        size = len(self.comment)
-        kept = [i for i, start in enumerate(starts) if block[start : start + size] != self.comment]
+        size = len(comment)
+        kept = [i for i, start in enumerate(starts) if block[start : start + size] != comment]
         pieces = [block[starts[i] : ends[i]] for i in kept]
         kept_starts = np.cumsum([0] + [len(p) for p in pieces[:-1]]) if pieces else np.zeros(0, np.int64)
-        fmt = object.__new__(type(self))
-        fmt.__dict__.update(self.__dict__)
+        fmt = copy.copy(self)
         fmt.comment = None  # the shared timestamp modes stay shared
         table, bad = fmt.parse(b"".join(pieces), 0, first_only=first_only)
         for record in bad:
@@ -154,7 +164,17 @@ class RecordFormat(ABC):
         table = pa.concat_tables(good) if good else self.empty()
         return table, bad
 
-    def _bisect(self, block, starts, lo, hi, position, good, bad, first_only) -> None:
+    def _bisect(
+        self,
+        block: bytes,
+        starts: Offsets,
+        lo: int,
+        hi: int,
+        position: int,
+        good: list[pa.Table],
+        bad: list[BadRecord],
+        first_only: bool,
+    ) -> None:
         # Records lo..hi-1 span block[starts[lo]:starts[hi]].
         if first_only and bad:
             return
@@ -173,12 +193,12 @@ class RecordFormat(ABC):
         self._bisect(block, starts, mid, hi, position, good, bad, first_only)
 
     def empty(self) -> pa.Table:
-        return self.schema.empty_table()
+        return self.known_schema.empty_table()
 
     def _timestamp_mode(self, name: str) -> str:
         return self.timestamp_modes.get(name, NAIVE)
 
-    def _read_type(self, f: pa.Field) -> pa.DataType:
+    def _read_type(self, f: pa.Field[pa.DataType]) -> pa.DataType:
         """The type Arrow reads a column as (zoned timestamps as the mode learned says; a
         column with a declared pattern, and JSON's dates, as text converted by ``_finish``)."""
         if self.rules.pattern_for(f.type) is not None:
@@ -190,39 +210,42 @@ class RecordFormat(ABC):
         mode = self._timestamp_mode(f.name)
         if mode == MIXED:
             return pa.string()
-        return pa.timestamp(f.type.unit, tz="UTC" if mode == ZONED else None)
+        if mode == ZONED:
+            return pa.timestamp(f.type.unit, tz="UTC")
+        return pa.timestamp(f.type.unit)
 
     @property
     def parse_schema(self) -> pa.Schema:
         """The schema Arrow parses with."""
-        return pa.schema([pa.field(f.name, self._read_type(f)) for f in self.schema])
+        return pa.schema([pa.field(f.name, self._read_type(f)) for f in fields_of(self.known_schema)])
 
     def _finish(self, table: pa.Table) -> pa.Table:
         """Converts the columns read as text (dates and timestamps); raises if a value is bad."""
-        for i, f in enumerate(self.schema):
+        schema = self.known_schema
+        for i, f in enumerate(fields_of(schema)):
             temporal = pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)
-            if temporal and table.schema.field(f.name).type == pa.string():
+            if temporal and table.column(f.name).type == pa.string():
                 texts = table.column(f.name).combine_chunks()
                 values, failed = convert_text(texts, f.type, rules=self.rules)
                 if failed.any():
                     raise pa.ArrowInvalid(f"column {f.name!r}: not a {spark_type(f.type)}")
                 table = table.set_column(i, f.name, values)
-        return table.cast(self.schema)
+        return table.cast(schema)
 
-    def _learn_timestamp_modes(self, texts: dict[str, pa.Array]) -> None:
+    def _learn_timestamp_modes(self, texts: dict[str, pa.Array[Any]]) -> None:
         """Remembers, per timestamp column, whether the block's values had zones, so the next
         blocks parse natively (one parse) unless a column mixes both."""
         for name, values in texts.items():
             present = pc.drop_null(values)
             if not len(present):
                 continue
-            zoned = pc.sum(pc.match_substring_regex(present, ZONE_SUFFIX)).as_py() or 0
+            zoned = int(np.count_nonzero(as_mask(pc.match_substring_regex(present, ZONE_SUFFIX))))
             mode = ZONED if zoned == len(present) else NAIVE if zoned == 0 else MIXED
             previous = self.timestamp_modes.get(name)
             self.timestamp_modes[name] = mode if previous in (None, mode) else MIXED
 
 
-def record_spans(block: bytes, record_ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def record_spans(block: bytes, record_ends: Offsets) -> tuple[Offsets, Offsets]:
     """Start and end offsets of the records of ``block`` that are not blank lines (Arrow's
     readers skip those), vectorized."""
     ends = record_ends

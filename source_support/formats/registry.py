@@ -14,6 +14,7 @@ from source_support.formats.csv import CsvFormat
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JsonLinesFormat
 from source_support.formats.record import DEFAULT_ENCODING, RecordFormat
+from source_support.formats.typed_arrow import fields_of
 from source_support.formats.values import DEFAULT_NULL_VALUES, RULE_OPTIONS, value_rules
 from source_support.options import Option, option_types
 from source_support.schema import parse_ddl
@@ -294,7 +295,7 @@ def _check_option_types(kind: FormatType, table: dict[str, Any]) -> None:
 
 
 def _check_schema(kind: str, schema: pa.Schema) -> None:
-    nested = [f.name for f in schema if pa.types.is_nested(f.type)]
+    nested = [f.name for f in fields_of(schema) if pa.types.is_nested(f.type)]
     if kind == "csv" and nested:
         reason = f"a CSV value cannot hold a nested type (column {nested[0]!r}); read JSON lines for that"
         raise ConfigError("format.schema", reason)

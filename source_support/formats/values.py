@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.datetime_patterns import DatetimePattern, datetime_pattern, parse_with_pattern
+from source_support.formats.typed_arrow import Mask, as_mask, is_in, nulls
 
 #: What Arrow's parsers and casts raise on bad input.
 ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, UnicodeDecodeError)
@@ -59,14 +60,14 @@ class ValueRules:
             return self.timestamp_format
         return None
 
-    def null_texts(self, strings: pa.Array) -> np.ndarray:
+    def null_texts(self, strings: pa.Array[Any]) -> Mask:
         """Where a text is one of ``null_values`` (a null is not), as a mask."""
-        return as_mask(pc.is_in(strings, pa.array(sorted(self.null_values), pa.string())))
+        return as_mask(is_in(strings, sorted(self.null_values)))
 
-    def present(self, strings: pa.Array) -> pa.Array:
+    def present(self, strings: pa.Array[Any]) -> pa.Array[Any]:
         """The texts that are values: neither null nor one of ``null_values``."""
         present = pc.drop_null(strings)
-        return present.filter(pa.array(~self.null_texts(present)))
+        return present.filter(~self.null_texts(present))
 
 
 #: The ``[format]`` options that make the ``ValueRules``.
@@ -89,14 +90,14 @@ def value_rules(options: dict[str, Any]) -> ValueRules:
     )
 
 
-def to_instants(strings: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+def to_instants(strings: pa.Array[Any], target: pa.TimestampType[Any, Any]) -> tuple[pa.Array[Any], Mask]:
     """ISO-8601 texts as instants of ``target``'s unit (those without a zone count as UTC),
     vectorized; returns the values and a mask of the non-null texts that are not timestamps."""
-    strings = pc.utf8_trim_whitespace(strings.cast(pa.string()))
+    texts = pc.utf8_trim_whitespace(strings.cast(pa.string()))
     unit = target.unit
-    count = len(strings)
-    present = ~as_mask(strings.is_null())
-    zoned = as_mask(pc.match_substring_regex(strings, ZONE_SUFFIX))
+    count = len(texts)
+    present = ~as_mask(texts.is_null())
+    zoned = as_mask(pc.match_substring_regex(texts, ZONE_SUFFIX))
     values = np.zeros(count, dtype=np.int64)
     ok = np.zeros(count, dtype=bool)
     for mask, arrow_type in (
@@ -106,26 +107,21 @@ def to_instants(strings: pa.Array, target: pa.DataType) -> tuple[pa.Array, np.nd
         where = np.flatnonzero(mask)
         if not len(where):
             continue
-        converted, good = cast_each_failing(strings.take(pa.array(where)), arrow_type)
-        values[where[good]] = pc.fill_null(converted.cast(pa.int64()), 0).to_numpy()[good]
+        converted, good = cast_each_failing(texts.take(where), arrow_type)
+        values[where[good]] = converted.cast(pa.int64()).fill_null(0).to_numpy()[good]
         ok[where[good]] = True
     out = pa.array(values, type=pa.int64(), mask=~ok).cast(pa.timestamp(unit, tz=target.tz))
     return out, present & ~ok
 
 
-def as_mask(values: pa.Array) -> np.ndarray:
-    """A boolean Arrow array as a numpy mask, null as False."""
-    return np.asarray(pc.fill_null(values, False).to_numpy(zero_copy_only=False), dtype=bool)
-
-
-def cast_each_failing(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+def cast_each_failing(strings: pa.Array[Any], arrow_type: pa.DataType) -> tuple[pa.Array[Any], Mask]:
     """Casts ``strings`` (no nulls); where the whole cast fails, halves until the failing
     values are alone. Returns the values (zero where failed) and the mask of those that cast."""
     try:
         return strings.cast(arrow_type), np.ones(len(strings), dtype=bool)
     except ARROW_ERRORS:
         if len(strings) == 1:
-            return pa.nulls(1, arrow_type), np.zeros(1, dtype=bool)
+            return nulls(1, arrow_type), np.zeros(1, dtype=bool)
     mid = len(strings) // 2
     left, left_ok = cast_each_failing(strings.slice(0, mid), arrow_type)
     right, right_ok = cast_each_failing(strings.slice(mid), arrow_type)
@@ -133,8 +129,8 @@ def cast_each_failing(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Ar
 
 
 def convert_text(
-    strings: pa.Array, arrow_type: pa.DataType, *, rules: ValueRules
-) -> tuple[pa.Array, np.ndarray]:
+    strings: pa.Array[Any], arrow_type: pa.DataType, *, rules: ValueRules
+) -> tuple[pa.Array[Any], Mask]:
     """Texts of one column as ``arrow_type``, vectorized, as Arrow's CSV reader converts
     them; returns the values and a mask of the values that are not nulls and did not convert.
     A text in ``rules.null_values`` is null whatever the type, STRING included.
@@ -148,9 +144,9 @@ def convert_text(
         strings, decoded = cast_each_failing(strings, pa.string())
         not_utf8 = ~decoded
     strings = strings.cast(pa.string())
-    nulls = rules.null_texts(strings)
-    if nulls.any():
-        strings = pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), strings)
+    null_texts = rules.null_texts(strings)
+    if null_texts.any():
+        strings = pc.if_else(null_texts, pa.scalar(None, pa.string()), strings)
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return strings.cast(arrow_type), not_utf8
     pattern = rules.pattern_for(arrow_type)
@@ -161,20 +157,18 @@ def convert_text(
     return values, failed | not_utf8
 
 
-def _convert_utf8(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array, np.ndarray]:
+def _convert_utf8(strings: pa.Array[Any], arrow_type: pa.DataType) -> tuple[pa.Array[Any], Mask]:
     """Texts (nulls where the value is null) as ``arrow_type`` by Arrow's own casts."""
     count = len(strings)
-    nulls = as_mask(strings.is_null())
+    absent = as_mask(strings.is_null())
     texts = pc.utf8_trim_whitespace(strings)
     if pa.types.is_timestamp(arrow_type):
-        values, failed = to_instants(
-            pc.if_else(pa.array(nulls), pa.scalar(None, pa.string()), texts), arrow_type
-        )
+        values, failed = to_instants(pc.if_else(absent, pa.scalar(None, pa.string()), texts), arrow_type)
         return values, failed
     if pa.types.is_boolean(arrow_type):
-        true = as_mask(pc.is_in(texts, pa.array(["1", "True", "TRUE", "true"])))
-        false = as_mask(pc.is_in(texts, pa.array(["0", "False", "FALSE", "false"])))
-        return pa.array(true, mask=nulls | ~(true | false)), ~nulls & ~(true | false)
+        true = as_mask(is_in(texts, ["1", "True", "TRUE", "true"]))
+        false = as_mask(is_in(texts, ["0", "False", "FALSE", "false"]))
+        return pa.array(true, mask=absent | ~(true | false)), ~absent & ~(true | false)
     check = (
         "int"
         if pa.types.is_integer(arrow_type)
@@ -186,20 +180,30 @@ def _convert_utf8(strings: pa.Array, arrow_type: pa.DataType) -> tuple[pa.Array,
         if pa.types.is_date(arrow_type)
         else None
     )
-    candidates = ~nulls
+    candidates = ~absent
     if check is not None:
         candidates &= as_mask(pc.match_substring_regex(texts, _NUMBER_CHECKS[check]))
     where = np.flatnonzero(candidates)
-    converted, good = cast_each_failing(texts.take(pa.array(where, pa.int64())), arrow_type)
+    converted, good = cast_each_failing(texts.take(where), arrow_type)
     ok = np.zeros(count, dtype=bool)
     ok[where[good]] = True
     positions = np.full(count, len(where), dtype=np.int64)  # a null slot past the end
     positions[where[good]] = np.flatnonzero(good)
-    padded = pa.concat_arrays([converted, pa.nulls(1, arrow_type)])
-    return padded.take(pa.array(positions)), ~nulls & ~ok
+    padded = pa.concat_arrays([converted, nulls(1, arrow_type)])
+    return padded.take(positions), ~absent & ~ok
 
 
-def inferred_text_type(column: pa.ChunkedArray, rules: ValueRules) -> pa.DataType:
+def shown_value(value: bytes | str | None) -> str:
+    """A value as an error shows it (bytes as text, said so if they are not UTF-8)."""
+    if not isinstance(value, bytes):
+        return repr(value)
+    try:
+        return repr(value.decode("utf-8"))
+    except UnicodeDecodeError:
+        return f"{value.decode('utf-8', errors='replace')!r} (not UTF-8)"
+
+
+def inferred_text_type(column: pa.ChunkedArray[Any], rules: ValueRules) -> pa.DataType:
     """The type of a column Arrow inferred, where a text column may be more: DATE or
     TIMESTAMP when every value parses by the declared ``date_format`` or
     ``timestamp_format``, else TIMESTAMP when every value is ISO-8601 (zones may mix)."""
@@ -219,7 +223,7 @@ def inferred_text_type(column: pa.ChunkedArray, rules: ValueRules) -> pa.DataTyp
     return column.type
 
 
-def _all_timestamps(column: pa.ChunkedArray) -> bool:
+def _all_timestamps(column: pa.ChunkedArray[Any]) -> bool:
     """Whether every value of a text column is an ISO-8601 timestamp (zones may be mixed)."""
     present = pc.drop_null(column.combine_chunks())
     if not len(present) or not pc.all(pc.match_substring_regex(present, ISO_TIMESTAMP_START)).as_py():
