@@ -72,7 +72,7 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
             self.token, self.held, self.done, self.finished = None, {}, 0, False
             self.crashes = subtask in crash
             self.requested_at = self.beat_at = 0.0
-            self.key = coordinator.key("assigned", subtask)
+            self.key = coordinator.keys.assigned(subtask)
 
         def adopt(self, rows) -> None:
             for split_id, payload, position in rows:

@@ -11,7 +11,6 @@ A crash before the commit replays the same positions into the same file name.
 
 from __future__ import annotations
 
-import copy
 import enum
 import logging
 import threading
@@ -25,6 +24,7 @@ from source_support.api import BadRecord, RecordBatch, Source, SourceEvent, Spli
 from source_support.coordination import (
     SPLITS_REVOKED,
     AssignedSplit,
+    Mark,
     ReaderInbox,
     RedisEnumeratorContext,
     RedisReaderContext,
@@ -33,7 +33,6 @@ from source_support.coordination import (
 )
 from source_support.errors import SplitFailed
 from source_support.landing import LandingZone
-from source_support.typed_redis import pipeline
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +184,7 @@ def enumerator_tick(
             assigned += notices.flush()
             slowest = max(slowest, time.perf_counter() - began)
             if budget_s is not None and time.perf_counter() - started >= budget_s:
-                more = coordinator.is_set("enum-dirty")
+                more = coordinator.is_set(Mark.ENUMERATOR_DIRTY)
                 return TickResult(state, pending, exhausted, live, assigned, slowest, more)
             if not coordinator.take_dirty():
                 return TickResult(state, pending, exhausted, live, assigned, slowest)
@@ -210,19 +209,17 @@ class _BufferedNotices(RunCoordinator):
     def signal_no_more_splits(self, subtask: int, token: str) -> None:
         self.held.append(lambda coordinator: coordinator.signal_no_more_splits(subtask, token))
 
-    def send_event(self, target: str, event: SourceEvent, origin: int | None = None) -> None:
-        self.held.append(lambda coordinator: coordinator.send_event(target, event, origin))
+    def send_to_reader(self, subtask: int, event: SourceEvent) -> None:
+        self.held.append(lambda coordinator: coordinator.send_to_reader(subtask, event))
 
     def remember_live(self, live: dict[int, str]) -> None:
         self.held.append(lambda coordinator: coordinator.remember_live(live))
 
     def flush(self) -> int:
         """Sends what was held back; returns how many splits were announced."""
-        pipelined = copy.copy(self.coordinator)
-        pipelined.redis = pipeline(self.coordinator.redis, transaction=False)
-        for send in self.held:
-            send(pipelined)
-        pipelined.redis.execute()
+        with self.coordinator.batched() as batch:
+            for send in self.held:
+                send(batch)
         assigned = self.assigned
         self.held.clear()
         self.assigned = 0

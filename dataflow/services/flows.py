@@ -178,7 +178,7 @@ def flow_pause(*, flow: DataFlow) -> FlowRun:
         flow.status = FlowStatus.PAUSED
         flow.save(update_fields=["status", "updated_at"])
         coordinator = coordinator_for(run)
-        transaction.on_commit(lambda: coordinator.hold(True))
+        transaction.on_commit(lambda: coordinator.user_hold_set(True))
     return run
 
 
@@ -196,7 +196,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
             flow.status = FlowStatus.RUNNING
             flow.save(update_fields=["status", "updated_at"])
             coordinator = coordinator_for(active)
-            transaction.on_commit(lambda: coordinator.hold(False))
+            transaction.on_commit(lambda: coordinator.user_hold_set(False))
             return active
         if active is not None:
             raise FlowStateError(f"flow {flow.name!r} is running, not paused")

@@ -4,6 +4,7 @@ slice in a thread, enumerator ticks in the test's thread (no Celery)."""
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection, transaction
@@ -214,6 +215,32 @@ def test_a_revoked_split_goes_on_from_its_checkpoint_under_its_new_owner(dirs):
     landed = LandedBatch.objects.filter(split__run=run).order_by("split_id", "start_position")
     numbers = sorted(n for path in landed.values_list("path", flat=True) for n in _values(path))
     assert numbers == list(range(COUNT))  # each once: nothing lost or read twice across the move
+
+
+def test_what_a_pass_tells_readers_reaches_them_only_once_it_commits(dirs):
+    run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
+    coordinator = coordinator_for(run)
+    coordinator.acquire_reader(0, None, "here")
+    coordinator.request_split(0)
+    events, notices = coordinator.keys.reader_events(0), coordinator.keys.assigned(0)
+    before_commit: list[tuple[int, int]] = []
+
+    @contextmanager
+    def atomic():
+        with transaction.atomic():
+            yield
+            before_commit.append((coordinator.redis.llen(events), coordinator.redis.llen(notices)))
+
+    enumerator_tick(
+        source=TalkingSource(),
+        coordinator=coordinator,
+        store=DjangoRunStore(run),
+        parallelism=1,
+        atomic=atomic,
+    )
+
+    assert before_commit[0] == (0, 0)  # the greeting and the new split wait for the commit
+    assert (coordinator.redis.llen(events), coordinator.redis.llen(notices)) == (1, 1)
 
 
 def _values(path: str) -> list[int]:

@@ -17,6 +17,7 @@ from dataflow.models import FlowRun
 from dataflow.redis_client import get_redis
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start
+from source_support.coordination import Mark
 from tests.e2e.fleet import Fleet
 from tests.helpers import spec, wait_for_run, wait_until
 
@@ -50,7 +51,7 @@ def test_a_stale_transform_attempt_cannot_lose_rows(fleet: Fleet, dirs, settings
         240,
         lambda: f"no transform started: {FlowRun.objects.get(pk=run.pk).message}",
     )
-    lease_key = coordinator_for(run).key("transform-lease")
+    lease_key = coordinator_for(run).keys.mark(Mark.TRANSFORM_LEASE)
 
     def second_attempt_started() -> bool:
         now = FlowRun.objects.get(pk=run.pk)

@@ -15,6 +15,7 @@ from django_celery_beat.models import PeriodicTask
 from dataflow.models import FlowRun
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from source_support.coordination import Mark
 from tests.e2e.fleet import Fleet
 from tests.helpers import spec, wait_until, write_csv
 
@@ -51,7 +52,7 @@ def test_sigterm_gives_a_running_transform_back_at_once(fleet: Fleet, dirs, sett
     assert first.returncode == 0, fleet.log("w1")[-3000:]
     assert run.status == "transforming" and run.transform_attempts == 1
     assert "given back" in run.message, run.message
-    assert not coordinator_for(run).is_set("transform-lease")
+    assert not coordinator_for(run).is_set(Mark.TRANSFORM_LEASE)
     fleet.worker("w2", concurrency=2, pool=pool)
     wait_until(
         lambda: FlowRun.objects.get(pk=run.pk).transform_attempts == 2,

@@ -13,7 +13,7 @@ import redis
 
 from connectors.files.split import FileSplit, FileSplitSerializer
 from source_support.api import SourceEvent
-from source_support.coordination import RedisEnumeratorContext, RedisReaderContext, RunCoordinator
+from source_support.coordination import Mark, RedisEnumeratorContext, RedisReaderContext, RunCoordinator
 
 SHORT_LEASE_MS = 300
 
@@ -46,7 +46,7 @@ def coordinator(make_coordinator) -> RunCoordinator:
 
 
 def run_keys(client: redis.Redis, coordinator: RunCoordinator) -> set[str]:
-    return {k.decode() for k in client.scan_iter(match=coordinator.prefix + "*")}
+    return {k.decode() for k in client.scan_iter(match=coordinator.keys.pattern)}
 
 
 # Reader instances
@@ -112,13 +112,13 @@ def test_heartbeats_keep_a_lease_past_its_first_expiry(make_coordinator, client)
         assert coordinator.heartbeat(0, token) is True
 
     assert coordinator.live_readers(1) == {0: token}
-    assert client.pttl(coordinator.key("reader", 0)) > SHORT_LEASE_MS / 2
+    assert client.pttl(coordinator.keys.reader(0)) > SHORT_LEASE_MS / 2
 
 
 def test_a_heartbeat_with_another_token_does_not_renew(make_coordinator, client):
     coordinator = make_coordinator(lease_ms=SHORT_LEASE_MS)
     token = coordinator.acquire_reader(0, None)
-    client.pexpire(coordinator.key("reader", 0), 50)
+    client.pexpire(coordinator.keys.reader(0), 50)
 
     assert coordinator.heartbeat(0, "impostor") is False
     time.sleep(0.2)
@@ -262,7 +262,7 @@ def test_an_empty_assignment_only_wakes_the_waiter(coordinator, client):
     waiter.join(timeout=10)
     assert not waiter.is_alive()
     assert got == [[]]
-    assert client.llen(coordinator.key("assigned", 3)) == 0
+    assert client.llen(coordinator.keys.assigned(3)) == 0
 
 
 def test_no_more_splits_is_signalled_to_one_reader_instance(coordinator):
@@ -278,21 +278,21 @@ def test_no_more_splits_is_signalled_to_one_reader_instance(coordinator):
 
 
 def test_reader_events_reach_the_enumerator_with_their_origin(coordinator):
-    coordinator.send_event("enumerator", SourceEvent("progress", {"files": 3}), origin=2)
-    coordinator.send_event("enumerator", SourceEvent("hello"), origin=0)
+    coordinator.send_to_enumerator(SourceEvent("progress", {"files": 3}), origin=2)
+    coordinator.send_to_enumerator(SourceEvent("hello"), origin=0)
 
-    assert coordinator.pop_events("enumerator") == [
+    assert coordinator.collect_pass(1).events == [
         (2, SourceEvent("progress", {"files": 3})),
         (0, SourceEvent("hello", {})),
     ]
-    assert coordinator.pop_events("enumerator") == []
+    assert coordinator.collect_pass(1).events == []
 
 
 def test_enumerator_events_reach_only_their_reader(coordinator):
-    coordinator.send_event("reader:1", SourceEvent("rescan", {"path": "/d"}))
+    coordinator.send_to_reader(1, SourceEvent("rescan", {"path": "/d"}))
 
-    assert coordinator.pop_events("reader:0") == []
-    assert coordinator.pop_events("reader:1") == [(None, SourceEvent("rescan", {"path": "/d"}))]
+    assert coordinator.reader_inbox(0).events == []
+    assert coordinator.reader_inbox(1).events == [SourceEvent("rescan", {"path": "/d"})]
 
 
 # Run-wide flags, the enumerator lock, purge
@@ -349,7 +349,7 @@ def test_an_old_holder_leaving_keeps_the_new_holders_lock(make_coordinator, clie
     old, new = make_coordinator(run_key, lease_ms=300), make_coordinator(run_key, lease_ms=300)
     old_lock = old.enumerator_lock()
     assert old_lock.__enter__() is True
-    client.delete(old.key("enum-lock"))  # as if it lapsed while its holder had no Redis
+    client.delete(old.keys.mark(Mark.ENUMERATOR_LOCK))  # as if it lapsed while its holder had no Redis
     new_lock = new.enumerator_lock()
     assert new_lock.__enter__() is True
 
@@ -365,12 +365,25 @@ def test_the_enumerator_lock_lives_a_lease_and_is_renewed_while_held(make_coordi
 
     with coordinator.enumerator_lock() as held:
         assert held is True
-        assert 0 < client.pttl(coordinator.key("enum-lock")) <= SHORT_LEASE_MS
+        assert 0 < client.pttl(coordinator.keys.mark(Mark.ENUMERATOR_LOCK)) <= SHORT_LEASE_MS
         time.sleep(SHORT_LEASE_MS / 1000 * 3)
         with coordinator.enumerator_lock() as other:
             assert other is False
 
-    assert not coordinator.is_set("enum-lock")
+    assert not coordinator.is_set(Mark.ENUMERATOR_LOCK)
+
+
+def test_backpressure_ending_never_ends_a_users_hold(coordinator):
+    coordinator.user_hold_set(True)
+    coordinator.backpressure_set(True)
+    assert coordinator.reader_inbox(0).paused
+
+    coordinator.backpressure_set(False)  # the transform caught up
+
+    assert (coordinator.backpressure_on(), coordinator.user_hold_on()) == (False, True)
+    assert coordinator.reader_inbox(0).paused
+    coordinator.user_hold_set(False)  # the user resumed
+    assert not coordinator.reader_inbox(0).paused
 
 
 def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, client):
@@ -380,7 +393,7 @@ def test_purge_deletes_every_key_of_the_run_and_no_other(make_coordinator, clien
         c.request_split(0)
         c.notify_assigned(0, [_assigned("a")])
         c.signal_no_more_splits(0, token)
-        c.send_event("enumerator", SourceEvent("x"), origin=0)
+        c.send_to_enumerator(SourceEvent("x"), origin=0)
         c.claim_spawn(0)
         c.stop()
     neighbour_keys = run_keys(client, neighbour)
@@ -468,7 +481,7 @@ def test_enumerator_context_signals_no_more_splits_to_the_live_instance_and_wake
     context.signal_no_more_splits(1)
 
     assert coordinator.no_more_splits(1, token) is True
-    assert coordinator.redis.llen(coordinator.key("assigned", 1)) == 1
+    assert coordinator.redis.llen(coordinator.keys.assigned(1)) == 1
 
 
 def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
@@ -487,30 +500,34 @@ def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
 
 
 def test_held_lease_is_exclusive_outlives_its_ttl_while_held_and_is_released(coordinator):
-    with coordinator.held_lease("job", 300) as first:
-        with coordinator.held_lease("job", 300) as second:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as first:
+        with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as second:
             assert (bool(first), bool(second)) == (True, False)
         time.sleep(0.8)  # more than two time-to-lives: the renewing thread keeps it
-        assert coordinator.is_set("job")
-    assert not coordinator.is_set("job")
+        assert coordinator.is_set(Mark.TRANSFORM_LEASE)
+    assert not coordinator.is_set(Mark.TRANSFORM_LEASE)
 
 
 def test_held_lease_says_when_another_process_took_it(coordinator):
     from tests.helpers import wait_until
 
-    with coordinator.held_lease("job", 300) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, 300) as held:
         coordinator.purge()  # e.g. a resume purges a stopped run's keys...
-        coordinator.redis.set(coordinator.key("job"), "another-driver", px=10_000)  # ...and one takes it
+        coordinator.redis.set(
+            coordinator.keys.mark(Mark.TRANSFORM_LEASE), "another-driver", px=10_000
+        )  # ...and one takes it
         wait_until(held.lost.is_set, 5, lambda: "the lease was not seen lost")
 
-        assert coordinator.redis.get(coordinator.key("job")) == b"another-driver"  # not taken back
+        assert (
+            coordinator.redis.get(coordinator.keys.mark(Mark.TRANSFORM_LEASE)) == b"another-driver"
+        )  # not taken back
 
 
 def test_mark_once_is_set_by_one_caller_until_cleared(coordinator):
-    assert coordinator.mark_once("queued", 10_000) is True
-    assert coordinator.mark_once("queued", 10_000) is False
-    coordinator.clear_mark("queued")
-    assert coordinator.mark_once("queued", 10_000) is True
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is True
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is False
+    coordinator.clear_mark(Mark.TICK_QUEUED)
+    assert coordinator.mark_once(Mark.TICK_QUEUED, 10_000) is True
 
 
 def test_lease_keeper_keeps_the_lease_through_a_block_longer_than_the_lease(make_coordinator):
@@ -525,8 +542,77 @@ def test_lease_keeper_keeps_the_lease_through_a_block_longer_than_the_lease(make
 
         assert coordinator.acquire_reader(0, None) is None  # still ours
         assert not keeper.lost.is_set()
-        coordinator.redis.delete(coordinator.key("reader", 0))  # e.g. Redis restarted empty
+        coordinator.redis.delete(coordinator.keys.reader(0))  # e.g. Redis restarted empty
         coordinator.acquire_reader(0, None)  # ... and another instance took the reader
         assert keeper.lost.wait(10)
     finally:
         keeper.stop()
+
+
+def test_a_batch_reaches_redis_when_its_block_ends_and_not_after_an_error(coordinator):
+    with coordinator.batched() as batch:
+        batch.notify_assigned(0, [_assigned("a")])
+        assert coordinator.wait_assigned(0, 0) == []  # queued, not sent yet
+    assert coordinator.wait_assigned(0, 0) == [_assigned("a")]
+
+    with pytest.raises(RuntimeError), coordinator.batched() as batch:
+        batch.notify_assigned(0, [_assigned("b")])
+        raise RuntimeError("the pass failed")
+    assert coordinator.wait_assigned(0, 0) == []
+
+
+def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
+    keys = RunCoordinator(redis.Redis(), "r1").keys
+
+    assert [
+        keys.reader(2),
+        keys.spawned(2),
+        keys.assigned(2),
+        keys.no_more_splits(2),
+        keys.reader_events(2),
+    ] == [
+        "adf:run:r1:reader:2",
+        "adf:run:r1:spawned:2",
+        "adf:run:r1:assigned:2",
+        "adf:run:r1:nomore:2",
+        "adf:run:r1:events:reader:2",
+    ]
+    assert [
+        keys.locations,
+        keys.done,
+        keys.registrations,
+        keys.requests,
+        keys.enumerator_events,
+        keys.reader_alive_at,
+        keys.live_at_last_pass,
+        keys.records_committed,
+        keys.pattern,
+    ] == [
+        "adf:run:r1:locations",
+        "adf:run:r1:done",
+        "adf:run:r1:registrations",
+        "adf:run:r1:requests",
+        "adf:run:r1:events:enumerator",
+        "adf:run:r1:reader-alive-at",
+        "adf:run:r1:live-at-last-pass",
+        "adf:run:r1:records-committed",
+        "adf:run:r1:*",
+    ]
+
+
+def test_the_marks_keep_the_key_names_running_deployments_have_in_redis():
+    keys = RunCoordinator(redis.Redis(), "r1").keys
+
+    assert {mark.name: keys.mark(mark) for mark in Mark} == {
+        "STOPPED": "adf:run:r1:stopped",
+        "BACKPRESSURE": "adf:run:r1:paused",
+        "USER_HOLD": "adf:run:r1:held",
+        "ENUMERATOR_LOCK": "adf:run:r1:enum-lock",
+        "ENUMERATOR_DIRTY": "adf:run:r1:enum-dirty",
+        "TICK_QUEUED": "adf:run:r1:tick-queued",
+        "METRICS_DUE": "adf:run:r1:metrics-due",
+        "CHECKPOINT_DUE": "adf:run:r1:checkpoint-due",
+        "NO_READER_SINCE": "adf:run:r1:no-reader-since",
+        "TRANSFORM_LEASE": "adf:run:r1:transform-lease",
+        "TRANSFORM_QUEUED": "adf:run:r1:transform-queued",
+    }

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.json as pa_json
 import pytest
 
 from source_support.errors import ConfigError
@@ -468,10 +470,8 @@ def _count_calls(fmt, name: str) -> list:
 
 
 def _arrow_reads(monkeypatch) -> list:
-    import source_support.formats as formats
-
     reads: list = []
-    for module, name in ((formats.pa_csv, "read_csv"), (formats.pa_json, "read_json")):
+    for module, name in ((pa_csv, "read_csv"), (pa_json, "read_json")):
         original = getattr(module, name)
 
         def counted(*args, _original=original, _name=name, **kwargs):

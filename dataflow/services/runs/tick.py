@@ -22,7 +22,7 @@ from dataflow.services.streams.tick import ensure_stream_transform, stream_run_t
 from dataflow.services.ticks import flow_ticks_remove_orphan
 from dataflow.store import DjangoRunStore
 from source_support.api import Source
-from source_support.coordination import RunCoordinator
+from source_support.coordination import Mark, RunCoordinator
 from source_support.registry import source_is_unbounded
 from source_support.runtime import TickResult, enumerator_tick
 
@@ -34,7 +34,7 @@ INLINE_TICK_BUDGET_S = 1.0
 
 def request_tick(*, run_id: int) -> None:
     """Asks for a prompt enumerator tick; at most one waits in the queue per run."""
-    if coordinator_for(run_id).mark_once("tick-queued", 30_000):
+    if coordinator_for(run_id).mark_once(Mark.TICK_QUEUED, 30_000):
         run_task_send(TICK_RUN, run_id)
 
 
@@ -44,7 +44,7 @@ def run_tick(*, run_id: int) -> None:
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None:
         return
-    coordinator_for(run).clear_mark("tick-queued")
+    coordinator_for(run).clear_mark(Mark.TICK_QUEUED)
     unbounded = run_is_unbounded(run)
     if run.status == RunStatus.TRANSFORMING:
         _ensure_transform(run, unbounded=unbounded)
@@ -72,7 +72,7 @@ def run_tick(*, run_id: int) -> None:
     _watch_for_stall(run, coordinator, live=bool(result.live))
     if unbounded:
         stream_run_tick(run=run, coordinator=coordinator, result=result)
-    elif coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
+    elif coordinator.mark_once(Mark.METRICS_DUE, int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)  # a bounded run's progress, for its charts
 
 
@@ -83,7 +83,7 @@ def _sync_hold(run: FlowRun, coordinator: RunCoordinator) -> None:
     before them cannot undo their mark (readers would read on while paused)."""
     with transaction.atomic():
         paused_at = FlowRun.objects.select_for_update().filter(pk=run.pk).values_list("paused_at", flat=True)
-        coordinator.hold(paused_at.first() is not None)
+        coordinator.user_hold_set(paused_at.first() is not None)
 
 
 def run_is_unbounded(run: FlowRun) -> bool:
@@ -134,11 +134,11 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
     Views do not rely on it (see ``selectors.run_message``): it keeps the note in the
     run's history, e.g. for a webhook or the admin's raw field."""
     if live:
-        coordinator.clear_mark("no-reader-since")
+        coordinator.clear_mark(Mark.NO_READER_SINCE)
         if run.message.startswith(STALL_NOTE):
             FlowRun.objects.filter(pk=run.pk, message=run.message).update(message="")
         return
-    idle = time.time() - coordinator.first_seen("no-reader-since", time.time())
+    idle = time.time() - coordinator.first_seen(Mark.NO_READER_SINCE, time.time())
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
@@ -212,11 +212,11 @@ def _ensure_transform(run: FlowRun, *, unbounded: bool = False) -> None:
         ensure_stream_transform(run)
         return
     coordinator = coordinator_for(run)
-    if coordinator.is_set("transform-lease"):
+    if coordinator.is_set(Mark.TRANSFORM_LEASE):
         return
     if transform_in_backoff(run):
         return
-    if coordinator.mark_once("transform-queued", 60_000):
+    if coordinator.mark_once(Mark.TRANSFORM_QUEUED, 60_000):
         run_task_send(RUN_TRANSFORM, run.pk)
 
 

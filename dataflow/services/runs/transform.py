@@ -31,6 +31,7 @@ from dataflow.services.transform_watch import (
 from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_error_message
 from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
+from source_support.coordination import Mark
 from source_support.registry import SINKS
 
 log = logging.getLogger("dataflow.services.runs")
@@ -97,14 +98,14 @@ def transform(*, run_id: int) -> None:
     if run is None:
         return
     coordinator = coordinator_for(run)
-    coordinator.clear_mark("transform-queued")
+    coordinator.clear_mark(Mark.TRANSFORM_QUEUED)
     if run.status != RunStatus.TRANSFORMING:
         return
     if worker_leaving():
         request_tick(run_id=run.pk)  # another worker queues it again
         return
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
-    with coordinator.held_lease("transform-lease", lease_ms) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, lease_ms) as held:
         if not held:
             return
         attempt = _claim_transform_attempt(run.pk)

@@ -67,7 +67,7 @@ from dataflow.services.streams.query import (
     schema_field,
     time_column_problem,
 )
-from dataflow.services.streams.tick import LEASE, QUEUED, QUEUED_TTL_MS
+from dataflow.services.streams.tick import QUEUED_TTL_MS
 from dataflow.services.transform_watch import (
     CancelReason,
     SinkRowsMismatch,
@@ -82,6 +82,7 @@ from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_e
 from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
+from source_support.coordination import Mark
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
 from source_support.registry import SINKS
@@ -106,9 +107,9 @@ def stream_transform(*, run_id: int) -> bool:
     if run is None or run.status not in ACTIVE_RUN_STATUSES:
         return False
     coordinator = coordinator_for(run)
-    coordinator.clear_mark(QUEUED)
+    coordinator.clear_mark(Mark.TRANSFORM_QUEUED)
     lease_ms = int(settings.DATAFLOW_TRANSFORM_LEASE_SECONDS * 1000)
-    with coordinator.held_lease(LEASE, lease_ms) as held:
+    with coordinator.held_lease(Mark.TRANSFORM_LEASE, lease_ms) as held:
         if not held:
             return False
         deadline = time.monotonic() + settings.DATAFLOW_STREAM_SLICE_SECONDS
@@ -116,7 +117,7 @@ def stream_transform(*, run_id: int) -> bool:
         if held.lost.is_set():
             return False  # another driver took over (a resume purged the lease): it goes on
         # Marked before the lease goes, so a tick in between does not queue a second slice.
-        return more and coordinator.mark_once(QUEUED, QUEUED_TTL_MS)
+        return more and coordinator.mark_once(Mark.TRANSFORM_QUEUED, QUEUED_TTL_MS)
 
 
 class Step(Enum):

@@ -21,12 +21,9 @@ from dataflow.services.checkpoints import checkpoint_take
 from dataflow.services.context import coordinator_for
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.queues import STREAM_TRANSFORM, run_task_send
-from source_support.coordination import RunCoordinator
+from source_support.coordination import Mark, RunCoordinator
 from source_support.runtime import TickResult
 
-#: The bounded transform's lease too: one run never has both.
-LEASE = "transform-lease"
-QUEUED = "transform-queued"
 #: How long a queued slice keeps another from being queued. Short: a slice whose worker
 #: was killed holding its message must not stop the stream for long; a second slice
 #: queued while the first still waits is harmless (it finds the lease held and leaves).
@@ -40,9 +37,9 @@ def stream_run_tick(*, run: FlowRun, coordinator: RunCoordinator, result: TickRe
     """The periodic work of a reading unbounded run, each step at its own pace."""
     ensure_stream_transform(run)
     run_backpressure(run=run, coordinator=coordinator)
-    if coordinator.mark_once("checkpoint-due", int(settings.DATAFLOW_CHECKPOINT_SECONDS * 1000)):
+    if coordinator.mark_once(Mark.CHECKPOINT_DUE, int(settings.DATAFLOW_CHECKPOINT_SECONDS * 1000)):
         checkpoint_take(run=run)
-    if coordinator.mark_once("metrics-due", int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
+    if coordinator.mark_once(Mark.METRICS_DUE, int(settings.DATAFLOW_METRICS_SECONDS * 1000)):
         metrics_sample(run=run)
     _say_waiting(run, pending=result.pending)
 
@@ -52,9 +49,9 @@ def ensure_stream_transform(run: FlowRun) -> None:
     if run.status not in ACTIVE_RUN_STATUSES:
         return
     coordinator = coordinator_for(run)
-    if coordinator.is_set(LEASE):
+    if coordinator.is_set(Mark.TRANSFORM_LEASE):
         return
-    if coordinator.mark_once(QUEUED, QUEUED_TTL_MS):
+    if coordinator.mark_once(Mark.TRANSFORM_QUEUED, QUEUED_TTL_MS):
         run_task_send(STREAM_TRANSFORM, run.pk)
 
 
@@ -76,15 +73,15 @@ def run_backpressure(*, run: FlowRun, coordinator: RunCoordinator) -> bool:
     whatever the input rate."""
     limit = run.spec.get("backpressure_records", 1_000_000)
     waiting = untransformed_records(run)
-    paused = coordinator.is_set("paused")
+    paused = coordinator.is_set(Mark.BACKPRESSURE)
     if not paused and waiting > limit:
-        coordinator.pause(True)
+        coordinator.backpressure_set(True)
         _set_note(
             run, f"{PAUSE_NOTE}{waiting:,} records wait for the transform (backpressure_records {limit:,})"
         )
         return True
     if paused and waiting <= limit // 2:
-        coordinator.pause(False)
+        coordinator.backpressure_set(False)
         _clear_note(run, PAUSE_NOTE)
         return False
     return paused

@@ -21,6 +21,7 @@ from dataflow.services.context import coordinator_for
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_apply, flow_pause, flow_restart, flow_resume, flow_start, flow_stop
 from dataflow.services.runs.tick import run_tick
+from source_support.coordination import Mark
 from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
 from tests.helpers import Beat, live, multiset, read_parquet_rows, spec, wait_for_run, wait_until, write_csv
 
@@ -218,11 +219,10 @@ def test_a_tick_sets_the_pause_mark_again_after_redis_lost_it(dirs, rds, prefix)
     run = flow_start(flow=flow)
     flow_pause(flow=flow)
     coordinator = coordinator_for(run)
-    held = coordinator.key("held")
-    assert coordinator.redis.exists(held)
+    assert coordinator.user_hold_on()
 
-    coordinator.redis.delete(held)
+    coordinator.redis.delete(coordinator.keys.mark(Mark.USER_HOLD))  # as if Redis lost it
     run_tick(run_id=run.pk)
 
-    assert coordinator.redis.exists(held)
+    assert coordinator.user_hold_on()
     flow_stop(flow=flow)

@@ -25,6 +25,7 @@ from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_st
 from dataflow.services.streams.epochs import StreamState
 from dataflow.services.transform_watch import transforms_give_back
 from dataflow.spark.session import get_spark, session_started, spark_kill
+from source_support.coordination import Mark
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
@@ -114,7 +115,7 @@ def test_a_transform_whose_lease_another_process_took_stops_its_job(worker, dirs
         _wait_until_its_job_runs(run)
         # Another process holds the lease now (as after this one's lapsed): the renewer
         # sees it at its next round.
-        get_redis().set(coordinator_for(run).key("transform-lease"), "another-process", px=600_000)
+        get_redis().set(coordinator_for(run).keys.mark(Mark.TRANSFORM_LEASE), "another-process", px=600_000)
 
         wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
         run.refresh_from_db()

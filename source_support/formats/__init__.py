@@ -1,0 +1,50 @@
+"""Record formats: what a source's ``[format]`` table says, and the parsers it builds.
+
+- ``registry``: the format types and their options, ``validate_format``, ``FormatSpec``;
+- ``record``: ``RecordFormat``, the Arrow parse path that CSV and JSON share (a fast parse
+  of a whole block, then the slow path that finds the bad records);
+- ``csv``, ``json``: the two record formats of lines; ``json_values`` checks a decoded JSON
+  record against the schema;
+- ``fields``: the field/value pairs of a stream entry as a record;
+- ``values``: how a field's text becomes a value (``ValueRules``, null texts, conversions).
+"""
+
+from source_support.formats.csv import CsvFormat, MissingColumns
+from source_support.formats.fields import FieldsFormat
+from source_support.formats.json import JSON_LAYOUT_SAMPLE, JsonDocumentsFormat, JsonLinesFormat, json_layout
+from source_support.formats.record import NEWLINE, ReadError, RecordFormat
+from source_support.formats.registry import (
+    FORMAT_ALIASES,
+    FORMATS,
+    FormatSpec,
+    FormatType,
+    canonical_encoding,
+    check_format_for_source,
+    format_type,
+    validate_format,
+)
+from source_support.formats.values import ARROW_ERRORS, ValueRules, value_rules
+
+__all__ = [
+    "ARROW_ERRORS",
+    "FORMATS",
+    "FORMAT_ALIASES",
+    "JSON_LAYOUT_SAMPLE",
+    "NEWLINE",
+    "CsvFormat",
+    "FieldsFormat",
+    "FormatSpec",
+    "FormatType",
+    "JsonDocumentsFormat",
+    "JsonLinesFormat",
+    "MissingColumns",
+    "ReadError",
+    "RecordFormat",
+    "ValueRules",
+    "canonical_encoding",
+    "check_format_for_source",
+    "format_type",
+    "json_layout",
+    "validate_format",
+    "value_rules",
+]
