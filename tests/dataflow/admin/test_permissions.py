@@ -10,20 +10,27 @@ import re
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.forms.models import model_to_dict
 from django.test import Client, RequestFactory
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
-from rest_framework.authtoken.models import Token, TokenProxy
+from rest_framework.authtoken.models import TokenProxy
 
 from dataflow.admin.flows import STEERING
 from dataflow.models import Connection, DataFlow, FlowStatus, WebhookDelivery
-from dataflow.services.flows import flow_apply, flow_start
-from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, SplitFactory
-from tests.dataflow.api.factories import ConnectionFactory
-from tests.helpers import spec, write_csv
+from dataflow.services.flows import flow_start
+from tests.factories import (
+    AssignmentFactory,
+    ConnectionFactory,
+    DataFlowFactory,
+    DeadLetterFactory,
+    SplitFactory,
+    TokenFactory,
+    UserFactory,
+    WebhookDeliveryFactory,
+)
+from tests.helpers import write_csv
 
 APP = "dataflow"
 #: Values the walk gives a custom admin URL's parameters (object ids come from the rows).
@@ -54,14 +61,10 @@ def _permissions(codename_prefix: str = ""):
 
 def _one_of_each(dirs) -> dict[type, object]:
     """A row of every model the admin shows, around two of bob's flows: one idle, one running."""
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-1")
+    bob = UserFactory(username="bob", perms=())
     write_csv(dirs.data / "bob.csv", range(10))
-    idle, _ = flow_apply(
-        spec=spec("bobs-idle", str(dirs.data / "bob.csv"), str(dirs.out / "idle")), owner=bob
-    )
-    running, _ = flow_apply(
-        spec=spec("bobs-running", str(dirs.data / "bob.csv"), str(dirs.out / "running")), owner=bob
-    )
+    idle = DataFlowFactory(name="bobs-idle", owner=bob, source_path=str(dirs.data / "bob.csv"))
+    running = DataFlowFactory(name="bobs-running", owner=bob, source_path=str(dirs.data / "bob.csv"))
     run = flow_start(flow=running)
     split = SplitFactory(run=run)
     rows = {
@@ -70,10 +73,10 @@ def _one_of_each(dirs) -> dict[type, object]:
         type(split): split,
         DeadLetterFactory._meta.model: DeadLetterFactory(run=run),
         AssignmentFactory._meta.model: AssignmentFactory(split=split),
-        WebhookDelivery: WebhookDelivery.objects.create(
-            flow=running, run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
+        WebhookDelivery: WebhookDeliveryFactory(
+            run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
         ),
-        TokenProxy: TokenProxy.objects.get(pk=Token.objects.create(user=bob).pk),
+        TokenProxy: TokenProxy.objects.get(pk=TokenFactory(user=bob).pk),
         Connection: ConnectionFactory(users=[bob]),
         PeriodicTask: PeriodicTask.objects.create(
             name="dataflow:bobs-idle",

@@ -6,14 +6,13 @@ from __future__ import annotations
 import socket
 
 import pytest
-from django.contrib.auth.models import Group
 
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_resolve
 from source_support import addresses
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import ALL_FLOW_PERMS, ConnectionFactory, UserFactory
+from tests.factories import ALL_FLOW_PERMS, ConnectionFactory, GroupFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -122,7 +121,7 @@ def test_alice_sink_key_outside_her_connections_patterns_is_refused(alice, loopb
 
 
 def test_alice_uses_a_connection_granted_to_her_group_inside_its_patterns(alice, loopback_allowed):
-    team = Group.objects.create(name="team-a")
+    team = GroupFactory(name="team-a")
     alice.groups.add(team)
     ConnectionFactory(name="team-redis", key_patterns=["alice:*"], groups=[team])
     body = stream_flow(

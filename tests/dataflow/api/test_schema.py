@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from dataflow.services.flows import flow_start
-from tests.dataflow.api.factories import ConnectionFactory, DeadLetterFactory, TokenFactory, UserFactory
+from tests.factories import ConnectionFactory, DeadLetterFactory, TokenFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from dataflow.models import DataFlow
 from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import UserFactory
+from tests.factories import UserFactory
 from tests.helpers import spec, write_csv
 
 pytestmark = pytest.mark.django_db

@@ -19,8 +19,8 @@ from django.core.management import CommandError, call_command
 from dataflow.models import DataFlow, FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.specs import flow_spec_of
-from tests.dataflow.api.factories import ConnectionFactory, UserFactory
 from tests.e2e.fleet import ROOT, fleet_env
+from tests.factories import ConnectionFactory, UserFactory
 from tests.helpers import SCHEMA, spec, write_csv
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from dataflow.models import FlowRun, MetricSample, SplitStatus
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.metrics import metrics_sample
-from tests.dataflow.admin.factories import SplitFactory
+from tests.factories import SplitFactory
 from tests.helpers import spec, write_csv
 
 
