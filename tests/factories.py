@@ -140,14 +140,16 @@ def _stream_source(flow) -> dict:
 class DataFlowFactory(DjangoModelFactory):
     """A flow applied through ``flow_apply``: a CSV files source at ``source_path`` (the
     first allowed root), a files sink of ``sink_type`` (Parquet) at ``sink_path``
-    (``<last root>/<name>``), the columns of ``tests.helpers.SCHEMA`` and ``sql``. ``owner`` None is the operator's flow
-    (as from a TOML file). ``status`` is set after the apply (no spec holds it).
+    (``<last root>/<name>``), the columns of ``tests.helpers.SCHEMA`` and ``sql``.
+    ``owner`` None is the operator's flow (as from a TOML file). ``status`` is set after
+    the apply (no spec holds it).
 
     Traits: ``stream`` (an unbounded flow: Redis streams ``streams``, ``<name>:*`` unless
-    told, at ``stream_url`` if given, read as fields),
-    ``running`` (a run in progress, the flow running), ``with_history`` (two past runs,
-    one succeeded three hours ago and one failed two hours ago), ``with_dead_letters``
-    (three dead letters of the latest run; a finished run is made if there is none).
+    told, at ``stream_url`` if given, read as fields), ``sequence`` (the numbers below
+    ``count`` in ``splits`` ranges, made by the source itself), ``running`` (a run in progress,
+    the flow running), ``with_history`` (two past runs, one succeeded three hours ago and
+    one failed two hours ago), ``with_dead_letters`` (three dead letters of the latest
+    run; a finished run is made if there is none).
     """
 
     class Meta:
@@ -164,6 +166,14 @@ class DataFlowFactory(DjangoModelFactory):
         stream = factory.Trait(
             source=factory.LazyAttribute(_stream_source),
             format=factory.LazyAttribute(lambda flow: {"type": "fields", "schema": flow.schema}),
+        )
+        count = 1000
+        splits = 10
+        sequence = factory.Trait(
+            source=factory.LazyAttribute(
+                lambda flow: {"type": "sequence", "count": flow.count, "splits": flow.splits}
+            ),
+            format=None,
         )
         running = factory.Trait(status=FlowStatus.RUNNING, active_run=True)
         with_history = factory.Trait(past_runs=True)

@@ -21,12 +21,14 @@ from tests.factories import (
 
 pytestmark = pytest.mark.django_db
 
-TRAITS = ["stream", "running", "with_history", "with_dead_letters"]
+TRAITS = ["stream", "sequence", "running", "with_history", "with_dead_letters"]
+#: Every trait a flow may have at once (its source is a stream or a sequence).
+ALL_AT_ONCE = [trait for trait in TRAITS if trait != "sequence"]
 
 
 @pytest.mark.parametrize("owner", ["operator", "user"])
 @pytest.mark.parametrize(
-    "traits", [[], *([trait] for trait in TRAITS), TRAITS], ids=lambda t: "+".join(t) or "plain"
+    "traits", [[], *([trait] for trait in TRAITS), ALL_AT_ONCE], ids=lambda t: "+".join(t) or "plain"
 )
 def test_a_flow_of_any_trait_passes_the_validation_a_start_makes(dirs, settings, traits, owner):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # a user's connection to the tests' Redis
@@ -38,6 +40,7 @@ def test_a_flow_of_any_trait_passes_the_validation_a_start_makes(dirs, settings,
     values = flow_spec_validate(flow_spec_of(flow), owner=flow.owner)
     assert values["name"] == flow.name
     assert (values["source_type"] == "redis_streams") == ("stream" in traits)
+    assert (values["source_type"] == "sequence") == ("sequence" in traits)
 
 
 def test_a_flow_name_taken_already_is_refused_not_updated(dirs):

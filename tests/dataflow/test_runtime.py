@@ -11,12 +11,13 @@ from django.db import connection, transaction
 from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.source import NumberRangeReader, NumberSequenceSource
 from dataflow.models import Assignment, FlowRun, LandedBatch, Split
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from dataflow.services.runs import coordinator_for, landing_zone, read_slice, source_for
 from dataflow.store import DjangoRunStore
 from source_support.api import SourceEvent
 from source_support.reader_base import SourceReaderBase
 from source_support.runtime import ReaderSettings, SliceOutcome, enumerator_tick, reader_slice
+from tests.factories import DataFlowFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,14 +71,7 @@ def read_all(run: FlowRun, store: DjangoRunStore, source=None, **reader_settings
 
 
 def sequence_run(dirs, *, count: int, splits: int, batch_size: int) -> FlowRun:
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "runtime", "parallelism": 1, "batch_size": batch_size},
-            "source": {"type": "sequence", "count": count, "splits": splits},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
-        }
-    )
+    flow = DataFlowFactory(sequence=True, count=count, splits=splits, parallelism=1, batch_size=batch_size)
     return flow_start(flow=flow)
 
 

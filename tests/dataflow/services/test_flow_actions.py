@@ -28,7 +28,8 @@ from dataflow.services.flows import (
 )
 from dataflow.services.runs import coordinator_for, run_tick
 from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
-from tests.helpers import Beat, live, multiset, read_parquet_rows, spec, wait_for_run, wait_until, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import Beat, live, multiset, read_parquet_rows, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,9 +169,7 @@ def test_restart_only_failed_reads_the_fixed_split_again_and_every_row_once(work
     for name, ids in (("a", range(0, 500)), ("b", range(500, 1000)), ("d", range(1500, 2000))):
         sent += write_csv(dirs.data / f"{name}.csv", ids)
     sent += _bad_line(dirs.data / "c.csv", range(1000, 1500), bad_id=1300)
-    flow, _ = flow_apply(
-        spec=spec("fixed", str(dirs.data), str(dirs.out / "sink"), batch_size=100, parallelism=2)
-    )
+    flow = DataFlowFactory(batch_size=100, parallelism=2, sink_path=str(dirs.out / "sink"))
     with Beat():
         run = wait_for_run(flow_start(flow=flow))
         assert run.status == RunStatus.FAILED and "c.csv line 302" in run.message, run.message
@@ -201,7 +200,7 @@ def test_restart_of_a_running_flow_stops_its_run_and_starts_a_new_one(worker, di
     sent = []
     for i in range(4):
         sent += write_csv(dirs.data / f"{i}.csv", range(i * 100, (i + 1) * 100))
-    flow, _ = flow_apply(spec=spec("again", str(dirs.data), str(dirs.out / "sink"), parallelism=2))
+    flow = DataFlowFactory(parallelism=2, sink_path=str(dirs.out / "sink"))
     with Beat():
         first = flow_start(flow=flow)
         flow_pause(flow=flow)  # so it is surely still running when restarted

@@ -26,6 +26,7 @@ from dataflow.services.streaming import StreamState
 from dataflow.spark import get_spark, session_started, spark_kill
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
+from tests.factories import DataFlowFactory
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -66,9 +67,13 @@ def spark_is_idle() -> bool:
 
 def _runaway(dirs, name: str, **transform) -> FlowRun:
     write_csv(dirs.data / "part-0.csv", range(2000))
-    doc = spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=1, batch_size=5000)
-    doc["transform"] = {"sql": RUNAWAY_SQL, **transform}
-    flow, _ = flow_apply(spec=doc)
+    flow = DataFlowFactory(
+        name=name,
+        parallelism=1,
+        batch_size=5000,
+        transform={"sql": RUNAWAY_SQL, **transform},
+        sink_path=str(dirs.out / "sink"),
+    )
     return flow_start(flow=flow)
 
 
