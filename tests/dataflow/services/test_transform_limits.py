@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -224,14 +226,16 @@ def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
     assert stream.sink_ids() == Counter()
 
 
-def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
-    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
-    rows = stream.land("s0", [float(i) for i in range(600)])
-    worker = driver(stream)
+@contextmanager
+def _slice_running(stream: Stream) -> Iterator[tuple[threading.Thread, list[bool]]]:
+    """A slice of the stream's driver in a thread of its own, as a worker runs one, once
+    its epoch's Spark job runs: yields the thread and the list its outcome goes to. The
+    flow is stopped and the thread joined after."""
+    outcome: list[bool] = []
 
     def drive() -> None:
         try:
-            worker.run_slice(deadline=time.monotonic() + 240)
+            outcome.append(driver(stream).run_slice(deadline=time.monotonic() + 240))
         finally:
             connection.close()  # this thread's own
 
@@ -239,7 +243,17 @@ def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resume
     slice_.start()
     try:
         wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+        yield slice_, outcome
+    finally:
+        flow_stop(flow=stream.run.flow)
+        slice_.join()
 
+
+def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+
+    with _slice_running(stream):
         flow_pause(flow=stream.run.flow)
 
         wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
@@ -249,9 +263,6 @@ def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resume
         flow_resume(flow=stream.run.flow)
 
         wait_until(lambda: stream.sink_ids() == ids(rows), 180, lambda: f"sink: {len(stream.sink_ids())} ids")
-    finally:
-        flow_stop(flow=stream.run.flow)
-        slice_.join()
     assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
 
 
@@ -266,18 +277,8 @@ def worker_stays():
 def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
     stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
     rows = stream.land("s0", [float(i) for i in range(600)])
-    outcome = []
 
-    def drive() -> None:
-        try:
-            outcome.append(driver(stream).run_slice(deadline=time.monotonic() + 240))
-        finally:
-            connection.close()  # this thread's own
-
-    slice_ = threading.Thread(target=drive)
-    slice_.start()
-    try:
-        wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+    with _slice_running(stream) as (slice_, outcome):
         transforms_give_back()  # what a worker's SIGTERM runs: returns once no epoch runs
         slice_.join(timeout=120)
         assert not slice_.is_alive(), "the slice went on after its worker began to leave"
@@ -290,6 +291,3 @@ def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, wor
         runs._worker_leaving.clear()  # the next worker: the epoch runs again, once
         assert driver(stream).run_slice(deadline=time.monotonic() + 60) is True
         assert stream.sink_ids() == ids(rows)
-    finally:
-        flow_stop(flow=stream.run.flow)
-        slice_.join()
