@@ -138,26 +138,29 @@ def test_alice_uses_a_connection_granted_to_her_group_inside_its_patterns(alice,
     assert "url" not in response.json()["source"]
 
 
-def test_a_revoked_grant_stops_the_start_naming_the_connection(alice, loopback_allowed):
+@pytest.fixture()
+def alices_flow(alice, loopback_allowed):
+    """alice's flow "mine", made through the API over her connection alice-redis; returns
+    the connection and her client."""
     mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
     body = stream_flow(
         "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
     )
     api = client_of(alice)
     assert api.post("/api/flows/", body, format="json").status_code == 201
+    return mine, api
+
+
+def test_a_revoked_grant_stops_the_start_naming_the_connection(alice, alices_flow):
+    mine, api = alices_flow
     mine.users.remove(alice)
 
     reason = refused(api.post("/api/flows/mine/start/"), "source.connection")
     assert "no connection named 'alice-redis'" in reason
 
 
-def test_a_deleted_connection_stops_the_start(alice, loopback_allowed):
-    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
-    )
-    api = client_of(alice)
-    assert api.post("/api/flows/", body, format="json").status_code == 201
+def test_a_deleted_connection_stops_the_start(alices_flow):
+    _, api = alices_flow
     client_of(connection_staff()).delete("/api/connections/alice-redis/")
 
     refused(api.post("/api/flows/mine/start/"), "source.connection")
