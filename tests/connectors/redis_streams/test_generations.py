@@ -97,17 +97,25 @@ def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_genera
     assert (event.kind, event.payload) == (STREAM_REPLACED, {"key": key, "generation": 0, "exists": True})
 
 
+def _read_then_created_again(env, url: str, rds, key: str):
+    """A reader that read and committed the 5 entries of stream ``key``, which was then
+    deleted and created again with 8 entries of later ids (more than were read: Redis 7's
+    count of entries added does not tell them apart)."""
+    orders(rds, key, 5)
+    reader, _ = reader_of(env, {"streams": key, "url": url})
+    reader.handle_splits_changes([StreamSplit(key, 0)], [])
+    commit(reader, read_all(reader))
+    rds.delete(key)
+    orders(rds, key, 8, 100)
+    return reader
+
+
 def test_a_stream_created_again_with_later_ids_is_told_by_its_missing_group(env, either_redis):
     """Ids made by the server after the deletion are above the checkpoint: the consumer
     group the reader made, which went with the old stream, tells them apart."""
     url, rds = either_redis
     key = "o"
-    orders(rds, key, 5)
-    reader, context = reader_of(env, {"streams": key, "url": url})
-    reader.handle_splits_changes([StreamSplit(key, 0)], [])
-    commit(reader, read_all(reader))
-    rds.delete(key)
-    orders(rds, key, 8, 100)  # more than were read: Redis 7's count of entries added does not tell
+    reader = _read_then_created_again(env, url, rds, key)
 
     [batch] = checked(reader, key)
 
@@ -271,12 +279,7 @@ def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(env, eit
     entries for the old split's: they are its next generation's, read from its start."""
     url, rds = either_redis
     key = "o"
-    orders(rds, key, 5)
-    reader, _ = reader_of(env, {"streams": key, "url": url})
-    reader.handle_splits_changes([StreamSplit(key, 0)], [])
-    commit(reader, read_all(reader))
-    rds.delete(key)
-    orders(rds, key, 8, 100)
+    reader = _read_then_created_again(env, url, rds, key)
     assert reader.streams[key].next_check > 0  # no check is due: the read finds it
 
     [batch] = reader.fetch(100, 0)
