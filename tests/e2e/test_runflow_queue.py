@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from django.conf import settings
 
@@ -12,8 +9,8 @@ from dataflow.celery import app as celery_app
 from dataflow.models import Assignment, FlowRun
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.queues import run_queue
-from tests.e2e.fleet import ROOT, fleet_env
-from tests.e2e.test_runflow import runflow_once_landed
+from tests.e2e.fleet import fleet_env
+from tests.e2e.test_runflow import run_manage, runflow_once_landed
 from tests.helpers import multiset, read_parquet_rows, spec, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,16 +37,8 @@ def test_runflow_leaves_other_flows_tasks_in_the_shared_queue(dirs):
     assert queued >= 2
 
     try:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "runflow", "mine", "--until-done", "--no-progress"],
-            cwd=ROOT,
-            env=fleet_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_manage(fleet_env(), "runflow", "mine", "--until-done", "--no-progress")
 
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert f"succeeded: {len(sent)} records read" in done.stdout
         assert "Requeuing undeliverable" not in done.stderr, done.stderr[-3000:]
         assert _waiting(shared) == queued, "runflow took tasks of another flow"
