@@ -97,9 +97,13 @@ def live(run: FlowRun) -> int:
 
 def run_flow(doc: dict, *, timeout: float = 120, owner=None) -> FlowRun:
     flow, _ = flow_apply(spec=doc, owner=owner)
+    return run_to_end(flow, timeout=timeout)
+
+
+def run_to_end(flow: DataFlow, *, timeout: float = 120) -> FlowRun:
+    """Starts a run of ``flow`` and waits for it to end, ticked as beat would."""
     with Beat():
-        run = flow_start(flow=flow)
-        return wait_for_run(run, timeout=timeout)
+        return wait_for_run(flow_start(flow=flow), timeout=timeout)
 
 
 def read_parquet_rows(path: Path) -> list[tuple]:
