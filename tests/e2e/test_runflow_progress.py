@@ -10,7 +10,8 @@ from dataflow.services.flows import flow_apply
 from tests.e2e.fleet import fleet_env
 from tests.e2e.streams_helpers import Producer, stream_spec
 from tests.e2e.test_runflow import run_manage
-from tests.helpers import spec, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +26,7 @@ def _runflow_screens(name: str) -> list[str]:
 def test_only_a_bounded_runs_reading_shows_a_percentage(dirs):
     for i in range(4):
         write_csv(dirs.data / f"part-{i}.csv", range(i * 1000, (i + 1) * 1000))
-    flow_apply(spec=spec("phases", str(dirs.data), str(dirs.out / "sink")))
+    DataFlowFactory(name="phases")
 
     screens = _runflow_screens("phases")
 
