@@ -6,6 +6,8 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -104,6 +106,19 @@ def run_to_end(flow: DataFlow, *, timeout: float = 120) -> FlowRun:
     """Starts a run of ``flow`` and waits for it to end, ticked as beat would."""
     with Beat():
         return wait_for_run(flow_start(flow=flow), timeout=timeout)
+
+
+@contextmanager
+def logs_of(caplog, name: str) -> Iterator:
+    """``caplog`` holding what logger ``name`` logs at INFO and above. The project's
+    loggers do not propagate to caplog's handler, so the handler goes on the logger itself."""
+    logger = logging.getLogger(name)
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger=name):
+            yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
 
 
 def read_parquet_rows(path: Path) -> list[tuple]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import logging
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from dataflow.services.specs import flow_spec_of
 from source_support import addresses
 from source_support.errors import ConfigError
 from tests.factories import FlowRunFactory, WebhookDeliveryFactory
-from tests.helpers import spec, wait_until, write_csv
+from tests.helpers import logs_of, spec, wait_until, write_csv
 
 
 @dataclass
@@ -90,12 +89,9 @@ def quick_retries(settings):
 
 @pytest.fixture()
 def notify_log(caplog):
-    """What the notify service logs (the "dataflow" loggers do not propagate to caplog's)."""
-    logger = logging.getLogger("dataflow.services.notify")
-    logger.addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger=logger.name):
+    """What the notify service logs."""
+    with logs_of(caplog, "dataflow.services.notify"):
         yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _flow_spec(dirs, notify: dict | None) -> dict:
