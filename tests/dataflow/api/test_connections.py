@@ -57,6 +57,19 @@ def refused(response, field: str) -> str:
     return response.json()[field][0]
 
 
+@pytest.fixture()
+def alices_flow(alice, loopback_allowed):
+    """alice's flow "mine", made through the API over her connection alice-redis; returns
+    the connection and her client."""
+    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    body = stream_flow(
+        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
+    )
+    api = client_of(alice)
+    assert api.post("/api/flows/", body, format="json").status_code == 201
+    return mine, api
+
+
 @pytest.mark.parametrize("streams", ["*", "bob:*", "bob:orders"])
 def test_alice_cannot_read_streams_of_the_services_redis_without_a_connection(alice, streams):
     response = client_of(alice).post(
@@ -136,19 +149,6 @@ def test_alice_uses_a_connection_granted_to_her_group_inside_its_patterns(alice,
     assert response.status_code == 201, response.content
     assert response.json()["source"]["connection"] == "team-redis"
     assert "url" not in response.json()["source"]
-
-
-@pytest.fixture()
-def alices_flow(alice, loopback_allowed):
-    """alice's flow "mine", made through the API over her connection alice-redis; returns
-    the connection and her client."""
-    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
-    )
-    api = client_of(alice)
-    assert api.post("/api/flows/", body, format="json").status_code == 201
-    return mine, api
 
 
 def test_a_revoked_grant_stops_the_start_naming_the_connection(alice, alices_flow):
@@ -309,15 +309,7 @@ def test_the_openapi_schema_lists_the_connections_endpoint(alice):
     assert "/api/connections/{name}/" in schema["paths"]
 
 
-def test_staff_editing_alices_flow_are_held_to_alices_rules(alice, loopback_allowed):
-    ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine",
-        {"streams": "alice:in", "connection": "alice-redis"},
-        key="alice:out",
-        connection="alice-redis",
-    )
-    assert client_of(alice).post("/api/flows/", body, format="json").status_code == 201
+def test_staff_editing_alices_flow_are_held_to_alices_rules(alices_flow):
     staff = client_of(connection_staff())
 
     response = staff.patch(
