@@ -9,6 +9,8 @@ version a source can be here (7, and the embedded 6.2 that has no ``entries-adde
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 from connectors.redis_streams.reader import STREAM_REPLACED
@@ -176,22 +178,38 @@ def test_a_new_generation_is_its_own_split_read_from_its_start(rds, prefix, env)
     assert serializer.deserialize({"key": key, "position": 7, "stop_position": None}) == StreamSplit(key, 7)
 
 
-def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_range(env, empty_on_restart):
-    """B8: the reader that resumes (a new one: the last had no check of the old stream to
-    go by) finds the group gone and the first entry past its checkpoint."""
-    server = empty_on_restart
+class Restarted(NamedTuple):
+    reader: object
+    context: RecordingReaderContext
+    committed: int
+    old_ids: list[bytes]
+    new_ids: list[bytes]
+
+
+def _read_then_restarted_empty(env, server: PrivateRedis) -> Restarted:
+    """Stream "orders" of 50 entries on ``server``, whose first 20 a reader read and
+    committed; then the server restarted empty and 10 entries were added to it."""
     client = server.client()
-    ids = orders(client, "orders", 50)
-    reader, _ = reader_of(env, {"streams": "orders", "url": server.url})
+    old_ids = orders(client, "orders", 50)
+    reader, context = reader_of(env, {"streams": "orders", "url": server.url})
     reader.handle_splits_changes([StreamSplit("orders", 0)], [])
     read = reader.fetch(20, 0)
     commit(reader, read)
-    position = read[-1].end.position
-    assert position == encode_id(ids[19])
+    client.close()
     server.stop()
     server.start()
     client = server.client()
     new_ids = orders(client, "orders", 10, 50)
+    client.close()
+    return Restarted(reader, context, read[-1].end.position, old_ids, new_ids)
+
+
+def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_range(env, empty_on_restart):
+    """B8: the reader that resumes (a new one: the last had no check of the old stream to
+    go by) finds the group gone and the first entry past its checkpoint."""
+    server = empty_on_restart
+    _, _, position, ids, new_ids = _read_then_restarted_empty(env, server)
+    assert position == encode_id(ids[19])
     resumed, context = reader_of(env, {"streams": "orders", "url": server.url}, fails_split=True)
     resumed.handle_splits_changes([StreamSplit("orders", 0).at(position)], [])
 
@@ -201,7 +219,6 @@ def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_r
     message = str(failed.value)
     assert "the source was reset" in message
     assert f"entries after {decode_position(position)} and before {new_ids[0].decode()}" in message
-    client.close()
 
 
 def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new_generation(
@@ -209,16 +226,7 @@ def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new
 ):
     """B8 with the same reader, which saw the old stream: it says which entries it lost."""
     server = empty_on_restart
-    client = server.client()
-    ids = orders(client, "orders", 50)
-    reader, context = reader_of(env, {"streams": "orders", "url": server.url})
-    reader.handle_splits_changes([StreamSplit("orders", 0)], [])
-    read = reader.fetch(20, 0)
-    commit(reader, read)
-    server.stop()
-    server.start()
-    client = server.client()
-    new_ids = orders(client, "orders", 10, 50)
+    reader, context, _, ids, new_ids = _read_then_restarted_empty(env, server)
 
     [batch] = checked(reader, "orders")
 
@@ -231,7 +239,6 @@ def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new
     assert batch.note.startswith("stream orders: the source was reset")
     commit(reader, [batch])
     assert [e.payload for e in context.events] == [{"key": "orders", "generation": 0, "exists": True}]
-    client.close()
 
 
 def test_the_enumerator_assigns_the_next_generation_of_a_replaced_stream(rds, prefix, env):
