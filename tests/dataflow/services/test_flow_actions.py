@@ -27,7 +27,7 @@ from dataflow.services.flows import (
     flow_stop,
 )
 from dataflow.services.runs import coordinator_for, run_tick
-from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
+from tests.e2e.streams_helpers import Producer, quick_stream_intervals, sink_ids, stream_spec, what_differs
 from tests.factories import DataFlowFactory
 from tests.helpers import Beat, live, multiset, read_parquet_rows, wait_for_run, wait_until, write_csv
 
@@ -36,11 +36,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture()
 def quick(settings, worker):
-    """Short checkpoint, transform lease and transform slice intervals."""
-    settings.DATAFLOW_CHECKPOINT_SECONDS = 1
-    settings.DATAFLOW_METRICS_SECONDS = 1
-    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 6
-    settings.DATAFLOW_STREAM_SLICE_SECONDS = 10
+    """The in-process worker, with short stream intervals (``quick_stream_intervals``)."""
+    quick_stream_intervals(settings)
     return worker
 
 
