@@ -23,16 +23,6 @@ CHROMEDRIVER = shutil.which("chromedriver")
 WIDTH, HEIGHT = 1440, 900
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "browser: drives a headless Chromium against the live server")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if "tests/browser/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="module")
 def browser():
     if CHROMIUM is None or CHROMEDRIVER is None:
