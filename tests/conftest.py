@@ -26,6 +26,10 @@ TESTS = Path(__file__).resolve().parent
 DIRECTORY_MARKERS = {"e2e": pytest.mark.e2e, "browser": pytest.mark.browser}
 
 
+def pytest_configure(config):
+    settings.PASSWORD_HASHERS = ["tests.helpers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
 def pytest_collection_modifyitems(items):
     for item in items:
         path = Path(item.path).resolve()

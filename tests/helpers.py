@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors import run_progress
@@ -18,6 +19,15 @@ from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs import flow_tick
 
 SCHEMA = "id BIGINT, sensor STRING, temperature DOUBLE"
+
+
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's PBKDF2 with one iteration, for the tests' users: the default's million take
+    ~0.25 s a password here, and the tests make hundreds of users. The count is written in
+    each hash, so every process of the deployment (the e2e tests' servers too) still
+    checks these passwords with its own hashers."""
+
+    iterations = 1
 
 
 def write_csv(path: Path, ids: range, *, header: bool = True) -> list[tuple]:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth.hashers import check_password
 
 from dataflow.models import DeadLetter, FlowRun, FlowStatus, RunStatus
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from tests.factories import (
+    PASSWORD,
     AssignmentFactory,
     CheckpointFactory,
     DataFlowFactory,
@@ -82,3 +84,14 @@ def test_the_rows_a_run_leaves_belong_to_one_run(dirs):
 
     assert FlowRun.objects.count() == 1
     assert all(row.run == run if hasattr(row, "run") else row.split.run == run for row in rows)
+
+
+def test_a_users_password_is_one_the_deployments_own_hashers_check(settings):
+    """The tests' quick hasher (tests/conftest.py) writes hashes that a process without it,
+    such as an e2e test's server, still checks."""
+    user = UserFactory()
+    settings.PASSWORD_HASHERS = [h for h in settings.PASSWORD_HASHERS if not h.startswith("tests.")]
+
+    assert user.password.startswith("pbkdf2_sha256$1$")
+    assert check_password(PASSWORD, user.password)
+    assert not check_password("another-password", user.password)
