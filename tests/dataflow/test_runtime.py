@@ -193,6 +193,7 @@ def test_source_events_reach_the_reader_and_its_reply_the_enumerator(dirs):
     assert FlowRun.objects.get(pk=run.pk).enumerator_state["replies"] == [{"from": 0, "heard": "hello"}]
 
 
+@pytest.mark.slow
 def test_a_revoked_split_goes_on_from_its_checkpoint_under_its_new_owner(dirs):
     run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
 

@@ -49,6 +49,7 @@ def api_schema(db, dirs):
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(
     max_examples=10,

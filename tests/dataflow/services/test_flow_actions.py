@@ -100,6 +100,7 @@ class ReaderSlices:
         return held
 
 
+@pytest.mark.slow
 def test_a_paused_flow_reads_nothing_until_resumed_then_every_record_once(quick, dirs, rds, prefix):
     producer = Producer(rds, prefix)
     producer.write(200)
@@ -129,6 +130,7 @@ def test_a_paused_flow_reads_nothing_until_resumed_then_every_record_once(quick,
     assert sink_ids(sink) == Counter(producer.sent), what_differs(sink, producer.sent, run)
 
 
+@pytest.mark.slow
 def test_a_paused_run_that_was_stopped_reads_again_once_resumed(quick, dirs, rds, prefix):
     producer = Producer(rds, prefix)
     producer.write(100)

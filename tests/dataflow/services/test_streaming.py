@@ -360,6 +360,7 @@ def committed(run: FlowRun) -> int:
     return TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED).count()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path):
     stream = Stream(dirs, "SELECT id, customer, amount FROM source", transform={"trigger_ms": 100})

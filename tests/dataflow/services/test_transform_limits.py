@@ -88,6 +88,7 @@ def _wait_until_its_job_runs(run: FlowRun) -> None:
     wait_until(running, 120, lambda: f"no Spark job of run {run.pk} started: {run.message}")
 
 
+@pytest.mark.slow
 def test_a_stopped_flow_leaves_no_spark_job_of_its_transform_running(worker, dirs):
     with Beat():
         run = _runaway(dirs, "runaway-stop")
@@ -102,6 +103,7 @@ def test_a_stopped_flow_leaves_no_spark_job_of_its_transform_running(worker, dir
     assert not (dirs.out / "sink").exists()
 
 
+@pytest.mark.slow
 def test_a_transform_past_its_timeout_is_cancelled_and_fails_its_run(worker, dirs):
     with Beat():
         run = _runaway(dirs, "runaway-timeout", timeout="3 seconds")
@@ -213,6 +215,7 @@ STREAM_SLOW_SQL = (
 )
 
 
+@pytest.mark.slow
 def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
     stream = Stream(dirs, STREAM_RUNAWAY_SQL, transform={"timeout": "3 seconds"})
     stream.land("s0", [float(i) for i in range(2000)])
@@ -249,6 +252,7 @@ def _slice_running(stream: Stream) -> Iterator[tuple[threading.Thread, list[bool
         slice_.join()
 
 
+@pytest.mark.slow
 def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
     stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
     rows = stream.land("s0", [float(i) for i in range(600)])
@@ -274,6 +278,7 @@ def worker_stays():
     runs._worker_leaving.clear()
 
 
+@pytest.mark.slow
 def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
     stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
     rows = stream.land("s0", [float(i) for i in range(600)])
