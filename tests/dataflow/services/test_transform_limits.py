@@ -115,6 +115,7 @@ def test_a_transform_past_its_timeout_is_cancelled_and_fails_its_run(worker, dir
     assert run.transform_attempts == 1, "a timeout is not retried"
 
 
+@pytest.mark.slow
 def test_a_transform_whose_lease_another_process_took_stops_its_job(worker, dirs, settings):
     settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 3
     with Beat():
