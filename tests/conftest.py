@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import uuid
+from pathlib import Path
 
 import pytest
 import redis
@@ -21,6 +22,25 @@ from source_support import addresses
 
 #: A skip for want of a tool fails the run under CI=true.
 pytest_plugins = ["tests.missing_tool"]
+
+TESTS = Path(__file__).resolve().parent
+#: The marker every test under a directory of tests/ carries, set here from the test's path
+#: so that a new file there cannot be left unmarked (see pyproject.toml for the markers).
+DIRECTORY_MARKERS = {"e2e": pytest.mark.e2e, "browser": pytest.mark.browser}
+
+
+def pytest_configure(config):
+    settings.PASSWORD_HASHERS = ["tests.helpers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        path = Path(item.path).resolve()
+        if TESTS in path.parents:
+            marker = DIRECTORY_MARKERS.get(path.relative_to(TESTS).parts[0])
+            if marker is not None:
+                item.add_marker(marker)
+
 
 #: The names the tests' resolver knows (a public address: nothing connects to it in a test).
 OFFLINE_NAMES = {

@@ -6,9 +6,12 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors import run_progress
@@ -16,6 +19,15 @@ from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs.tick import flow_tick
 
 SCHEMA = "id BIGINT, sensor STRING, temperature DOUBLE"
+
+
+class QuickPBKDF2PasswordHasher(PBKDF2PasswordHasher):
+    """Django's PBKDF2 with one iteration, for the tests' users: the default's million take
+    ~0.25 s a password here, and the tests make hundreds of users. The count is written in
+    each hash, so every process of the deployment (the e2e tests' servers too) still
+    checks these passwords with its own hashers."""
+
+    iterations = 1
 
 
 def write_csv(path: Path, ids: range, *, header: bool = True) -> list[tuple]:
@@ -97,9 +109,26 @@ def live(run: FlowRun) -> int:
 
 def run_flow(doc: dict, *, timeout: float = 120, owner=None) -> FlowRun:
     flow, _ = flow_apply(spec=doc, owner=owner)
+    return run_to_end(flow, timeout=timeout)
+
+
+def run_to_end(flow: DataFlow, *, timeout: float = 120) -> FlowRun:
+    """Starts a run of ``flow`` and waits for it to end, ticked as beat would."""
     with Beat():
-        run = flow_start(flow=flow)
-        return wait_for_run(run, timeout=timeout)
+        return wait_for_run(flow_start(flow=flow), timeout=timeout)
+
+
+@contextmanager
+def logs_of(caplog, name: str) -> Iterator:
+    """``caplog`` holding what logger ``name`` logs at INFO and above. The project's
+    loggers do not propagate to caplog's handler, so the handler goes on the logger itself."""
+    logger = logging.getLogger(name)
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger=name):
+            yield caplog
+    finally:
+        logger.removeHandler(caplog.handler)
 
 
 def read_parquet_rows(path: Path) -> list[tuple]:

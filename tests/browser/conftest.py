@@ -22,16 +22,6 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 WIDTH, HEIGHT = 1440, 900
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "browser: drives a headless Chromium against the live server")
-
-
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if "tests/browser/" in str(item.path).replace("\\", "/"):
-            item.add_marker(pytest.mark.browser)
-
-
 @pytest.fixture(scope="module")
 def browser():
     chromium = require_tool("chromium", "chromium")

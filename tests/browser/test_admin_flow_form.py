@@ -7,7 +7,7 @@ import pytest
 from selenium.webdriver.support.ui import Select
 
 from dataflow.models import DataFlow
-from tests.dataflow.web.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD, UserFactory
 from tests.helpers import SCHEMA, write_csv
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,13 +8,13 @@ import pytest
 from django.utils import timezone
 
 from dataflow.models import DataFlow, FlowStatus, RunStatus
-from tests.dataflow.web.factories import (
+from tests.factories import (
     PASSWORD,
     DataFlowFactory,
     FlowRunFactory,
     MetricSampleFactory,
     UserFactory,
-    flow_with_history,
+    dashboard_flow,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -22,23 +22,22 @@ pytestmark = pytest.mark.timeout(90)
 
 def _fleet(owner) -> None:
     """Flows in each state, as the list shows them."""
-    flow_with_history(owner=owner, name="orders-daily")
+    dashboard_flow(owner=owner, name="orders-daily")
     paused = DataFlowFactory(
         name="clicks-stream",
         owner=owner,
         status=FlowStatus.PAUSED,
-        source_type="redis_stream",
-        format_type="json",
+        stream=True,
         description="Click events from the web shop, per minute",
     )
-    run = FlowRunFactory(flow=paused, paused_at=timezone.now())
+    run = FlowRunFactory(flow=paused, running=True, paused_at=timezone.now())
     MetricSampleFactory(run=run, records_per_s=0, lag=182_400)
     invoices = DataFlowFactory(
         name="invoices-monthly",
         owner=owner,
         status=FlowStatus.SUCCEEDED,
-        sink_type="postgres",
-        description="Invoices into the accounting database",
+        sink_type="csv",
+        description="Invoices as CSV files for the accounting team",
     )
     FlowRunFactory(
         flow=invoices,
@@ -67,7 +66,8 @@ def _log_in(page, username: str) -> None:
     page.wait_for("table.flows-table")
 
 
-def test_owner_sees_their_flows_and_a_flow_page_that_updates_itself(page):
+def test_owner_sees_their_flows_and_a_flow_page_that_updates_itself(page, settings):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # ada's stream flow's connection
     owner = UserFactory(username="ada")
     _fleet(owner)
 
@@ -157,12 +157,10 @@ def test_run_shorter_than_a_sample_is_drawn_as_measured_not_as_a_ramp_from_zero(
     owner = UserFactory(username="ada")
     run = FlowRunFactory(
         flow=DataFlowFactory(name="quick-files", owner=owner, status=FlowStatus.SUCCEEDED),
-        status=RunStatus.SUCCEEDED,
         records_read=5_000,
+        took=timedelta(seconds=5),
     )
-    end = timezone.now()
-    start = end - timedelta(seconds=5)
-    type(run).objects.filter(pk=run.pk).update(started_at=start, finished_at=end)
+    start, end = run.started_at, run.finished_at
     MetricSampleFactory(run=run, at=start + timedelta(seconds=1), records_read=0, records_per_s=0)
     MetricSampleFactory(run=run, at=end, records_read=5_000, records_per_s=1250)
 

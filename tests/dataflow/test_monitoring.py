@@ -4,16 +4,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import factory
 import pytest
 import redis
 from django.utils import timezone
-from factory.django import DjangoModelFactory
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataflow import monitoring
-from dataflow.models import DataFlow, FlowRun, FlowStatus, MetricSample, RunStatus, Split, SplitStatus
+from dataflow.models import FlowStatus, SplitStatus
 from dataflow.services.context import coordinator_for
+from tests.factories import DataFlowFactory, FlowRunFactory, MetricSampleFactory, SplitFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -27,52 +26,14 @@ def _metrics_token(settings):
     settings.DATAFLOW_METRICS_PUBLIC = False
 
 
-class FlowFactory(DjangoModelFactory):
-    class Meta:
-        model = DataFlow
-
-    name = factory.Sequence(lambda n: f"flow-{n}")
-    source_type = "files"
-    source_config = factory.LazyFunction(lambda: {"path": "/data/in"})
-    format_type = "csv"
-    transform_sql = "SELECT * FROM source"
-    sink_type = "parquet"
-    sink_config = factory.LazyFunction(lambda: {"path": "/data/out"})
-    parallelism = 2
-
-
-class RunFactory(DjangoModelFactory):
-    """An ended run by default; ``took`` says how long it ran (60 s unless given)."""
-
-    class Meta:
-        model = FlowRun
-        skip_postgeneration_save = True
-
-    flow = factory.SubFactory(FlowFactory)
-    status = RunStatus.SUCCEEDED
-    spec = factory.LazyAttribute(lambda run: {"parallelism": run.flow.parallelism})
-    finished_at = factory.LazyFunction(timezone.now)
-
-    @factory.post_generation
-    def took(run, create, extracted, **kwargs):
-        # started_at is auto_now_add: set after the insert, as for a run that began earlier.
-        if run.finished_at is not None:
-            run.started_at = run.finished_at - (extracted or timedelta(seconds=60))
-            FlowRun.objects.filter(pk=run.pk).update(started_at=run.started_at)
-
-
-class SplitFactory(DjangoModelFactory):
-    class Meta:
-        model = Split
-
-    run = factory.SubFactory(RunFactory)
-    split_id = factory.Sequence(lambda n: f"/data/in/{n}.csv@0")
-    payload = factory.LazyFunction(dict)
-    status = SplitStatus.FINISHED
-    records_read = 100
-    bytes_read = 4_000
-    batches = 2
-    errors_count = 1
+#: The counters of a split that was read to its end, in the tests' runs.
+READ = {
+    "status": SplitStatus.FINISHED,
+    "records_read": 100,
+    "bytes_read": 4_000,
+    "batches": 2,
+    "errors_count": 1,
+}
 
 
 def _scrape(client, **headers) -> dict[tuple[str, frozenset], float]:
@@ -98,25 +59,23 @@ def _of(samples: dict, name: str, **labels) -> float | None:
 def active_run():
     """A flow that ran twice (succeeded, then failed) and now reads: its active run has a
     split in each state, two pending ones, a lag sample and one reader registered in Redis."""
-    flow = FlowFactory(name="orders", status=FlowStatus.RUNNING)
-    first = SplitFactory(run__flow=flow, run__took=timedelta(seconds=90), run__rows_written=500).run
-    SplitFactory(run=first)
-    second = RunFactory(flow=flow, status=RunStatus.FAILED, took=timedelta(seconds=30), rows_written=120)
+    flow = DataFlowFactory(name="orders", status=FlowStatus.RUNNING)
+    first = FlowRunFactory(flow=flow, took=timedelta(seconds=90), rows_written=500)
+    SplitFactory.create_batch(2, run=first, **READ)
+    second = FlowRunFactory(flow=flow, failed=True, took=timedelta(seconds=30), rows_written=120)
     SplitFactory(
         run=second, status=SplitStatus.FAILED, records_read=7, bytes_read=70, batches=0, errors_count=3
     )
-    run = RunFactory(flow=flow, status=RunStatus.READING, finished_at=None, splits_pending=2)
-    SplitFactory(run=run, status=SplitStatus.FINISHED)
+    run = FlowRunFactory(flow=flow, running=True, splits_pending=2)
+    SplitFactory(run=run, **READ)
     SplitFactory(
         run=run, status=SplitStatus.ASSIGNED, records_read=50, bytes_read=500, batches=1, errors_count=0
     )
-    SplitFactory.create_batch(
-        3, run=run, status=SplitStatus.UNASSIGNED, records_read=0, bytes_read=0, batches=0
-    )
+    SplitFactory.create_batch(3, run=run, status=SplitStatus.UNASSIGNED, errors_count=1)
     now = timezone.now()
     for at, lag in ((now - timedelta(seconds=20), 900), (now - timedelta(seconds=10), 400), (now, None)):
-        MetricSample.objects.create(run=run, split_id="", at=at, lag=lag)
-    MetricSample.objects.create(run=run, split_id="/data/in/x.csv@0", at=now, lag=99_999)
+        MetricSampleFactory(run=run, at=at, lag=lag)
+    MetricSampleFactory(run=run, split_id="/data/in/x.csv@0", at=now, lag=99_999)
     coordinator = coordinator_for(run)
     assert coordinator.acquire_reader(0, None) is not None
     yield run
@@ -179,7 +138,7 @@ def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
 
 
 def test_a_flow_without_runs_appears_with_zeros_and_its_status(client):
-    FlowFactory(name="fresh")
+    DataFlowFactory(name="fresh")
 
     samples = _scrape(client)
 
@@ -198,7 +157,7 @@ def test_a_flow_without_runs_appears_with_zeros_and_its_status(client):
 
 def test_metrics_want_the_bearer_token_when_one_is_set(client, settings):
     settings.DATAFLOW_METRICS_TOKEN = "s3cret-token"
-    FlowFactory(name="guarded")
+    DataFlowFactory(name="guarded")
 
     wrong = client.get("/metrics", headers={"Authorization": "Bearer nope"})
     missing = client.get("/metrics")
@@ -213,12 +172,12 @@ def test_metrics_want_the_bearer_token_when_one_is_set(client, settings):
     )
 
 
-def test_metrics_are_closed_to_anonymous_and_non_staff_users_by_default(client, settings, django_user_model):
+def test_metrics_are_closed_to_anonymous_and_non_staff_users_by_default(client, settings):
     settings.DATAFLOW_METRICS_TOKEN = ""  # a deployment that set no token: still closed
-    FlowFactory(name="bobs-orders")
+    DataFlowFactory(name="bobs-orders")
 
     anonymous = client.get("/metrics")
-    client.force_login(django_user_model.objects.create_user("alice", password="pw-alice-1"))
+    client.force_login(UserFactory(username="alice", perms=()))
     alice = client.get("/metrics")
     empty_bearer = client.get("/metrics", headers={"Authorization": "Bearer "})
 
@@ -230,9 +189,9 @@ def test_metrics_are_closed_to_anonymous_and_non_staff_users_by_default(client, 
         assert b"bobs-orders" not in response.content
 
 
-def test_a_staff_session_reads_the_metrics_without_the_token(client, django_user_model):
-    FlowFactory(name="bobs-orders")
-    client.force_login(django_user_model.objects.create_user("ops", password="pw-ops-1", is_staff=True))
+def test_a_staff_session_reads_the_metrics_without_the_token(client):
+    DataFlowFactory(name="bobs-orders")
+    client.force_login(UserFactory(username="ops", is_staff=True, perms=()))
 
     response = client.get("/metrics")
 
@@ -243,22 +202,17 @@ def test_a_staff_session_reads_the_metrics_without_the_token(client, django_user
 def test_metrics_public_opens_them_to_anyone(client, settings):
     settings.DATAFLOW_METRICS_TOKEN = ""
     settings.DATAFLOW_METRICS_PUBLIC = True
-    FlowFactory(name="public-flow")
+    DataFlowFactory(name="public-flow")
 
     assert _of(_scrape(client, Accept="text/plain"), "dataflow_live_readers", flow="public-flow") == 0
 
 
-def _flows_with_history(count: int) -> None:
-    for _ in range(count):
-        ended = SplitFactory().run
-        active = RunFactory(flow=ended.flow, status=RunStatus.READING, finished_at=None)
-        SplitFactory(run=active, status=SplitStatus.ASSIGNED)
-        MetricSample.objects.create(run=active, split_id="", at=timezone.now(), lag=5)
-
-
 @pytest.mark.parametrize("flows", [3, 30])
 def test_a_scrape_makes_as_many_queries_for_30_flows_as_for_3(client, django_assert_max_num_queries, flows):
-    _flows_with_history(flows)
+    for _ in range(flows):
+        active = DataFlowFactory(running=True, with_history=True).runs.first()
+        SplitFactory(run=active)
+        MetricSampleFactory(run=active, lag=5)
 
     with django_assert_max_num_queries(5):
         samples = _scrape(client)

@@ -13,12 +13,13 @@ from connectors.sequence.enumerator import NumberSequenceEnumerator
 from connectors.sequence.source import NumberRangeReader, NumberSequenceSource
 from dataflow.models import Assignment, FlowRun, LandedBatch, Split
 from dataflow.services.context import coordinator_for, landing_zone, source_for
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from dataflow.services.runs.slices import read_slice
 from dataflow.store import DjangoRunStore
 from source_support.api import SourceEvent
 from source_support.reader_base import SourceReaderBase
 from source_support.runtime import ReaderSettings, SliceOutcome, enumerator_tick, reader_slice
+from tests.factories import DataFlowFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,14 +73,7 @@ def read_all(run: FlowRun, store: DjangoRunStore, source=None, **reader_settings
 
 
 def sequence_run(dirs, *, count: int, splits: int, batch_size: int) -> FlowRun:
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "runtime", "parallelism": 1, "batch_size": batch_size},
-            "source": {"type": "sequence", "count": count, "splits": splits},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
-        }
-    )
+    flow = DataFlowFactory(sequence=True, count=count, splits=splits, parallelism=1, batch_size=batch_size)
     return flow_start(flow=flow)
 
 
@@ -201,6 +195,7 @@ def test_source_events_reach_the_reader_and_its_reply_the_enumerator(dirs):
     assert FlowRun.objects.get(pk=run.pk).enumerator_state["replies"] == [{"from": 0, "heard": "hello"}]
 
 
+@pytest.mark.slow
 def test_a_revoked_split_goes_on_from_its_checkpoint_under_its_new_owner(dirs):
     run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
 

@@ -8,15 +8,15 @@ import sys
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from dataflow.celery import app as celery_app
 from dataflow.models import FlowRun
 from dataflow.services.context import coordinator_for
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from dataflow.services.runs.tick import run_tick
 from tests.e2e.fleet import ROOT, fleet_env
-from tests.helpers import spec, write_csv
+from tests.factories import DataFlowFactory, UserFactory
+from tests.helpers import write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +25,7 @@ def test_a_run_that_no_worker_reads_says_so(transactional_db, dirs, settings):
     # No Celery worker runs in this test: the readers' tasks wait in the queue.
     settings.DATAFLOW_STALL_SECONDS = 1
     write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("no-worker", str(dirs.data), str(dirs.out / "sink")))
+    flow = DataFlowFactory(name="no-worker")
     run = flow_start(flow=flow)
 
     run_tick(run_id=run.pk)
@@ -65,10 +65,10 @@ def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
     # machine), nothing is left to write a note on the run. Its reader's last heartbeat,
     # 120 s ago, stands in for the dead process's; its lease lapsed without a trace.
     write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("reader-died", str(dirs.data), str(dirs.out / "sink")))
+    flow = DataFlowFactory(name="reader-died")
     run = flow_start(flow=flow)
     coordinator_for(run).note_reader_alive(at=time.time() - 120)
-    client.force_login(get_user_model().objects.create_superuser("root", password="x"))
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
 
     views = _views_of(flow, run, client)
 
@@ -82,14 +82,14 @@ def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
 
 def test_a_run_with_a_live_reader_is_not_said_to_stall(transactional_db, dirs, settings, client):
     write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("reader-alive", str(dirs.data), str(dirs.out / "sink")))
+    flow = DataFlowFactory(name="reader-alive")
     run = flow_start(flow=flow)
     coordinator = coordinator_for(run)
     coordinator.note_reader_alive(at=time.time() - 120)
     coordinator.acquire_reader(0, None, "here:1")  # a reader takes its lease now
     # A note a tick wrote while no reader ran is not shown once one runs again.
     FlowRun.objects.filter(pk=run.pk).update(message="waiting: no reader has run for 61 s: ...")
-    client.force_login(get_user_model().objects.create_superuser("root", password="x"))
+    client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
 
     views = _views_of(flow, run, client)
 

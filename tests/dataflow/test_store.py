@@ -8,12 +8,12 @@ from dataclasses import replace
 import pytest
 
 from connectors.files.split import FileSplit, FileSplitSerializer
-from dataflow.models import Assignment, DeadLetter, FlowRun, LandedBatch, Split
-from dataflow.services.flows import flow_apply
+from dataflow.models import Assignment, DeadLetter, LandedBatch, Split
 from dataflow.store import DjangoRunStore
 from source_support.api import BadRecord
 from source_support.coordination import StoreBacklog
 from source_support.runtime import BatchCommit
+from tests.factories import FlowRunFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -22,15 +22,7 @@ TOKENS = {0: "token-a", 1: "token-b"}
 
 @pytest.fixture()
 def store(dirs) -> DjangoRunStore:
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "store"},
-            "source": {"type": "sequence", "count": 1000, "splits": 10},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
-        }
-    )
-    return DjangoRunStore(FlowRun.objects.create(flow=flow))
+    return DjangoRunStore(FlowRunFactory(flow__sequence=True, running=True))
 
 
 def row(index: int, position: int = 0) -> tuple[str, dict, int]:

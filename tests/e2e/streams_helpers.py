@@ -74,6 +74,16 @@ class Producer:
         return [int(fields[b"id"]) for _, fields in entries]
 
 
+def quick_stream_intervals(settings) -> None:
+    """Short checkpoint, metrics, transform lease and transform slice intervals, for tests
+    that wait on them (a fleet's processes take them from the environment: set them before
+    it starts)."""
+    settings.DATAFLOW_CHECKPOINT_SECONDS = 1
+    settings.DATAFLOW_METRICS_SECONDS = 1
+    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 6
+    settings.DATAFLOW_STREAM_SLICE_SECONDS = 10
+
+
 def stream_spec(
     name: str,
     prefix: str,

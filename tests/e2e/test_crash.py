@@ -12,9 +12,10 @@ import pytest
 
 from dataflow.models import Assignment, FlowRun, Split
 from dataflow.services.context import coordinator_for
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from tests.e2e.fleet import Fleet
-from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import live, multiset, read_parquet_rows, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,7 +56,7 @@ def _worker_holding_a_split(run: FlowRun, fleet: Fleet) -> str:
 
 def test_sigkilled_worker_loses_and_duplicates_nothing(fleet, dirs):
     sent = _source(dirs)
-    flow, _ = flow_apply(spec=spec("crash", str(dirs.data), str(dirs.out / "sink"), batch_size=100))
+    flow = DataFlowFactory(batch_size=100, sink_path=str(dirs.out / "sink"))
     fleet.beat()
     fleet.worker("w1")
     fleet.worker("w2")
@@ -77,8 +78,7 @@ def test_sigkilled_worker_loses_and_duplicates_nothing(fleet, dirs):
 
 def test_restarted_fleet_resumes_from_checkpoints(fleet, dirs):
     sent = _source(dirs, files=8, rows=15000)
-    doc = spec("restart", str(dirs.data), str(dirs.out / "sink"), batch_size=500, parallelism=4)
-    flow, _ = flow_apply(spec=doc)
+    flow = DataFlowFactory(batch_size=500, sink_path=str(dirs.out / "sink"))
     fleet.beat()
     fleet.worker("w1")
     fleet.worker("w2")

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from dataflow.models import Assignment, FlowRun
-from dataflow.services.flows import flow_apply, flow_start
-from tests.helpers import live, multiset, read_parquet_rows, spec, wait_for_run, write_csv
+from dataflow.services.flows import flow_start
+from tests.factories import DataFlowFactory
+from tests.helpers import live, multiset, read_parquet_rows, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,11 +30,11 @@ def _files(directory, count: int, rows: int, first_id: int) -> list[tuple]:
 def test_two_flows_share_three_workers_fairly_and_survive_a_sigkill(fleet, dirs):
     sent_a = _files(dirs.data / "a", 24, 3000, 0)
     sent_b = _files(dirs.data / "b", 16, 3000, 1_000_000)
-    flow_a, _ = flow_apply(
-        spec=spec("fleet-a", str(dirs.data / "a"), str(dirs.out / "a"), parallelism=6, batch_size=150)
+    flow_a = DataFlowFactory(
+        source_path=str(dirs.data / "a"), sink_path=str(dirs.out / "a"), parallelism=6, batch_size=150
     )
-    flow_b, _ = flow_apply(
-        spec=spec("fleet-b", str(dirs.data / "b"), str(dirs.out / "b"), parallelism=4, batch_size=150)
+    flow_b = DataFlowFactory(
+        source_path=str(dirs.data / "b"), sink_path=str(dirs.out / "b"), parallelism=4, batch_size=150
     )
     fleet.beat()
     for name in ("w1", "w2", "w3"):

@@ -6,34 +6,41 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 
-from dataflow.models import DeadLetter
+from dataflow.models import DataFlow, DeadLetter
 from tests.connectors.files.public_data import PENGUINS, VEGA
-from tests.helpers import run_flow, spec
+from tests.factories import DataFlowFactory
+from tests.helpers import run_to_end
 
-PENGUINS_DDL = (
-    "species STRING, island STRING, bill_length_mm DOUBLE, bill_depth_mm DOUBLE, "
-    "flipper_length_mm DOUBLE, body_mass_g DOUBLE, sex STRING, year BIGINT"
-)
+PENGUINS_CSV = {
+    "type": "csv",
+    "schema": "species STRING, island STRING, bill_length_mm DOUBLE, bill_depth_mm DOUBLE, "
+    "flipper_length_mm DOUBLE, body_mass_g DOUBLE, sex STRING, year BIGINT",
+}
 
 
-def penguins_flow(dirs, name, **format_options):
-    shutil.copy(PENGUINS, dirs.data / "penguins.csv")
-    doc = spec(name, str(dirs.data / "penguins.csv"), str(dirs.out / name), parallelism=2)
-    doc["format"] = {"type": "csv", "schema": PENGUINS_DDL, **format_options}
-    return doc
+def _flow_over(dirs, dataset: Path, name: str, fmt: dict, **flow_fields) -> DataFlow:
+    """A flow over a copy of the public ``dataset`` file, into out/<name>."""
+    shutil.copy(dataset, dirs.data / dataset.name)
+    return DataFlowFactory(
+        name=name, source_path=str(dirs.data / dataset.name), format=fmt, parallelism=2, **flow_fields
+    )
 
 
 def test_penguins_grouped_by_sex_have_a_null_group_as_pandas_has(worker, dirs):
-    doc = penguins_flow(dirs, "by-sex", null_values=["", "NA"])
-    doc["transform"]["sql"] = (
-        "SELECT sex, count(*) AS n, round(avg(body_mass_g), 3) AS mass FROM source GROUP BY sex"
+    flow = _flow_over(
+        dirs,
+        PENGUINS,
+        "by-sex",
+        {**PENGUINS_CSV, "null_values": ["", "NA"]},
+        sql="SELECT sex, count(*) AS n, round(avg(body_mass_g), 3) AS mass FROM source GROUP BY sex",
     )
 
-    run = run_flow(doc)
+    run = run_to_end(flow)
 
     assert run.status == "succeeded", run.message
     assert run.records_read == 344 and run.errors_count == 0
@@ -49,10 +56,9 @@ def test_penguins_grouped_by_sex_have_a_null_group_as_pandas_has(worker, dirs):
 
 
 def test_penguins_na_in_a_double_column_is_a_dead_letter_not_a_null(worker, dirs):
-    doc = penguins_flow(dirs, "strict-skip")
-    doc["flow"]["skip_errors"] = True
+    flow = _flow_over(dirs, PENGUINS, "strict-skip", PENGUINS_CSV, skip_errors=True)
 
-    run = run_flow(doc)
+    run = run_to_end(flow)
 
     assert run.status == "succeeded", run.message
     assert run.errors_count == 2 and run.records_read == 342
@@ -66,9 +72,9 @@ def test_penguins_na_in_a_double_column_is_a_dead_letter_not_a_null(worker, dirs
 
 
 def test_penguins_na_in_a_double_column_fails_the_split_naming_line_and_column(worker, dirs):
-    doc = penguins_flow(dirs, "strict")
+    flow = _flow_over(dirs, PENGUINS, "strict", PENGUINS_CSV)
 
-    run = run_flow(doc)
+    run = run_to_end(flow)
 
     assert run.status == "failed"
     assert "penguins.csv line 5 (byte " in run.message
@@ -76,17 +82,18 @@ def test_penguins_na_in_a_double_column_fails_the_split_naming_line_and_column(w
 
 
 def test_cars_json_array_with_a_declared_date_is_read_as_pandas_reads_it(worker, dirs):
-    shutil.copy(VEGA / "cars.json", dirs.data / "cars.json")
-    doc = spec("cars", str(dirs.data / "cars.json"), str(dirs.out / "cars"), parallelism=2)
-    doc["format"] = {
-        "type": "json",
-        "schema": "Name STRING, Miles_per_Gallon DOUBLE, Horsepower BIGINT, Year DATE, Origin STRING",
-    }
-    doc["transform"]["sql"] = (
-        "SELECT year(Year) AS y, count(*) AS n, count(Miles_per_Gallon) AS with_mpg FROM source GROUP BY y"
+    flow = _flow_over(
+        dirs,
+        VEGA / "cars.json",
+        "cars",
+        {
+            "type": "json",
+            "schema": "Name STRING, Miles_per_Gallon DOUBLE, Horsepower BIGINT, Year DATE, Origin STRING",
+        },
+        sql="SELECT year(Year) AS y, count(*) AS n, count(Miles_per_Gallon) AS with_mpg FROM source GROUP BY y",
     )
 
-    run = run_flow(doc)
+    run = run_to_end(flow)
 
     assert run.status == "succeeded", run.message
     assert run.records_read == 406 and run.errors_count == 0

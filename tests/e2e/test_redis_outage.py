@@ -19,15 +19,15 @@ from django.utils import timezone
 
 from dataflow.models import Assignment, FlowRun, Split
 from dataflow.services.context import coordinator_for
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from tests.e2e.fleet import Fleet
 from tests.e2e.netcut import TcpProxy
+from tests.factories import DataFlowFactory
 from tests.helpers import (
     committed_overlaps_and_gaps,
     live,
     multiset,
     read_parquet_rows,
-    spec,
     wait_for_run,
     wait_until,
     write_csv,
@@ -92,9 +92,7 @@ def test_worker_cut_off_from_redis_for_30s_rejoins_without_duplicating_work(flee
     sent = []
     for i in range(32):
         sent += write_csv(dirs.data / f"part-{i:03d}.csv", range(i * 10000, (i + 1) * 10000))
-    flow, _ = flow_apply(
-        spec=spec("outage", str(dirs.data), str(dirs.out / "sink"), batch_size=1000, parallelism=4)
-    )
+    flow = DataFlowFactory(batch_size=1000, sink_path=str(dirs.out / "sink"))
     cut_line, rest_line = redis_line(), redis_line()
     fleet.beat()
     cut_worker = fleet.worker("cut", concurrency=4, env={"REDIS_URL": cut_line.url(settings.REDIS_URL)})

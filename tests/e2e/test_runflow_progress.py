@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from dataflow.services.flows import flow_apply
-from tests.e2e.fleet import ROOT, fleet_env
+from tests.e2e.fleet import fleet_env
 from tests.e2e.streams_helpers import Producer, stream_spec
-from tests.helpers import spec, write_csv
+from tests.e2e.test_runflow import run_manage
+from tests.factories import DataFlowFactory
+from tests.helpers import write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,22 +19,14 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def _runflow_screens(name: str) -> list[str]:
     """Each state of the progress line that ``runflow NAME --until-done`` drew (tqdm
     redraws a line after a carriage return)."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "runflow", name, "--until-done"],
-        cwd=ROOT,
-        env=fleet_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = run_manage(fleet_env(), "runflow", name, "--until-done")
     return [screen.strip() for screen in re.split(r"[\r\n]", done.stderr) if screen.strip()]
 
 
 def test_only_a_bounded_runs_reading_shows_a_percentage(dirs):
     for i in range(4):
         write_csv(dirs.data / f"part-{i}.csv", range(i * 1000, (i + 1) * 1000))
-    flow_apply(spec=spec("phases", str(dirs.data), str(dirs.out / "sink")))
+    DataFlowFactory(name="phases")
 
     screens = _runflow_screens("phases")
 

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from django.conf import settings
 
 from dataflow.celery import app as celery_app
 from dataflow.models import Assignment, FlowRun
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from dataflow.services.queues import run_queue
-from tests.e2e.fleet import ROOT, fleet_env
-from tests.e2e.test_runflow import runflow_once_landed
-from tests.helpers import multiset, read_parquet_rows, spec, wait_for_run, write_csv
+from tests.e2e.fleet import fleet_env
+from tests.e2e.test_runflow import run_manage, runflow_once_landed
+from tests.factories import DataFlowFactory
+from tests.helpers import multiset, read_parquet_rows, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,8 +28,8 @@ def test_runflow_leaves_other_flows_tasks_in_the_shared_queue(dirs):
     (dirs.data / "mine").mkdir()
     write_csv(dirs.data / "other" / "a.csv", range(100))
     sent = write_csv(dirs.data / "mine" / "a.csv", range(5000))
-    other, _ = flow_apply(spec=spec("other", str(dirs.data / "other"), str(dirs.out / "other")))
-    flow_apply(spec=spec("mine", str(dirs.data / "mine"), str(dirs.out / "mine")))
+    other = DataFlowFactory(name="other", source_path=str(dirs.data / "other"))
+    DataFlowFactory(name="mine", source_path=str(dirs.data / "mine"))
     # No fleet runs: the other flow's first tasks (its tick, its transform check) wait in
     # the shared queue, as they would for a fleet that is busy or down for a moment.
     waiting_run = flow_start(flow=other)
@@ -40,16 +38,8 @@ def test_runflow_leaves_other_flows_tasks_in_the_shared_queue(dirs):
     assert queued >= 2
 
     try:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "runflow", "mine", "--until-done", "--no-progress"],
-            cwd=ROOT,
-            env=fleet_env(),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_manage(fleet_env(), "runflow", "mine", "--until-done", "--no-progress")
 
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert f"succeeded: {len(sent)} records read" in done.stdout
         assert "Requeuing undeliverable" not in done.stderr, done.stderr[-3000:]
         assert _waiting(shared) == queued, "runflow took tasks of another flow"
@@ -68,7 +58,7 @@ def test_a_flow_whose_runflow_was_killed_goes_on_in_the_fleet(fleet, dirs):
     sent = []
     for i in range(8):
         sent += write_csv(dirs.data / f"part-{i}.csv", range(i * 20_000, (i + 1) * 20_000))
-    flow_apply(spec=spec("orphan", str(dirs.data), str(dirs.out / "sink"), batch_size=200, parallelism=2))
+    DataFlowFactory(name="orphan", batch_size=200, parallelism=2, sink_path=str(dirs.out / "sink"))
     proc = runflow_once_landed(fleet_env(), "orphan", dirs.landing, at_least=3)
     proc.kill()  # SIGKILL: nothing releases runflow's queue; its claim must lapse by itself
     proc.communicate(timeout=60)

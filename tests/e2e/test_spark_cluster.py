@@ -21,17 +21,18 @@ from pathlib import Path
 import pyspark
 import pytest
 
+import dataflow.spark
 import dataflow.spark.session
-from dataflow.models import LandedBatch
+from dataflow.models import DataFlow, LandedBatch
 from dataflow.services import transform_check
-from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.runs import transform as bounded_transform
+from dataflow.services.flows import flow_start
+from dataflow.services.runs.transform import transform as bounded_transform
+from tests.factories import DataFlowFactory
 from tests.helpers import (
     Beat,
     multiset,
     read_parquet_rows,
-    run_flow,
-    spec,
+    run_to_end,
     wait_for_run,
     wait_until,
     write_csv,
@@ -169,15 +170,15 @@ def _sources(dirs) -> list[tuple]:
     return sent
 
 
-def _flow(name: str, dirs) -> dict:
-    return spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=2, batch_size=100)
+def _flow(dirs) -> DataFlow:
+    return DataFlowFactory(parallelism=2, batch_size=100, sink_path=str(dirs.out / "sink"))
 
 
 def test_master_down_when_the_job_starts_fails_the_attempt_and_a_retry_succeeds(worker, dirs, on_cluster):
     cluster = on_cluster
     cluster.stop()  # nothing listens on the master's port
     sent = _sources(dirs)
-    flow, _ = flow_apply(spec=_flow("master-down", dirs))
+    flow = _flow(dirs)
 
     with Beat():
         run = flow_start(flow=flow)
@@ -212,7 +213,7 @@ def test_flow_runs_on_a_standalone_cluster_and_its_application_ends(worker, dirs
     before = {app["id"] for app in cluster.status()["completedapps"]}
     sent = _sources(dirs)
 
-    run = run_flow(_flow("on-cluster", dirs), timeout=150)
+    run = run_to_end(_flow(dirs), timeout=150)
 
     assert run.status == "succeeded", run.message
     assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
@@ -276,7 +277,7 @@ def test_flow_runs_through_spark_connect(worker, dirs, settings, monkeypatch, tm
     with connect_server(tmp_path_factory.mktemp("spark-connect")) as (remote, api):
         settings.SPARK_REMOTE = remote
         settings.DATAFLOW_LANDING_SHARED = True
-        run = run_flow(_flow("via-connect", dirs), timeout=150)
+        run = run_to_end(_flow(dirs), timeout=150)
 
         assert run.status == "succeeded", run.message
         assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)

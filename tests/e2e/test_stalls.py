@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from dataflow.models import FlowRun
-from dataflow.services.flows import flow_apply
 from tests.e2e.fleet import fleet_env
 from tests.e2e.netcut import TcpProxy
 from tests.e2e.test_runflow import runflow_once_landed
-from tests.helpers import multiset, read_parquet_rows, run_flow, spec, wait_until, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import multiset, read_parquet_rows, run_to_end, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,7 +25,7 @@ def test_an_unusable_landing_zone_fails_the_run_saying_why(worker, dirs, setting
     settings.DATAFLOW_READER_FAILURE_LIMIT = 3
     write_csv(dirs.data / "a.csv", range(100))
 
-    run = run_flow(spec("no-landing", str(dirs.data), str(dirs.out / "sink"), parallelism=1))
+    run = run_to_end(DataFlowFactory(parallelism=1, sink_path=str(dirs.out / "sink")))
 
     assert run.status == "failed"
     assert "readers failed 3 times" in run.message and "NotADirectoryError" in run.message, run.message
@@ -59,7 +59,7 @@ def test_a_full_or_read_only_landing_zone_fails_the_run_at_once_and_frees_it(
         write_csv(dirs.data / f"part-{i}.csv", range(i * 100_000, (i + 1) * 100_000))
     with tmpfs(dirs.root / "small-disk", options) as landing:
         settings.DATAFLOW_LANDING_ROOT = landing
-        run = run_flow(spec("disk-full", str(dirs.data), str(dirs.out / "sink"), parallelism=2))
+        run = run_to_end(DataFlowFactory(parallelism=2, sink_path=str(dirs.out / "sink")))
         # A reader that was landing as the run failed leaves once it sees its lease gone,
         # removing what it landed meanwhile.
         wait_until(lambda: not any(landing.iterdir()), 60, lambda: f"left: {list(landing.rglob('*'))[:5]}")
@@ -74,7 +74,7 @@ def test_runflow_rides_out_a_database_outage(dirs):
     sent = []
     for i in range(6):
         sent += write_csv(dirs.data / f"part-{i}.csv", range(i * 20_000, (i + 1) * 20_000))
-    flow_apply(spec=spec("outage", str(dirs.data), str(dirs.out / "sink"), batch_size=200, parallelism=2))
+    DataFlowFactory(name="outage", batch_size=200, parallelism=2, sink_path=str(dirs.out / "sink"))
     env = fleet_env()
     proxy = TcpProxy.for_url(env["DATABASE_URL"])
     env["DATABASE_URL"] = proxy.url(env["DATABASE_URL"]) + "?connect_timeout=2"

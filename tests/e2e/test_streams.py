@@ -34,7 +34,15 @@ from dataflow.models import (
 from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
 from dataflow.services.streams.tick import untransformed_records
 from tests.e2e.fleet import Fleet
-from tests.e2e.streams_helpers import Producer, arrived, flowctl, sink_ids, stream_spec, what_differs
+from tests.e2e.streams_helpers import (
+    Producer,
+    arrived,
+    flowctl,
+    quick_stream_intervals,
+    sink_ids,
+    stream_spec,
+    what_differs,
+)
 from tests.helpers import Beat, live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -42,12 +50,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture()
 def quick(settings, dirs):
-    """Short checkpoint, metrics, transform lease and transform slice intervals (set before
-    a fleet starts: its processes take them from the environment)."""
-    settings.DATAFLOW_CHECKPOINT_SECONDS = 1
-    settings.DATAFLOW_METRICS_SECONDS = 1
-    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 6
-    settings.DATAFLOW_STREAM_SLICE_SECONDS = 10
+    """The test's directories, with short stream intervals (``quick_stream_intervals``)."""
+    quick_stream_intervals(settings)
     return dirs
 
 

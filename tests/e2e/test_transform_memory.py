@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 
 from dataflow.models import RunStatus
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from tests.e2e.fleet import Fleet
-from tests.helpers import read_parquet_rows, spec, wait_for_run, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import read_parquet_rows, wait_for_run, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,10 +24,8 @@ def test_a_transform_that_runs_the_driver_out_of_heap_fails_and_the_worker_runs_
     fleet: Fleet, dirs
 ):
     rows = write_csv(dirs.data / "part-0.csv", range(20))
-    bomb = spec("bomb", str(dirs.data), str(dirs.out / "bomb"), parallelism=1)
-    bomb["transform"]["sql"] = BOMB_SQL
-    bomb_flow, _ = flow_apply(spec=bomb)
-    small_flow, _ = flow_apply(spec=spec("small", str(dirs.data), str(dirs.out / "small"), parallelism=1))
+    bomb_flow = DataFlowFactory(name="bomb", parallelism=1, sql=BOMB_SQL)
+    small_flow = DataFlowFactory(name="small", parallelism=1)
     fleet.beat()
     fleet.worker("w1", env={"SPARK_DRIVER_MEMORY": "512m"})
 

@@ -16,10 +16,11 @@ import pytest
 from dataflow.models import FlowRun
 from dataflow.redis_client import get_redis
 from dataflow.services.context import coordinator_for
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from source_support.coordination import Mark
 from tests.e2e.fleet import Fleet
-from tests.helpers import spec, wait_for_run, wait_until
+from tests.factories import DataFlowFactory
+from tests.helpers import wait_for_run, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,9 +38,12 @@ def _write_source(directory, files: int = 4) -> None:
 
 def test_a_stale_transform_attempt_cannot_lose_rows(fleet: Fleet, dirs, settings):
     _write_source(dirs.data)
-    doc = spec("race", str(dirs.data), str(dirs.out / "sink"), batch_size=50_000, parallelism=2)
-    doc["transform"]["sql"] = "SELECT id, sensor, temperature FROM source ORDER BY temperature, id"
-    flow, _ = flow_apply(spec=doc)
+    flow = DataFlowFactory(
+        batch_size=50_000,
+        parallelism=2,
+        sql="SELECT id, sensor, temperature FROM source ORDER BY temperature, id",
+        sink_path=str(dirs.out / "sink"),
+    )
     lease = {"DATAFLOW_TRANSFORM_LEASE_SECONDS": "3"}
     fleet.beat()
     fleet.worker("w1", env=lease)

@@ -13,20 +13,30 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dataflow.models import FlowRun
-from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
-from tests.helpers import Beat, multiset, spec, wait_for_run, wait_until, write_csv
+from dataflow.models import DataFlow, FlowRun
+from dataflow.services.flows import flow_resume, flow_start, flow_stop
+from tests.factories import DataFlowFactory
+from tests.helpers import Beat, multiset, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def watched(name: str, dirs, *, stop: dict | None = None) -> dict:
-    doc = spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=2, batch_size=40)
-    doc["source"].update(watch=True, discovery_interval_ms=300, settle_ms=0)
-    doc["transform"]["trigger_ms"] = 200
-    if stop is not None:
-        doc["stop"] = stop
-    return doc
+def watched(dirs, *, stop: dict | None = None) -> DataFlow:
+    """A flow that watches the data directory for new files, into out/sink."""
+    return DataFlowFactory(
+        source={
+            "type": "files",
+            "path": str(dirs.data),
+            "watch": True,
+            "discovery_interval_ms": 300,
+            "settle_ms": 0,
+        },
+        transform={"sql": "SELECT * FROM source", "trigger_ms": 200},
+        stop=stop,
+        parallelism=2,
+        batch_size=40,
+        sink_path=str(dirs.out / "sink"),
+    )
 
 
 def drop(directory: Path, name: str, ids: range) -> list[tuple]:
@@ -53,7 +63,7 @@ def note(run: FlowRun) -> str:
 def test_files_dropped_while_a_watched_flow_runs_reach_the_sink_once_across_a_resume(worker, dirs):
     sink = dirs.out / "sink"
     sent = drop(dirs.data, "part-000.csv", range(0, 100))
-    flow, _ = flow_apply(spec=watched("watched", dirs))
+    flow = watched(dirs)
 
     def arrived(rows) -> None:
         wait_until(
@@ -88,7 +98,7 @@ def test_a_watched_flow_stopped_at_latest_reads_what_was_there_and_ends(worker, 
     sent = []
     for n in range(3):
         sent += drop(dirs.data, f"part-{n:03d}.csv", range(n * 100, n * 100 + 100))
-    flow, _ = flow_apply(spec=watched("watched-latest", dirs, stop={"at": "latest"}))
+    flow = watched(dirs, stop={"at": "latest"})
 
     with Beat():
         run = flow_start(flow=flow)
@@ -105,7 +115,7 @@ def test_a_file_renamed_into_place_after_a_newer_one_is_still_read(worker, dirs)
     early = dirs.data / ".part-early.csv.tmp"
     sent = write_csv(early, range(0, 100))  # written first, renamed into place last
     os.utime(early, ns=(early.stat().st_mtime_ns - 60 * 10**9,) * 2)  # a minute older
-    flow, _ = flow_apply(spec=watched("watched-old", dirs))
+    flow = watched(dirs)
 
     with Beat():
         run = flow_start(flow=flow)

@@ -14,10 +14,11 @@ from django_celery_beat.models import PeriodicTask
 
 from dataflow.models import FlowRun
 from dataflow.services.context import coordinator_for
-from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.services.flows import flow_start, flow_stop
 from source_support.coordination import Mark
 from tests.e2e.fleet import Fleet
-from tests.helpers import spec, wait_until, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,9 +32,7 @@ def test_sigterm_gives_a_running_transform_back_at_once(fleet: Fleet, dirs, sett
     # first gave it back, never because the lease lapsed.
     settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 600
     write_csv(dirs.data / "a.csv", range(2000))
-    doc = spec("endless", str(dirs.data), str(dirs.out / "sink"), parallelism=1)
-    doc["transform"]["sql"] = ENDLESS_SQL
-    flow, _ = flow_apply(spec=doc)
+    flow = DataFlowFactory(parallelism=1, sql=ENDLESS_SQL)
     fleet.beat()
     first = fleet.worker("w1", concurrency=2, pool=pool)
     run = flow_start(flow=flow)

@@ -8,6 +8,21 @@ import pytest
 from source_support.errors import ConfigError
 from source_support.schema import parse_ddl, to_ddl, widen
 
+#: A field of each simple type, as ``parse_ddl`` reads "a TINYINT, b SMALLINT, ... k TIMESTAMP_NTZ".
+SIMPLE_FIELDS = [
+    ("a", pa.int8()),
+    ("b", pa.int16()),
+    ("c", pa.int32()),
+    ("d", pa.int64()),
+    ("e", pa.float32()),
+    ("f", pa.float64()),
+    ("g", pa.string()),
+    ("h", pa.bool_()),
+    ("i", pa.date32()),
+    ("j", pa.timestamp("us", tz="UTC")),
+    ("k", pa.timestamp("us")),
+]
+
 
 def test_parse_ddl_reads_every_simple_type():
     schema = parse_ddl(
@@ -15,24 +30,7 @@ def test_parse_ddl_reads_every_simple_type():
         "i DATE, j TIMESTAMP, k TIMESTAMP_NTZ, l LONG, m INTEGER, n VARCHAR"
     )
 
-    assert schema == pa.schema(
-        [
-            ("a", pa.int8()),
-            ("b", pa.int16()),
-            ("c", pa.int32()),
-            ("d", pa.int64()),
-            ("e", pa.float32()),
-            ("f", pa.float64()),
-            ("g", pa.string()),
-            ("h", pa.bool_()),
-            ("i", pa.date32()),
-            ("j", pa.timestamp("us", tz="UTC")),
-            ("k", pa.timestamp("us")),
-            ("l", pa.int64()),
-            ("m", pa.int32()),
-            ("n", pa.string()),
-        ]
-    )
+    assert schema == pa.schema([*SIMPLE_FIELDS, ("l", pa.int64()), ("m", pa.int32()), ("n", pa.string())])
 
 
 def test_parse_ddl_ignores_case_and_spacing_of_types():
@@ -189,22 +187,7 @@ def test_parse_ddl_refuses_bad_nested_types_naming_the_column(ddl, fragment):
 
 
 def test_parse_ddl_reads_back_what_to_ddl_writes():
-    schema = pa.schema(
-        [
-            ("a", pa.int8()),
-            ("b", pa.int16()),
-            ("c", pa.int32()),
-            ("d", pa.int64()),
-            ("e", pa.float32()),
-            ("f", pa.float64()),
-            ("g", pa.string()),
-            ("h", pa.bool_()),
-            ("i", pa.date32()),
-            ("j", pa.timestamp("us", tz="UTC")),
-            ("k", pa.timestamp("us")),
-            ("l m", pa.decimal128(38, 10)),
-        ]
-    )
+    schema = pa.schema([*SIMPLE_FIELDS, ("l m", pa.decimal128(38, 10))])
 
     assert parse_ddl(to_ddl(schema)) == schema
 

@@ -28,6 +28,15 @@ def reader(fmt=None, batch_size: int = 10) -> SourceReaderBase[FileSplit]:
     return SourceReaderBase(RecordingReaderContext(), FileSplitReader(fmt), batch_size=batch_size)
 
 
+def whole_file(tmp_path, ids, *, batch_size: int = 10) -> tuple[Path, SourceReaderBase[FileSplit]]:
+    """The CSV file a.csv of the rows ``ids`` (with its header), and a reader given it as one split."""
+    path = tmp_path / "a.csv"
+    path.write_bytes(HEADER + rows(ids))
+    source_reader = reader(batch_size=batch_size)
+    source_reader.add_splits([whole(path)])
+    return path, source_reader
+
+
 def rows(ids) -> bytes:
     return b"".join(f"{i},s{i % 3},{i}.5\n".encode() for i in ids)
 
@@ -52,10 +61,7 @@ def test_poll_returns_none_without_splits():
 
 
 def test_batches_start_at_the_split_position_and_end_where_the_next_starts(tmp_path):
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(25)))
-    source_reader = reader(batch_size=10)
-    source_reader.add_splits([whole(path)])
+    path, source_reader = whole_file(tmp_path, range(25))
 
     batches = drain(source_reader)
 
@@ -71,10 +77,7 @@ def test_batches_start_at_the_split_position_and_end_where_the_next_starts(tmp_p
 
 
 def test_all_rows_of_a_split_are_read_once_in_order(tmp_path):
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(103)))
-    source_reader = reader(batch_size=7)
-    source_reader.add_splits([whole(path)])
+    _, source_reader = whole_file(tmp_path, range(103), batch_size=7)
 
     ids = [i for b in drain(source_reader) for i in b.records.column("id").to_pylist()]
 
@@ -82,10 +85,7 @@ def test_all_rows_of_a_split_are_read_once_in_order(tmp_path):
 
 
 def test_a_finished_split_is_dropped_from_the_snapshot(tmp_path):
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(15)))
-    source_reader = reader(batch_size=10)
-    source_reader.add_splits([whole(path)])
+    path, source_reader = whole_file(tmp_path, range(15))
 
     first = source_reader.poll()
     assert source_reader.snapshot_state() == [whole(path).at(first.end.position)]
@@ -132,10 +132,7 @@ def test_byte_ranges_of_one_file_read_by_separate_readers_give_every_row_once(tm
 
 
 def test_a_split_restored_at_a_checkpoint_reads_only_what_follows(tmp_path):
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(30)))
-    source_reader = reader(batch_size=12)
-    source_reader.add_splits([whole(path)])
+    _, source_reader = whole_file(tmp_path, range(30), batch_size=12)
     source_reader.poll()
     checkpoint = FileSplitSerializer().serialize(source_reader.snapshot_state()[0])
     source_reader.close()
@@ -221,10 +218,7 @@ def test_describe_of_a_split_no_longer_held_falls_back_to_the_split_id():
 
 
 def test_describe_of_a_deleted_file_still_names_the_byte(tmp_path):
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(3)))
-    source_reader = reader()
-    source_reader.add_splits([whole(path)])
+    path, source_reader = whole_file(tmp_path, range(3))
     path.unlink()
 
     assert source_reader.describe(f"{path}@0", 30) == f"{path} at byte 30"
@@ -252,10 +246,7 @@ def test_a_file_deleted_before_reading_gives_one_bad_record_and_finishes(tmp_pat
 
 def test_a_file_deleted_while_open_is_read_to_its_end(tmp_path):
     # An open file stays readable after unlink (POSIX), so no record is lost mid-split.
-    path = tmp_path / "a.csv"
-    path.write_bytes(HEADER + rows(range(30)))
-    source_reader = reader(batch_size=10)
-    source_reader.add_splits([whole(path)])
+    path, source_reader = whole_file(tmp_path, range(30))
     source_reader.poll()
     path.unlink()
 

@@ -225,69 +225,58 @@ def test_validate_resolves_a_relative_path_and_fills_default_compression(tmp_pat
     assert VALIDATORS["json"]({"path": str(out / "r"), "compression": "gzip"}, env)["compression"] == "gzip"
 
 
+def _refused(env: Environment, kind: str, **config) -> ConfigError:
+    """The error of the ``kind`` sink's validation of ``config``."""
+    with pytest.raises(ConfigError) as excinfo:
+        VALIDATORS[kind](config, env)
+    return excinfo.value
+
+
 @pytest.mark.parametrize("kind", ["parquet", "csv", "json"])
 @pytest.mark.parametrize("config", [{}, {"path": ""}])
 def test_validate_requires_a_path(env, kind, config):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS[kind](config, env)
-
-    assert excinfo.value.field == "sink.path"
+    assert _refused(env, kind, **config).field == "sink.path"
 
 
 @pytest.mark.parametrize("path", ["/tmp/elsewhere", "out/../escaped", "../../out"])
 def test_validate_refuses_a_path_outside_the_allowed_roots(env, path):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["parquet"]({"path": path}, env)
+    refused = _refused(env, "parquet", path=path)
 
-    assert excinfo.value.field == "sink.path"
-    assert "outside the allowed roots" in excinfo.value.reason
+    assert refused.field == "sink.path"
+    assert "outside the allowed roots" in refused.reason
 
 
 @pytest.mark.parametrize("path", ["out", "out/", "out/sub/.."])
 def test_validate_refuses_an_allowed_root_itself(env, path):
     # Committing swaps the whole directory, so writing to a root would replace the root.
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["csv"]({"path": path}, env)
+    refused = _refused(env, "csv", path=path)
 
-    assert excinfo.value.field == "sink.path"
-    assert "not the root" in excinfo.value.reason
+    assert refused.field == "sink.path"
+    assert "not the root" in refused.reason
 
 
 @pytest.mark.parametrize("compression", ["brotli", "GZIP", ""])
 def test_validate_refuses_an_unknown_compression(out, env, compression):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["parquet"]({"path": str(out / "r"), "compression": compression}, env)
-
-    assert excinfo.value.field == "sink.compression"
+    assert _refused(env, "parquet", path=str(out / "r"), compression=compression).field == "sink.compression"
 
 
 def test_validate_refuses_csv_options_on_other_sinks(out, env):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["parquet"]({"path": str(out / "r"), "header": True}, env)
-
-    assert excinfo.value.field == "sink.header"
+    assert _refused(env, "parquet", path=str(out / "r"), header=True).field == "sink.header"
 
 
 def test_validate_refuses_a_delimiter_longer_than_one_character(out, env):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["csv"]({"path": str(out / "r"), "delimiter": "::"}, env)
-
-    assert excinfo.value.field == "sink.delimiter"
+    assert _refused(env, "csv", path=str(out / "r"), delimiter="::").field == "sink.delimiter"
 
 
 @pytest.mark.parametrize("partition_by", [["day", 3], "day"])
 def test_validate_refuses_partition_by_that_is_not_a_list_of_names(out, env, partition_by):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["parquet"]({"path": str(out / "r"), "partition_by": partition_by}, env)
-
-    assert excinfo.value.field == "sink.partition_by"
+    assert (
+        _refused(env, "parquet", path=str(out / "r"), partition_by=partition_by).field == "sink.partition_by"
+    )
 
 
 def test_validate_refuses_a_header_that_is_not_a_boolean(out, env):
-    with pytest.raises(ConfigError) as excinfo:
-        VALIDATORS["csv"]({"path": str(out / "r"), "header": "yes"}, env)
-
-    assert excinfo.value.field == "sink.header"
+    assert _refused(env, "csv", path=str(out / "r"), header="yes").field == "sink.header"
 
 
 def test_a_stale_attempt_publishes_nothing_and_removes_only_its_own_staging(out):

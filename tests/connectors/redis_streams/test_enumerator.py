@@ -19,6 +19,16 @@ def add(rds, key: str, count: int = 1, **fields) -> list[bytes]:
     return [rds.xadd(key, {"id": i, **fields}) for i in range(count)]
 
 
+def streams_assigned(rds, prefix: str, env, *, streams: int, parallelism: int):
+    """``streams`` streams ``<prefix>0`` ... under an enumerator that assigned them to
+    ``parallelism`` readers in one tick: the source, the context and the enumerator."""
+    for i in range(streams):
+        add(rds, f"{prefix}{i}")
+    source = build_source(env, {"streams": f"{prefix}*"})
+    context = RecordingContext(parallelism=parallelism)
+    return source, context, tick(source, context)
+
+
 def tick(source, context, enumerator=None):
     """One enumerator tick as the runtime runs it: rebuilt from its saved state, started."""
     state = None if enumerator is None else json.loads(json.dumps(enumerator.snapshot_state()))
@@ -181,11 +191,7 @@ def test_without_a_stop_rule_readers_are_never_told_no_more(rds, prefix, env):
 
 
 def test_a_reader_that_joins_takes_its_share_and_nothing_else_moves(rds, prefix, env):
-    for i in range(6):
-        add(rds, f"{prefix}{i}")
-    source = build_source(env, {"streams": f"{prefix}*"})
-    context = RecordingContext(parallelism=2)
-    enumerator = tick(source, context)
+    source, context, enumerator = streams_assigned(rds, prefix, env, streams=6, parallelism=2)
     before = owners(context)
 
     context.parallelism = 3
@@ -200,11 +206,7 @@ def test_a_reader_that_joins_takes_its_share_and_nothing_else_moves(rds, prefix,
 
 
 def test_the_splits_of_a_gone_reader_wait_for_their_return_then_go_to_the_others(rds, prefix, env):
-    for i in range(4):
-        add(rds, f"{prefix}{i}")
-    source = build_source(env, {"streams": f"{prefix}*"})
-    context = RecordingContext(parallelism=2)
-    enumerator = tick(source, context)
+    source, context, enumerator = streams_assigned(rds, prefix, env, streams=4, parallelism=2)
     of_reader_1 = [k for k, owner in owners(context).items() if owner == 1]
 
     context.parallelism = 1  # reader 1 is gone
@@ -219,11 +221,7 @@ def test_the_splits_of_a_gone_reader_wait_for_their_return_then_go_to_the_others
 
 
 def test_a_split_no_reader_holds_any_more_is_done_when_it_would_move(rds, prefix, env):
-    for i in range(2):
-        add(rds, f"{prefix}{i}")
-    source = build_source(env, {"streams": f"{prefix}*"})
-    context = RecordingContext(parallelism=1)
-    enumerator = tick(source, context)
+    source, context, enumerator = streams_assigned(rds, prefix, env, streams=2, parallelism=1)
     del context.held[f"{prefix}1"]  # it finished (the split that a new reader would take)
 
     context.parallelism = 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dataflow.api.factories import ConnectionFactory, UserFactory
+from tests.factories import ConnectionFactory, UserFactory
 from tests.helpers import read_parquet_rows, run_flow
 
 

@@ -9,6 +9,8 @@ version a source can be here (7, and the embedded 6.2 that has no ``entries-adde
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 from connectors.redis_streams.reader import STREAM_REPLACED
@@ -97,17 +99,25 @@ def test_a_caught_up_stream_deleted_and_created_again_is_read_as_its_next_genera
     assert (event.kind, event.payload) == (STREAM_REPLACED, {"key": key, "generation": 0, "exists": True})
 
 
+def _read_then_created_again(env, url: str, rds, key: str):
+    """A reader that read and committed the 5 entries of stream ``key``, which was then
+    deleted and created again with 8 entries of later ids (more than were read: Redis 7's
+    count of entries added does not tell them apart)."""
+    orders(rds, key, 5)
+    reader, _ = reader_of(env, {"streams": key, "url": url})
+    reader.handle_splits_changes([StreamSplit(key, 0)], [])
+    commit(reader, read_all(reader))
+    rds.delete(key)
+    orders(rds, key, 8, 100)
+    return reader
+
+
 def test_a_stream_created_again_with_later_ids_is_told_by_its_missing_group(env, either_redis):
     """Ids made by the server after the deletion are above the checkpoint: the consumer
     group the reader made, which went with the old stream, tells them apart."""
     url, rds = either_redis
     key = "o"
-    orders(rds, key, 5)
-    reader, context = reader_of(env, {"streams": key, "url": url})
-    reader.handle_splits_changes([StreamSplit(key, 0)], [])
-    commit(reader, read_all(reader))
-    rds.delete(key)
-    orders(rds, key, 8, 100)  # more than were read: Redis 7's count of entries added does not tell
+    reader = _read_then_created_again(env, url, rds, key)
 
     [batch] = checked(reader, key)
 
@@ -168,22 +178,38 @@ def test_a_new_generation_is_its_own_split_read_from_its_start(rds, prefix, env)
     assert serializer.deserialize({"key": key, "position": 7, "stop_position": None}) == StreamSplit(key, 7)
 
 
-def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_range(env, empty_on_restart):
-    """B8: the reader that resumes (a new one: the last had no check of the old stream to
-    go by) finds the group gone and the first entry past its checkpoint."""
-    server = empty_on_restart
+class Restarted(NamedTuple):
+    reader: object
+    context: RecordingReaderContext
+    committed: int
+    old_ids: list[bytes]
+    new_ids: list[bytes]
+
+
+def _read_then_restarted_empty(env, server: PrivateRedis) -> Restarted:
+    """Stream "orders" of 50 entries on ``server``, whose first 20 a reader read and
+    committed; then the server restarted empty and 10 entries were added to it."""
     client = server.client()
-    ids = orders(client, "orders", 50)
-    reader, _ = reader_of(env, {"streams": "orders", "url": server.url})
+    old_ids = orders(client, "orders", 50)
+    reader, context = reader_of(env, {"streams": "orders", "url": server.url})
     reader.handle_splits_changes([StreamSplit("orders", 0)], [])
     read = reader.fetch(20, 0)
     commit(reader, read)
-    position = read[-1].end.position
-    assert position == encode_id(ids[19])
+    client.close()
     server.stop()
     server.start()
     client = server.client()
     new_ids = orders(client, "orders", 10, 50)
+    client.close()
+    return Restarted(reader, context, read[-1].end.position, old_ids, new_ids)
+
+
+def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_range(env, empty_on_restart):
+    """B8: the reader that resumes (a new one: the last had no check of the old stream to
+    go by) finds the group gone and the first entry past its checkpoint."""
+    server = empty_on_restart
+    _, _, position, ids, new_ids = _read_then_restarted_empty(env, server)
+    assert position == encode_id(ids[19])
     resumed, context = reader_of(env, {"streams": "orders", "url": server.url}, fails_split=True)
     resumed.handle_splits_changes([StreamSplit("orders", 0).at(position)], [])
 
@@ -193,7 +219,6 @@ def test_a_stream_whose_server_restarted_empty_fails_its_split_naming_the_lost_r
     message = str(failed.value)
     assert "the source was reset" in message
     assert f"entries after {decode_position(position)} and before {new_ids[0].decode()}" in message
-    client.close()
 
 
 def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new_generation(
@@ -201,16 +226,7 @@ def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new
 ):
     """B8 with the same reader, which saw the old stream: it says which entries it lost."""
     server = empty_on_restart
-    client = server.client()
-    ids = orders(client, "orders", 50)
-    reader, context = reader_of(env, {"streams": "orders", "url": server.url})
-    reader.handle_splits_changes([StreamSplit("orders", 0)], [])
-    read = reader.fetch(20, 0)
-    commit(reader, read)
-    server.stop()
-    server.start()
-    client = server.client()
-    new_ids = orders(client, "orders", 10, 50)
+    reader, context, _, ids, new_ids = _read_then_restarted_empty(env, server)
 
     [batch] = checked(reader, "orders")
 
@@ -223,7 +239,6 @@ def test_a_server_restarted_empty_with_skip_errors_gives_a_dead_letter_and_a_new
     assert batch.note.startswith("stream orders: the source was reset")
     commit(reader, [batch])
     assert [e.payload for e in context.events] == [{"key": "orders", "generation": 0, "exists": True}]
-    client.close()
 
 
 def test_the_enumerator_assigns_the_next_generation_of_a_replaced_stream(rds, prefix, env):
@@ -271,12 +286,7 @@ def test_a_read_that_meets_a_stream_created_again_takes_nothing_from_it(env, eit
     entries for the old split's: they are its next generation's, read from its start."""
     url, rds = either_redis
     key = "o"
-    orders(rds, key, 5)
-    reader, _ = reader_of(env, {"streams": key, "url": url})
-    reader.handle_splits_changes([StreamSplit(key, 0)], [])
-    commit(reader, read_all(reader))
-    rds.delete(key)
-    orders(rds, key, 8, 100)
+    reader = _read_then_created_again(env, url, rds, key)
     assert reader.streams[key].next_check > 0  # no check is due: the read finds it
 
     [batch] = reader.fetch(100, 0)

@@ -297,13 +297,20 @@ def test_a_deletion_ahead_of_the_reader_is_not_taken_for_a_trim(rds, prefix, env
     assert rest.records.column("id").to_pylist() == [2, 4, 5]
 
 
-def test_a_deleted_stream_ends_its_split_without_failing(rds, prefix, env, caplog):
-    orders(rds, f"{prefix}gone", 2)
+def _read_then_deleted(rds, prefix: str, env, key: str):
+    """A reader of the streams ``<prefix><key>`` and ``<prefix>kept``, which read both;
+    then ``<prefix><key>`` was deleted."""
+    orders(rds, f"{prefix}{key}", 2)
     orders(rds, f"{prefix}kept", 1)
     reader = reader_of(env, {"streams": f"{prefix}*"})
-    reader.handle_splits_changes([StreamSplit(f"{prefix}gone", 0), StreamSplit(f"{prefix}kept", 0)], [])
+    reader.handle_splits_changes([StreamSplit(f"{prefix}{key}", 0), StreamSplit(f"{prefix}kept", 0)], [])
     reader.fetch(100, 0)
-    rds.delete(f"{prefix}gone")
+    rds.delete(f"{prefix}{key}")
+    return reader
+
+
+def test_a_deleted_stream_ends_its_split_without_failing(rds, prefix, env, caplog):
+    reader = _read_then_deleted(rds, prefix, env, "gone")
     reader.streams[f"{prefix}gone"].next_check = 0
 
     logger = logging.getLogger("connectors.redis_streams")
@@ -320,12 +327,7 @@ def test_a_deleted_stream_ends_its_split_without_failing(rds, prefix, env, caplo
 
 
 def test_a_stream_replaced_by_another_type_ends_its_split(rds, prefix, env):
-    orders(rds, f"{prefix}o", 1)
-    orders(rds, f"{prefix}kept", 1)
-    reader = reader_of(env, {"streams": f"{prefix}*"})
-    reader.handle_splits_changes([StreamSplit(f"{prefix}o", 0), StreamSplit(f"{prefix}kept", 0)], [])
-    reader.fetch(100, 0)
-    rds.delete(f"{prefix}o")
+    reader = _read_then_deleted(rds, prefix, env, "o")
     rds.set(f"{prefix}o", "a string now")
 
     [batch] = reader.fetch(100, 0.1)

@@ -6,8 +6,8 @@ import pytest
 from django import forms
 
 from dataflow.models import DataFlow
-from dataflow.services.flows import flow_apply
-from tests.helpers import spec, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import write_csv
 
 ADD_URL = "/admin/dataflow/dataflow/add/"
 
@@ -76,5 +76,4 @@ def add_flow(admin_client, dirs):
 def csv_flow(dirs) -> DataFlow:
     """A small valid CSV flow, created through the service."""
     write_csv(dirs.data / "csv-flow.csv", range(10))
-    flow, _ = flow_apply(spec=spec("csv-flow", str(dirs.data / "csv-flow.csv"), str(dirs.out / "csv-flow")))
-    return flow
+    return DataFlowFactory(name="csv-flow", source_path=str(dirs.data / "csv-flow.csv"))

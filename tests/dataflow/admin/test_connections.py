@@ -8,7 +8,7 @@ from django.contrib.auth.models import Permission
 
 from dataflow.models import Connection
 from tests.dataflow.admin.conftest import browser_post
-from tests.dataflow.api.factories import ConnectionFactory, UserFactory
+from tests.factories import ConnectionFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 

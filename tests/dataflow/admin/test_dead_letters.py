@@ -6,7 +6,7 @@ import pytest
 
 from dataflow.models import DeadLetter
 from dataflow.services.flows import flow_start
-from tests.dataflow.admin.factories import DeadLetterFactory, FlowRunFactory
+from tests.factories import DeadLetterFactory, FlowRunFactory
 
 LIST_URL = "/admin/dataflow/deadletter/"
 

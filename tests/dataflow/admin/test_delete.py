@@ -6,13 +6,14 @@ import pytest
 from django_celery_beat.models import PeriodicTask
 
 from dataflow.models import DataFlow, FlowRun
-from dataflow.services.flows import flow_apply, flow_start
-from tests.helpers import spec, write_csv
+from dataflow.services.flows import flow_start
+from tests.factories import DataFlowFactory
+from tests.helpers import write_csv
 
 
 def _running_flow(dirs, name: str) -> DataFlow:
     write_csv(dirs.data / f"{name}.csv", range(10))
-    flow, _ = flow_apply(spec=spec(name, str(dirs.data / f"{name}.csv"), str(dirs.out / name)))
+    flow = DataFlowFactory(name=name, source_path=str(dirs.data / f"{name}.csv"))
     flow_start(flow=flow)
     assert PeriodicTask.objects.filter(name=f"dataflow-tick:{name}", enabled=True).exists()
     return flow

@@ -9,10 +9,10 @@ import pytest
 
 from dataflow.admin.option_fields import option_form_field
 from dataflow.models import DataFlow
-from dataflow.services.flows import flow_apply
 from source_support.options import Option
 from source_support.registry import section_options
 from tests.dataflow.admin.conftest import ADD_URL, browser_post
+from tests.factories import DataFlowFactory
 
 
 def _change_url(flow: DataFlow) -> str:
@@ -148,23 +148,9 @@ def test_change_form_shows_the_stored_values_and_saves_an_edit(admin_client, csv
     assert csv_flow.owner is None  # an edit does not take the flow over
 
 
-def _stream_flow(dirs, url: str) -> DataFlow:
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "stream-flow"},
-            "source": {"type": "redis_streams", "url": url, "streams": "orders:*"},
-            "format": {"type": "jsonl", "schema": "id BIGINT"},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "stream")},
-            "stop": {"at": "latest"},
-        }
-    )
-    return flow
-
-
 @pytest.mark.django_db
 def test_a_secret_is_shown_masked_and_kept_when_left_unchanged(admin_client, dirs):
-    flow = _stream_flow(dirs, "redis://:s3cret@127.0.0.1:6379/7")
+    flow = DataFlowFactory(stream=True, stream_url="redis://:s3cret@127.0.0.1:6379/7")
 
     page = admin_client.get(_change_url(flow))
     assert "s3cret" not in page.content.decode()
@@ -183,7 +169,7 @@ def test_a_secret_is_shown_masked_and_kept_when_left_unchanged(admin_client, dir
 
 @pytest.mark.django_db
 def test_a_secret_typed_anew_replaces_the_stored_one(admin_client, dirs):
-    flow = _stream_flow(dirs, "redis://:s3cret@127.0.0.1:6379/7")
+    flow = DataFlowFactory(stream=True, stream_url="redis://:s3cret@127.0.0.1:6379/7")
     page = admin_client.get(_change_url(flow))
 
     admin_client.post(

@@ -7,23 +7,32 @@ the walk a row of it in ``_one_of_each`` and the values of any new URL parameter
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.forms.models import model_to_dict
+from django.http import HttpResponse
 from django.test import Client, RequestFactory
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
-from rest_framework.authtoken.models import Token, TokenProxy
+from rest_framework.authtoken.models import TokenProxy
 
 from dataflow.admin.flows import STEERING
 from dataflow.models import Connection, DataFlow, FlowStatus, WebhookDelivery
-from dataflow.services.flows import flow_apply, flow_start
-from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, SplitFactory
-from tests.dataflow.api.factories import ConnectionFactory
-from tests.helpers import spec, write_csv
+from dataflow.services.flows import flow_start
+from tests.factories import (
+    AssignmentFactory,
+    ConnectionFactory,
+    DataFlowFactory,
+    DeadLetterFactory,
+    SplitFactory,
+    TokenFactory,
+    UserFactory,
+    WebhookDeliveryFactory,
+)
+from tests.helpers import write_csv
 
 APP = "dataflow"
 #: Values the walk gives a custom admin URL's parameters (object ids come from the rows).
@@ -44,6 +53,10 @@ def _registered() -> list[tuple[type, admin.ModelAdmin]]:
     ]
 
 
+def _app_permissions(*codenames: str):
+    return Permission.objects.filter(content_type__app_label=APP, codename__in=codenames)
+
+
 def _permissions(codename_prefix: str = ""):
     """The permissions of every model the walk takes (a proxy's are its own)."""
     types = ContentType.objects.get_for_models(
@@ -54,14 +67,10 @@ def _permissions(codename_prefix: str = ""):
 
 def _one_of_each(dirs) -> dict[type, object]:
     """A row of every model the admin shows, around two of bob's flows: one idle, one running."""
-    bob = get_user_model().objects.create_user("bob", password="pw-bob-1")
+    bob = UserFactory(username="bob", perms=())
     write_csv(dirs.data / "bob.csv", range(10))
-    idle, _ = flow_apply(
-        spec=spec("bobs-idle", str(dirs.data / "bob.csv"), str(dirs.out / "idle")), owner=bob
-    )
-    running, _ = flow_apply(
-        spec=spec("bobs-running", str(dirs.data / "bob.csv"), str(dirs.out / "running")), owner=bob
-    )
+    idle = DataFlowFactory(name="bobs-idle", owner=bob, source_path=str(dirs.data / "bob.csv"))
+    running = DataFlowFactory(name="bobs-running", owner=bob, source_path=str(dirs.data / "bob.csv"))
     run = flow_start(flow=running)
     split = SplitFactory(run=run)
     rows = {
@@ -70,10 +79,10 @@ def _one_of_each(dirs) -> dict[type, object]:
         type(split): split,
         DeadLetterFactory._meta.model: DeadLetterFactory(run=run),
         AssignmentFactory._meta.model: AssignmentFactory(split=split),
-        WebhookDelivery: WebhookDelivery.objects.create(
-            flow=running, run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
+        WebhookDelivery: WebhookDeliveryFactory(
+            run=run, event="succeeded", url="https://hooks.example.com/x?token=t"
         ),
-        TokenProxy: TokenProxy.objects.get(pk=Token.objects.create(user=bob).pk),
+        TokenProxy: TokenProxy.objects.get(pk=TokenFactory(user=bob).pk),
         Connection: ConnectionFactory(users=[bob]),
         PeriodicTask: PeriodicTask.objects.create(
             name="dataflow:bobs-idle",
@@ -117,6 +126,41 @@ def _paths(model, model_admin, row) -> list[tuple[str, str]]:
     return paths
 
 
+def _changelist(model) -> str:
+    return f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+
+
+def _every_action_posted(client: Client) -> Iterator[tuple[type, str, HttpResponse]]:
+    """Posts each list action of each model's admin, confirmed, on every row of the model;
+    yields (model, action, response) after each post."""
+    for model, model_admin in _registered():
+        everyone = list(model.objects.values_list("pk", flat=True))
+        for action in _actions(model_admin):
+            response = client.post(
+                _changelist(model),
+                {"action": action, "_selected_action": everyone, "index": 0, "post": "yes"},
+            )
+            yield model, action, response
+
+
+def _every_url(rows) -> list[tuple[str, str]]:
+    """(url name, path) of every URL of every model's admin, at the model's row in ``rows``."""
+    return [
+        (name, path)
+        for model, model_admin in _registered()
+        for name, path in _paths(model, model_admin, rows[model])
+    ]
+
+
+def _client_of(username: str, permissions, *, is_staff: bool) -> Client:
+    """A client logged in as a new user who holds ``permissions`` (and nothing else)."""
+    user = UserFactory(username=username, is_staff=is_staff, perms=())
+    user.user_permissions.set(permissions)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
 def _actions(model_admin) -> list[str]:
     """The list actions the model's admin has for a superuser (site-wide ones included)."""
     request = RequestFactory().get("/")
@@ -125,23 +169,15 @@ def _actions(model_admin) -> list[str]:
 
 
 @pytest.fixture()
-def view_only_staff(django_user_model):
+def view_only_staff():
     """Staff who may view every model of the app, and change nothing."""
-    user = django_user_model.objects.create_user("viewer", password="pw-viewer-1", is_staff=True)
-    user.user_permissions.set(_permissions("view_"))
-    client = Client()
-    client.force_login(user)
-    return client
+    return _client_of("viewer", _permissions("view_"), is_staff=True)
 
 
 @pytest.fixture()
-def non_staff_with_every_permission(django_user_model):
+def non_staff_with_every_permission():
     """An ordinary user (a tenant of the API) who holds every permission of the app."""
-    user = django_user_model.objects.create_user("alice", password="pw-alice-1")
-    user.user_permissions.set(_permissions())
-    client = Client()
-    client.force_login(user)
-    return client
+    return _client_of("alice", _permissions(), is_staff=False)
 
 
 @pytest.mark.django_db
@@ -151,30 +187,25 @@ def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, 
     assert {row.status for row in DataFlow.objects.all()} == {FlowStatus.IDLE, FlowStatus.RUNNING}
 
     for model, model_admin in _registered():
-        changelist = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
-        page = view_only_staff.get(changelist)
-        assert page.status_code == 200, changelist
-        everyone = list(model.objects.values_list("pk", flat=True))
-        for action in _actions(model_admin):
-            assert f'value="{action}"' not in page.content.decode(), f"{changelist} offers {action}"
-            response = view_only_staff.post(
-                changelist, {"action": action, "_selected_action": everyone, "index": 0, "post": "yes"}
-            )
-            assert response.status_code in (200, 302), (changelist, action, response.status_code)
-            assert _state() == before, f"{model.__name__}: action {action} changed rows"
-
-        for name, path in _paths(model, model_admin, rows[model]):
-            reads = name in READ_ONLY_URLS or name.endswith(STANDARD_READS)
-            got = view_only_staff.get(path)
-            if reads:
-                assert got.status_code == 200, (path, got.status_code)
-            else:
-                assert got.status_code in (403, 405), (path, got.status_code)
-            posted = view_only_staff.post(path, {"post": "yes"})
-            # A list takes POSTs of actions (walked above) and list edits (none: view only).
-            if not (name in READ_ONLY_URLS or name.endswith(("history", "changelist"))):
-                assert posted.status_code in (403, 405), ("POST", path, posted.status_code)
-            assert _state() == before, f"POST {path} changed rows"
+        page = view_only_staff.get(_changelist(model))
+        assert page.status_code == 200, _changelist(model)
+        offered = [action for action in _actions(model_admin) if f'value="{action}"' in page.content.decode()]
+        assert offered == [], f"{_changelist(model)} offers {offered}"
+    for model, action, response in _every_action_posted(view_only_staff):
+        assert response.status_code in (200, 302), (model.__name__, action, response.status_code)
+        assert _state() == before, f"{model.__name__}: action {action} changed rows"
+    for name, path in _every_url(rows):
+        reads = name in READ_ONLY_URLS or name.endswith(STANDARD_READS)
+        got = view_only_staff.get(path)
+        if reads:
+            assert got.status_code == 200, (path, got.status_code)
+        else:
+            assert got.status_code in (403, 405), (path, got.status_code)
+        posted = view_only_staff.post(path, {"post": "yes"})
+        # A list takes POSTs of actions (walked above) and list edits (none: view only).
+        if not (name in READ_ONLY_URLS or name.endswith(("history", "changelist"))):
+            assert posted.status_code in (403, 405), ("POST", path, posted.status_code)
+        assert _state() == before, f"POST {path} changed rows"
 
 
 @pytest.mark.django_db
@@ -184,33 +215,20 @@ def test_a_non_staff_user_reaches_no_admin_page_whatever_their_permissions(
     rows = _one_of_each(dirs)
     before = _state()
 
-    for model, model_admin in _registered():
-        changelist = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
-        everyone = list(model.objects.values_list("pk", flat=True))
-        for action in _actions(model_admin):
-            response = non_staff_with_every_permission.post(
-                changelist, {"action": action, "_selected_action": everyone, "index": 0, "post": "yes"}
-            )
-            assert response.status_code == 302 and "/admin/login/" in response["Location"], (action, response)
-        for _, path in _paths(model, model_admin, rows[model]):
-            for method in (non_staff_with_every_permission.get, non_staff_with_every_permission.post):
-                response = method(path)
-                assert response.status_code == 302 and "/admin/login/" in response["Location"], path
+    for _, action, response in _every_action_posted(non_staff_with_every_permission):
+        assert response.status_code == 302 and "/admin/login/" in response["Location"], (action, response)
+    for _, path in _every_url(rows):
+        for method in (non_staff_with_every_permission.get, non_staff_with_every_permission.post):
+            response = method(path)
+            assert response.status_code == 302 and "/admin/login/" in response["Location"], path
 
     assert _state() == before
 
 
 @pytest.mark.django_db
-def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(django_user_model, dirs):
+def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(dirs):
     rows = _one_of_each(dirs)
-    steerer = django_user_model.objects.create_user("steerer", password="pw-steerer-1", is_staff=True)
-    steerer.user_permissions.set(
-        Permission.objects.filter(
-            content_type__app_label=APP, codename__in=["view_dataflow", "change_dataflow"]
-        )
-    )
-    client = Client()
-    client.force_login(steerer)
+    client = _client_of("steerer", _app_permissions("view_dataflow", "change_dataflow"), is_staff=True)
 
     client.post(
         f"/admin/{APP}/dataflow/",
@@ -221,18 +239,11 @@ def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(djan
 
 
 @pytest.mark.django_db
-def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(django_user_model, dirs):
+def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(dirs):
     rows = _one_of_each(dirs)
     letter = rows[DeadLetterFactory._meta.model]
-    deleter = django_user_model.objects.create_user("deleter", password="pw-deleter-1", is_staff=True)
     # delete_deadletter is no API permission: discarding through the API takes change_dataflow.
-    deleter.user_permissions.set(
-        Permission.objects.filter(
-            content_type__app_label=APP, codename__in=["view_deadletter", "delete_deadletter"]
-        )
-    )
-    client = Client()
-    client.force_login(deleter)
+    client = _client_of("deleter", _app_permissions("view_deadletter", "delete_deadletter"), is_staff=True)
 
     page = client.get(f"/admin/{APP}/deadletter/").content.decode()
     client.post(
@@ -247,15 +258,12 @@ def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(django_u
 
 
 @pytest.mark.django_db
-def test_view_only_staff_cannot_run_or_stop_a_flows_schedule_in_the_beat_admin(django_user_model):
+def test_view_only_staff_cannot_run_or_stop_a_flows_schedule_in_the_beat_admin():
     every = IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS)
     schedule = PeriodicTask.objects.create(
         name="dataflow:bobs-nightly", task="dataflow.tasks.flow_scheduled_run", interval=every, enabled=True
     )
-    viewer = django_user_model.objects.create_user("beat-viewer", password="pw-viewer-1", is_staff=True)
-    viewer.user_permissions.set(Permission.objects.filter(codename="view_periodictask"))
-    client = Client()
-    client.force_login(viewer)
+    client = _client_of("beat-viewer", Permission.objects.filter(codename="view_periodictask"), is_staff=True)
 
     page = client.get("/admin/django_celery_beat/periodictask/").content.decode()
     for action in ("enable_tasks", "disable_tasks", "toggle_tasks", "run_tasks"):

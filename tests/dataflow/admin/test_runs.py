@@ -8,20 +8,18 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
-from dataflow.models import (
-    DataFlow,
-    DeadLetter,
-    FlowRun,
-    MetricSample,
-    RunStatus,
-    SplitStatus,
-    WebhookDelivery,
+from dataflow.models import DeadLetter, FlowRun, SplitStatus
+from dataflow.services.flows import flow_start
+from tests.factories import (
+    AssignmentFactory,
+    DataFlowFactory,
+    DeadLetterFactory,
+    FlowRunFactory,
+    MetricSampleFactory,
+    SplitFactory,
+    WebhookDeliveryFactory,
 )
-from dataflow.services.flows import flow_apply, flow_start
-from tests.dataflow.admin.factories import AssignmentFactory, DeadLetterFactory, FlowRunFactory, SplitFactory
-from tests.helpers import spec, write_csv
 
 
 @pytest.fixture()
@@ -31,9 +29,7 @@ def reading_run(csv_flow) -> FlowRun:
     FlowRun.objects.filter(pk=run.pk).update(splits_pending=0)  # both splits are assigned
     SplitFactory(run=run, records_read=1_500_000, errors_count=2, position=500, status=SplitStatus.ASSIGNED)
     SplitFactory(run=run, records_read=500_000, status=SplitStatus.FINISHED, position=1000)
-    MetricSample.objects.create(
-        run=run, at=timezone.now(), records_read=2_000_000, records_per_s=12_345.6, lag=7
-    )
+    MetricSampleFactory(run=run, records_read=2_000_000, records_per_s=12_345.6, lag=7)
     return run
 
 
@@ -200,12 +196,6 @@ def test_a_file_split_shows_how_much_of_its_byte_range_was_read(admin_client, cs
     assert page.count('<td class="field-progress">—</td>') == 2
 
 
-def _second_flow(dirs, name: str) -> DataFlow:
-    write_csv(dirs.data / f"{name}.csv", range(3))
-    flow, _ = flow_apply(spec=spec(name, str(dirs.data / f"{name}.csv"), str(dirs.out / name)))
-    return flow
-
-
 def _list_queries(admin_client) -> tuple[int, str]:
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get("/admin/dataflow/dataflow/")
@@ -219,9 +209,13 @@ def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_f
 ):
     few, _ = _list_queries(admin_client)
     for i in range(4):
-        flow = _second_flow(dirs, f"more-{i}")
-        run = FlowRunFactory(flow=flow, status=RunStatus.FAILED, records_read=10 + i, errors_count=1)
-        FlowRun.objects.filter(pk=run.pk).update(finished_at=run.started_at + timedelta(seconds=90))
+        FlowRunFactory(
+            flow=DataFlowFactory(name=f"more-{i}"),
+            failed=True,
+            records_read=10 + i,
+            errors_count=1,
+            took=timedelta(seconds=90),
+        )
 
     many, page = _list_queries(admin_client)
 
@@ -235,7 +229,7 @@ def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_f
 @pytest.mark.django_db
 def test_the_flow_page_lists_its_latest_runs_only(admin_client, csv_flow, dirs):
     runs = [FlowRunFactory(flow=csv_flow) for _ in range(22)]
-    FlowRunFactory(flow=_second_flow(dirs, "other"))
+    FlowRunFactory()  # of another flow
 
     page = admin_client.get(f"/admin/dataflow/dataflow/{csv_flow.pk}/change/")
 
@@ -249,8 +243,7 @@ def test_the_flow_page_lists_its_latest_runs_only(admin_client, csv_flow, dirs):
 @pytest.mark.django_db
 def test_a_webhook_delivery_is_read_only_and_shows_its_url_masked(admin_client, csv_flow):
     run = FlowRunFactory(flow=csv_flow)
-    delivery = WebhookDelivery.objects.create(
-        flow=csv_flow,
+    delivery = WebhookDeliveryFactory(
         run=run,
         event="failed",
         url="https://bot:s3cret@hooks.example.com/x?token=abc",

@@ -7,7 +7,7 @@ import pytest
 
 from dataflow.models import DataFlow, FlowRun, Split, SplitStatus
 from dataflow.services.flows import flow_start
-from tests.dataflow.admin.factories import SplitFactory
+from tests.factories import SplitFactory
 
 
 def _steer(client, flow: DataFlow, action: str):

@@ -12,6 +12,7 @@ from dataflow.models import DataFlow
 from dataflow.services.flows import flow_apply
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.toml_export import flow_toml, spec_toml
+from tests.factories import DataFlowFactory
 
 IMPORT_URL = "/admin/dataflow/dataflow/import/"
 
@@ -145,16 +146,7 @@ def test_an_exported_flow_round_trips_through_the_validator(dirs):
 
 @pytest.mark.django_db
 def test_an_exported_secret_is_masked_and_kept_when_imported_back(admin_client, dirs):
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "stream-secret"},
-            "source": {"type": "redis_streams", "url": "redis://:s3cret@127.0.0.1:6379/7", "streams": "s:*"},
-            "format": {"type": "jsonl", "schema": "id BIGINT"},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "s")},
-            "stop": {"at": "latest"},
-        }
-    )
+    flow = DataFlowFactory(stream=True, stream_url="redis://:s3cret@127.0.0.1:6379/7")
 
     exported = admin_client.get(f"/admin/dataflow/dataflow/{flow.pk}/export/").content.decode()
     assert "s3cret" not in exported

@@ -6,7 +6,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from tests.dataflow.api.factories import FlowFactory, TokenFactory, UserFactory
+from tests.factories import DataFlowFactory, TokenFactory, UserFactory
 from tests.helpers import write_csv
 
 
@@ -70,9 +70,7 @@ def make_flow(dirs, csv_path, owner):
     """Makes a valid flow over ``csv_path`` (owned by ``owner`` unless told otherwise)."""
 
     def make(name: str = "orders", *, owner=owner, **fields):
-        return FlowFactory(
-            name=name, owner=owner, source_path=str(csv_path), sink_path=str(dirs.out / name), **fields
-        )
+        return DataFlowFactory(name=name, owner=owner, source_path=str(csv_path), **fields)
 
     return make
 

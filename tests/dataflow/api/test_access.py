@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from dataflow.models import DataFlow, FlowRun, RunStatus
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import DeadLetterFactory, RunFactory, UserFactory
+from tests.factories import PASSWORD, DeadLetterFactory, FlowRunFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -87,7 +87,7 @@ NOT_FOUND_DETAILS = {
 @pytest.fixture()
 def orders(make_flow):
     flow = make_flow("orders")
-    run = RunFactory(flow=flow, pk=1)
+    run = FlowRunFactory(flow=flow, pk=1)
     DeadLetterFactory(run=run, pk=1)
     return flow
 
@@ -152,7 +152,7 @@ def test_creating_needs_the_add_permission(body):
 def test_changing_or_acting_needs_the_change_permission(make_flow, method, path):
     user = UserFactory(perms=["add_dataflow", "delete_dataflow"])
     flow = make_flow("orders", owner=user)
-    DeadLetterFactory(run=RunFactory(flow=flow, pk=1), pk=1)
+    DeadLetterFactory(run=FlowRunFactory(flow=flow, pk=1), pk=1)
 
     response = getattr(client_of(user), method)(path, {"parallelism": 1}, format="json")
 
@@ -218,7 +218,7 @@ def test_a_token_from_the_command_opens_the_api(owner, flow):
 
 def test_a_token_for_a_username_and_password(anonymous, owner):
     response = anonymous.post(
-        "/api/auth/token/", {"username": owner.username, "password": "secret-pw"}, format="json"
+        "/api/auth/token/", {"username": owner.username, "password": PASSWORD}, format="json"
     )
     wrong = anonymous.post(
         "/api/auth/token/", {"username": owner.username, "password": "nope"}, format="json"

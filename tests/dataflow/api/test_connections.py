@@ -6,14 +6,13 @@ from __future__ import annotations
 import socket
 
 import pytest
-from django.contrib.auth.models import Group
 
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_resolve
 from source_support import addresses
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import ALL_FLOW_PERMS, ConnectionFactory, UserFactory
+from tests.factories import ALL_FLOW_PERMS, ConnectionFactory, GroupFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -56,6 +55,19 @@ def refused(response, field: str) -> str:
     assert response.status_code == 400, response.content
     assert field in response.json(), response.json()
     return response.json()[field][0]
+
+
+@pytest.fixture()
+def alices_flow(alice, loopback_allowed):
+    """alice's flow "mine", made through the API over her connection alice-redis; returns
+    the connection and her client."""
+    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    body = stream_flow(
+        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
+    )
+    api = client_of(alice)
+    assert api.post("/api/flows/", body, format="json").status_code == 201
+    return mine, api
 
 
 @pytest.mark.parametrize("streams", ["*", "bob:*", "bob:orders"])
@@ -122,7 +134,7 @@ def test_alice_sink_key_outside_her_connections_patterns_is_refused(alice, loopb
 
 
 def test_alice_uses_a_connection_granted_to_her_group_inside_its_patterns(alice, loopback_allowed):
-    team = Group.objects.create(name="team-a")
+    team = GroupFactory(name="team-a")
     alice.groups.add(team)
     ConnectionFactory(name="team-redis", key_patterns=["alice:*"], groups=[team])
     body = stream_flow(
@@ -139,26 +151,16 @@ def test_alice_uses_a_connection_granted_to_her_group_inside_its_patterns(alice,
     assert "url" not in response.json()["source"]
 
 
-def test_a_revoked_grant_stops_the_start_naming_the_connection(alice, loopback_allowed):
-    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
-    )
-    api = client_of(alice)
-    assert api.post("/api/flows/", body, format="json").status_code == 201
+def test_a_revoked_grant_stops_the_start_naming_the_connection(alice, alices_flow):
+    mine, api = alices_flow
     mine.users.remove(alice)
 
     reason = refused(api.post("/api/flows/mine/start/"), "source.connection")
     assert "no connection named 'alice-redis'" in reason
 
 
-def test_a_deleted_connection_stops_the_start(alice, loopback_allowed):
-    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
-    )
-    api = client_of(alice)
-    assert api.post("/api/flows/", body, format="json").status_code == 201
+def test_a_deleted_connection_stops_the_start(alices_flow):
+    _, api = alices_flow
     client_of(connection_staff()).delete("/api/connections/alice-redis/")
 
     refused(api.post("/api/flows/mine/start/"), "source.connection")
@@ -307,15 +309,7 @@ def test_the_openapi_schema_lists_the_connections_endpoint(alice):
     assert "/api/connections/{name}/" in schema["paths"]
 
 
-def test_staff_editing_alices_flow_are_held_to_alices_rules(alice, loopback_allowed):
-    ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
-    body = stream_flow(
-        "mine",
-        {"streams": "alice:in", "connection": "alice-redis"},
-        key="alice:out",
-        connection="alice-redis",
-    )
-    assert client_of(alice).post("/api/flows/", body, format="json").status_code == 201
+def test_staff_editing_alices_flow_are_held_to_alices_rules(alices_flow):
     staff = client_of(connection_staff())
 
     response = staff.patch(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataflow.models import DeadLetter, FlowRun, RunStatus, Split, SplitStatus
+from dataflow.models import DeadLetter, FlowRun, RunStatus, SplitStatus
 from dataflow.services.flows import flow_start
-from tests.dataflow.api.factories import DeadLetterFactory, RunFactory
+from tests.factories import DeadLetterFactory, FlowRunFactory, SplitFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -16,12 +16,9 @@ pytestmark = pytest.mark.django_db
 def letters(flow, csv_path):
     """A succeeded run of ``flow`` over ``csv_path`` with two dead letters, and an older
     run with one."""
-    older = RunFactory(flow=flow)
-    run = RunFactory(flow=flow)
-    split_id = f"{csv_path}@0"
-    Split.objects.create(
-        run=run, split_id=split_id, payload={"path": str(csv_path)}, status=SplitStatus.FINISHED
-    )
+    older = FlowRunFactory(flow=flow)
+    run = FlowRunFactory(flow=flow)
+    split_id = SplitFactory(run=run, path=str(csv_path), status=SplitStatus.FINISHED).split_id
     return {
         "run": run,
         "older": older,
@@ -69,7 +66,7 @@ def test_dead_letters_are_discarded_by_ids_or_by_run(api, flow, letters):
 
 def test_discarding_what_is_not_the_flows_is_refused(api, flow, letters, make_flow):
     other = make_flow("other")
-    foreign = DeadLetterFactory(run=RunFactory(flow=other))
+    foreign = DeadLetterFactory(run=FlowRunFactory(flow=other))
 
     unknown = api.post(f"/api/flows/{flow.name}/dead-letters/discard/", {"ids": [foreign.pk]}, format="json")
     nothing = api.post(f"/api/flows/{flow.name}/dead-letters/discard/", {}, format="json")

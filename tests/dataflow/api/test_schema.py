@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from dataflow.services.flows import flow_start
-from tests.dataflow.api.factories import ConnectionFactory, DeadLetterFactory, TokenFactory, UserFactory
+from tests.factories import ConnectionFactory, DeadLetterFactory, TokenFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -49,6 +49,7 @@ def api_schema(db, dirs):
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
+@pytest.mark.slow
 @schema.parametrize()
 @settings(
     max_examples=10,

@@ -10,7 +10,7 @@ from dataflow.models import DataFlow
 from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
 from tests.dataflow.api.conftest import client_of
-from tests.dataflow.api.factories import UserFactory
+from tests.factories import DataFlowFactory, UserFactory
 from tests.helpers import spec, write_csv
 
 pytestmark = pytest.mark.django_db
@@ -33,10 +33,7 @@ def bobs_flow(dirs, bob):
     write_csv(dirs.data / "bob" / "b.csv", range(5))
     (dirs.out / "bob-flow").mkdir()
     (dirs.out / "bob-flow" / "part-0.csv").write_text("id\n1\n")
-    flow, _ = flow_apply(
-        spec=spec("bob-flow", str(dirs.data / "bob" / "*.csv"), str(dirs.out / "bob-flow")), owner=bob
-    )
-    return flow
+    return DataFlowFactory(name="bob-flow", owner=bob, source_path=str(dirs.data / "bob" / "*.csv"))
 
 
 @pytest.fixture()
@@ -89,7 +86,7 @@ def test_alice_cannot_write_into_bobs_source_directory(dirs, alice, bobs_flow, a
 
 
 def test_alice_cannot_patch_her_flow_onto_bobs_sink(dirs, alice, bobs_flow, alices_input):
-    flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+    DataFlowFactory(name="alice-flow", owner=alice, source_path=alices_input)
 
     response = client_of(alice).patch(
         "/api/flows/alice-flow/", {"sink": {"path": str(dirs.out / "bob-flow")}}, format="json"
@@ -101,7 +98,7 @@ def test_alice_cannot_patch_her_flow_onto_bobs_sink(dirs, alice, bobs_flow, alic
 
 def test_the_operator_cannot_apply_alices_flow_onto_bobs_sink(dirs, alice, bobs_flow, alices_input):
     """``applyflows`` as the operator holds an existing flow to its owner's rules."""
-    flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+    DataFlowFactory(name="alice-flow", owner=alice, source_path=alices_input)
 
     with pytest.raises(ConfigError) as caught:
         flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "bob-flow")))
@@ -110,7 +107,7 @@ def test_the_operator_cannot_apply_alices_flow_onto_bobs_sink(dirs, alice, bobs_
 
 
 def test_a_flow_made_before_the_rule_is_refused_at_start(dirs, alice, bobs_flow, alices_input):
-    flow, _ = flow_apply(spec=spec("alice-flow", alices_input, str(dirs.out / "alice-flow")), owner=alice)
+    flow = DataFlowFactory(name="alice-flow", owner=alice, source_path=alices_input)
     DataFlow.objects.filter(pk=flow.pk).update(sink_config={"path": str(dirs.out / "bob-flow")})
     flow.refresh_from_db()
 
@@ -122,7 +119,7 @@ def test_a_flow_made_before_the_rule_is_refused_at_start(dirs, alice, bobs_flow,
 
 
 def test_alice_may_chain_her_own_flows(dirs, alice, alices_input):
-    flow_apply(spec=spec("alice-first", alices_input, str(dirs.out / "alice-first")), owner=alice)
+    DataFlowFactory(name="alice-first", owner=alice, source_path=alices_input)
 
     response = client_of(alice).post(
         "/api/flows/",
@@ -137,7 +134,12 @@ def test_alices_source_glob_over_the_output_root_does_not_block_bobs_sink(dirs, 
     """``out/*.csv`` reads files directly in out/, not bob's results in out/bob-flow: bob
     is not refused his sink because alice came first with a broad glob."""
     (dirs.out / "top.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
-    flow_apply(spec=spec("alice-top", str(dirs.out / "*.csv"), str(dirs.data / "alice-top")), owner=alice)
+    DataFlowFactory(
+        name="alice-top",
+        owner=alice,
+        source_path=str(dirs.out / "*.csv"),
+        sink_path=str(dirs.data / "alice-top"),
+    )
     (dirs.data / "b.csv").write_text("id,sensor,temperature\n1,a,1.0\n")
 
     response = client_of(bob).post(

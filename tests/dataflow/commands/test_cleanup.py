@@ -10,35 +10,36 @@ from django.utils import timezone
 
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, LandedBatch, Split
 from dataflow.services.cleanup import run_landing_dir
-from dataflow.services.flows import flow_apply
-from tests.helpers import spec
-
-
-def _flow(dirs, name: str) -> DataFlow:
-    flow, _ = flow_apply(spec=spec(name, str(dirs.data), str(dirs.out / name)))
-    return flow
+from tests.factories import (
+    AssignmentFactory,
+    DataFlowFactory,
+    DeadLetterFactory,
+    FlowRunFactory,
+    LandedBatchFactory,
+    SplitFactory,
+)
 
 
 def _run(flow: DataFlow, status: str, *, days_ago: float | None, landed_bytes: int = 0) -> FlowRun:
     """A run that ended ``days_ago`` (None: still active), with one split, one assignment,
     one dead letter and, if asked, a landed file of ``landed_bytes``."""
     finished = None if days_ago is None else timezone.now() - timedelta(days=days_ago)
-    run = FlowRun.objects.create(flow=flow, status=status, finished_at=finished)
-    split = Split.objects.create(run=run, split_id="/d/a.csv@0", payload={}, status="finished")
-    Assignment.objects.create(split=split, subtask=0, reader_token="t", start_position=0)
-    DeadLetter.objects.create(flow=flow, run=run, split_id="/d/a.csv@0", position=3, raw="x", error="bad")
+    run = FlowRunFactory(flow=flow, status=status, finished_at=finished)
+    split = SplitFactory(run=run, status="finished")
+    AssignmentFactory(split=split)
+    DeadLetterFactory(run=run, split_id=split.split_id)
     if landed_bytes:
         path = run_landing_dir(run) / "0123" / "00000000000000000000.parquet"
         path.parent.mkdir(parents=True)
         path.write_bytes(b"p" * landed_bytes)
-        LandedBatch.objects.create(split=split, start_position=0, end_position=9, path=str(path), records=1)
+        LandedBatchFactory(split=split, path=str(path))
     return run
 
 
 @pytest.fixture()
 def history(dirs):
     """Two flows' runs: what the default retention (7 days) removes and what it keeps."""
-    a, b, c, d = (_flow(dirs, name) for name in "abcd")
+    a, b, c, d = (DataFlowFactory(name=name) for name in "abcd")
     runs = {
         "old_stopped": _run(a, "stopped", days_ago=30, landed_bytes=100),  # later runs exist
         "old_failed": _run(a, "failed", days_ago=20, landed_bytes=1000),
@@ -102,7 +103,7 @@ def test_cleanup_older_than_overrides_the_retention(history, capsys):
 
 @pytest.mark.django_db
 def test_a_stopped_run_that_a_later_run_replaced_cannot_be_resumed_and_its_files_go(dirs, capsys):
-    flow = _flow(dirs, "a")
+    flow = DataFlowFactory(name="a")
     stopped = _run(flow, "stopped", days_ago=30, landed_bytes=10)
     _run(flow, "failed", days_ago=20)  # resume now refuses: the latest run did not stop
 
@@ -114,7 +115,7 @@ def test_a_stopped_run_that_a_later_run_replaced_cannot_be_resumed_and_its_files
 
 @pytest.mark.django_db
 def test_cleanup_never_removes_through_a_symlink_out_of_the_landing_root(dirs, tmp_path, capsys):
-    run = _run(_flow(dirs, "a"), "failed", days_ago=30)
+    run = _run(DataFlowFactory(name="a"), "failed", days_ago=30)
     _run(run.flow, "failed", days_ago=29)  # the latest run of the flow
     outside = tmp_path / "precious"
     outside.mkdir()

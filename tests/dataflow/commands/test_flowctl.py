@@ -19,8 +19,8 @@ from django.core.management import CommandError, call_command
 from dataflow.models import DataFlow, FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.specs import flow_spec_of
-from tests.dataflow.api.factories import ConnectionFactory, UserFactory
 from tests.e2e.fleet import ROOT, fleet_env
+from tests.factories import ConnectionFactory, DataFlowFactory, UserFactory
 from tests.helpers import SCHEMA, spec, write_csv
 
 pytestmark = pytest.mark.django_db
@@ -39,8 +39,7 @@ def _json(*args: str):
 @pytest.fixture()
 def flow(dirs) -> DataFlow:
     write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("meters", str(dirs.data), str(dirs.out / "sink")))
-    return flow
+    return DataFlowFactory(name="meters")
 
 
 def test_start_pause_status_resume_and_stop_steer_the_flow(flow):
@@ -161,8 +160,10 @@ def test_export_writes_paths_under_the_base_dir_relative_so_it_applies_in_anothe
     settings.DATAFLOW_ALLOWED_ROOTS = [*settings.DATAFLOW_ALLOWED_ROOTS, elsewhere]
     (dirs.data / "orders").mkdir()
     write_csv(dirs.data / "orders" / "a.csv", range(10))
-    flow_apply(spec=spec("orders", str(dirs.data / "orders" / "*.csv"), str(dirs.out / "orders")))
-    flow_apply(spec=spec("shared", str(dirs.data), str(elsewhere / "shared")))
+    DataFlowFactory(
+        name="orders", source_path=str(dirs.data / "orders" / "*.csv"), sink_path=str(dirs.out / "orders")
+    )
+    DataFlowFactory(name="shared", sink_path=str(elsewhere / "shared"))
 
     text = _flowctl("export", "orders")
     assert tomllib.loads(text)["source"]["path"] == "data/orders/*.csv"
@@ -186,14 +187,13 @@ def test_export_writes_paths_under_the_base_dir_relative_so_it_applies_in_anothe
 
 def test_an_export_with_masked_secrets_applied_back_keeps_the_stored_secret(dirs, tmp_path, prefix):
     url = "redis://:s3cret@127.0.0.1:6379/6"
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": "orders"},
-            "source": {"type": "redis_streams", "streams": f"{prefix}orders:*", "url": url},
-            "format": {"type": "fields", "schema": "id BIGINT"},
-            "transform": {"sql": "SELECT id FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
-        }
+    flow = DataFlowFactory(
+        name="orders",
+        stream=True,
+        streams=f"{prefix}orders:*",
+        stream_url=url,
+        schema="id BIGINT",
+        sql="SELECT id FROM source",
     )
     text = _flowctl("export", "orders")
     assert "s3cret" not in text and "redis://:****@127.0.0.1:6379/6" in text

@@ -6,7 +6,6 @@ read with pandas as a user would. The refusals need only the database.
 
 from __future__ import annotations
 
-import factory
 import pandas as pd
 import pytest
 
@@ -15,12 +14,15 @@ from dataflow.services.dead_letters import dead_letters_discard, dead_letters_re
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from source_support.errors import ConfigError
+from tests.factories import DataFlowFactory, DeadLetterFactory, FlowRunFactory
 from tests.helpers import Beat, run_flow, wait_for_run
 
 #: temperature is read as a whole number: the rows with a decimal one are dead letters.
 STRICT = "id BIGINT, sensor STRING, temperature BIGINT"
 FIXED = "id BIGINT, sensor STRING, temperature DOUBLE"
 BAD_IDS = (3, 9, 15)
+#: The flow's transform: the temperature as the sink keeps it, whatever the schema read.
+AS_DOUBLE = "SELECT id, sensor, CAST(temperature AS DOUBLE) AS temperature FROM source"
 
 
 def _readings(path) -> dict[int, tuple[str, float]]:
@@ -38,9 +40,7 @@ def _doc(dirs, schema: str = STRICT, sql: str | None = None) -> dict:
         "flow": {"name": "readings", "parallelism": 2, "poll_interval_ms": 50, "skip_errors": True},
         "source": {"type": "files", "path": str(dirs.data / "*.csv")},
         "format": {"type": "csv", "schema": schema},
-        "transform": {
-            "sql": sql or "SELECT id, sensor, CAST(temperature AS DOUBLE) AS temperature FROM source"
-        },
+        "transform": {"sql": sql or AS_DOUBLE},
         "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
     }
 
@@ -114,23 +114,21 @@ def test_a_replay_of_some_ids_leaves_the_others(first_run, dirs):
 # Refusals and bookkeeping, without a worker.
 
 
-class DeadLetterFactory(factory.django.DjangoModelFactory):
-    class Meta:
-        model = DeadLetter
-
-    split_id = factory.Sequence(lambda n: f"/data/a.csv@{n}")
-    position = factory.Sequence(lambda n: 100 + n)
-    raw = "7,s1,21.5"
-    error = "column 3 'temperature': invalid value '21.5' for BIGINT"
-
-
 @pytest.fixture()
 def letters(dirs, db):
-    """A flow with a succeeded run that left 3 dead letters (rows written by hand)."""
+    """The flow of ``_doc`` with a succeeded run that left 3 dead letters (rows written by hand)."""
     _readings(dirs.data / "readings.csv")
-    flow, _ = flow_apply(spec=_doc(dirs))
-    run = FlowRun.objects.create(flow=flow, status=RunStatus.SUCCEEDED, spec={})
-    return flow, run, DeadLetterFactory.create_batch(3, flow=flow, run=run)
+    flow = DataFlowFactory(
+        name="readings",
+        parallelism=2,
+        skip_errors=True,
+        source_path=str(dirs.data / "*.csv"),
+        schema=STRICT,
+        sql=AS_DOUBLE,
+        sink_path=str(dirs.out / "sink"),
+    )
+    run = FlowRunFactory(flow=flow)
+    return flow, run, DeadLetterFactory.create_batch(3, run=run)
 
 
 def test_discard_deletes_the_dead_letters_named_or_of_a_run(letters):
@@ -143,8 +141,7 @@ def test_discard_deletes_the_dead_letters_named_or_of_a_run(letters):
 
 def test_ids_of_another_flow_are_refused_by_name(letters, dirs):
     flow, _, _ = letters
-    other, _ = flow_apply(spec={**_doc(dirs), "flow": {"name": "other"}})
-    theirs = DeadLetterFactory(flow=other, run=FlowRun.objects.create(flow=other, spec={}))
+    theirs = DeadLetterFactory(run__flow__name="other")
 
     for action in (dead_letters_discard, dead_letters_replay):
         with pytest.raises(ConfigError, match=rf"ids: {theirs.pk} are not dead letters of flow 'readings'"):
@@ -180,7 +177,7 @@ def test_a_replay_into_an_aggregate_is_refused(letters, dirs):
 
 def test_dead_letters_of_a_run_whose_rows_a_later_run_replaced_are_refused(letters):
     flow, run, _ = letters
-    later = FlowRun.objects.create(flow=flow, status=RunStatus.SUCCEEDED, spec={})
+    later = FlowRunFactory(flow=flow)
 
     with pytest.raises(
         ConfigError, match=rf"run: the dead letters of run {run.pk} .*run {later.pk} wrote it"

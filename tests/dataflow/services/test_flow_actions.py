@@ -22,19 +22,17 @@ from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_apply, flow_pause, flow_restart, flow_resume, flow_start, flow_stop
 from dataflow.services.runs.tick import run_tick
 from source_support.coordination import Mark
-from tests.e2e.streams_helpers import Producer, sink_ids, stream_spec, what_differs
-from tests.helpers import Beat, live, multiset, read_parquet_rows, spec, wait_for_run, wait_until, write_csv
+from tests.e2e.streams_helpers import Producer, quick_stream_intervals, sink_ids, stream_spec, what_differs
+from tests.factories import DataFlowFactory
+from tests.helpers import Beat, live, multiset, read_parquet_rows, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture()
 def quick(settings, worker):
-    """Short checkpoint, transform lease and transform slice intervals."""
-    settings.DATAFLOW_CHECKPOINT_SECONDS = 1
-    settings.DATAFLOW_METRICS_SECONDS = 1
-    settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 6
-    settings.DATAFLOW_STREAM_SLICE_SECONDS = 10
+    """The in-process worker, with short stream intervals (``quick_stream_intervals``)."""
+    quick_stream_intervals(settings)
     return worker
 
 
@@ -97,6 +95,7 @@ class ReaderSlices:
         return held
 
 
+@pytest.mark.slow
 def test_a_paused_flow_reads_nothing_until_resumed_then_every_record_once(quick, dirs, rds, prefix):
     producer = Producer(rds, prefix)
     producer.write(200)
@@ -126,6 +125,7 @@ def test_a_paused_flow_reads_nothing_until_resumed_then_every_record_once(quick,
     assert sink_ids(sink) == Counter(producer.sent), what_differs(sink, producer.sent, run)
 
 
+@pytest.mark.slow
 def test_a_paused_run_that_was_stopped_reads_again_once_resumed(quick, dirs, rds, prefix):
     producer = Producer(rds, prefix)
     producer.write(100)
@@ -163,9 +163,7 @@ def test_restart_only_failed_reads_the_fixed_split_again_and_every_row_once(work
     for name, ids in (("a", range(0, 500)), ("b", range(500, 1000)), ("d", range(1500, 2000))):
         sent += write_csv(dirs.data / f"{name}.csv", ids)
     sent += _bad_line(dirs.data / "c.csv", range(1000, 1500), bad_id=1300)
-    flow, _ = flow_apply(
-        spec=spec("fixed", str(dirs.data), str(dirs.out / "sink"), batch_size=100, parallelism=2)
-    )
+    flow = DataFlowFactory(batch_size=100, parallelism=2, sink_path=str(dirs.out / "sink"))
     with Beat():
         run = wait_for_run(flow_start(flow=flow))
         assert run.status == RunStatus.FAILED and "c.csv line 302" in run.message, run.message
@@ -196,7 +194,7 @@ def test_restart_of_a_running_flow_stops_its_run_and_starts_a_new_one(worker, di
     sent = []
     for i in range(4):
         sent += write_csv(dirs.data / f"{i}.csv", range(i * 100, (i + 1) * 100))
-    flow, _ = flow_apply(spec=spec("again", str(dirs.data), str(dirs.out / "sink"), parallelism=2))
+    flow = DataFlowFactory(parallelism=2, sink_path=str(dirs.out / "sink"))
     with Beat():
         first = flow_start(flow=flow)
         flow_pause(flow=flow)  # so it is surely still running when restarted

@@ -7,14 +7,15 @@ from django_celery_beat.models import PeriodicTask
 
 from dataflow.models import DataFlow, FlowRun, RunStatus
 from dataflow.services.cleanup import run_landing_dir
-from dataflow.services.flows import flow_apply, flow_delete, flow_start
+from dataflow.services.flows import flow_delete, flow_start
 from dataflow.services.runs.tick import flow_tick
-from tests.helpers import spec, write_csv
+from tests.factories import DataFlowFactory
+from tests.helpers import write_csv
 
 
 def _running_flow(dirs, name: str) -> tuple[DataFlow, FlowRun]:
     write_csv(dirs.data / f"{name}.csv", range(10))
-    flow, _ = flow_apply(spec=spec(name, str(dirs.data / f"{name}.csv"), str(dirs.out / name)))
+    flow = DataFlowFactory(name=name, source_path=str(dirs.data / f"{name}.csv"))
     return flow, flow_start(flow=flow)
 
 

@@ -14,16 +14,14 @@ from dataflow.models import FlowRun, FlowStatus, RunStatus
 from dataflow.selectors import flow_overview, flow_runs
 from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
+from tests.factories import DataFlowFactory
 from tests.helpers import spec
 
 pytestmark = pytest.mark.django_db
 
 
 def json_flow(dirs, name="cars", **format_options):
-    doc = spec(name, str(dirs.data), str(dirs.out / "sink"))
-    doc["format"] = {"type": "json", **format_options}
-    flow, _ = flow_apply(spec=doc)
-    return flow
+    return DataFlowFactory(name=name, format={"type": "json", **format_options})
 
 
 def test_an_inference_that_fails_is_a_failed_run_with_the_file_and_reason(dirs, admin_user):
@@ -76,8 +74,7 @@ def test_flowctl_validate_reports_an_inference_that_fails(dirs):
 
 def test_flowctl_validate_reports_a_header_without_a_schema_column(dirs):
     (dirs.data / "a.csv").write_text("id,sensor\n1,a\n")
-    doc = spec("meters", str(dirs.data), str(dirs.out / "sink"))
-    flow_apply(spec=doc)
+    DataFlowFactory(name="meters")
 
     with pytest.raises(
         CommandError, match="format.schema: does not fit .*a.csv: its header lacks the column temperature"

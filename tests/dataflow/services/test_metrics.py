@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from dataflow.models import FlowRun, MetricSample, SplitStatus
-from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.flows import flow_start
 from dataflow.services.metrics import metrics_sample
-from tests.dataflow.admin.factories import SplitFactory
-from tests.helpers import spec, write_csv
+from tests.factories import DataFlowFactory, SplitFactory
+from tests.helpers import write_csv
 
 
 @pytest.mark.django_db
@@ -18,8 +18,7 @@ def test_a_runs_first_sample_measures_records_per_second_since_the_run_started(d
     """A run shorter than one sample interval has one sample: its rate is what the run read
     per second, not 0 (which the dashboard drew as a ramp from 0)."""
     write_csv(dirs.data / "a.csv", range(10))
-    flow, _ = flow_apply(spec=spec("short", str(dirs.data / "a.csv"), str(dirs.out / "short")))
-    run = flow_start(flow=flow)
+    run = flow_start(flow=DataFlowFactory(source_path=str(dirs.data / "a.csv")))
     FlowRun.objects.filter(pk=run.pk).update(started_at=run.started_at - timedelta(seconds=4))
     run.refresh_from_db()
     SplitFactory(run=run, records_read=8_000, status=SplitStatus.FINISHED, position=1000)

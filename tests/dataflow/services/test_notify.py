@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import logging
 import socket
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +21,8 @@ from dataflow.services.runs.finish import run_finish
 from dataflow.services.specs import flow_spec_of
 from source_support import addresses
 from source_support.errors import ConfigError
-from tests.helpers import spec, wait_until, write_csv
+from tests.factories import FlowRunFactory, WebhookDeliveryFactory
+from tests.helpers import logs_of, spec, wait_until, write_csv
 
 
 @dataclass
@@ -89,12 +89,9 @@ def quick_retries(settings):
 
 @pytest.fixture()
 def notify_log(caplog):
-    """What the notify service logs (the "dataflow" loggers do not propagate to caplog's)."""
-    logger = logging.getLogger("dataflow.services.notify")
-    logger.addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger=logger.name):
+    """What the notify service logs."""
+    with logs_of(caplog, "dataflow.services.notify"):
         yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _flow_spec(dirs, notify: dict | None) -> dict:
@@ -103,12 +100,6 @@ def _flow_spec(dirs, notify: dict | None) -> dict:
     if notify is not None:
         doc["notify"] = notify
     return doc
-
-
-def _run_of(dirs, notify: dict | None) -> FlowRun:
-    """An active run of a flow with ``[notify]``; the tests end it themselves."""
-    flow, _ = flow_apply(spec=_flow_spec(dirs, notify))
-    return FlowRun.objects.create(flow=flow, spec={"name": flow.name}, records_read=0)
 
 
 def _delivery_over(run: FlowRun) -> WebhookDelivery:
@@ -121,7 +112,7 @@ def _delivery_over(run: FlowRun) -> WebhookDelivery:
 
 def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dirs, receiver, quick_retries):
     receiver.answers = [500, 200]
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
 
     run_finish(run=run, status=RunStatus.FAILED, message="split failed: bad record")
 
@@ -140,7 +131,7 @@ def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dir
     assert call.headers["Content-Type"] == "application/json"
     run.refresh_from_db()
     assert call.body == {
-        "flow": "hooked",
+        "flow": run.flow.name,
         "run": run.pk,
         "event": "run.failed",
         "status": "failed",
@@ -156,7 +147,7 @@ def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dir
 
 def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quick_retries):
     receiver.answers = [404]
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 
@@ -168,7 +159,7 @@ def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quic
 
 def test_a_host_no_longer_allowed_is_not_called(worker, dirs, receiver, quick_retries, settings):
     receiver.answers = [200]
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
     settings.DATAFLOW_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.com"]  # changed after the flow was saved
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
@@ -204,12 +195,11 @@ def test_webhook_hosts_can_be_limited_to_a_list(dirs, settings, host, allowed):
 
 def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs, receiver, quick_retries):
     receiver.answers = [200]
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
     # As if the broker was down when the run ended: the delivery is recorded, no task runs.
-    lost = WebhookDelivery.objects.create(flow=run.flow, run=run, event="run.failed", url=receiver.url)
+    lost = WebhookDeliveryFactory(run=run, url=receiver.url)
     WebhookDelivery.objects.filter(pk=lost.pk).update(created_at=timezone.now() - timedelta(hours=1))
-    recent_run = FlowRun.objects.create(flow=run.flow, spec={"name": run.flow.name}, status=RunStatus.FAILED)
-    WebhookDelivery.objects.create(flow=run.flow, run=recent_run, event="run.failed", url=receiver.url)
+    WebhookDeliveryFactory(run__flow=run.flow, url=receiver.url)  # of a run that failed just now
 
     assert webhook_deliveries_resume() == 1
 
@@ -228,7 +218,9 @@ def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_u
     worker, dirs, quick_retries, settings
 ):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
-    run = _run_of(dirs, {"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"})
+    run = FlowRunFactory(
+        running=True, flow__notify={"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"}
+    )
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 
@@ -238,7 +230,7 @@ def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_u
 
 
 def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver, quick_retries):
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
     _delivery_over(run)
     # Active again (as a restart of its failed splits makes it), then failed again.
@@ -254,7 +246,7 @@ def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver
 
 def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, quick_retries):
     receiver.go_on.clear()  # the receiver takes the call and answers only when told
-    run = _run_of(dirs, {"webhook": receiver.url})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 
@@ -271,7 +263,7 @@ def test_credentials_in_the_url_go_as_basic_auth_and_never_into_the_log(
 ):
     receiver.answers = [403]
     url = receiver.url.replace("http://", "http://hook%40user:s3cret@") + "?token=t0ps3cret"
-    run = _run_of(dirs, {"webhook": url, "on": ["stopped"]})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": url, "on": ["stopped"]})
 
     run_finish(run=run, status=RunStatus.STOPPED, message="stopped by request")
 
@@ -285,7 +277,7 @@ def test_credentials_in_the_url_go_as_basic_auth_and_never_into_the_log(
 
 @pytest.mark.django_db
 def test_an_outcome_not_listed_in_on_calls_nothing(dirs, receiver):
-    run = _run_of(dirs, {"webhook": receiver.url, "on": ["failed"]})
+    run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url, "on": ["failed"]})
 
     run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=10)
 
@@ -294,7 +286,7 @@ def test_an_outcome_not_listed_in_on_calls_nothing(dirs, receiver):
 
 @pytest.mark.django_db
 def test_a_flow_without_notify_records_no_delivery(dirs):
-    run = _run_of(dirs, None)
+    run = FlowRunFactory(running=True)
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 
@@ -373,26 +365,29 @@ def test_an_internal_webhook_the_allow_list_names_is_taken(dirs, settings):
 
 
 class RebindingResolver:
-    """A DNS server that answers a public address to the first query and loopback after
-    (DNS rebinding). A stand-in for DNS, which the tests may not query."""
+    """A DNS server that answers a public address to the first ``public_answers`` queries
+    and loopback after (DNS rebinding). A stand-in for DNS, which the tests may not query."""
 
-    def __init__(self):
+    def __init__(self, public_answers: int):
+        self.public_answers = public_answers
         self.queries = 0
 
     def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
         self.queries += 1
-        address = "93.184.216.34" if self.queries == 1 else "127.0.0.1"
+        address = "93.184.216.34" if self.queries <= self.public_answers else "127.0.0.1"
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
 
 
 def test_a_webhook_whose_name_rebinds_to_loopback_is_not_called(
     worker, dirs, receiver, quick_retries, settings, monkeypatch
 ):
-    resolver = RebindingResolver()
+    resolver = RebindingResolver(public_answers=2)
     monkeypatch.setattr(addresses, "getaddrinfo", resolver)
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = []  # the receiver's loopback is not allowed
-    run = _run_of(dirs, {"webhook": f"http://rebind.example:{receiver.port}/hooks/flows"})
-    assert resolver.queries == 1  # checked when the flow was saved: a public address
+    run = FlowRunFactory(
+        running=True, flow__notify={"webhook": f"http://rebind.example:{receiver.port}/hooks/flows"}
+    )
+    assert resolver.queries == 2  # checked when the flow was saved and as its run started: public
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 

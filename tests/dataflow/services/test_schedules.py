@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import logging
 
 import pytest
 from django_celery_beat.models import PeriodicTask
@@ -15,7 +14,7 @@ from dataflow.models import FlowRun, RunStatus
 from dataflow.services.flows import flow_apply, flow_delete, flow_run_scheduled, flow_start
 from dataflow.services.specs import flow_spec_of
 from source_support.errors import ConfigError
-from tests.helpers import spec, write_csv
+from tests.helpers import logs_of, spec, write_csv
 
 
 @pytest.fixture()
@@ -29,12 +28,9 @@ def nightly(dirs) -> dict:
 
 @pytest.fixture()
 def schedule_log(caplog):
-    """What the schedules service logs (the "dataflow" loggers do not propagate to caplog's)."""
-    logger = logging.getLogger("dataflow.services.schedules")
-    logger.addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger=logger.name):
+    """What the schedules service logs."""
+    with logs_of(caplog, "dataflow.services.schedules"):
         yield caplog
-    logger.removeHandler(caplog.handler)
 
 
 def _with_schedule(doc: dict, schedule: dict | None) -> dict:

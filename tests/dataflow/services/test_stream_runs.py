@@ -1,7 +1,7 @@
 """The services of unbounded runs: checkpoints, restore, offsets, backpressure, metrics.
 
-Runs are made with the real services (``flow_apply``, ``flow_start``) over a real Redis
-stream; splits are moved by hand where a test needs a reader's commits.
+Runs are made with the real services (``flow_apply`` through the factory, ``flow_start``)
+over a real Redis stream; splits are moved by hand where a test needs a reader's commits.
 """
 
 from __future__ import annotations
@@ -17,15 +17,27 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from connectors.redis_streams.split import encode_id
-from dataflow.models import Checkpoint, FlowRun, LandedBatch, MetricSample, RunStatus, Split, SplitStatus
+from dataflow.models import (
+    Checkpoint,
+    DataFlow,
+    FlowRun,
+    LandedBatch,
+    MetricSample,
+    RunStatus,
+    Split,
+    SplitStatus,
+)
 from dataflow.services.checkpoints import checkpoint_take
 from dataflow.services.context import coordinator_for, landing_zone, run_key, source_for
 from dataflow.services.errors import FlowStateError
-from dataflow.services.flows import flow_apply, flow_rescale, flow_restore, flow_start, flow_stop
+from dataflow.services.flows import flow_rescale, flow_restore, flow_start, flow_stop
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
 from dataflow.services.streams.tick import run_backpressure
 from source_support.errors import ConfigError
+from tests.factories import DataFlowFactory, LandedBatchFactory
+
+FIELDS = "id BIGINT, amount DOUBLE"
 
 
 @pytest.fixture()
@@ -40,17 +52,10 @@ def topic(rds):
         rds.delete(key)
 
 
-def _flow(topic: str, dirs, **flow_fields):
-    flow, _ = flow_apply(
-        spec={
-            "flow": {"name": f"s-{topic}", "parallelism": 2, **flow_fields},
-            "source": {"type": "redis_streams", "streams": f"{topic}:*"},
-            "format": {"type": "fields", "schema": "id BIGINT, amount DOUBLE"},
-            "transform": {"sql": "SELECT * FROM source"},
-            "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
-        }
-    )
-    return flow
+@pytest.fixture()
+def flow(topic, dirs) -> DataFlow:
+    """An unbounded flow over the topic's streams."""
+    return DataFlowFactory(stream=True, streams=f"{topic}:*", schema=FIELDS, parallelism=2)
 
 
 def _read(run: FlowRun, split_id: str, entry_id: str) -> Split:
@@ -73,8 +78,7 @@ def _read(run: FlowRun, split_id: str, entry_id: str) -> Split:
 
 
 @pytest.fixture()
-def stopped_run(topic, dirs):
-    flow = _flow(topic, dirs)
+def stopped_run(topic, dirs, flow):
     run = flow_start(flow=flow)
     _read(run, f"{topic}:0", "1002-0")
     _read(run, f"{topic}:1", "1001-0")
@@ -83,9 +87,9 @@ def stopped_run(topic, dirs):
 
 
 @pytest.mark.django_db
-def test_a_checkpoint_holds_every_split_position_and_the_enumerator_state(topic, dirs, settings):
+def test_a_checkpoint_holds_every_split_position_and_the_enumerator_state(topic, dirs, settings, flow):
     settings.DATAFLOW_CHECKPOINTS_KEPT = 2
-    run = flow_start(flow=_flow(topic, dirs))
+    run = flow_start(flow=flow)
     _read(run, f"{topic}:0", "1002-0")
 
     first = checkpoint_take(run=run)
@@ -100,8 +104,7 @@ def test_a_checkpoint_holds_every_split_position_and_the_enumerator_state(topic,
 
 
 @pytest.mark.django_db
-def test_restore_starts_a_new_run_from_the_chosen_checkpoint(topic, dirs):
-    flow = _flow(topic, dirs)
+def test_restore_starts_a_new_run_from_the_chosen_checkpoint(topic, dirs, flow):
     run = flow_start(flow=flow)
     _read(run, f"{topic}:0", "1001-0")
     older = checkpoint_take(run=run)
@@ -122,8 +125,7 @@ def test_restore_starts_a_new_run_from_the_chosen_checkpoint(topic, dirs):
 
 
 @pytest.mark.django_db
-def test_restore_is_refused_while_the_flow_runs_or_without_a_checkpoint(topic, dirs):
-    flow = _flow(topic, dirs)
+def test_restore_is_refused_while_the_flow_runs_or_without_a_checkpoint(topic, dirs, flow):
     with pytest.raises(FlowStateError, match="no a checkpoint|no checkpoint|has no"):
         flow_restore(flow=flow)
     run = flow_start(flow=flow)
@@ -198,12 +200,14 @@ def test_flowctl_offsets_prints_json_for_scripts(stopped_run, topic):
 
 @pytest.mark.django_db
 def test_readers_pause_while_too_much_waits_for_the_transform(topic, dirs):
-    flow = _flow(topic, dirs, backpressure_records=1000)
+    flow = DataFlowFactory(
+        stream=True, streams=f"{topic}:*", schema=FIELDS, parallelism=2, backpressure_records=1000
+    )
     run = flow_start(flow=flow)
     split = _read(run, f"{topic}:0", "1004-0")
     coordinator = coordinator_for(run)
 
-    batch = LandedBatch.objects.create(split=split, start_position=0, end_position=1, path="/x", records=1500)
+    batch = LandedBatchFactory(split=split, records=1500)
     paused = run_backpressure(run=run, coordinator=coordinator)
     message = FlowRun.objects.get(pk=run.pk).message
     batch.records = 600  # the transform caught up, but not to half the limit
@@ -219,10 +223,10 @@ def test_readers_pause_while_too_much_waits_for_the_transform(topic, dirs):
 
 
 @pytest.mark.django_db
-def test_metrics_sample_the_run_and_each_split_with_rates_and_lag(topic, dirs, rds):
-    run = flow_start(flow=_flow(topic, dirs))
+def test_metrics_sample_the_run_and_each_split_with_rates_and_lag(topic, dirs, rds, flow):
+    run = flow_start(flow=flow)
     _read(run, f"{topic}:0", "1002-0")
-    rds.xgroup_create(f"{topic}:0", f"s-{topic}", id="1002-0", entries_read=3)
+    rds.xgroup_create(f"{topic}:0", run.flow.name, id="1002-0", entries_read=3)
 
     metrics_sample(run=run)
     Split.objects.filter(run=run, split_id=f"{topic}:0").update(records_read=13)
@@ -236,9 +240,9 @@ def test_metrics_sample_the_run_and_each_split_with_rates_and_lag(topic, dirs, r
 
 
 @pytest.mark.django_db
-def test_metric_samples_older_than_the_retention_go(topic, dirs, settings):
+def test_metric_samples_older_than_the_retention_go(topic, dirs, settings, flow):
     settings.DATAFLOW_RETENTION_DAYS = 1
-    run = flow_start(flow=_flow(topic, dirs))
+    run = flow_start(flow=flow)
     _read(run, f"{topic}:0", "1002-0")
     metrics_sample(run=run)
     MetricSample.objects.filter(run=run).update(at=timezone.now() - timedelta(days=2))
@@ -249,8 +253,7 @@ def test_metric_samples_older_than_the_retention_go(topic, dirs, settings):
 
 
 @pytest.mark.django_db
-def test_rescale_changes_the_running_run_and_refuses_a_bad_count(topic, dirs):
-    flow = _flow(topic, dirs)
+def test_rescale_changes_the_running_run_and_refuses_a_bad_count(topic, dirs, flow):
     run = flow_start(flow=flow)
 
     flow_rescale(flow=flow, parallelism=4)

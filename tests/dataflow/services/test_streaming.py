@@ -28,7 +28,6 @@ from django.utils import timezone
 from dataflow.models import EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
 from dataflow.services.context import landing_zone, run_key
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
-from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.streams import driver as stream_driver
 from dataflow.services.streams.driver import Step, StreamDriver
 from dataflow.services.streams.epochs import epoch_key
@@ -39,6 +38,7 @@ from source_support.errors import ConfigError
 from source_support.registry import SOURCES, SourceConnector
 from source_support.schema import parse_ddl
 from tests.e2e.fleet import ROOT, fleet_env
+from tests.factories import DataFlowFactory, FlowRunFactory
 from tests.helpers import Beat, spec, wait_for_run, wait_until, write_csv
 
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE, ts TIMESTAMP"
@@ -54,15 +54,13 @@ class Stream:
     batches landed as readers would commit them."""
 
     def __init__(self, dirs, sql: str, *, sink: dict | None = None, transform: dict | None = None) -> None:
-        doc = spec("streamed", str(dirs.data), str(dirs.out / "sink"))
-        doc["format"] = {"type": "csv", "schema": SCHEMA}
-        doc["transform"] = {"sql": sql, **(transform or {})}
-        doc["sink"] = {"type": "parquet", "path": str(dirs.out / "sink"), **(sink or {})}
-        flow, _ = flow_apply(spec=doc)
-        self.run = FlowRun.objects.create(
-            flow=flow, spec=flow_spec_validate(flow_spec_of(flow)), schema_ddl=SCHEMA
-        )
         self.sink = dirs.out / "sink"
+        flow = DataFlowFactory(
+            schema=SCHEMA,
+            transform={"sql": sql, **(transform or {})},
+            sink={"type": "parquet", "path": str(self.sink), **(sink or {})},
+        )
+        self.run = FlowRunFactory(flow=flow, running=True)
         self.out = dirs.out
         self.landed: list[tuple] = []
         self.next_id = 0
@@ -362,6 +360,7 @@ def committed(run: FlowRun) -> int:
     return TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED).count()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path):
     stream = Stream(dirs, "SELECT id, customer, amount FROM source", transform={"trigger_ms": 100})
@@ -659,12 +658,18 @@ def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, sett
 
 @pytest.mark.usefixtures("worker")
 def test_a_watched_directory_streams_into_the_sink_until_its_stop_rule(dirs):
-    doc = spec("watched", str(dirs.data), str(dirs.out / "sink"))
-    doc["source"] |= {"watch": True, "discovery_interval_ms": 200, "settle_ms": 0}
-    doc["transform"] = {"sql": "SELECT id, sensor FROM source WHERE temperature >= 0", "trigger_ms": 200}
-    doc["stop"] = {"after_records": 300}
-    flow, _ = flow_apply(spec=doc)
-    sink = dirs.out / "sink"
+    flow = DataFlowFactory(
+        source={
+            "type": "files",
+            "path": str(dirs.data),
+            "watch": True,
+            "discovery_interval_ms": 200,
+            "settle_ms": 0,
+        },
+        transform={"sql": "SELECT id, sensor FROM source WHERE temperature >= 0", "trigger_ms": 200},
+        stop={"after_records": 300},
+    )
+    sink = dirs.out / flow.name
 
     with Beat():
         run = flow_start(flow=flow)

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from dataflow.models import FlowRun
-from dataflow.services.flows import flow_apply
 from dataflow.services.transform_check import transform_analyze, transform_check
 from dataflow.spark.session import spark_job
-from tests.helpers import spec
+from tests.factories import DataFlowFactory, FlowRunFactory
 
 SCHEMA = "`id` BIGINT, `country` STRING, `ts` TIMESTAMP, `user` STRUCT<`name`: STRING, `tags`: ARRAY<STRING>>"
 
 
 @pytest.fixture()
 def make_run(dirs):
-    flow, _ = flow_apply(spec=spec("checked", str(dirs.data), str(dirs.out / "sink")))
+    flow = DataFlowFactory()
 
     def make(sql: str, *, partition_by=None, schema_ddl: str = SCHEMA) -> int:
         # The spec as a run keeps it: checks made when the flow was saved may be older or,
@@ -24,7 +22,7 @@ def make_run(dirs):
         if partition_by:
             sink["partition_by"] = partition_by
         values = {"transform_sql": sql, "sink_type": "parquet", "sink_config": sink}
-        return FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl).pk
+        return FlowRunFactory(flow=flow, running=True, spec=values, schema_ddl=schema_ddl).pk
 
     return make
 

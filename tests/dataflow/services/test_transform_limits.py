@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection
@@ -28,6 +30,7 @@ from dataflow.spark.session import get_spark, session_started, spark_kill
 from source_support.coordination import Mark
 from source_support.errors import ConfigError
 from tests.dataflow.services.test_streaming import Stream, driver, ids
+from tests.factories import DataFlowFactory
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,9 +71,13 @@ def spark_is_idle() -> bool:
 
 def _runaway(dirs, name: str, **transform) -> FlowRun:
     write_csv(dirs.data / "part-0.csv", range(2000))
-    doc = spec(name, str(dirs.data), str(dirs.out / "sink"), parallelism=1, batch_size=5000)
-    doc["transform"] = {"sql": RUNAWAY_SQL, **transform}
-    flow, _ = flow_apply(spec=doc)
+    flow = DataFlowFactory(
+        name=name,
+        parallelism=1,
+        batch_size=5000,
+        transform={"sql": RUNAWAY_SQL, **transform},
+        sink_path=str(dirs.out / "sink"),
+    )
     return flow_start(flow=flow)
 
 
@@ -83,6 +90,7 @@ def _wait_until_its_job_runs(run: FlowRun) -> None:
     wait_until(running, 120, lambda: f"no Spark job of run {run.pk} started: {run.message}")
 
 
+@pytest.mark.slow
 def test_a_stopped_flow_leaves_no_spark_job_of_its_transform_running(worker, dirs):
     with Beat():
         run = _runaway(dirs, "runaway-stop")
@@ -97,6 +105,7 @@ def test_a_stopped_flow_leaves_no_spark_job_of_its_transform_running(worker, dir
     assert not (dirs.out / "sink").exists()
 
 
+@pytest.mark.slow
 def test_a_transform_past_its_timeout_is_cancelled_and_fails_its_run(worker, dirs):
     with Beat():
         run = _runaway(dirs, "runaway-timeout", timeout="3 seconds")
@@ -108,6 +117,7 @@ def test_a_transform_past_its_timeout_is_cancelled_and_fails_its_run(worker, dir
     assert run.transform_attempts == 1, "a timeout is not retried"
 
 
+@pytest.mark.slow
 def test_a_transform_whose_lease_another_process_took_stops_its_job(worker, dirs, settings):
     settings.DATAFLOW_TRANSFORM_LEASE_SECONDS = 3
     with Beat():
@@ -208,6 +218,7 @@ STREAM_SLOW_SQL = (
 )
 
 
+@pytest.mark.slow
 def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
     stream = Stream(dirs, STREAM_RUNAWAY_SQL, transform={"timeout": "3 seconds"})
     stream.land("s0", [float(i) for i in range(2000)])
@@ -221,49 +232,12 @@ def test_a_stream_epoch_past_its_timeout_is_cancelled_and_fails_the_run(dirs):
     assert stream.sink_ids() == Counter()
 
 
-def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
-    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
-    rows = stream.land("s0", [float(i) for i in range(600)])
-    worker = driver(stream)
-
-    def drive() -> None:
-        try:
-            worker.run_slice(deadline=time.monotonic() + 240)
-        finally:
-            connection.close()  # this thread's own
-
-    slice_ = threading.Thread(target=drive)
-    slice_.start()
-    try:
-        wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
-
-        flow_pause(flow=stream.run.flow)
-
-        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
-        assert stream.sink_ids() == Counter()
-        assert TransformEpoch.objects.get(run=stream.run).status == EpochStatus.PLANNED
-
-        flow_resume(flow=stream.run.flow)
-
-        wait_until(lambda: stream.sink_ids() == ids(rows), 180, lambda: f"sink: {len(stream.sink_ids())} ids")
-    finally:
-        flow_stop(flow=stream.run.flow)
-        slice_.join()
-    assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
-
-
-@pytest.fixture()
-def worker_stays():
-    """``transforms_give_back`` marks this whole process as a leaving worker: the tests
-    after this one run in it, so the mark (a private event) is taken back."""
-    yield
-    transform_watch._worker_leaving.clear()
-
-
-def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
-    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
-    rows = stream.land("s0", [float(i) for i in range(600)])
-    outcome = []
+@contextmanager
+def _slice_running(stream: Stream) -> Iterator[tuple[threading.Thread, list[bool]]]:
+    """A slice of the stream's driver in a thread of its own, as a worker runs one, once
+    its epoch's Spark job runs: yields the thread and the list its outcome goes to. The
+    flow is stopped and the thread joined after."""
+    outcome: list[bool] = []
 
     def drive() -> None:
         try:
@@ -275,6 +249,44 @@ def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, wor
     slice_.start()
     try:
         wait_until(lambda: running_tasks() > 0, 60, lambda: "the epoch's job did not start")
+        yield slice_, outcome
+    finally:
+        flow_stop(flow=stream.run.flow)
+        slice_.join()
+
+
+@pytest.mark.slow
+def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+
+    with _slice_running(stream):
+        flow_pause(flow=stream.run.flow)
+
+        wait_until(spark_is_idle, 30, lambda: f"still running: jobs {active_jobs()}, {running_tasks()} tasks")
+        assert stream.sink_ids() == Counter()
+        assert TransformEpoch.objects.get(run=stream.run).status == EpochStatus.PLANNED
+
+        flow_resume(flow=stream.run.flow)
+
+        wait_until(lambda: stream.sink_ids() == ids(rows), 180, lambda: f"sink: {len(stream.sink_ids())} ids")
+    assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 1
+
+
+@pytest.fixture()
+def worker_stays():
+    """``transforms_give_back`` marks this whole process as a leaving worker: the tests
+    after this one run in it, so the mark (a private event) is taken back."""
+    yield
+    transform_watch._worker_leaving.clear()
+
+
+@pytest.mark.slow
+def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
+    stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
+    rows = stream.land("s0", [float(i) for i in range(600)])
+
+    with _slice_running(stream) as (slice_, outcome):
         transforms_give_back()  # what a worker's SIGTERM runs: returns once no epoch runs
         slice_.join(timeout=120)
         assert not slice_.is_alive(), "the slice went on after its worker began to leave"
@@ -287,6 +299,3 @@ def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, wor
         transform_watch._worker_leaving.clear()  # the next worker: the epoch runs again, once
         assert driver(stream).run_slice(deadline=time.monotonic() + 60) is True
         assert stream.sink_ids() == ids(rows)
-    finally:
-        flow_stop(flow=stream.run.flow)
-        slice_.join()

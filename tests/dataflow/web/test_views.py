@@ -8,15 +8,15 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dataflow.models import FlowStatus, RunStatus, SplitStatus
-from tests.dataflow.web.factories import (
+from dataflow.models import FlowStatus, SplitStatus
+from tests.factories import (
     PASSWORD,
     DataFlowFactory,
-    FileSplitFactory,
     FlowRunFactory,
     MetricSampleFactory,
+    SplitFactory,
     UserFactory,
-    flow_with_history,
+    dashboard_flow,
 )
 
 pytestmark = pytest.mark.django_db
@@ -80,8 +80,8 @@ def test_staff_see_every_flow(client):
 
 
 def test_flow_list_shows_records_per_second_and_lag_of_a_reading_run(client, owner):
-    run = FlowRunFactory(flow=DataFlowFactory(name="ada-orders", owner=owner, status=FlowStatus.RUNNING))
-    FileSplitFactory(run=run, records_read=1_234_567)
+    run = DataFlowFactory(name="ada-orders", owner=owner, running=True).runs.get()
+    SplitFactory(run=run, records_read=1_234_567)
     MetricSampleFactory(run=run, at=timezone.now() - timedelta(seconds=10), records_per_s=10.0, lag=9)
     MetricSampleFactory(run=run, records_per_s=12345.6, lag=4200)
 
@@ -99,7 +99,7 @@ def test_flow_list_shows_records_per_second_and_lag_of_a_reading_run(client, own
 
 def test_paused_run_shows_its_lag_but_no_records_per_second(client, owner):
     run = FlowRunFactory(
-        flow=DataFlowFactory(owner=owner, status=FlowStatus.PAUSED), paused_at=timezone.now()
+        flow=DataFlowFactory(owner=owner, status=FlowStatus.PAUSED), running=True, paused_at=timezone.now()
     )
     MetricSampleFactory(run=run, records_per_s=500.0, lag=10)
 
@@ -130,7 +130,7 @@ def test_another_users_flow_is_not_found(client, owner):
 
 
 def test_flow_page_shows_splits_runs_and_errors(client, owner):
-    flow_with_history(owner=owner, name="ada-orders")
+    dashboard_flow(owner=owner, name="ada-orders")
 
     response = client.get("/flows/ada-orders/")
 
@@ -157,7 +157,7 @@ def test_flow_page_links_staff_to_the_admin(client):
 
 
 def test_flow_json_has_status_series_runs_errors_and_parts(client, owner):
-    flow = flow_with_history(owner=owner, name="ada-orders", samples=5)
+    flow = dashboard_flow(owner=owner, name="ada-orders", samples=5)
     run = flow.runs.order_by("-id").first()
 
     data = client.get("/flows/ada-orders/live.json").json()
@@ -190,7 +190,7 @@ def test_flow_json_has_status_series_runs_errors_and_parts(client, owner):
 
 
 def test_flow_json_sends_only_samples_after_since_of_the_same_run(client, owner):
-    flow = flow_with_history(owner=owner, name="ada-orders", samples=6)
+    flow = dashboard_flow(owner=owner, name="ada-orders", samples=6)
     run = flow.runs.order_by("-id").first()
     first = client.get("/flows/ada-orders/live.json").json()["series"]
 
@@ -205,10 +205,11 @@ def test_flow_json_sends_only_samples_after_since_of_the_same_run(client, owner)
     assert len(older_run["series"]) == 6
 
 
-def test_split_without_a_byte_range_has_no_progress(client, owner):
-    run = FlowRunFactory(flow=DataFlowFactory(name="ada-stream", owner=owner, source_type="redis_stream"))
-    FileSplitFactory(run=run, split_id="orders:0", payload={"stream": "orders", "shard": 0})
-    FileSplitFactory(
+def test_split_without_a_byte_range_has_no_progress(client, owner, settings):
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # ada's connection to the tests' Redis
+    run = FlowRunFactory(flow=DataFlowFactory(name="ada-stream", owner=owner, stream=True), running=True)
+    SplitFactory(run=run, split_id="orders:0", payload={"stream": "orders", "shard": 0})
+    SplitFactory(
         run=run, split_id="orders:1", payload={"stream": "orders", "shard": 1}, status=SplitStatus.FINISHED
     )
 
@@ -232,7 +233,7 @@ def test_flow_that_never_ran_says_so(client, owner):
 
 def test_run_status_badges_use_the_run_states(client, owner):
     flow = DataFlowFactory(name="ada-orders", owner=owner)
-    FlowRunFactory(flow=flow, status=RunStatus.STOPPED, message="stopped by request")
+    FlowRunFactory(flow=flow, stopped=True)
 
     page = client.get("/flows/ada-orders/").content.decode()
 
@@ -244,13 +245,10 @@ def _finished_run(owner, *, records: int, seconds: int, last_rate: float):
     """A run that read ``records`` in ``seconds`` and ended; its last sample measured
     ``last_rate`` (the last interval's rate, not the run's)."""
     flow = DataFlowFactory(name="files-once", owner=owner, status=FlowStatus.SUCCEEDED)
-    run = FlowRunFactory(flow=flow, status=RunStatus.SUCCEEDED, records_read=records, rows_written=5)
-    ended = timezone.now()
-    run.__class__.objects.filter(pk=run.pk).update(
-        started_at=ended - timedelta(seconds=seconds), finished_at=ended
+    run = FlowRunFactory(flow=flow, records_read=records, rows_written=5, took=timedelta(seconds=seconds))
+    MetricSampleFactory(
+        run=run, at=run.finished_at, records_read=records, records_per_s=last_rate, latency_ms=1800
     )
-    MetricSampleFactory(run=run, at=ended, records_read=records, records_per_s=last_rate, latency_ms=1800)
-    run.refresh_from_db()
     return run
 
 
