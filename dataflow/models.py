@@ -94,7 +94,7 @@ class FlowRun(models.Model):
     enumerator_state = models.JSONField(null=True, blank=True)
     splits_pending = models.PositiveIntegerField(default=0)
     enumeration_done = models.BooleanField(default=False)
-    #: Totals set when the run ends; while it runs, selectors.run_progress sums the splits
+    #: Totals set when the run ends; while it runs, selectors.runs.run_progress sums the splits
     #: (one counter row updated by every reader would serialize them).
     records_read = models.BigIntegerField(default=0)
     errors_count = models.BigIntegerField(default=0)

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
 from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
-from dataflow.selectors import run_progress
+from dataflow.selectors.runs import run_progress
 from dataflow.services.flows import flow_apply, flow_start
 from dataflow.services.runs.tick import flow_tick
 

@@ -20,14 +20,8 @@ from django.views.decorators.http import require_POST
 from dataflow.admin.forms import TomlImportForm, flow_fieldsets, flow_form_class
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
-from dataflow.selectors import run_message
-from dataflow.services.admin_support import (
-    flow_actions,
-    flows_with_last_run,
-    run_duration_s,
-    run_live,
-    runs_with_live_counters,
-)
+from dataflow.selectors.flows import flow_actions, flows_with_last_run
+from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (
     flow_apply,

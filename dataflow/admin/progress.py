@@ -39,7 +39,7 @@ def duration_text(seconds: float | None) -> str:
 
 
 def progress_texts(live: dict[str, Any]) -> dict[str, str]:
-    """Each field's text for ``admin_support.run_live``'s dict."""
+    """Each field's text for ``selectors.runs.run_live``'s dict."""
     run, rate = live["run"], live["rate"] or {}
     return {
         "status": f"{run['status']} (paused)" if run["paused"] else run["status"],

@@ -16,8 +16,8 @@ from django.utils.html import format_html
 from dataflow.admin.flows import ADMIN_MEDIA_CSS
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split, WebhookDelivery
-from dataflow.selectors import run_message
-from dataflow.services.admin_support import run_duration_s, run_live, runs_with_live_counters, split_share
+from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
+from dataflow.selectors.splits import split_share
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 from dataflow.services.errors import FlowStateError
 from dataflow.services.notify import webhook_url_masked
@@ -103,7 +103,7 @@ class FlowRunAdmin(ReadOnlyAdmin):
         ]
 
     def progress_view(self, request, object_id: str):
-        """The run's live progress as JSON (``admin_support.run_live``), polled by its pages."""
+        """The run's live progress as JSON (``selectors.runs.run_live``), polled by its pages."""
         run = self.get_object(request, unquote(object_id))
         if run is None:
             raise Http404(f"no run with id {object_id!r}")

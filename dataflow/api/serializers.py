@@ -12,8 +12,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatus
-from dataflow.selectors import run_progress
-from dataflow.services.api_support import flow_latest_run
+from dataflow.selectors.runs import flow_latest_run, run_progress
 from dataflow.services.connections import connection_masked
 from dataflow.services.notify import notify_masked
 from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of

@@ -6,3 +6,7 @@ from __future__ import annotations
 
 class FlowStateError(RuntimeError):
     """The flow is not in a state that allows the action (e.g. starting a running flow)."""
+
+
+class FlowExistsError(FlowStateError):
+    """A flow of that name exists already (answered 409, as a state refusal)."""

@@ -1,4 +1,9 @@
-"""Creating, starting and stopping flows."""
+"""Creating, editing, starting and stopping flows.
+
+``flow_create``, ``flow_replace`` and ``flow_merge`` take the REST API's edits: a spec in the
+TOML shape (the API's views turn its flattened body into it), with secrets sent back masked
+keeping the stored ones.
+"""
 
 from __future__ import annotations
 
@@ -22,8 +27,8 @@ from dataflow.services.checkpoints import seed_run_from_checkpoint
 from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
-from dataflow.services.errors import FlowStateError
-from dataflow.services.notify import run_notify
+from dataflow.services.errors import FlowExistsError, FlowStateError
+from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
@@ -32,6 +37,7 @@ from dataflow.services.schedules import schedule_remove, schedule_remove_orphan,
 from dataflow.services.specs import FLOW_FIELDS, flow_paths_check, flow_spec_of, flow_spec_validate
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
 from source_support.errors import ConfigError
+from source_support.registry import unmask_section
 
 log = logging.getLogger(__name__)
 #: Scheduled starts log where operators look for their schedules.
@@ -68,6 +74,74 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
             flow.save()
         schedule_sync(flow=flow)  # beat's entry follows [schedule], in the same transaction
     return flow, created
+
+
+def flow_create(*, spec: dict[str, Any], owner=None) -> DataFlow:
+    """Creates the flow ``spec`` (TOML shape) describes, owned by ``owner``. Refuses with
+    FlowExistsError if its name is taken (also by a flow created meanwhile: that insert
+    makes ``flow_apply`` update instead, and the update is rolled back), and with
+    ConfigError naming the field if the spec is not valid."""
+    name = (spec.get("flow") or {}).get("name")
+    if isinstance(name, str) and DataFlow.objects.filter(name=name).exists():
+        raise FlowExistsError(f"a flow named {name!r} exists already")
+    with transaction.atomic():
+        flow, created = flow_apply(spec=spec, owner=owner)
+        if not created:
+            raise FlowExistsError(f"a flow named {name!r} exists already")
+    return flow
+
+
+def flow_replace(*, flow: DataFlow, spec: dict[str, Any]) -> DataFlow:
+    """Replaces the flow's whole spec (a section or key left out takes its default or is
+    removed). A secret sent back exactly as the API showed it keeps the stored secret.
+    The flow keeps its name and owner; a running run keeps the settings it started with."""
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)  # gone meanwhile: 404
+        stored = flow_spec_of(flow)
+        new = {
+            section: _unmasked(section, table, stored.get(section))
+            for section, table in spec.items()
+            if section != "flow" and table is not None
+        }
+        new["flow"] = {**(spec.get("flow") or {}), "name": flow.name}
+        flow, _ = flow_apply(spec=new, owner=flow.owner)
+    return flow
+
+
+def flow_merge(*, flow: DataFlow, changes: dict[str, Any]) -> DataFlow:
+    """Merges ``changes`` (TOML shape, partial) into the flow's spec: a given ``[flow]`` key
+    replaces the stored one (None: back to its default); a given section's keys are
+    merged into the stored section (a key set to None is removed), unless it names another
+    ``type``, which replaces the section; a section set to None is removed. Secrets sent
+    back masked keep the stored ones."""
+    with transaction.atomic():
+        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+        spec = flow_spec_of(flow)
+        flow_keys = {**spec["flow"], **(changes.get("flow") or {}), "name": flow.name}
+        spec["flow"] = {k: v for k, v in flow_keys.items() if v is not None}
+        for section, table in changes.items():
+            if section == "flow":
+                continue
+            if table is None:
+                spec.pop(section, None)
+                continue
+            stored = spec.get(section) or {}
+            merged = (
+                dict(table)
+                if "type" in table and table["type"] != stored.get("type")
+                else {**stored, **table}
+            )
+            spec[section] = _unmasked(section, {k: v for k, v in merged.items() if v is not None}, stored)
+        flow, _ = flow_apply(spec=spec, owner=flow.owner)
+    return flow
+
+
+def _unmasked(section: str, table: Any, stored: dict[str, Any] | None) -> Any:
+    if not isinstance(table, dict) or not stored:
+        return table
+    if section == "notify":
+        return notify_unmasked(table, stored)
+    return unmask_section(section, table, stored)
 
 
 def _flow_named_in(spec: Any) -> DataFlow | None:
@@ -155,6 +229,14 @@ def flow_stop(*, flow: DataFlow, message: str = "stopped by request") -> FlowRun
     if run is None:
         return None
     run_finish(run=run, status=RunStatus.STOPPED, message=message)
+    return run
+
+
+def flow_stop_active(*, flow: DataFlow) -> FlowRun:
+    """Stops the flow's active run (``flow_stop``); refuses with FlowStateError if it has none."""
+    run = flow_stop(flow=flow)
+    if run is None:
+        raise FlowStateError(f"flow {flow.name!r} has no active run to stop")
     return run
 
 

@@ -1,4 +1,5 @@
-"""Dashboard pages and the JSON they poll; what they show comes from ``dataflow.selectors``.
+"""Dashboard pages and the JSON they poll; what they show comes from
+``dataflow.selectors.dashboard``.
 
 A page is rendered once on the server; it then polls its ``live.json`` view, which sends
 the same data and the page's changing parts rendered by the same templates, so there is
@@ -20,7 +21,8 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 
-from dataflow import selectors
+from dataflow.selectors.dashboard import flow_dashboard, flow_overview
+from dataflow.selectors.visibility import flows_visible
 
 #: How often a page asks for fresh data.
 POLL_MS = 3000
@@ -36,13 +38,13 @@ dashboard_login_required = partial(login_required, login_url=reverse_lazy("dashb
 
 @dashboard_login_required
 def index(request):
-    flows = selectors.flow_overview(user=request.user)
+    flows = flow_overview(user=request.user)
     return render(request, "dashboard/index.html", {"flows": flows, "poll_ms": POLL_MS})
 
 
 @dashboard_login_required
 def index_live(request):
-    flows = selectors.flow_overview(user=request.user)
+    flows = flow_overview(user=request.user)
     html = {
         "flows": render_to_string("dashboard/_flow_rows.html", {"flows": flows}, request),
         "summary": render_to_string("dashboard/_summary.html", {"flows": flows}, request),
@@ -52,8 +54,8 @@ def index_live(request):
 
 @dashboard_login_required
 def flow_page(request, name: str):
-    flow = get_object_or_404(selectors.flows_visible(user=request.user), name=name)
-    data = selectors.flow_dashboard(flow=flow)
+    flow = get_object_or_404(flows_visible(user=request.user), name=name)
+    data = flow_dashboard(flow=flow)
     return render(request, "dashboard/flow.html", {"flow": flow, "data": data, "poll_ms": POLL_MS})
 
 
@@ -61,8 +63,8 @@ def flow_page(request, name: str):
 def flow_live(request, name: str):
     """The flow page's data; with ``run`` (the run the page charts) and ``since`` (its
     latest sample's time) only the samples after it, unless a newer run has started."""
-    flow = get_object_or_404(selectors.flows_visible(user=request.user), name=name)
-    data = selectors.flow_dashboard(
+    flow = get_object_or_404(flows_visible(user=request.user), name=name)
+    data = flow_dashboard(
         flow=flow, run_id=_int_or_none(request.GET.get("run")), since=_time_or_none(request.GET.get("since"))
     )
     context = {"flow": flow, "data": data}

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import redis
 
 from dataflow.models import FlowRun, LandedBatch, Split
-from dataflow.selectors import run_progress
+from dataflow.selectors.runs import run_progress
 from tests.e2e.fleet import ROOT, fleet_env
 
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE"

@@ -12,8 +12,14 @@ from dataflow.api.schema import errors
 from dataflow.api.serializers import ActionSerializer, RestartQuerySerializer, RestoreSerializer
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import DataFlow, FlowRun
-from dataflow.services.api_support import flow_stop_active
-from dataflow.services.flows import flow_pause, flow_restart, flow_restore, flow_resume, flow_start
+from dataflow.services.flows import (
+    flow_pause,
+    flow_restart,
+    flow_restore,
+    flow_resume,
+    flow_start,
+    flow_stop_active,
+)
 
 
 class FlowActionView(FlowScopedView):

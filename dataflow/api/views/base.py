@@ -6,7 +6,7 @@ from rest_framework.exceptions import NotFound
 from rest_framework.generics import GenericAPIView
 
 from dataflow.models import DataFlow
-from dataflow.services.api_support import flows_of
+from dataflow.selectors.visibility import flows_visible
 
 #: A flow's name in a URL (DataFlow.name is a slug).
 FLOW_NAME_RE = r"[-a-zA-Z0-9_]+"
@@ -21,7 +21,7 @@ class FlowScopedView(GenericAPIView):
     throttle_scope = WRITE_SCOPE
 
     def get_flow(self) -> DataFlow:
-        flow = flows_of(user=self.request.user).filter(name=self.kwargs["name"]).first()
+        flow = flows_visible(user=self.request.user).filter(name=self.kwargs["name"]).first()
         if flow is None:
             raise NotFound(f"no flow named {self.kwargs['name']!r}")
         return flow

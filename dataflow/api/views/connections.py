@@ -15,7 +15,7 @@ from dataflow.api.schema import errors
 from dataflow.api.serializers import ConnectionSerializer, ConnectionWriteSerializer
 from dataflow.api.views.base import WRITE_SCOPE
 from dataflow.models import Connection
-from dataflow.selectors import connections_visible
+from dataflow.selectors.visibility import connections_visible
 from dataflow.services.connections import connection_delete, connection_save
 from source_support.errors import ConfigError
 

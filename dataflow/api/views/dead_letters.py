@@ -17,7 +17,7 @@ from dataflow.api.serializers import (
 )
 from dataflow.api.views.base import WRITE_SCOPE, FlowScopedView
 from dataflow.models import DeadLetter
-from dataflow.services.api_support import dead_letters_of
+from dataflow.selectors.visibility import dead_letters_visible
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 
 
@@ -45,7 +45,7 @@ class DeadLetterDetailView(RetrieveDestroyAPIView):
     flow_permissions = {"DELETE": "change"}
 
     def get_queryset(self):
-        return dead_letters_of(user=self.request.user)
+        return dead_letters_visible(user=self.request.user)
 
     def destroy(self, request, pk: int):
         letter = self.get_object()

@@ -14,8 +14,9 @@ from dataflow.api.filters import FlowFilter
 from dataflow.api.schema import errors
 from dataflow.api.serializers import FlowReplaceSerializer, FlowSerializer, ValidSerializer
 from dataflow.api.views.base import FLOW_NAME_RE, WRITE_SCOPE
-from dataflow.services.api_support import flow_create, flow_merge, flow_replace, flows_of, latest_runs_of
-from dataflow.services.flows import flow_delete
+from dataflow.selectors.runs import latest_runs_of
+from dataflow.selectors.visibility import flows_visible
+from dataflow.services.flows import flow_create, flow_delete, flow_merge, flow_replace
 from dataflow.services.specs import flow_spec_validate
 
 FLOW_BODY = (
@@ -70,7 +71,7 @@ class FlowViewSet(viewsets.GenericViewSet):
         return {"POST": "add", "PUT": "change", "PATCH": "change", "DELETE": "delete"}
 
     def get_queryset(self):
-        return flows_of(user=self.request.user)
+        return flows_visible(user=self.request.user)
 
     def get_object(self):
         try:

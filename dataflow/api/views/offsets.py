@@ -10,7 +10,7 @@ from dataflow.api.schema import errors
 from dataflow.api.serializers import CheckpointSerializer, OffsetsSerializer, OffsetsUpdateSerializer
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import Checkpoint, DataFlow
-from dataflow.services.api_support import flow_latest_run
+from dataflow.selectors.runs import flow_latest_run
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
 

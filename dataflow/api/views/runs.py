@@ -16,8 +16,9 @@ from dataflow.api.serializers import (
 )
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import FlowRun
-from dataflow.selectors import metrics_series
-from dataflow.services.api_support import flow_latest_run, flow_status_report, runs_of
+from dataflow.selectors.flows import flow_status_report
+from dataflow.selectors.runs import flow_latest_run, metrics_series
+from dataflow.selectors.visibility import runs_visible
 
 
 @extend_schema(
@@ -39,7 +40,7 @@ class RunDetailView(RetrieveAPIView):
     serializer_class = RunSerializer
 
     def get_queryset(self):
-        return runs_of(user=self.request.user)
+        return runs_visible(user=self.request.user)
 
 
 @extend_schema(

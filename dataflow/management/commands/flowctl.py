@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from dataflow.management.lookup import flow_named
 from dataflow.models import DataFlow
-from dataflow.selectors import flow_runs, flow_status
+from dataflow.selectors.flows import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (

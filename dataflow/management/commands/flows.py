@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from dataflow.selectors import flow_list, run_progress
+from dataflow.selectors.flows import flow_list
+from dataflow.selectors.runs import run_progress
 
 
 class Command(BaseCommand):

@@ -19,7 +19,7 @@ from dataflow.celery import app
 from dataflow.management.lookup import flow_named
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
-from dataflow.selectors import RunProgress, run_progress, stream_progress
+from dataflow.selectors.runs import RunProgress, run_progress, stream_progress
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release

@@ -131,7 +131,7 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
 def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:
     """Says on the run when it has work but no reader has run for ``DATAFLOW_STALL_SECONDS``
     (no worker consumes the queue, or every slot is taken), and takes it back once one runs.
-    Views do not rely on it (see ``selectors.run_message``): it keeps the note in the
+    Views do not rely on it (see ``selectors.runs.run_message``): it keeps the note in the
     run's history, e.g. for a webhook or the admin's raw field."""
     if live:
         coordinator.clear_mark(Mark.NO_READER_SINCE)

@@ -16,7 +16,7 @@ import pytest
 from celery.signals import task_postrun, task_prerun
 
 from dataflow.models import Assignment, FlowRun, FlowStatus, RunStatus, Split, SplitStatus
-from dataflow.selectors import flow_status
+from dataflow.selectors.flows import flow_status
 from dataflow.services.context import coordinator_for
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_apply, flow_pause, flow_restart, flow_resume, flow_start, flow_stop

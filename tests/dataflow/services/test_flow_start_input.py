@@ -11,7 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from dataflow.models import FlowRun, FlowStatus, RunStatus
-from dataflow.selectors import flow_overview, flow_runs
+from dataflow.selectors.dashboard import flow_overview
+from dataflow.selectors.flows import flow_runs
 from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
 from tests.factories import DataFlowFactory

@@ -3,7 +3,7 @@
 (function () {
   "use strict";
 
-  var MAX_POINTS = 720; // as many as the server keeps per series (selectors.SERIES_MAX)
+  var MAX_POINTS = 720; // as many as the server keeps per series (selectors.runs.SERIES_MAX)
   var initial = JSON.parse(document.getElementById("flow-data").textContent);
   var live = window.dashboardLive;
 
