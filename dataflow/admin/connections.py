@@ -10,7 +10,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.admin.widgets import FilteredSelectMultiple
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 
 from dataflow.models import Connection
@@ -142,10 +142,10 @@ class ConnectionAdmin(admin.ModelAdmin):
 
     def has_module_permission(self, request) -> bool:
         user = request.user
-        # Any user else is anonymous, never active (django-stubs types an authenticated user
-        # as AbstractBaseUser, which knows no is_staff).
+        # The user model is an AbstractUser (auth.User), or the user is anonymous and never
+        # active; the stubs type a logged-in user as AbstractBaseUser, which has no flags.
         return (
-            isinstance(user, User)
+            isinstance(user, AbstractUser)
             and user.is_active
             and user.is_staff
             and super().has_module_permission(request)

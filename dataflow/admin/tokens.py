@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IS_POPUP_VAR, TO_FIELD_VAR
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import BadRequest
 from rest_framework.authtoken.admin import TokenAdmin as DrfTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
@@ -54,9 +54,9 @@ class TokenAdmin(DrfTokenAdmin):
     def has_add_permission(self, request) -> bool:
         # A token made for someone else is a credential handed over: superusers only.
         user = request.user
-        # Any user else is anonymous, never active (django-stubs types an authenticated user
-        # as AbstractBaseUser, which knows no is_superuser).
-        return isinstance(user, User) and user.is_active and user.is_superuser
+        # The user model is an AbstractUser (auth.User), or the user is anonymous and never
+        # active; the stubs type a logged-in user as AbstractBaseUser, which has no flags.
+        return isinstance(user, AbstractUser) and user.is_active and user.is_superuser
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # the key is the server's and the user fixed: nothing to change
