@@ -240,7 +240,10 @@ class SinkConnector:
 
     type: str
     validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
-    write: Callable[..., int]
+    #: ``write(df, config, *, attempt_key, publish, env) -> bool``: replaces what the sink
+    #: holds with a bounded run's result; whether ``publish`` let it (False: a later attempt
+    #: has taken over).
+    write: Callable[..., bool]
     description: str = ""
     #: The fields of its ``[sink]`` table.
     options: tuple[Option, ...] = ()
