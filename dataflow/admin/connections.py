@@ -9,6 +9,8 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.widgets import FilteredSelectMultiple
+from django.contrib.auth.models import AbstractUser
 from django.db import transaction
 
 from dataflow.models import Connection
@@ -51,22 +53,24 @@ class ConnectionForm(forms.ModelForm):
             "groups",
         ]
         widgets = {
-            "users": admin.widgets.FilteredSelectMultiple("users", False),
-            "groups": admin.widgets.FilteredSelectMultiple("groups", False),
+            "users": FilteredSelectMultiple("users", False),
+            "groups": FilteredSelectMultiple("groups", False),
         }
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if "type" in self.fields:  # not for staff who may only view
-            self.fields["type"].choices = [(k, k) for k in sorted(CONNECTION_KINDS)]
+        type_field = self.fields.get("type")
+        if isinstance(type_field, forms.ChoiceField):  # not for staff who may only view
+            type_field.choices = [(k, k) for k in sorted(CONNECTION_KINDS)]
         if self.instance.pk:
             self.initial["url"] = connection_masked(self.instance)["url"]
             self.initial["key_patterns"] = ", ".join(self.instance.key_patterns)
         self.saved_fields: dict[str, Any] = {}
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
-        if self._errors:
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean returns
+        if self.errors:
             return cleaned
         patterns = [p.strip() for p in (cleaned.get("key_patterns") or "").split(",") if p.strip()]
         password = cleaned.get("password") or ""
@@ -137,7 +141,15 @@ class ConnectionAdmin(admin.ModelAdmin):
         return ()
 
     def has_module_permission(self, request) -> bool:
-        return request.user.is_active and request.user.is_staff and super().has_module_permission(request)
+        user = request.user
+        # The user model is an AbstractUser (auth.User), or the user is anonymous and never
+        # active; the stubs type a logged-in user as AbstractBaseUser, which has no flags.
+        return (
+            isinstance(user, AbstractUser)
+            and user.is_active
+            and user.is_staff
+            and super().has_module_permission(request)
+        )
 
     def save_model(self, request, obj, form, change):
         # The one way in: the same service as the API.

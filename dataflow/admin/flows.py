@@ -5,6 +5,8 @@ services in ``dataflow.services``; nothing here decides what a flow may do."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -17,7 +19,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from dataflow.admin.forms import TomlImportForm, flow_fieldsets, flow_form_class
+from dataflow.admin.forms import FlowForm, TomlImportForm, flow_fieldsets, flow_form_class
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
 from dataflow.selectors.flows import flow_actions, flows_with_last_run
@@ -44,6 +46,25 @@ from source_support.errors import ConfigError
 ADMIN_MEDIA_CSS = {"all": ["dataflow/admin/admin.css"]}
 #: Runs the flow's page lists, the latest first.
 RUNS_SHOWN = 20
+
+if TYPE_CHECKING:
+    # The rows of the lists' querysets, with what they are annotated with.
+
+    class FlowWithLastRun(DataFlow):
+        """A flow from ``flows_with_last_run`` (each None while it has no run)."""
+
+        last_run_id: int | None
+        last_run_status: str | None
+        last_run_records: int | None
+        last_run_errors: int | None
+        last_run_started_at: datetime | None
+        last_run_finished_at: datetime | None
+
+    class RunWithLiveCounters(FlowRun):
+        """A run from ``runs_with_live_counters``."""
+
+        live_records: int
+        live_errors: int
 
 
 def _stop(flow: DataFlow) -> tuple[int, str]:
@@ -73,7 +94,7 @@ class RunInline(admin.TabularInline):
     """The flow's runs, with counters that are live while a run reads."""
 
     model = FlowRun
-    fields = [
+    fields = (
         "run_link",
         "status",
         "records",
@@ -82,7 +103,7 @@ class RunInline(admin.TabularInline):
         "started_at",
         "finished_at",
         "message_now",
-    ]
+    )
     readonly_fields = fields
     extra = 0
     max_num = 0
@@ -111,11 +132,11 @@ class RunInline(admin.TabularInline):
         )
 
     @admin.display(description="records")
-    def records(self, run: FlowRun) -> str:
+    def records(self, run: RunWithLiveCounters) -> str:
         return number_text(run.live_records)
 
     @admin.display(description="errors")
-    def errors(self, run: FlowRun) -> str:
+    def errors(self, run: RunWithLiveCounters) -> str:
         return number_text(run.live_errors)
 
     @admin.display(description="message")
@@ -170,6 +191,7 @@ class DataFlowAdmin(admin.ModelAdmin):
         # Built on use: the connectors register after the admin is imported.
         kwargs["form"] = flow_form_class()
         form = super().get_form(request, obj, change=change, **kwargs)
+        assert issubclass(form, FlowForm)  # modelform_factory subclasses kwargs["form"]
         form.new_flow_owner = request.user  # a class of this request's own (modelform_factory)
         return form
 
@@ -196,22 +218,22 @@ class DataFlowAdmin(admin.ModelAdmin):
     # The list's columns: the last run, annotated by flows_with_last_run.
 
     @admin.display(description="last run", ordering="last_run_id")
-    def last_run(self, flow: DataFlow) -> str:
+    def last_run(self, flow: FlowWithLastRun) -> str:
         if flow.last_run_id is None:
             return "—"
         url = reverse("admin:dataflow_flowrun_change", args=[flow.last_run_id])
         return format_html('<a href="{}">{}</a>', url, flow.last_run_status)
 
     @admin.display(description="records", ordering="last_run_records")
-    def last_records(self, flow: DataFlow) -> str:
+    def last_records(self, flow: FlowWithLastRun) -> str:
         return number_text(flow.last_run_records)
 
     @admin.display(description="errors", ordering="last_run_errors")
-    def last_errors(self, flow: DataFlow) -> str:
+    def last_errors(self, flow: FlowWithLastRun) -> str:
         return number_text(flow.last_run_errors)
 
     @admin.display(description="duration")
-    def last_duration(self, flow: DataFlow) -> str:
+    def last_duration(self, flow: FlowWithLastRun) -> str:
         if flow.last_run_id is None:
             return "—"
         return duration_text(

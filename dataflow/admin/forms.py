@@ -12,6 +12,8 @@ from typing import Any
 
 from django import forms
 from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
@@ -281,7 +283,7 @@ class FlowForm(forms.ModelForm):
 
     #: Who owns the flow the form creates (the admin sets the request's user): a spec is
     #: validated against its owner's connections (``services.connections``).
-    new_flow_owner = None
+    new_flow_owner: AbstractBaseUser | AnonymousUser | None = None
 
     def __init__(self, *args, instance: DataFlow | None = None, initial: dict | None = None, **kwargs):
         stored = flow_initial(instance) if instance is not None and instance.pk else default_initial()
@@ -291,9 +293,10 @@ class FlowForm(forms.ModelForm):
         self.spec: dict[str, Any] = {}
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what ModelForm.clean returns
         self._drop_errors_of_unchosen_types(cleaned)
-        if self._errors:
+        if self.errors:
             return cleaned
         self.spec = self.flow_spec(cleaned)
         try:
@@ -307,10 +310,10 @@ class FlowForm(forms.ModelForm):
     def _drop_errors_of_unchosen_types(self, cleaned: dict[str, Any]) -> None:
         # Only the chosen type's options count; a stray value in another type's (hidden)
         # field must not block the form with an error the user cannot see.
-        for name in list(self._errors):
+        for name in list(self.errors):
             section, sep, rest = name.partition("__")
             if sep and section in TYPE_SECTIONS and rest.split("__")[0] != cleaned.get(f"{section}_type"):
-                del self._errors[name]
+                del self.errors[name]
 
     def flow_spec(self, cleaned: dict[str, Any]) -> dict[str, Any]:
         """The spec the cleaned form describes, in the TOML shape."""
@@ -346,7 +349,8 @@ class FlowForm(forms.ModelForm):
         return table
 
     def _section_table(self, section: str, cleaned: dict[str, Any]) -> dict[str, Any]:
-        type_name = cleaned.get(f"{section}_type")
+        # A required choice, and the spec is made only of a form without errors.
+        type_name: str = cleaned[f"{section}_type"]
         table: dict[str, Any] = {"type": type_name}
         for option in section_options(section, type_name):
             value = option_value(option, cleaned.get(option_field_name(section, type_name, option.name)))
@@ -435,7 +439,8 @@ class TomlImportForm(forms.Form):
     file = forms.FileField(label="or a file", required=False, help_text="A .toml file, one flow.")
 
     def clean(self) -> dict[str, Any]:
-        cleaned = super().clean()
+        super().clean()
+        cleaned = self.cleaned_data  # what Form.clean returns
         if not cleaned.get("toml", "").strip() and not cleaned.get("file"):
             raise forms.ValidationError("Paste a flow's TOML or choose a file.")
         return cleaned

@@ -4,6 +4,7 @@ are records, not settings: read-only (a dead letter may be discarded)."""
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -23,6 +24,9 @@ from dataflow.services.errors import FlowStateError
 from dataflow.services.notify import webhook_url_masked
 from dataflow.services.specs import spec_values_masked
 from source_support.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dataflow.admin.flows import RunWithLiveCounters
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -44,7 +48,7 @@ def _pretty_json(value) -> str:
     )
 
 
-RUN_FIELDS = [
+RUN_FIELDS = (
     "flow",
     "status",
     "trigger",
@@ -53,8 +57,8 @@ RUN_FIELDS = [
     "paused_at",
     "transform_started_at",
     "finished_at",
-]
-RUN_DETAIL_FIELDS = ["uid", "spark_app_id", "schema_ddl", "settings", "reader_failures", "transform_attempts"]
+)
+RUN_DETAIL_FIELDS = ("uid", "spark_app_id", "schema_ddl", "settings", "reader_failures", "transform_attempts")
 
 
 @admin.register(FlowRun)
@@ -76,11 +80,11 @@ class FlowRunAdmin(ReadOnlyAdmin):
         return runs_with_live_counters(super().get_queryset(request))
 
     @admin.display(description="records", ordering="live_records")
-    def records(self, run: FlowRun) -> str:
+    def records(self, run: RunWithLiveCounters) -> str:
         return number_text(run.live_records)
 
     @admin.display(description="errors", ordering="live_errors")
-    def errors(self, run: FlowRun) -> str:
+    def errors(self, run: RunWithLiveCounters) -> str:
         return number_text(run.live_errors)
 
     @admin.display(description="message")
@@ -134,7 +138,7 @@ class SplitAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
     list_select_related = ["run__flow"]
     search_fields = ["split_id"]
-    fields = [
+    fields = (
         "run",
         "split_id",
         "status",
@@ -148,7 +152,7 @@ class SplitAdmin(ReadOnlyAdmin):
         "error",
         "split_payload",
         "updated_at",
-    ]
+    )
     readonly_fields = fields
 
     class Media:
@@ -207,7 +211,9 @@ class DeadLetterAdmin(ReadOnlyAdmin):
         try:
             dead_letters_discard(flow=obj.flow, ids=[obj.pk])
         except (ConfigError, FlowStateError) as exc:
-            request.dead_letter_refusal = str(exc)
+            # For response_delete, which the admin calls next with the same request and
+            # nothing else from here: an attribute of our own, unknown to HttpRequest's type.
+            request.dead_letter_refusal = str(exc)  # pyright: ignore[reportAttributeAccessIssue]
 
     def response_delete(self, request, obj_display, obj_id):
         refusal = getattr(request, "dead_letter_refusal", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.options import IS_POPUP_VAR, TO_FIELD_VAR
+from django.contrib.auth.models import AbstractUser
 from django.core.exceptions import BadRequest
 from rest_framework.authtoken.admin import TokenAdmin as DrfTokenAdmin
 from rest_framework.authtoken.models import TokenProxy
@@ -28,7 +29,7 @@ def token_key_masked(key: str) -> str:
 # and the change log (LogEntry.object_repr, kept in the database); DRF's str() of a token is
 # its key. TokenProxy exists only for the admin (DRF: "Proxy mapping pk to user pk for use in
 # admin"), so its str() is masked here, once, rather than in each of those places.
-TokenProxy.__str__ = lambda token: token_key_masked(token.key)
+TokenProxy.__str__ = lambda self: token_key_masked(self.key)
 
 admin.site.unregister(TokenProxy)  # DRF's TokenAdmin, registered when its app loaded
 
@@ -52,7 +53,10 @@ class TokenAdmin(DrfTokenAdmin):
 
     def has_add_permission(self, request) -> bool:
         # A token made for someone else is a credential handed over: superusers only.
-        return request.user.is_active and request.user.is_superuser
+        user = request.user
+        # The user model is an AbstractUser (auth.User), or the user is anonymous and never
+        # active; the stubs type a logged-in user as AbstractBaseUser, which has no flags.
+        return isinstance(user, AbstractUser) and user.is_active and user.is_superuser
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False  # the key is the server's and the user fixed: nothing to change

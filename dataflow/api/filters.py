@@ -12,7 +12,8 @@ from dataflow.models import DataFlow, DeadLetter, FlowStatus
 class IntegerFilter(django_filters.NumberFilter):
     """An integer (django-filter's NumberFilter takes decimals)."""
 
-    field_class = forms.IntegerField
+    # Declared: the checker takes NumberFilter's DecimalField for the type of any field_class.
+    field_class: type[forms.IntegerField] = forms.IntegerField
 
 
 class FlowFilter(django_filters.FilterSet):

@@ -8,6 +8,7 @@ flow or act on it, ``delete_dataflow`` to delete it.
 
 from __future__ import annotations
 
+from django.contrib.auth.models import AbstractUser
 from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle, ScopedRateThrottle
@@ -28,7 +29,10 @@ class FlowModelPermission(IsAuthenticated):
         if request.method in SAFE_METHODS:
             return True
         needed = getattr(view, "flow_permissions", DEFAULT_FLOW_PERMISSIONS).get(request.method, "change")
-        return needed is None or request.user.has_perm(f"dataflow.{needed}_dataflow")
+        user = request.user  # logged in (IsAuthenticated): an AbstractUser (auth.User)
+        return needed is None or (
+            isinstance(user, AbstractUser) and user.has_perm(f"dataflow.{needed}_dataflow")
+        )
 
 
 class WriteRateThrottle(ScopedRateThrottle):
@@ -42,6 +46,8 @@ class WriteRateThrottle(ScopedRateThrottle):
         return super().allow_request(request, view)
 
     def get_rate(self):
+        if self.scope is None:
+            return None  # as the rates' get(None) was; allow_request asks only with a scope
         return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
 
 
@@ -62,7 +68,9 @@ class LoginThrottle(BaseThrottle):
             username=username if isinstance(username, str) else "", address=client_address_of(request)
         )
         self.wait_s = attempt.wait_s
-        view.login_attempt = attempt
+        # The view that takes this throttle declares login_attempt (TokenView); the throttle's
+        # signature is BaseThrottle's, for any view.
+        view.login_attempt = attempt  # pyright: ignore[reportAttributeAccessIssue]
         return not attempt.refused
 
     def wait(self) -> float:

@@ -115,6 +115,8 @@ def dead_letters_replay(
             _check_distinct_records(letters, field)
             _check_rows_in_sink(flow, letters, values, field)
             fmt = FormatSpec(values["format_type"], values["format_options"]).build(parse_ddl(schema_ddl))
+            # Lines, not entries: fields is a format of entry sources, refused by _check_replayable.
+            assert isinstance(fmt, RecordFormat)
             records, failed = _parse_letters(flow, letters, fmt)
             run = FlowRun.objects.create(
                 flow=flow,
@@ -263,7 +265,9 @@ def _format_of_split(flow: DataFlow, split_id: str, fmt: RecordFormat) -> tuple[
         .values_list("payload", flat=True)
         .first()
     )
-    path = payload.get("path") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        payload = {}  # no split of that name, or a payload that names no file
+    path = payload.get("path")
     if not isinstance(path, str):
         return fmt, f"the file of {split_id} is not known: its CSV header names the columns"
     if not environment().is_allowed(Path(path)):

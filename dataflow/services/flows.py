@@ -34,7 +34,7 @@ from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
 from dataflow.services.runs.tick import request_tick
 from dataflow.services.schedules import schedule_remove, schedule_remove_orphan, schedule_sync
-from dataflow.services.specs import FLOW_FIELDS, flow_paths_check, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import PARALLELISM_BOUNDS, flow_paths_check, flow_spec_of, flow_spec_validate
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
 from source_support.errors import ConfigError
 from source_support.registry import unmask_section
@@ -361,7 +361,7 @@ def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:
     new count leave and their splits go to the others; new readers take a share of the
     splits (an unbounded source's enumerator moves as few as it can). Returns the active
     run, if any. Refuses a count out of range with ConfigError naming flow.parallelism."""
-    low, high = FLOW_FIELDS["parallelism"][2]
+    low, high = PARALLELISM_BOUNDS
     if isinstance(parallelism, bool) or not isinstance(parallelism, int) or not low <= parallelism <= high:
         raise ConfigError("flow.parallelism", f"must be between {low} and {high}")
     with transaction.atomic():

@@ -160,22 +160,25 @@ def login_attempt_begin(*, username: str, address: str) -> LoginAttempt:
     address_key = _key("address", address)
     member = uuid.uuid4().hex
     try:
+        # As strings, as redis-py's eval is typed (it sends an int as the same digits).
         wait_ms = get_redis().eval(
             _BEGIN,
             2,
             username_key,
             address_key,
-            int(time.time() * 1000),
+            str(int(time.time() * 1000)),
             member,
-            username_rate.failures,
-            username_rate.window_s * 1000,
-            address_rate.failures,
-            address_rate.window_s * 1000,
+            str(username_rate.failures),
+            str(username_rate.window_s * 1000),
+            str(address_rate.failures),
+            str(address_rate.window_s * 1000),
         )
     except redis.RedisError as error:
         logger.error("login refused: the login throttle cannot reach Redis (%s)", error)
         raise LoginThrottleUnavailable() from error
-    wait_s = -(-int(wait_ms) // 1000)  # whole seconds, rounded up: Retry-After is in seconds
+    # A Lua number comes back as an integer reply (redis-py types eval's reply as a string).
+    assert isinstance(wait_ms, int)
+    wait_s = -(-wait_ms // 1000)  # whole seconds, rounded up: Retry-After is in seconds
     return LoginAttempt(username_key=username_key, address_key=address_key, member=member, wait_s=wait_s)
 
 

@@ -308,7 +308,13 @@ class _CheckedHTTPHandler(urllib.request.HTTPHandler):
 
 class _CheckedHTTPSHandler(urllib.request.HTTPSHandler):
     def https_open(self, req):
-        return self.do_open(_CheckedHTTPSConnection, req, context=self._context)
+        # As HTTPSHandler.https_open: the handler keeps its TLS context in _context, which
+        # typeshed does not declare.
+        return self.do_open(
+            _CheckedHTTPSConnection,
+            req,
+            context=self._context,  # pyright: ignore[reportAttributeAccessIssue]
+        )
 
 
 # No proxies from the environment: a proxy would connect on our behalf, unchecked.

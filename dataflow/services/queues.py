@@ -70,12 +70,13 @@ def run_queue(run_id: int) -> str | None:
     if flow is None:
         return None
     queue = get_redis().get(_claim_key(*flow))
-    return queue.decode() if queue is not None else None
+    # bytes, or None without a claim (redis-py types a reply as possibly awaitable)
+    return queue.decode() if isinstance(queue, bytes) else None
 
 
 def run_task_send(task: str, run_id: int, *args: Any) -> None:
     """Queues the task named ``task`` with ``(run_id, *args)`` where the run's tasks go (see
     ``run_queue``; without a ``runflow``, ``CELERY_TASK_ROUTES`` routes it by its name)."""
     queue = run_queue(run_id)
-    options = {} if queue is None else {"queue": queue}
+    options: dict[str, Any] = {} if queue is None else {"queue": queue}
     current_app.send_task(task, args=(run_id, *args), **options)

@@ -33,7 +33,7 @@ from source_support.registry import check_fields
 
 log = logging.getLogger(__name__)
 
-SCHEDULE_FIELDS = {"cron": str, "every": str, "timezone": str}
+SCHEDULE_FIELDS: dict[str, type | tuple] = {"cron": str, "every": str, "timezone": str}
 #: A run takes seconds to start (a Spark session alone takes ~8 s): a shorter interval
 #: would only ever skip.
 MIN_EVERY_SECONDS = 10

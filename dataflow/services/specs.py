@@ -41,10 +41,12 @@ from source_support.registry import (
 )
 from source_support.schema import parse_ddl
 
+#: How many readers a flow may run (``flow_rescale`` checks a new count against it too).
+PARALLELISM_BOUNDS = (1, 256)
 FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "name": (str, None, None),
     "description": (str, "", None),
-    "parallelism": (int, 4, (1, 256)),
+    "parallelism": (int, 4, PARALLELISM_BOUNDS),
     "batch_size": (int, 10_000, (1, 10_000_000)),
     "poll_interval_ms": (int, 500, (10, 600_000)),
     "skip_errors": (bool, False, None),

@@ -32,7 +32,8 @@ def is_deterministic(exc: BaseException) -> bool:
     refused the query (analysis, parse) or says so by its SQLSTATE class."""
     if type(exc).__name__ in ("AnalysisException", "ParseException", "IllegalArgumentException"):
         return True
-    sqlstate = exc.getSqlState() if hasattr(exc, "getSqlState") else None
+    get_sqlstate = getattr(exc, "getSqlState", None)  # Spark's errors (PySparkException)
+    sqlstate = get_sqlstate() if get_sqlstate is not None else None
     return bool(sqlstate) and sqlstate[:2] in DETERMINISTIC_SQLSTATE_CLASSES
 
 

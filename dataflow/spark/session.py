@@ -103,6 +103,7 @@ def spark_job() -> Iterator:
             _check_can_start()
             session = _connect_builder().create()
         else:
+            assert root is not None  # taken above, as there is no SPARK_REMOTE
             session = root.newSession()
             for key, value in _conf().items():
                 if key.startswith("spark.sql."):
@@ -253,6 +254,7 @@ def _launch_jvm(conf: dict[str, str], *, output) -> None:
             except PySparkRuntimeError:
                 if not option:
                     raise
+                assert archive is not None  # the option is the archive's
                 log.warning("the Spark driver did not start with %s; starting it without", option)
                 archive.discard()
                 gateway = launch_gateway(_spark_conf(conf, _driver_java_options), popen_kwargs=dict(streams))
@@ -455,7 +457,8 @@ def _drop_jvm(*, graceful: bool = True) -> int | None:
         process.kill()
         process.wait(timeout=30)
     try:
-        _session.stop()
+        if _session is not None:
+            _session.stop()
     except Exception as exc:  # noqa: BLE001 - a dead JVM cannot answer the stop
         log.debug("stopping a broken Spark session: %s", exc)
     _session = None

@@ -5,6 +5,8 @@ by client address (``services.login_throttle``): a refused login is a 429 with
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.views import LoginView
@@ -19,8 +21,15 @@ from dataflow.services.login_throttle import (
     login_refusal_text,
 )
 
+if TYPE_CHECKING:
+    # What the mixin is mixed into, for the checker (its self.data, self.request, clean);
+    # at run time a plain mixin, first in the forms' bases.
+    _LoginForm = AuthenticationForm
+else:
+    _LoginForm = object
 
-class ThrottledLoginMixin:
+
+class ThrottledLoginMixin(_LoginForm):
     """An AuthenticationForm that takes a login attempt before checking the password and
     gives it back if the login succeeds. ``login_wait_s`` > 0: refused unchecked."""
 

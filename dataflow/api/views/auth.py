@@ -11,7 +11,7 @@ from dataflow.api.parsers import BoundedJSONParser
 from dataflow.api.permissions import LoginThrottle
 from dataflow.api.schema import errors
 from dataflow.api.serializers import TokenSerializer
-from dataflow.services.login_throttle import login_attempt_succeeded, login_refusal_text
+from dataflow.services.login_throttle import LoginAttempt, login_attempt_succeeded, login_refusal_text
 
 
 @extend_schema(
@@ -26,10 +26,14 @@ class TokenView(ObtainAuthToken):
     # ObtainAuthToken has none: every wrong password was a free guess.
     throttle_classes = (LoginThrottle,)
     flow_permissions = {"POST": None}
+    #: Left by LoginThrottle, which runs before the view's handler.
+    login_attempt: LoginAttempt
 
     def throttled(self, request, wait):
         refusal = Throttled(detail=login_refusal_text(wait_s=int(wait)))
-        refusal.wait = wait  # set after: given to Throttled, it would say the wait twice
+        # Set after: given to Throttled, it would say the wait twice. Throttled sets wait in
+        # __init__ (the handler reads it for Retry-After); the stubs leave it out.
+        refusal.wait = wait  # pyright: ignore[reportAttributeAccessIssue]
         raise refusal
 
     def post(self, request, *args, **kwargs):

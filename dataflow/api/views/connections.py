@@ -4,7 +4,7 @@ staff see all and create, change and delete them."""
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import AbstractUser, Group
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
@@ -36,8 +36,14 @@ class StaffWrites(BasePermission):
     def has_permission(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
             return True
-        permission = WRITE_PERMISSIONS.get(request.method)
-        return bool(request.user.is_staff) and permission is not None and request.user.has_perm(permission)
+        permission = WRITE_PERMISSIONS.get(request.method or "")
+        user = request.user  # an AbstractUser (auth.User), or anonymous: never staff
+        return (
+            isinstance(user, AbstractUser)
+            and user.is_staff
+            and permission is not None
+            and user.has_perm(permission)
+        )
 
 
 @extend_schema_view(
@@ -104,7 +110,8 @@ class ConnectionViewSet(viewsets.GenericViewSet):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _context(self) -> dict:
-        return {"staff": self.request.user.is_staff}
+        user = self.request.user  # an AbstractUser (auth.User), or anonymous: never staff
+        return {"staff": isinstance(user, AbstractUser) and user.is_staff}
 
     def _fields(self, request) -> dict:
         serializer = ConnectionWriteSerializer(data=request.data)

@@ -81,7 +81,10 @@ class FlowViewSet(viewsets.GenericViewSet):
 
     def list(self, request):
         page = self.paginate_queryset(self.filter_queryset(self.get_queryset()))
-        serializer = self.get_serializer(page, many=True, context={"latest_runs": latest_runs_of(flows=page)})
+        assert page is not None  # every list is paged (DEFAULT_PAGINATION_CLASS, PAGE_SIZE)
+        serializer = self.get_serializer(
+            page, many=True, context={"latest_runs": latest_runs_of(flows=list(page))}
+        )
         return self.get_paginated_response(serializer.data)
 
     def create(self, request):

@@ -6,7 +6,7 @@ import time
 from contextlib import contextmanager
 
 import psutil
-from celery.bootsteps import RUN
+from celery.bootsteps import RUN  # pyright: ignore[reportAttributeAccessIssue] - not in celery-types
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state
 from django.conf import settings
@@ -121,6 +121,7 @@ class Command(BaseCommand):
                 f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
             )
             raise SystemExit(EXIT_STATUS[interrupted])
+        assert run is not None  # not interrupted: _run_to_follow returned it, and it was followed
         written = progress.rows_written if progress.rows_written is not None else "-"
         self.stdout.write(
             f"run {run.pk} {progress.status}: {progress.records_read} records read, "
@@ -241,7 +242,9 @@ def _unblock_when_stopping(worker, timeout_s: float = 2.0) -> None:
     try:
         redis = get_redis()
         mine = {f"{c.laddr.ip}:{c.laddr.port}" for c in psutil.Process().net_connections("inet") if c.laddr}
-        for client in redis.client_list():
+        clients = redis.client_list()
+        assert isinstance(clients, list)  # redis-py types a reply as possibly awaitable
+        for client in clients:
             # Over a Unix socket (the embedded server) every address reads "path:0".
             if client.get("cmd") == "brpop" and (client["addr"] in mine or client["addr"].startswith("/")):
                 redis.client_unblock(int(client["id"]))
@@ -264,7 +267,9 @@ def _own_queue(flow, queue: str):
         try:
             runflow_release(flow)
             with app.connection_for_write() as connection:
-                connection.default_channel.queue_purge(queue)
+                # A Redis transport's channel (kombu's virtual Channel) purges; the stubs'
+                # StdChannel, the base of every transport's, does not declare it.
+                connection.default_channel.queue_purge(queue)  # pyright: ignore[reportAttributeAccessIssue]
         except Exception as exc:  # noqa: BLE001 - the claim lapses by itself, the tasks are stale
             logging.getLogger("dataflow.runflow").warning("could not release queue %s: %s", queue, exc)
         logging.getLogger("kombu.transport.virtual.base").removeFilter(undeliverable)

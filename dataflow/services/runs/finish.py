@@ -29,7 +29,7 @@ FINAL_FLOW_STATUS = {
 def run_finish(
     *,
     run: FlowRun,
-    status: str,
+    status: RunStatus,
     message: str = "",
     rows_written: int | None = None,
     attempt: int | None = None,

@@ -51,7 +51,9 @@ class ReplayOutput:
 
     def write(self, result: Any, publish: Any) -> bool:
         spec = self.run.spec
-        return SINKS[spec["sink_type"]].append(
+        append = SINKS[spec["sink_type"]].append
+        assert append is not None  # a flow whose sink cannot append is refused a replay
+        return append(
             result,
             spec["sink_config"],
             epoch_key=replay_epoch_key(self.run),

@@ -37,6 +37,7 @@ import threading
 import time
 from contextlib import ExitStack
 from enum import Enum
+from typing import Literal
 
 from django.conf import settings
 from django.db import transaction
@@ -82,6 +83,7 @@ from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_e
 from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
+from source_support.api import Source
 from source_support.coordination import Mark
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
@@ -137,7 +139,8 @@ class StreamDriver:
         self.plan_checked = False
         self._spark = None
         self._spark_context = ExitStack()
-        self._source = None
+        #: The run's source, for entry times; False once it could not be built.
+        self._source: Source | Literal[False] | None = None
         self.lease_lost: threading.Event | None = None
 
     def run_slice(self, *, deadline: float, lease_lost: threading.Event | None = None) -> bool:
@@ -169,6 +172,7 @@ class StreamDriver:
         self.run = run
         if run.paused_at is not None:
             return Step.IDLE  # a user's pause holds the transform too; its epoch reruns on resume
+        epoch: TransformEpoch | None = None  # None until planned: a refusal comes before that
         try:
             planner = self._prepare()
             if self._in_backoff():
@@ -190,7 +194,7 @@ class StreamDriver:
                 self._drop_spark()
                 log.warning("run %s: epoch given back: its worker is shutting down", run.pk)
                 return Step.DONE
-            if _committed_by_another_driver(epoch):
+            if epoch is not None and _committed_by_another_driver(epoch):
                 # A second driver (e.g. after a quick stop and resume) committed this epoch
                 # and removed its input while this one ran it: not a failure; it goes on.
                 log.info("run %s: epoch %s was committed by another driver", self.run.pk, epoch.number)
@@ -217,7 +221,9 @@ class StreamDriver:
             problem = time_column_problem(schema, query.time_column)
             if problem:
                 raise ConfigError(FIELD, problem)
-            time_column = schema_field(schema, query.time_column).name
+            field = schema_field(schema, query.time_column)
+            assert field is not None  # time_column_problem found it
+            time_column = field.name
         options = spec.get("transform_options") or {}
         self.planner = EpochPlanner(
             query,
@@ -237,8 +243,9 @@ class StreamDriver:
     def run_epoch(self, epoch: TransformEpoch) -> bool:
         """Runs ``epoch`` with Spark and commits it; False if it was not this driver's to
         commit (the run ended, or another driver committed it)."""
-        paths = self.planner.inputs(self.run, epoch)
-        if not paths and self.planner.query.kind != QueryKind.WHOLE_INPUT:
+        planner = self._prepare()
+        paths = planner.inputs(self.run, epoch)
+        if not paths and planner.query.kind != QueryKind.WHOLE_INPUT:
             return self._commit(epoch, rows=0, move=None)
         try:
             return self._run_watched(epoch, paths)
@@ -272,7 +279,9 @@ class StreamDriver:
                 check_output_rows(watch.limits, staged_rows, what=f"epoch {epoch.number}")
                 return self._commit(epoch, rows=staged_rows, move=move)
 
-            return SINKS[spec["sink_type"]].append(
+            append = SINKS[spec["sink_type"]].append
+            assert append is not None  # _prepare refused a sink without one
+            return append(
                 observed,
                 spec["sink_config"],
                 epoch_key=epoch_key(self.run, epoch.number),
@@ -285,9 +294,10 @@ class StreamDriver:
         if not paths:
             return spark.createDataFrame([], ddl)
         frame = (spark.read.schema(ddl) if ddl else spark.read).parquet(*paths)
-        if self.planner.query.kind != QueryKind.WINDOW:
+        planner = self._prepare()
+        if planner.query.kind != QueryKind.WINDOW:
             return frame
-        column = "`" + self.planner.time_column.replace("`", "``") + "`"
+        column = "`" + planner.time_column.replace("`", "``") + "`"
         bounds = [f"{column} IS NOT NULL"]
         if epoch.window_from_ms is not None:
             bounds.append(f"{column} >= timestamp_millis({int(epoch.window_from_ms)})")
@@ -299,7 +309,7 @@ class StreamDriver:
         """Once a slice: Spark's plan must agree with the kind the query was given."""
         if self.plan_checked:
             return
-        problem = plan_contradiction(result, self.planner.query.kind)
+        problem = plan_contradiction(result, self._prepare().query.kind)
         if problem:
             raise ConfigError(FIELD, problem)
         self.plan_checked = True
@@ -350,7 +360,7 @@ class StreamDriver:
                     :2048
                 ],
             )
-            retired = self.planner.retire(run, epoch)
+            retired = self._prepare().retire(run, epoch)
             state = StreamState.of(run)
             state.epoch, state.failures = epoch.number, 0
             state.rows_written = TransformEpoch.objects.filter(

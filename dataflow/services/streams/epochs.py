@@ -293,7 +293,7 @@ class EpochPlanner:
         late = sum(
             rows_before(b.path, self.time_column, start)
             for b in batches
-            if times[b.id].min_ms is not None and times[b.id].min_ms < start
+            if (earliest := times[b.id].min_ms) is not None and earliest < start
         )
         if late:
             log.info("run %s: %s late rows dropped (event time before %s ms)", run.pk, late, start)

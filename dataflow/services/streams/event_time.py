@@ -40,12 +40,16 @@ def batch_times(path: str, column: str) -> BatchTimes:
     for group in range(meta.num_row_groups):
         chunk = meta.row_group(group).column(index)
         stats = chunk.statistics
-        all_null = stats is not None and stats.null_count == chunk.num_values
-        if stats is None or not (all_null or (stats.has_min_max and isinstance(stats.max, datetime))):
+        if stats is None or stats.null_count is None:
             return _times_from_column(path, column)
         if stats.has_min_max:
-            lows.append(_ms(stats.min))
-            highs.append(_ms(stats.max))
+            low, high = stats.min, stats.max
+            if not (isinstance(low, datetime) and isinstance(high, datetime)):
+                return _times_from_column(path, column)
+            lows.append(_ms(low))
+            highs.append(_ms(high))
+        elif stats.null_count != chunk.num_values:
+            return _times_from_column(path, column)  # values, but no range of them
         nulls += stats.null_count
     return BatchTimes(min(lows, default=None), max(highs, default=None), nulls)
 
@@ -53,7 +57,8 @@ def batch_times(path: str, column: str) -> BatchTimes:
 def rows_before(path: str, column: str, bound_ms: int) -> int:
     """Rows of a landed file whose event time lies before ``bound_ms``."""
     micros = _micros(path, column)
-    return pc.sum(pc.less(micros, bound_ms * 1000)).as_py() or 0
+    before = pc.less(micros, pa.scalar(bound_ms * 1000, pa.int64()))
+    return len(micros.filter(before))  # a row without a time is dropped: before no bound
 
 
 def _times_from_column(path: str, column: str) -> BatchTimes:
@@ -97,10 +102,11 @@ def watermark_ms(splits: Iterable[SplitClock], *, delay_ms: int, latest_ms: int 
     does not hold the others back); with every split idle or ended, the latest event time
     seen (``latest_ms``) minus the delay. None while a live split has landed nothing yet."""
     live = [s for s in splits if not s.idle]
-    if any(s.max_ms is None for s in live):
+    latest = [s.max_ms for s in live if s.max_ms is not None]
+    if len(latest) < len(live):
         return None
-    if live:
-        return min(s.max_ms for s in live) - delay_ms
+    if latest:
+        return min(latest) - delay_ms
     return None if latest_ms is None else latest_ms - delay_ms
 
 

@@ -190,7 +190,7 @@ def _tumbling_window(select: exp.Select) -> tuple[str, int] | str:
     calls = [c for c in (_resolve(item, select) for item in group.expressions) if _call_name(c)]
     if any(_call_name(c) == "session_window" for c in calls):
         return "a session window can grow to any length: it closes only when the input ends"
-    windows = [c for c in calls if _call_name(c) == "window"]
+    windows = [c for c in calls if isinstance(c, exp.Anonymous) and _call_name(c) == "window"]
     if not windows:
         return "GROUP BY without an event-time window: a group is complete only when the input ends"
     return _window_of(windows[0])
@@ -219,8 +219,8 @@ def _window_of(call: exp.Anonymous) -> tuple[str, int] | str:
         return f"{shown} is not a tumbling window over a column (window(ts, '10 seconds'))"
     if args[0].table and args[0].table.lower() not in _relation_names(call):
         return f"{shown}: the window's time column must be a top-level column of the source, not a field"
-    sizes = [_duration_ms(a) for a in args[1:]]
-    if None in sizes:
+    sizes = [size for a in args[1:] if (size := _duration_ms(a)) is not None]
+    if len(sizes) < len(args) - 1:
         return f"{shown}: the window's duration must be a literal such as '10 seconds' or '1 minute'"
     if len(set(sizes)) > 1:
         return f"{shown} is a sliding window; the streaming transform emits tumbling windows"

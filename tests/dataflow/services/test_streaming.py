@@ -598,6 +598,21 @@ def test_a_query_that_does_not_fit_the_data_fails_the_run_at_once(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_run_that_cannot_stream_fails_with_the_reason_before_any_epoch(dirs):
+    stream = Stream(dirs, WINDOW_SQL)
+    # A window needs the run's schema: the driver refuses the run before it plans an epoch.
+    FlowRun.objects.filter(pk=stream.run.pk).update(schema_ddl="")
+    stream.land("s1", [1])
+
+    assert driver(stream).trigger() == Step.ENDED
+
+    run = stream.refreshed()
+    assert run.status == RunStatus.FAILED
+    assert "a window over a stream needs the run's schema" in run.message, run.message
+    assert not TransformEpoch.objects.filter(run=stream.run).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_other_failures_are_retried_then_fail_the_run_after_the_limit(dirs, monkeypatch, settings):
     settings.DATAFLOW_STREAM_FAILURE_LIMIT = 2
     monkeypatch.setattr(stream_driver, "_backoff_s", lambda failures: 0)
