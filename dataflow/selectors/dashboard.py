@@ -3,7 +3,9 @@ everything a flow's page shows."""
 
 from __future__ import annotations
 
-from django.db.models import OuterRef, Subquery, Sum
+from typing import Any
+
+from django.db.models import Model, OuterRef, Subquery, Sum
 
 from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow, DeadLetter, FlowRun, MetricSample, RunStatus
 from dataflow.selectors.flows import flow_status
@@ -32,13 +34,21 @@ def flow_overview(*, user) -> list[dict]:
     latest_run = FlowRun.objects.filter(flow=OuterRef("pk")).order_by("-id").values("id")[:1]
     flows = list(flows_visible(user=user).annotate(latest_run_id=Subquery(latest_run)))
     sample = MetricSample.objects.filter(run=OuterRef("pk"), split_id="").order_by("-at")
-    runs = FlowRun.objects.filter(pk__in=[f.latest_run_id for f in flows if f.latest_run_id]).annotate(
+    runs = FlowRun.objects.filter(
+        pk__in=[_column(f, "latest_run_id") for f in flows if _column(f, "latest_run_id")]
+    ).annotate(
         last_records_per_s=Subquery(sample.values("records_per_s")[:1]),
         last_lag=Subquery(sample.values("lag")[:1]),
         split_records=Sum("splits__records_read", default=0),
     )
     runs = {run.pk: run for run in runs}
-    return [_overview_row(flow, runs.get(flow.latest_run_id)) for flow in flows]
+    return [_overview_row(flow, runs.get(_column(flow, "latest_run_id"))) for flow in flows]
+
+
+def _column(row: Model, name: str) -> Any:
+    """A column ``annotate()`` added to ``row``: django-stubs types these only through mypy's
+    plugin, which pyright does not run."""
+    return getattr(row, name)
 
 
 def _flow_card(flow: DataFlow) -> dict:
@@ -71,12 +81,12 @@ def _overview_row(flow: DataFlow, run: FlowRun | None) -> dict:
         "finished_at": run.finished_at,
     }
     # Totals land on the run when it ends; until then its splits hold them.
-    row["records_read"] = max(run.records_read, run.split_records)
+    row["records_read"] = max(run.records_read, _column(run, "split_records"))
     row["records_per_s"] = run_records_per_s(
-        run=run, records_read=row["records_read"], sampled=run.last_records_per_s
+        run=run, records_read=row["records_read"], sampled=_column(run, "last_records_per_s")
     )
     # A paused run reads nothing, but its lag still grows.
-    row["lag"] = run.last_lag if run.status in ACTIVE_RUN_STATUSES else None
+    row["lag"] = _column(run, "last_lag") if run.status in ACTIVE_RUN_STATUSES else None
     return row
 
 
@@ -129,7 +139,7 @@ def _recent_runs(flow: DataFlow) -> list[dict]:
             "duration_s": None
             if run.finished_at is None
             else max(0.0, (run.finished_at - run.started_at).total_seconds()),
-            "records_read": max(run.records_read, run.split_records),
+            "records_read": max(run.records_read, _column(run, "split_records")),
             "rows_written": run.rows_written,
             "message": run_message(run),
         }

@@ -11,7 +11,7 @@ from typing import Any
 from dataflow.models import DeadLetter, FlowRun
 from dataflow.services.context import run_environment
 from dataflow.services.streams.epochs import epoch_key
-from source_support.registry import SINKS
+from source_support.registry import SINKS, Publish
 
 #: The trigger of a replay run, and the one split it lands its records under.
 REPLAY_TRIGGER = "replay"
@@ -49,7 +49,7 @@ class ReplayOutput:
     def __init__(self, run: FlowRun) -> None:
         self.run = run
 
-    def write(self, result: Any, publish: Any) -> bool:
+    def write(self, result: Any, publish: Publish) -> bool:
         spec = self.run.spec
         append = SINKS[spec["sink_type"]].append
         assert append is not None  # a flow whose sink cannot append is refused a replay

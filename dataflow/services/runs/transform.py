@@ -32,7 +32,7 @@ from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_e
 from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from source_support.coordination import Mark
-from source_support.registry import SINKS
+from source_support.registry import SINKS, Publish
 
 log = logging.getLogger("dataflow.services.runs")
 
@@ -42,7 +42,7 @@ MAX_TRANSFORM_ATTEMPTS = 3
 class TransformOutput(Protocol):
     """How an attempt's result reaches the sink, and what publishing it settles."""
 
-    def write(self, result: Any, publish: Callable[[int, Callable[[], None]], bool]) -> bool: ...
+    def write(self, result: Any, publish: Publish) -> bool: ...
 
     def published(self) -> None: ...
 
@@ -53,7 +53,7 @@ class SinkReplace:
     def __init__(self, run: FlowRun, attempt: int) -> None:
         self.run, self.attempt = run, attempt
 
-    def write(self, result: Any, publish: Callable[[int, Callable[[], None]], bool]) -> bool:
+    def write(self, result: Any, publish: Publish) -> bool:
         spec = self.run.spec
         return SINKS[spec["sink_type"]].write(
             result,
