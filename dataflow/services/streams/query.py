@@ -46,7 +46,7 @@ class StreamQuery:
 
 
 #: Spark's aggregate functions that sqlglot parses as a plain call (``exp.Anonymous``);
-#: the others parse to an ``exp.AggFunc``. tests/dataflow/test_stream_query.py checks both.
+#: the others parse to an ``exp.AggFunc``. tests/dataflow/services/streams/test_query.py checks both.
 _ANONYMOUS_AGGREGATE_NAMES = """
     bitmap_construct_agg bitmap_or_agg count_min_sketch every grouping_id histogram_numeric
     hll_sketch_agg hll_union_agg kurtosis mean mode regr_avgx regr_avgy regr_count

@@ -1,6 +1,6 @@
 """``manage.py flowctl``: steering, status, runs, validate and export, as a shell user sees them.
 
-The steering services themselves run end to end in tests/dataflow/services/test_flow_actions.py;
+The steering services themselves run end to end in tests/dataflow/services/flows/test_actions.py;
 here the command is checked on the rows they leave, without a worker.
 """
 

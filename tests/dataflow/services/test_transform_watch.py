@@ -29,7 +29,7 @@ from dataflow.services.transform_watch import transforms_give_back
 from dataflow.spark.session import get_spark, session_started, spark_kill
 from source_support.coordination import Mark
 from source_support.errors import ConfigError
-from tests.dataflow.services.test_streaming import Stream, driver, ids
+from tests.dataflow.services.streams.test_driver import Stream, driver, ids
 from tests.factories import DataFlowFactory
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
 
