@@ -291,7 +291,9 @@ def _remove_earlier_staging(target: Path, epoch_key: str) -> None:
 
 
 #: What follows Spark's task and file counter in a written file's name: ``.snappy.parquet``.
-_SPARK_FILE_SUFFIX = re.compile(r"c\d{3}(\..+)$")
+#: The counter follows a "-" or a "."; without that, a uuid ending in "c" and three digits
+#: before ``.c000`` (``...-0b7ec123.c000.snappy.parquet``) would match first.
+_SPARK_FILE_SUFFIX = re.compile(r"[.-]c\d{3}(\..+)$")
 
 
 def _epoch_files(staging: Path, epoch_key: str) -> list[tuple[Path, Path]]:

@@ -362,6 +362,8 @@ def test_an_epoch_keeps_partition_directories_and_numbers_extra_files(out):
         "day=1/part-00000-aa-c000.csv.gz": b"a",
         "day=1/part-00000-aa-c001.csv.gz": b"b",
         "day=2/part-00000-aa.c000.csv.gz": b"c",
+        # A uuid that ends in "c" and three digits, before the counter.
+        "day=3/part-00000-0b7e5a9c-4d2f-8e1a-bc12ac123.c000.csv.gz": b"d",
     }
 
     append(target, write_parts(parts), "r1-00000002")
@@ -370,6 +372,7 @@ def test_an_epoch_keeps_partition_directories_and_numbers_extra_files(out):
         "day=1/part-r1-00000002.csv.gz": b"a",
         "day=1/part-r1-00000002-1.csv.gz": b"b",
         "day=2/part-r1-00000002.csv.gz": b"c",
+        "day=3/part-r1-00000002.csv.gz": b"d",
     }
 
 
