@@ -23,7 +23,9 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["dataflow"])
 # app.pool is kombu's ConnectionPool (celery-types declares a ProducerPool, which has no
 # force_close_all).
-redis_client.on_embedded_exit(app.pool.force_close_all)  # pyright: ignore[reportAttributeAccessIssue]
+# Looked up at exit: reading app.pool here would configure the broker before
+# _use_embedded_redis. (celery-types types app.pool as a kombu Connection, not its pool.)
+redis_client.on_embedded_exit(lambda: app.pool.force_close_all())  # pyright: ignore[reportAttributeAccessIssue]
 
 
 @app.on_configure.connect

@@ -26,7 +26,7 @@ import dataflow.spark.session
 from dataflow.models import DataFlow, LandedBatch
 from dataflow.services import transform_check
 from dataflow.services.flows import flow_start
-from dataflow.services.runs.transform import transform as bounded_transform
+from dataflow.services.runs import transform as bounded_transform
 from tests.factories import DataFlowFactory
 from tests.helpers import (
     Beat,

@@ -26,7 +26,7 @@ from dataflow.services.login_throttle import (
 pytestmark = pytest.mark.django_db
 
 PASSWORD = "right-pw-1"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()
