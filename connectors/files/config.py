@@ -28,6 +28,14 @@ OPTIONS = (
         default=64,
     ),
     Option(
+        "open_cost_kb",
+        (int, float),
+        "What opening a file costs, in KB of reading (Spark's openCostInBytes), when small files "
+        "are packed into one split: a split holds files up to split_size_mb, each counted at its "
+        "size plus this; 0 gives each file a split of its own.",
+        default=64,
+    ),
+    Option(
         "allow_empty",
         bool,
         "Whether a path that matches no file, or only files without a record, gives an empty result "
@@ -87,6 +95,7 @@ class FilesSourceConfig:
 
     path: str
     split_size_mb: int | float = DEFAULTS["split_size_mb"]
+    open_cost_kb: int | float = DEFAULTS["open_cost_kb"]
     allow_empty: bool = DEFAULTS["allow_empty"]
     watch: bool = DEFAULTS["watch"]
     discovery_interval_ms: int = DEFAULTS["discovery_interval_ms"]
@@ -106,6 +115,8 @@ class FilesSourceConfig:
         env.resolve_path(glob_static_prefix(pattern), "source.path")
         if table.get("split_size_mb", DEFAULTS["split_size_mb"]) <= 0:
             raise ConfigError("source.split_size_mb", "must be greater than 0")
+        if table.get("open_cost_kb", DEFAULTS["open_cost_kb"]) < 0:
+            raise ConfigError("source.open_cost_kb", "must be 0 or more")
         _check_watch_fields(table)
         return cls(**{**table, "path": pattern})
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.files.config import WatchOptions
-from connectors.files.split import WHOLE_FILE, FileSplit, discovered_split
+from connectors.files.split import WHOLE_FILE, FileSplit, combined_split, discovered_split
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 from source_support.registry import Environment, glob_static_prefix
 
@@ -36,10 +36,12 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         splittable: bool | Callable[[str], str],
         env: Environment,
         state: dict[str, Any] | None,
+        open_cost: int = 0,
     ) -> None:
         self.context = context
         self.pattern = pattern
         self.split_size = split_size
+        self.open_cost = open_cost
         self.splittable = splittable
         self.env = env
         self.discovered = bool(state and state.get("discovered"))
@@ -80,12 +82,16 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
         return self.pending
 
     def _discover(self) -> list[FileSplit]:
-        """The splits of every file found (``file_splits``)."""
-        splits: list[FileSplit] = []
-        for path, info in files_with_stats(self.pattern, self.env):
-            self.files_found += 1
-            splits += file_splits(path, info, split_size=self.split_size, splittable=self.splittable)
-        return splits
+        """The splits of every file found: small files packed together (``pack_files``)."""
+        files = files_with_stats(self.pattern, self.env)
+        self.files_found += len(files)
+        return pack_files(
+            files,
+            split_size=self.split_size,
+            open_cost=self.open_cost,
+            splittable=self.splittable,
+            parallelism=self.context.current_parallelism,
+        )
 
 
 #: Discovery waits while this many splits wait for readers (Iceberg pauses its discovery
@@ -297,7 +303,7 @@ def file_splits(
     if size == 0:
         return []
     compressed = path.endswith(COMPRESSED_SUFFIXES)
-    layout = splittable(path) if callable(splittable) else RANGES if splittable else WHOLE
+    layout = _layout(path, splittable)
     if compressed or layout == DECODED:
         return [discovered_split(path, 0, WHOLE_FILE, info, compressed=compressed)]
     if layout != RANGES or size <= split_size:
@@ -306,6 +312,59 @@ def file_splits(
         discovered_split(path, start, min(start + split_size, size), info)
         for start in range(0, size, split_size)
     ]
+
+
+def pack_files(
+    files: Sequence[tuple[str, os.stat_result]],
+    *,
+    split_size: int,
+    open_cost: int,
+    splittable: bool | Callable[[str], str],
+    parallelism: int,
+) -> list[FileSplit]:
+    """The splits of ``files`` (path and stat), small files packed into combined splits as
+    Spark packs them into partitions (``FilePartition.getFilePartitions``): each file costs
+    its size plus ``open_cost`` (``spark.sql.files.openCostInBytes``), a split holds at most
+    ``min(split_size, max(open_cost, total cost / parallelism))`` (``maxSplitBytes``, with
+    ``split_size`` as ``maxPartitionBytes``), and the files, largest first, fill one split
+    until the next would overflow it. A file is small when it is read whole in one range
+    anyway: plain (not gzip), in byte ranges, and no larger than ``split_size``. A split of
+    one file is the plain split of that file; ``open_cost`` 0 packs nothing."""
+    splits: list[FileSplit] = []
+    small: list[tuple[str, os.stat_result]] = []
+    for path, info in files:
+        if open_cost and 0 < info.st_size <= split_size and _layout(path, splittable) == RANGES:
+            small.append((path, info))
+        else:
+            splits += file_splits(path, info, split_size=split_size, splittable=splittable)
+    if not small:
+        return splits
+    total = sum(info.st_size + open_cost for _, info in small)
+    max_bytes = min(split_size, max(open_cost, total // max(1, parallelism)))
+    packed: list[tuple[str, os.stat_result]] = []
+    size = 0
+    for path, info in sorted(small, key=lambda file: -file[1].st_size):  # stable: path order among equals
+        if packed and size + info.st_size > max_bytes:
+            splits.append(_packed_split(packed))
+            packed, size = [], 0
+        packed.append((path, info))
+        size += info.st_size + open_cost
+    splits.append(_packed_split(packed))
+    return splits
+
+
+def _packed_split(files: list[tuple[str, os.stat_result]]) -> FileSplit:
+    """The split of a pack, its files read in path order (Spark's: largest first)."""
+    if len(files) == 1:
+        path, info = files[0]
+        return discovered_split(path, 0, info.st_size, info)
+    return combined_split(sorted(files, key=lambda file: file[0]))
+
+
+def _layout(path: str, splittable: bool | Callable[[str], str]) -> str:
+    if path.endswith(COMPRESSED_SUFFIXES):
+        return DECODED
+    return splittable(path) if callable(splittable) else RANGES if splittable else WHOLE
 
 
 def list_files(pattern: str, env: Environment) -> list[str]:

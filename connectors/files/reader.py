@@ -6,6 +6,7 @@ import os
 
 import pyarrow as pa
 
+from connectors.files.combined import GroupReader
 from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
@@ -25,8 +26,12 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         self.open: dict[str, RecordBlockReader] = {}
         #: The format of each open split's file (a CSV header maps its columns by name).
         self.formats: dict[str, RecordFormat] = {}
+        #: Reads the combined splits (many small files each).
+        self.groups = GroupReader(fmt, first_bad_record_only=first_bad_record_only)
 
     def read_batch(self, split: FileSplit, max_records: int) -> RecordBatch:
+        if split.group is not None:
+            return self.groups.read_batch(split, max_records)
         reader = self.open.get(split.split_id)
         if reader is None or reader.position != split.position:
             self.close_split(split.split_id)
@@ -88,6 +93,8 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
 
     def describe(self, split: FileSplit, position: int, *, line: int | None = None) -> str:
         """Where ``position`` is, for a person: file, line and byte offset."""
+        if split.group is not None:
+            return self.groups.describe(split, position, line=line)
         if line is None:
             try:
                 line = line_number(
@@ -117,6 +124,7 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         )
 
     def close_split(self, split_id: str) -> None:
+        self.groups.close_split(split_id)
         self.formats.pop(split_id, None)
         reader = self.open.pop(split_id, None)
         if reader is not None:

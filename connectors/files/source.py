@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
@@ -20,7 +21,14 @@ from connectors.files.enumerator import (
     list_files,
 )
 from connectors.files.reader import FileSplitReader
-from connectors.files.split import WHOLE_FILE, FileSplit, FileSplitSerializer, discovered_split
+from connectors.files.split import (
+    WHOLE_FILE,
+    FileGroup,
+    FileSplit,
+    FileSplitSerializer,
+    discovered_split,
+    group_location,
+)
 from source_support.api import (
     Boundedness,
     Source,
@@ -56,6 +64,7 @@ class FileSource(Source[FileSplit]):
         split_size: int,
         env: Environment,
         batch_size: int,
+        open_cost: int = 0,
         watch: WatchOptions | None = None,
         stop: Mapping[str, Any] | None = None,
         clock: Callable[[], float] = time.time,
@@ -63,6 +72,8 @@ class FileSource(Source[FileSplit]):
         self.pattern = pattern
         self.fmt = fmt
         self.split_size = split_size
+        #: What opening a file counts as, in bytes, when small files are packed together.
+        self.open_cost = open_cost
         self.env = env
         self.batch_size = batch_size
         #: How a watched source looks for new files; None: the files there at the start.
@@ -92,6 +103,7 @@ class FileSource(Source[FileSplit]):
             pattern=config.path,
             fmt=record_format,
             split_size=max(1, int(config.split_size_mb * (1 << 20))),
+            open_cost=int(config.open_cost_kb * 1024),
             env=context.env,
             batch_size=context.batch_size,
             watch=config.watch_options,
@@ -134,6 +146,7 @@ class FileSource(Source[FileSplit]):
             splittable=self.layout,
             env=self.env,
             state=state,
+            open_cost=self.open_cost,
         )
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
@@ -146,6 +159,8 @@ class FileSource(Source[FileSplit]):
         lies before the split's position must be as it was (the fix is at the failed record
         or after it); a file read in several ranges must keep its size, or the ranges after
         this one, read from the file as it was, would no longer meet it."""
+        if split.group is not None:
+            return _group_to_retry(split, split.group)
         try:
             info = os.stat(split.path)
         except OSError:
@@ -226,3 +241,26 @@ class FileSource(Source[FileSplit]):
                 fmt.bind_header(header)
             except MissingColumns as exc:
                 raise ConfigError("format.schema", f"does not fit {path}: {exc}") from None
+
+
+def _group_to_retry(split: FileSplit, group: FileGroup) -> FileSplit:
+    """A combined split over its files as they are now, from the file it stopped in on:
+    the files before were read whole as they were, and a position names its file, so
+    the sizes of the others do not matter."""
+    index, _ = group_location(split.position)
+    sizes, mtimes, inodes, devices = (
+        list(group.sizes),
+        list(group.mtimes_ns),
+        list(group.inodes),
+        list(group.devices),
+    )
+    for i in range(index, len(group)):
+        try:
+            info = os.stat(group.path(i))
+        except OSError:
+            continue  # gone: the reader says so
+        sizes[i], mtimes[i], inodes[i], devices[i] = info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev
+    fresh = FileGroup(
+        group.directory, group.names, tuple(sizes), tuple(mtimes), tuple(inodes), tuple(devices)
+    )
+    return replace(split, group=fresh)

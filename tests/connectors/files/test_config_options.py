@@ -19,6 +19,7 @@ class TestFilesSourceOptions(OptionsContract):
         return {
             "path": "data/sensors/*.csv",
             "split_size_mb": 0.5,
+            "open_cost_kb": 8,
             "allow_empty": True,
             "watch": True,
             "discovery_interval_ms": 500,
