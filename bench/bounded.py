@@ -315,7 +315,30 @@ def main() -> None:
     parser.add_argument(
         "--batch-size", type=int, help="records per landed file (default: a file's rows, at least 50,000)"
     )
+    parser.add_argument(
+        "--small-files", type=int, metavar="N", help="N one-row CSV files instead (bench/small_files.py)"
+    )
+    parser.add_argument(
+        "--gzip-gb",
+        type=float,
+        metavar="G",
+        help="one .csv.gz of G GB uncompressed instead (bench/gzip_file.py)",
+    )
     args = parser.parse_args()
+    if args.small_files:
+        import small_files  # the mode's own module, which uses this one's helpers
+
+        small_files.main(
+            args.small_files, parallelism=args.parallelism, batch_size=args.batch_size or BATCH_SIZE
+        )
+        return
+    if args.gzip_gb:
+        import gzip_file  # the mode's own module, which uses this one's helpers
+
+        gzip_file.main(
+            args.gzip_gb, parallelism=args.parallelism, batch_size=args.batch_size or gzip_file.BATCH_SIZE
+        )
+        return
     if args.rows <= 0 or args.rows % FILES:
         parser.error(f"--rows must be a positive multiple of {FILES}")
     batch_size = args.batch_size or max(BATCH_SIZE, args.rows // FILES)

@@ -23,6 +23,7 @@ from typing import Protocol, Self
 import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
+from source_support.gunzip import ParallelGzipFile
 
 UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
@@ -135,10 +136,17 @@ class DecodedFile:
         self.close()
 
 
-def open_records(path: str, *, compressed: bool, encoding: str = "utf-8") -> RecordFile:
+def open_records(
+    path: str, *, compressed: bool, encoding: str = "utf-8", parallel: bool = False
+) -> RecordFile:
     """The file's bytes as the formats read them: gunzipped, and decoded to UTF-8 when its
-    encoding is another."""
-    raw: RecordFile = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+    encoding is another. ``parallel`` gunzips in threads ahead of the reader (for reading a
+    whole file; a look at its head needs no threads)."""
+    raw: RecordFile
+    if compressed and parallel:
+        raw = ParallelGzipFile(path)
+    else:
+        raw = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
     if codecs.lookup(encoding).name == "utf-8":
         return raw
     return DecodedFile(raw, encoding, path)
@@ -165,7 +173,7 @@ class RecordBlockReader:
         self.compressed = compressed
         self.fmt = fmt
         self.end = end
-        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding)
+        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding, parallel=True)
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0

@@ -41,8 +41,19 @@ class _SmallFile:
     #: Where the first record begins (after a BOM, comment lines and the header).
     body: int
     fmt: RecordFormat
-    #: Offsets just past each record of the body (the last one without a newline included).
-    ends: np.ndarray
+    #: How many records (lines) the body holds, the last one without a newline included.
+    records: int
+    #: Offsets just past each record of the body, counted only when a batch ends inside
+    #: the file (most small files go whole into a batch).
+    ends: np.ndarray | None = None
+
+    def record_ends(self) -> np.ndarray:
+        if self.ends is None:
+            ends = self.fmt.record_ends(self.data[self.body :]) + self.body
+            if self.body < len(self.data) and (not len(ends) or ends[-1] != len(self.data)):
+                ends = np.append(ends, len(self.data))
+            self.ends = ends
+        return self.ends
 
 
 @dataclass
@@ -83,12 +94,16 @@ class GroupReader:
             if fmt is not None and small.fmt is not fmt:
                 break  # another header: its records go in a block of their own
             fmt = small.fmt
-            offset = max(offset, small.body)
-            first = int(np.searchsorted(small.ends, offset, side="right"))
-            take = min(len(small.ends) - first, max_records - taken)
-            cut = int(small.ends[first + take - 1]) if take else offset
-            if first + take == len(small.ends):
-                cut = len(small.data)  # the file's end, blank lines after the last record included
+            if offset <= small.body and small.records <= max_records - taken:
+                offset, take, cut = small.body, small.records, len(small.data)  # the whole file
+            else:
+                offset = max(offset, small.body)
+                ends = small.record_ends()
+                first = int(np.searchsorted(ends, offset, side="right"))
+                take = min(len(ends) - first, max_records - taken)
+                cut = int(ends[first + take - 1]) if take else offset
+                if first + take == len(ends):
+                    cut = len(small.data)  # the file's end, blank lines after the last record included
             piece = small.data[offset:cut]
             if piece and not piece.endswith(b"\n"):
                 piece += b"\n"  # a last record without a newline must not run into the next file's first
@@ -168,12 +183,14 @@ class GroupReader:
                 fmt = self._bound(fmt, line, path)
         elif fmt.preamble_bytes:
             body += fmt.preamble_length(data[body : body + fmt.preamble_bytes])
-        ends = fmt.record_ends(data[body:]) + body
-        if body < len(data) and (not len(ends) or ends[-1] != len(data)):
-            ends = np.append(ends, len(data))
-        if len(ends) and int(np.max(np.diff(ends, prepend=body))) > MAX_RECORD_BYTES:
-            raise ReadError(f"{path}: a record is longer than {MAX_RECORD_BYTES >> 20} MB")
-        return _SmallFile(index, path, data, body, fmt, ends)
+        # A small file is read in byte ranges, so its records end at newlines.
+        records = data.count(b"\n", body) + (0 if body == len(data) or data.endswith(b"\n") else 1)
+        small = _SmallFile(index, path, data, body, fmt, records)
+        if len(data) - body > MAX_RECORD_BYTES:
+            ends = small.record_ends()
+            if int(np.max(np.diff(ends, prepend=body))) > MAX_RECORD_BYTES:
+                raise ReadError(f"{path}: a record is longer than {MAX_RECORD_BYTES >> 20} MB")
+        return small
 
     def _bound(self, fmt: RecordFormat, header: bytes, path: str) -> RecordFormat:
         """``fmt`` mapping the schema's columns by this header's names (one per header line)."""

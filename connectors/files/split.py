@@ -7,6 +7,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Self
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
@@ -121,7 +122,7 @@ class FileSplit(SourceSplit):
     device: int | None = None
     group: FileGroup | None = None
 
-    @property
+    @cached_property
     def split_id(self) -> str:
         # A file is in one split only, so its first file names a combined split.
         suffix = f"@{self.start}" if self.group is None else f"@{self.start}+{len(self.group) - 1}"
