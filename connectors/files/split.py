@@ -7,8 +7,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, replace
-from functools import cached_property
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 
@@ -62,10 +61,11 @@ class FileGroup:
     def of(cls, files: list[tuple[str, os.stat_result]]) -> FileGroup:
         """The group of ``files`` (path and stat), in that order."""
         paths = [path for path, _ in files]
-        directory = os.path.commonpath([os.path.dirname(p) for p in paths])
+        directory = os.path.commonpath(list({os.path.dirname(p) for p in paths}))
+        cut = len(directory.rstrip(os.sep)) + 1  # the paths are absolute and normalized
         return cls(
             directory,
-            tuple(os.path.relpath(p, directory) for p in paths),
+            tuple(p[cut:] for p in paths),
             tuple(info.st_size for _, info in files),
             tuple(info.st_mtime_ns for _, info in files),
             tuple(info.st_ino for _, info in files),
@@ -93,7 +93,7 @@ class FileGroup:
             tuple(data["sizes"]),
             tuple(data["mtimes_ns"]),
             tuple(data["inodes"]),
-            tuple(devices) if isinstance(devices, list) else (devices,) * len(names),
+            tuple(cast(list[int], devices)) if isinstance(devices, list) else (devices,) * len(names),
         )
 
 
@@ -122,7 +122,7 @@ class FileSplit(SourceSplit):
     device: int | None = None
     group: FileGroup | None = None
 
-    @cached_property
+    @property
     def split_id(self) -> str:
         # A file is in one split only, so its first file names a combined split.
         suffix = f"@{self.start}" if self.group is None else f"@{self.start}+{len(self.group) - 1}"
@@ -193,7 +193,7 @@ def combined_split(files: list[tuple[str, os.stat_result]]) -> FileSplit:
 
 class FileSplitSerializer(SplitSerializer[FileSplit]):
     def serialize(self, split: FileSplit) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "path": split.path,
             "start": split.start,
             "end": split.end,
@@ -209,5 +209,6 @@ class FileSplitSerializer(SplitSerializer[FileSplit]):
     def deserialize(self, data: dict[str, Any]) -> FileSplit:
         group = data.get("group")
         if group is not None:
-            return FileSplit(**{**data, "group": FileGroup.from_dict(group)})
+            fields: dict[str, Any] = {**data, "group": FileGroup.from_dict(group)}
+            return FileSplit(**fields)
         return FileSplit(**data)  # a payload saved before identities were recorded has none
