@@ -23,7 +23,7 @@ from typing import Protocol, Self
 import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
-from source_support.gunzip import ParallelGzipFile
+from source_support.gunzip import ReadAheadGzipFile
 
 UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
@@ -137,14 +137,14 @@ class DecodedFile:
 
 
 def open_records(
-    path: str, *, compressed: bool, encoding: str = "utf-8", parallel: bool = False
+    path: str, *, compressed: bool, encoding: str = "utf-8", read_ahead: bool = False
 ) -> RecordFile:
     """The file's bytes as the formats read them: gunzipped, and decoded to UTF-8 when its
-    encoding is another. ``parallel`` gunzips in threads ahead of the reader (for reading a
-    whole file; a look at its head needs no threads)."""
+    encoding is another. ``read_ahead`` gunzips in a thread ahead of the reader (for reading a
+    whole file; a look at its head needs no thread)."""
     raw: RecordFile
-    if compressed and parallel:
-        raw = ParallelGzipFile(path)
+    if compressed and read_ahead:
+        raw = ReadAheadGzipFile(path)
     else:
         raw = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
     if codecs.lookup(encoding).name == "utf-8":
@@ -173,7 +173,7 @@ class RecordBlockReader:
         self.compressed = compressed
         self.fmt = fmt
         self.end = end
-        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding, parallel=True)
+        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding, read_ahead=True)
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0

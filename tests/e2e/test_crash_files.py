@@ -16,7 +16,14 @@ from dataflow.models import Assignment, Split
 from dataflow.services.flows import flow_start
 from tests.e2e.test_crash import _wait_for_progress, _worker_holding_a_split
 from tests.factories import DataFlowFactory
-from tests.helpers import committed_overlaps_and_gaps, live, multiset, read_parquet_rows, wait_for_run, write_csv
+from tests.helpers import (
+    committed_overlaps_and_gaps,
+    live,
+    multiset,
+    read_parquet_rows,
+    wait_for_run,
+    write_csv,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

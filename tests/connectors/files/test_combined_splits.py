@@ -178,7 +178,9 @@ def test_a_deleted_file_is_a_bad_record_and_the_others_are_read(data, env):
     [batch] = drain(_given(reader(), split))
 
     assert ids_of([batch]) == [0, 2]
-    assert [b.reason for b in batch.bad_records] == [f"{paths[1]}: the file was deleted after it was discovered"]
+    assert [b.reason for b in batch.bad_records] == [
+        f"{paths[1]}: the file was deleted after it was discovered"
+    ]
 
 
 def test_the_split_payload_stays_small(data, env):
