@@ -129,3 +129,22 @@ def test_file_deleted_after_discovery_is_a_dead_letter_when_skipping(worker, dir
     assert run.status == "succeeded", run.message
     assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
     assert DeadLetter.objects.get(run=run).error == "the file was deleted after it was discovered"
+
+
+def test_a_bad_record_in_a_combined_split_names_its_file_and_line(worker, dirs):
+    sent = []
+    for i in range(300):
+        sent += write_csv(dirs.data / f"f{i:03d}.csv", range(i * 3, i * 3 + 3))
+    bad_file = dirs.data / "f150.csv"
+    bad_file.write_text("id,sensor,temperature\n450,s2,225.0\nfour,s1,1.0\n452,s4,226.0\n")
+    sent.remove((451, "s3", 225.5))
+    doc = spec("skip-small", str(dirs.data), str(dirs.out / "sink"), skip_errors=True)
+
+    run = run_flow(doc)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    assert all("+" in s for s in Split.objects.filter(run=run).values_list("split_id", flat=True))
+    [letter] = DeadLetter.objects.filter(run=run)
+    assert letter.raw == "four,s1,1.0" and letter.line == 3
+    assert letter.error.startswith(f"{bad_file} line 3 (byte 35): ")
