@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from connectors.files.config import WatchOptions
-from connectors.files.split import WHOLE_FILE, FileSplit, combined_split, discovered_split
+from connectors.files.split import WHOLE_FILE, FileSplit, FileStat, combined_split, discovered_split
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
 from source_support.registry import Environment, glob_static_prefix
 
@@ -239,7 +239,7 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         latest = self.stop.get("kind") == "latest"
         until_ns = self.stop["time_ms"] * 1_000_000 if self.stop.get("kind") == "time" else None
         only = set(self.unsettled) if latest and self.discovered else None
-        taken: list[tuple[int, str, str, os.stat_result]] = []
+        taken: list[tuple[int, str, str, FileStat]] = []
         unsettled: list[str] = []
         for path, info in files_with_stats(self.pattern, self.env):
             name, mtime_ns = self._name(path), info.st_mtime_ns
@@ -293,7 +293,7 @@ RANGES, WHOLE, DECODED = "ranges", "whole", "decoded"
 
 
 def file_splits(
-    path: str, info: os.stat_result, *, split_size: int, splittable: bool | Callable[[str], str]
+    path: str, info: FileStat, *, split_size: int, splittable: bool | Callable[[str], str]
 ) -> list[FileSplit]:
     """The splits of a file, each remembering the file as it is now (size, mtime, inode):
     readers read only up to this size and fail a split whose file changed. An empty file
@@ -315,7 +315,7 @@ def file_splits(
 
 
 def pack_files(
-    files: Sequence[tuple[str, os.stat_result]],
+    files: Sequence[tuple[str, FileStat]],
     *,
     split_size: int,
     open_cost: int,
@@ -331,7 +331,7 @@ def pack_files(
     anyway: plain (not gzip), in byte ranges, and no larger than ``split_size``. A split of
     one file is the plain split of that file; ``open_cost`` 0 packs nothing."""
     splits: list[FileSplit] = []
-    small: list[tuple[str, os.stat_result]] = []
+    small: list[tuple[str, FileStat]] = []
     for path, info in files:
         if open_cost and 0 < info.st_size <= split_size and _layout(path, splittable) == RANGES:
             small.append((path, info))
@@ -341,7 +341,7 @@ def pack_files(
         return splits
     total = sum(info.st_size + open_cost for _, info in small)
     max_bytes = min(split_size, max(open_cost, total // max(1, parallelism)))
-    packed: list[tuple[str, os.stat_result]] = []
+    packed: list[tuple[str, FileStat]] = []
     size = 0
     for path, info in sorted(small, key=lambda file: -file[1].st_size):  # stable: path order among equals
         if packed and size + info.st_size > max_bytes:
@@ -353,7 +353,7 @@ def pack_files(
     return splits
 
 
-def _packed_split(files: list[tuple[str, os.stat_result]]) -> FileSplit:
+def _packed_split(files: list[tuple[str, FileStat]]) -> FileSplit:
     """The split of a pack, its files read in path order (Spark's: largest first)."""
     if len(files) == 1:
         path, info = files[0]
@@ -376,14 +376,14 @@ def list_files(pattern: str, env: Environment) -> list[str]:
     return [path for path, _ in files_with_stats(pattern, env)]
 
 
-def files_with_stats(pattern: str, env: Environment) -> list[tuple[str, os.stat_result]]:
+def files_with_stats(pattern: str, env: Environment) -> list[tuple[str, FileStat]]:
     """``list_files`` with each file's stat, at one ``lstat`` per file: the directories the
     files sit in are checked against the allowed roots once each, and only a symlink is
     followed and checked on its own (100,000 files take well under a second)."""
     if os.path.isdir(pattern):
         pattern = os.path.join(pattern, "*")
     allowed_dirs: dict[str, bool] = {}
-    found: list[tuple[str, os.stat_result]] = []
+    found: list[tuple[str, FileStat]] = []
     for path in sorted(glob.glob(pattern, recursive=True)):
         if os.path.basename(path).startswith((".", "_")):
             continue
@@ -406,5 +406,5 @@ def files_with_stats(pattern: str, env: Environment) -> list[tuple[str, os.stat_
                 continue
         else:
             continue
-        found.append((path, info))
+        found.append((path, FileStat.of(info)))
     return found

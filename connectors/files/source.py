@@ -26,6 +26,7 @@ from connectors.files.split import (
     FileGroup,
     FileSplit,
     FileSplitSerializer,
+    FileStat,
     discovered_split,
     group_location,
 )
@@ -173,9 +174,9 @@ class FileSource(Source[FileSplit]):
                 "several ranges, so the ranges after this one would no longer meet it"
             )
         end = info.st_size if last and not whole else split.end
-        return discovered_split(split.path, split.start, end, info, compressed=split.compressed).at(
-            split.position
-        )
+        return discovered_split(
+            split.path, split.start, end, FileStat.of(info), compressed=split.compressed
+        ).at(split.position)
 
     def layout(self, path: str) -> str:
         """How a file is split: not at all in an encoding other than UTF-8 (its positions

@@ -7,7 +7,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Self, cast
+from typing import Any, NamedTuple, Self, cast
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 
@@ -29,6 +29,20 @@ def group_position(index: int, offset: int) -> int:
 def group_location(position: int) -> tuple[int, int]:
     """The (file index, byte offset) of a combined split's position."""
     return position >> FILE_BITS, position & ((1 << FILE_BITS) - 1)
+
+
+class FileStat(NamedTuple):
+    """What discovery keeps of a file's ``stat`` (``os.stat_result`` has these too): a
+    fifth of its memory, which counts when a directory holds 100,000 files."""
+
+    st_size: int
+    st_mtime_ns: int
+    st_ino: int
+    st_dev: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> FileStat:
+        return cls(info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev)
 
 
 @dataclass(frozen=True)
@@ -58,7 +72,7 @@ class FileGroup:
         return file_change(self.path(index), identity, info)
 
     @classmethod
-    def of(cls, files: list[tuple[str, os.stat_result]]) -> FileGroup:
+    def of(cls, files: list[tuple[str, FileStat]]) -> FileGroup:
         """The group of ``files`` (path and stat), in that order."""
         paths = [path for path, _ in files]
         directory = os.path.commonpath(list({os.path.dirname(p) for p in paths}))
@@ -169,7 +183,7 @@ def file_change(
 
 
 def discovered_split(
-    path: str, start: int, end: int, info: os.stat_result, *, compressed: bool = False
+    path: str, start: int, end: int, info: FileStat, *, compressed: bool = False
 ) -> FileSplit:
     """A split of ``path`` that remembers the file as ``info`` (its stat at discovery) shows it."""
     return FileSplit(
@@ -185,7 +199,7 @@ def discovered_split(
     )
 
 
-def combined_split(files: list[tuple[str, os.stat_result]]) -> FileSplit:
+def combined_split(files: list[tuple[str, FileStat]]) -> FileSplit:
     """A split that reads ``files`` (path and stat at discovery) whole, in that order."""
     group = FileGroup.of(files)
     return FileSplit(files[0][0], 0, group_position(len(group), 0), 0, group=group)
