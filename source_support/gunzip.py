@@ -68,19 +68,29 @@ class ReadAheadGzipFile:
             self.thread.join(_PUT_WAIT_S)
 
     def _fill(self, want: int, *, until_newline: bool = False) -> None:
-        while not self.eof and len(self.pending) < want and not (until_newline and b"\n" in self.pending):
-            chunk = self.chunks.get()
-            if isinstance(chunk, BaseException):
-                self.eof = True
-                raise chunk
-            if not chunk:
-                self.eof = True
-            self.pending += chunk
+        """Takes chunks until ``pending`` holds ``want`` bytes (or a newline), joined once."""
+        parts, have = [self.pending], len(self.pending)
+        newline = until_newline and b"\n" in self.pending
+        try:
+            while not self.eof and have < want and not newline:
+                chunk = self.chunks.get()
+                if isinstance(chunk, BaseException):
+                    self.eof = True
+                    raise chunk
+                self.eof = not chunk
+                parts.append(chunk)
+                have += len(chunk)
+                newline = until_newline and b"\n" in chunk
+        finally:
+            if len(parts) > 1:
+                self.pending = b"".join(parts)
 
     def read(self, size: int = -1, /) -> bytes:
         self._fill(size if size >= 0 else 1 << 62)
-        size = len(self.pending) if size < 0 else size
-        out, self.pending = self.pending[:size], self.pending[size:]
+        if size < 0 or size >= len(self.pending):
+            out, self.pending = self.pending, b""
+        else:
+            out, self.pending = self.pending[:size], self.pending[size:]
         self.position += len(out)
         return out
 
