@@ -147,7 +147,7 @@ def start_fleet(parallelism: int, *, beat: bool = True) -> Fleet:
     worker.__enter__()
     service = None
     if beat:
-        service = EmbeddedService(app, thread=True)
+        service = EmbeddedService(app, thread=True, scheduler_cls=app.conf.beat_scheduler)
         service.start()
     return Fleet(worker=worker, beat=service)
 
