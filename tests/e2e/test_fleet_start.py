@@ -25,8 +25,9 @@ def _files(directory, count: int, rows: int) -> list[tuple]:
 def test_a_worker_that_takes_spark_tasks_warms_spark_as_it_starts(fleet, dirs):
     # "spark" takes every task (the Spark tasks' queue is the default one here); "readers"
     # consumes another queue only, so it takes no Spark task and starts no JVM.
-    fleet.worker("spark", concurrency=4)
-    fleet.worker("readers", concurrency=1, queues="not-spark")
+    warm = {"DATAFLOW_WORKER_SPARK_WARM_UP": "1"}
+    fleet.worker("spark", concurrency=4, env=warm)
+    fleet.worker("readers", concurrency=1, queues="not-spark", env=warm)
     fleet.wait_ready("spark", "readers")
     wait_until(
         lambda: WARMED in fleet.log("spark"),
