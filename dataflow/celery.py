@@ -9,7 +9,13 @@ import threading
 
 import psutil
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_shutting_down
+from celery.signals import (
+    celeryd_after_setup,
+    worker_init,
+    worker_process_init,
+    worker_ready,
+    worker_shutting_down,
+)
 from django.conf import settings
 from django.core.checks import Error
 
@@ -43,6 +49,41 @@ def _refuse_a_landing_zone_that_cannot_work(**kwargs) -> None:
         raise SystemExit("\n".join(f"{e.id}: {e.msg} {e.hint or ''}" for e in errors))
 
 
+#: Where this worker's Spark tasks run, if it warms Spark as it starts: "process" (threads
+#: or solo pool), "child" (its one prefork pool process), "" (none: it takes no Spark task,
+#: has several pool processes, or ``DATAFLOW_WORKER_SPARK_WARM_UP`` is off).
+_spark_warm_up_in = ""
+
+#: One of the tasks that run Spark; ``CELERY_TASK_ROUTES`` sends the three to one queue.
+SPARK_TASK = "dataflow.tasks.run_transform"
+
+
+@celeryd_after_setup.connect
+def _plan_spark_warm_up(sender=None, instance=None, **kwargs) -> None:
+    """A worker (``celery worker``, before its pool starts) that takes Spark tasks warms
+    its Spark session as it starts, so that a fleet's first run does not wait for a JVM and
+    a cold first job (see ``warm_up_with_job``). A prefork worker does so only with one pool
+    process: each would start a JVM of its own."""
+    global _spark_warm_up_in
+    if instance is None or not settings.DATAFLOW_WORKER_SPARK_WARM_UP:
+        return
+    route = settings.CELERY_TASK_ROUTES.get(SPARK_TASK, {})
+    spark_queue = route.get("queue", settings.CELERY_TASK_DEFAULT_QUEUE)
+    if spark_queue not in instance.app.amqp.queues.consume_from:
+        return
+    pool = getattr(instance.pool_cls, "__module__", "")
+    if pool.endswith(".prefork"):
+        _spark_warm_up_in = "child" if instance.concurrency == 1 else ""
+    else:
+        _spark_warm_up_in = "process"
+
+
+@worker_ready.connect
+def _warm_spark_in_the_worker(**kwargs) -> None:
+    if _spark_warm_up_in == "process":
+        _warm_spark()
+
+
 #: Sent by a leaving worker's main process to its pool processes (prefork), whose tasks run
 #: there; Celery itself uses TERM, HUP, USR1, INT and QUIT.
 GIVE_BACK_SIGNAL = signal.SIGUSR2
@@ -72,6 +113,16 @@ def _pool_process_gives_back_on_notice(**kwargs) -> None:
         _give_back_in_background()
 
     signal.signal(GIVE_BACK_SIGNAL, notice)
+    if _spark_warm_up_in == "child":
+        _warm_spark()
+
+
+def _warm_spark() -> None:
+    # Imported here: this module loads with Django's settings (dataflow/__init__.py), and
+    # every process that imports dataflow (web, beat, manage.py) would load PySpark.
+    from dataflow.spark.session import warm_up_with_job  # noqa: PLC0415 - PySpark only where it runs
+
+    warm_up_with_job()
 
 
 def _give_back_in_background() -> None:

@@ -374,6 +374,11 @@ DATAFLOW_SPARK_LOG = None if _spark_log == "-" else Path(_spark_log)
 # JVM options of runflow's Spark driver (a one-shot process): C1 compilation only, by
 # default; on 2 cores C2's compiler threads took the CPU its start and first job needed.
 DATAFLOW_RUNFLOW_JAVA_OPTIONS = os.environ.get("DATAFLOW_RUNFLOW_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+# A Celery worker that takes Spark tasks (the Spark queue, with a threads or solo pool, or
+# prefork with -c 1) starts its Spark session as it starts and runs one small job like a
+# transform's: a fleet's first run otherwise waits for a JVM's start and a cold first job
+# (18.7 s against 3.0 s for the next run, docs/benchmarks.md). "0" turns it off.
+DATAFLOW_WORKER_SPARK_WARM_UP = os.environ.get("DATAFLOW_WORKER_SPARK_WARM_UP", "1") != "0"
 _cache_home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
 DATAFLOW_SPARK_CLASS_ARCHIVE_DIR = os.environ.get(
     "DATAFLOW_SPARK_CLASS_ARCHIVE_DIR",

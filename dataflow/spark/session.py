@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -142,6 +143,55 @@ def warm_up_before_django() -> threading.Thread | None:
         return None
     _driver_java_options = settings.DATAFLOW_RUNFLOW_JAVA_OPTIONS
     return warm_up()
+
+
+def warm_up_with_job() -> threading.Thread:
+    """``warm_up``, then one small job like a bounded transform's (Parquet written, read
+    back, grouped, written), so that the next job finds Spark's classes loaded and its code
+    compiled: for a worker that waits for Spark tasks, started as it starts. Only where
+    the job runs in this process (``local`` masters); elsewhere the session alone."""
+    thread = threading.Thread(target=_warm_up_with_job, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+#: How many times ``warm_up_with_job`` runs its job: the JIT compiles the hot paths over
+#: the first few jobs, not the first (see docs/benchmarks.md, "Bounded files").
+WARM_UP_JOBS = int(os.environ.get("DATAFLOW_SPARK_WARM_UP_JOBS", "3"))
+
+
+def _warm_up_with_job() -> None:
+    try:
+        get_spark()
+        if settings.SPARK_REMOTE or runs_beyond_this_process():
+            return
+        started = time.perf_counter()
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        for _ in range(WARM_UP_JOBS):
+            with (
+                tempfile.TemporaryDirectory(prefix="spark-warm-up-", dir=settings.VAR_DIR) as scratch,
+                spark_job() as spark,
+            ):
+                _warm_up_job(spark, Path(scratch))
+        log.info("Spark warmed up with a job in %.1f s", time.perf_counter() - started)
+    except Exception as exc:  # noqa: BLE001 - the first real job reports any failure on its run
+        log.warning("Spark warm-up failed: %s", exc)
+
+
+def _warm_up_job(spark, scratch: Path) -> None:
+    # What a run's transform check does (an analysis over an empty view), then its job.
+    spark.createDataFrame([], "id BIGINT, key STRING").createOrReplaceTempView("source")
+    spark.sql("SELECT key, count(*) AS n FROM source GROUP BY key").schema.fieldNames()
+    landed = str(scratch / "landed")
+    spark.range(100_000).selectExpr(
+        "id",
+        "timestamp_seconds(id) AS ts",
+        "concat('k-', id % 50) AS key",
+        "cast(id % 1000 AS double) / 10 AS value",
+    ).write.parquet(landed)
+    spark.read.parquet(landed).createOrReplaceTempView("source")
+    grouped = spark.sql("SELECT key, count(*) AS n, avg(value) AS a, max(ts) AS t FROM source GROUP BY key")
+    grouped.write.parquet(str(scratch / "sink"))
 
 
 def stop_spark() -> None:

@@ -40,6 +40,9 @@ def fleet_env() -> dict[str, str]:
         DATAFLOW_METRICS_SECONDS=str(settings.DATAFLOW_METRICS_SECONDS),
         DATAFLOW_STALL_SECONDS=str(settings.DATAFLOW_STALL_SECONDS),
         PYTHONUNBUFFERED="1",
+        # Off unless a test turns it on: on 2 cores, a JVM and its warm-up jobs in each of
+        # a test's worker processes would slow every test that starts some.
+        DATAFLOW_WORKER_SPARK_WARM_UP="0",
     )
     return env
 

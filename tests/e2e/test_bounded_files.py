@@ -8,9 +8,12 @@ from __future__ import annotations
 import gzip
 
 import pytest
+from celery.signals import task_prerun
 
 from dataflow.models import Assignment, LandedBatch, Split
-from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
+from dataflow.services.flows import flow_apply, flow_start
+from dataflow.services.queues import READ_SPLITS, RUN_TRANSFORM, TICK_FLOW, TRANSFORM_CHECK
+from tests.helpers import multiset, read_parquet_rows, run_flow, spec, wait_for_run, write_csv
 
 
 def test_single_split_lands_every_row_in_order(worker, dirs, settings):
@@ -136,3 +139,26 @@ def test_sequence_source_flow_writes_every_number_once(worker, dirs):
     assert run.status == "succeeded", run.message
     assert sorted(r[0] for r in read_parquet_rows(dirs.out / "sink")) == list(range(10_000))
     assert Split.objects.filter(run=run).count() == 9
+
+
+def test_a_run_on_a_running_worker_is_read_and_published_without_a_beat_tick(worker, dirs):
+    sent = []
+    for i in range(6):
+        sent += write_csv(dirs.data / f"part-{i:02d}.csv", range(i * 500, (i + 1) * 500))
+    flow, _ = flow_apply(spec=spec("no-beat", str(dirs.data), str(dirs.out / "sink"), parallelism=2))
+    tasks: list[str] = []
+
+    def record(sender=None, **kwargs) -> None:
+        tasks.append(sender.name)
+
+    task_prerun.connect(record, weak=False)
+    try:
+        run = wait_for_run(flow_start(flow=flow), timeout=120)  # no beat runs in this test
+    finally:
+        task_prerun.disconnect(record)
+
+    assert run.status == "succeeded", run.message
+    assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
+    assert TICK_FLOW not in tasks, "beat's periodic tick never ran: nothing waited for it"
+    assert {READ_SPLITS, TRANSFORM_CHECK, RUN_TRANSFORM} <= set(tasks)
+    assert Assignment.objects.filter(split__run=run).exists()
