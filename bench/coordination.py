@@ -59,7 +59,9 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
     from dataflow.services.context import coordinator_for
     from dataflow.store import DjangoRunStore
     from source_support.coordination import decode_notices
-    from source_support.runtime import SPLIT_REQUEST_RETRY_S, BatchCommit
+    from source_support.runtime import SPLIT_REQUEST_RETRY_S, BatchCommit, ReaderSettings
+
+    per_commit = ReaderSettings.max_batches_per_commit  # as many batches as a reader commits at once
 
     run = FlowRun.objects.get(pk=run_id)
     counts = []
@@ -104,7 +106,8 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
                     BatchCommit(split_id, position, end, None, end - position, [], True)
                     for split_id, (end, position) in self.held.items()
                 ]
-                self.done += len(self.store.commit_batches(self.token, commits))
+                for at in range(0, len(commits), per_commit):
+                    self.done += len(self.store.commit_batches(self.token, commits[at : at + per_commit]))
                 self.held, self.requested_at = {}, 0.0
             if not self.requested_at or now - self.requested_at > SPLIT_REQUEST_RETRY_S:
                 if self.requested_at:
