@@ -148,7 +148,8 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
         t.start()
     for t in workers:
         t.join()
-    finished_q.put(sum(counts))
+    # The process's peak resident memory (ru_maxrss is in KiB on Linux).
+    finished_q.put((sum(counts), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
 def main() -> None:
@@ -253,7 +254,9 @@ def main() -> None:
         profile.dump_stats(args.profile)
     if wall is None:
         sys.exit("FAILED: the readers stopped before every split was finished")
-    finished = sum(finished_q.get(timeout=60) for _ in procs)
+    reports = [finished_q.get(timeout=60) for _ in procs]
+    finished = sum(count for count, _ in reports)
+    reader_peaks = [peak for _, peak in reports]
     for p in procs:
         p.join(timeout=60)
 
@@ -274,6 +277,11 @@ def main() -> None:
     print(
         f"tick process RSS: after the first tick {rss_samples[0]:.0f} MiB, "
         f"halfway {middle:.0f} MiB, after the last {rss_samples[-1]:.0f} MiB"
+    )
+    print(
+        f"reader processes ({len(procs)}, {args.readers} readers): peak RSS "
+        + ", ".join(f"{peak:.0f}" for peak in reader_peaks)
+        + " MiB"
     )
     if done != args.splits or total != args.splits or finished != args.splits:
         sys.exit(f"FAILED: {done} finished of {args.splits}, {finished} commits")
