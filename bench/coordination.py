@@ -59,7 +59,9 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
     from dataflow.services.context import coordinator_for
     from dataflow.store import DjangoRunStore
     from source_support.coordination import decode_notices
-    from source_support.runtime import SPLIT_REQUEST_RETRY_S, BatchCommit
+    from source_support.runtime import SPLIT_REQUEST_RETRY_S, BatchCommit, ReaderSettings
+
+    per_commit = ReaderSettings.max_batches_per_commit  # as many batches as a reader commits at once
 
     run = FlowRun.objects.get(pk=run_id)
     counts = []
@@ -104,7 +106,8 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
                     BatchCommit(split_id, position, end, None, end - position, [], True)
                     for split_id, (end, position) in self.held.items()
                 ]
-                self.done += len(self.store.commit_batches(self.token, commits))
+                for at in range(0, len(commits), per_commit):
+                    self.done += len(self.store.commit_batches(self.token, commits[at : at + per_commit]))
                 self.held, self.requested_at = {}, 0.0
             if not self.requested_at or now - self.requested_at > SPLIT_REQUEST_RETRY_S:
                 if self.requested_at:
@@ -145,7 +148,8 @@ def reader_process(run_id: int, subtasks: list[int], crash: set[int], threads: i
         t.start()
     for t in workers:
         t.join()
-    finished_q.put(sum(counts))
+    # The process's peak resident memory (ru_maxrss is in KiB on Linux).
+    finished_q.put((sum(counts), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))
 
 
 def main() -> None:
@@ -250,7 +254,9 @@ def main() -> None:
         profile.dump_stats(args.profile)
     if wall is None:
         sys.exit("FAILED: the readers stopped before every split was finished")
-    finished = sum(finished_q.get(timeout=60) for _ in procs)
+    reports = [finished_q.get(timeout=60) for _ in procs]
+    finished = sum(count for count, _ in reports)
+    reader_peaks = [peak for _, peak in reports]
     for p in procs:
         p.join(timeout=60)
 
@@ -271,6 +277,11 @@ def main() -> None:
     print(
         f"tick process RSS: after the first tick {rss_samples[0]:.0f} MiB, "
         f"halfway {middle:.0f} MiB, after the last {rss_samples[-1]:.0f} MiB"
+    )
+    print(
+        f"reader processes ({len(procs)}, {args.readers} readers): peak RSS "
+        + ", ".join(f"{peak:.0f}" for peak in reader_peaks)
+        + " MiB"
     )
     if done != args.splits or total != args.splits or finished != args.splits:
         sys.exit(f"FAILED: {done} finished of {args.splits}, {finished} commits")

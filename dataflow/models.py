@@ -228,8 +228,8 @@ class Assignment(models.Model):
 
     split = models.ForeignKey(Split, on_delete=models.CASCADE, related_name="assignments")
     subtask = models.IntegerField()
-    #: Indexed: a reader's commit closes its assignments by token (see store.commit_batches).
-    reader_token = models.CharField(max_length=64, db_index=True)
+    #: Indexed (``assignment_reader_token``): a reader's commit closes its assignments by token.
+    reader_token = models.CharField(max_length=64)
     #: host:pid of the process that ran the reader when the split was assigned
     reader_location = models.CharField(max_length=255, blank=True)
     start_position = models.BigIntegerField()
@@ -248,6 +248,9 @@ class Assignment(models.Model):
 
     class Meta:
         ordering = ["id"]
+        # A plain index: ``db_index`` on a CharField also makes a pattern (LIKE) index on
+        # PostgreSQL, which nothing uses and every assignment would write.
+        indexes = [models.Index(fields=["reader_token"], name="assignment_reader_token")]
 
 
 class LandedBatch(models.Model):

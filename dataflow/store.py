@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -52,10 +52,10 @@ class DjangoRunStore:
         wanted = {row[0]: (subtask, row) for subtask, rows in assignments.items() for row in rows}
         if not wanted:
             return {}
+        # Rows as JSON arrays in the order of _ASSIGNED_COLUMNS: no dict per split.
         rows = json.dumps(
             [
-                {"split_id": split_id, "payload": payload, "position": position}
-                | {"subtask": subtask, "token": tokens[subtask]}
+                (split_id, payload, position, subtask, tokens[subtask])
                 for subtask, (split_id, payload, position) in wanted.values()
             ]
         )
@@ -89,10 +89,7 @@ class DjangoRunStore:
             for pk, split_id, position in assigned:
                 subtask, (_, payload, _) = wanted[split_id]
                 out.setdefault(subtask, []).append((split_id, payload, position))
-                journal.append(
-                    {"split": pk, "subtask": subtask, "token": tokens[subtask]}
-                    | {"location": locations.get(subtask, ""), "position": position}
-                )
+                journal.append((pk, subtask, tokens[subtask], locations.get(subtask, ""), position))
             if not journal:
                 return {}
             cursor.execute(
@@ -146,7 +143,7 @@ class DjangoRunStore:
             start = (ends["first"] if ends["first"] is not None else 0) - len(payloads)
         else:
             start = ends["last"] + 1 if ends["last"] is not None else 0
-        rows = json.dumps([{"seq": start + i, "payload": payload} for i, payload in enumerate(payloads)])
+        rows = json.dumps([(start + i, payload) for i, payload in enumerate(payloads)])
         with connection.cursor() as cursor:
             cursor.execute(
                 f"INSERT INTO {PendingSplit._meta.db_table} (run_id, seq, payload) SELECT %s, v.seq,"
@@ -257,7 +254,7 @@ class DjangoRunStore:
             f" WHERE run_id = %s AND owner_token = %s AND status = '{SplitStatus.ASSIGNED}'"
             f" AND {table}.split_id = v.split_id AND position = v.start_at RETURNING id, {table}.split_id"
         )
-        rows = json.dumps([asdict(m) for m in moves])
+        rows = json.dumps([m.row() for m in moves])
         with connection.cursor() as cursor:
             cursor.execute(sql, [_now(), rows, self.run.pk, token])
             return {split_id: pk for pk, split_id in cursor.fetchall()}
@@ -268,7 +265,7 @@ class DjangoRunStore:
             f" end_position = v.end_at, ended_at = %s FROM {_json_rows(_FINISH_COLUMNS, len(finished))} AS v"
             f" WHERE split_id = v.split AND reader_token = %s AND outcome = '{AssignmentOutcome.ACTIVE}'"
         )
-        rows = json.dumps([{"split": pk, "end_at": end} for pk, end in finished])
+        rows = json.dumps(finished)
         with connection.cursor() as cursor:
             cursor.execute(sql, [_now(), rows, token])
 
@@ -346,7 +343,9 @@ _BACKLOG_COLUMNS = {"seq": "bigint", "payload": "json"}
 
 
 def _json_rows(columns: dict[str, str], count: int) -> str:
-    """A subquery with one row per element of a JSON array passed as one parameter.
+    """A subquery with one row per element of a JSON array passed as one parameter; each
+    element is an array of the row's values in the order of ``columns`` (no key names to
+    write and parse per row).
 
     The coordination hot path writes rows per split; one JSON parameter keeps each
     statement's text short whatever the number of rows (psycopg re-parses a statement
@@ -357,8 +356,8 @@ def _json_rows(columns: dict[str, str], count: int) -> str:
     """
     elements = "jsonb_array_elements(%s::jsonb)" if connection.vendor == "postgresql" else "json_each(%s)"
     values = ", ".join(
-        f"value->'{name}' AS {name}" if kind == "json" else f"CAST(value->>'{name}' AS {kind}) AS {name}"
-        for name, kind in columns.items()
+        f"value->{i} AS {name}" if kind == "json" else f"CAST(value->>{i} AS {kind}) AS {name}"
+        for i, (name, kind) in enumerate(columns.items())
     )
     return f"(SELECT {values} FROM {elements} LIMIT {int(count)})"
 
@@ -376,6 +375,20 @@ class _Move:
     batches: int
     bytes: int
     note: str = ""
+
+    def row(self) -> tuple[str, int, int, int, int, bool, int, int, str]:
+        """The move in the order of ``_MOVE_COLUMNS``."""
+        return (
+            self.split_id,
+            self.start_at,
+            self.end_at,
+            self.records,
+            self.errors,
+            self.finished,
+            self.batches,
+            self.bytes,
+            self.note,
+        )
 
 
 def _merge_per_split(commits: Sequence[BatchCommit]) -> list[_Move]:

@@ -132,7 +132,7 @@ class SplitEnumeratorContext(ABC, Generic[SplitT]):
 
 
 #: The most splits one request is answered with (see ``splits_per_request``).
-MAX_SPLITS_PER_REQUEST = 64
+MAX_SPLITS_PER_REQUEST = 256
 
 
 def splits_per_request(pending: int, parallelism: int) -> int:

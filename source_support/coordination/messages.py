@@ -21,8 +21,22 @@ AssignedSplit = tuple[str, dict[str, Any], int]
 
 
 def decode_notices(raw: Sequence[bytes]) -> list[AssignedSplit]:
-    """The splits in assignment notices; an empty notice is only a wake-up."""
-    return [tuple(json.loads(notice)) for notice in raw if notice]
+    """The splits in assignment notices; an empty notice is only a wake-up.
+
+    A notice holds every split of one assignment (a JSON list of splits), so a grant of
+    hundreds of splits costs one encode and one list item; a notice of one split alone
+    (``[split_id, payload, position]``, as earlier versions sent) is read too.
+    """
+    splits: list[AssignedSplit] = []
+    for notice in raw:
+        if not notice:
+            continue
+        body = json.loads(notice)
+        if body and isinstance(body[0], str):
+            splits.append((body[0], body[1], body[2]))
+        else:
+            splits += [(split_id, payload, position) for split_id, payload, position in body]
+    return splits
 
 
 @dataclass
@@ -95,9 +109,8 @@ class Messages:
 
     def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
         """Hands the reader its new splits (payload and checkpoint as stored), waking it;
-        an empty list only wakes it (e.g. no more splits)."""
-        notices = [json.dumps(split) for split in splits] or [""]
-        self.redis.rpush(self.keys.assigned(subtask), *notices)
+        an empty list only wakes it (e.g. no more splits). One notice carries them all."""
+        self.redis.rpush(self.keys.assigned(subtask), json.dumps(splits) if splits else "")
 
     def wait_assigned(self, subtask: int, timeout_s: float) -> list[AssignedSplit]:
         """Splits assigned since the last call, waiting up to ``timeout_s`` for the first."""

@@ -10,7 +10,8 @@ from source_support.api import MAX_SPLITS_PER_REQUEST, splits_per_request
 @pytest.mark.parametrize(
     ("pending", "readers", "share"),
     [
-        (100_000, 200, MAX_SPLITS_PER_REQUEST),
+        (1_000_000, 200, MAX_SPLITS_PER_REQUEST),
+        (100_000, 200, 250),
         (4_000, 200, 10),
         (399, 200, 1),
         (1, 1, 1),

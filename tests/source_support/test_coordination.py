@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -213,6 +214,16 @@ def test_wait_assigned_returns_the_splits_notified_since_the_last_call(coordinat
     assert coordinator.wait_assigned(0, 1.0) == [_assigned("a"), _assigned("b", 7), _assigned("c")]
     assert coordinator.wait_assigned(0, 0) == []
     assert coordinator.wait_assigned(1, 0) == [_assigned("other")]
+
+
+def test_one_notice_carries_a_whole_assignment_and_single_split_notices_still_read(coordinator):
+    splits = [_assigned(f"s{i}", i) for i in range(300)]
+    coordinator.notify_assigned(0, splits)
+    assert coordinator.redis.llen(coordinator.keys.assigned(0)) == 1
+    # A notice of one split alone, as a reader of an earlier version may still find.
+    coordinator.redis.rpush(coordinator.keys.assigned(0), json.dumps(_assigned("old", 5)))
+
+    assert coordinator.wait_assigned(0, 1.0) == [*splits, _assigned("old", 5)]
 
 
 def test_wait_assigned_without_timeout_does_not_block_and_drains(coordinator):

@@ -44,7 +44,7 @@ def test_state_stays_small_and_returned_splits_come_first():
 
 def test_a_large_backlog_goes_out_in_shares_and_every_split_exactly_once():
     context = RecordingContext(parallelism=4)
-    enumerator = NumberSequenceEnumerator(context, count=10_000, splits=1_000, state=None)
+    enumerator = NumberSequenceEnumerator(context, count=100_000, splits=10_000, state=None)
 
     while not enumerator.is_exhausted():
         enumerator.handle_split_request(len(context.requests) % 4)
@@ -52,7 +52,7 @@ def test_a_large_backlog_goes_out_in_shares_and_every_split_exactly_once():
     sizes = [len(given) for given in context.requests]
     assert sizes[0] == MAX_SPLITS_PER_REQUEST and sizes[-1] == 1
     assert sizes == sorted(sizes, reverse=True)
-    assert sorted(s.index for _, s in context.assigned) == list(range(1_000))
+    assert sorted(s.index for _, s in context.assigned) == list(range(10_000))
 
 
 def test_reader_emits_the_range_from_the_position_in_batches():
