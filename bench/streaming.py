@@ -142,6 +142,8 @@ class PeakRss:
         self.every = every
         self.peak = 0
         self.last = 0
+        #: Each process's RSS (MiB) at the peak.
+        self.peak_parts: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -152,12 +154,15 @@ class PeakRss:
                 procs = [self.root, *self.root.children(recursive=True)]
             except psutil.Error:
                 return
-            total = 0
+            total, parts = 0, []
             for proc in procs:
                 with contextlib.suppress(psutil.Error):  # it exited meanwhile
-                    total += proc.memory_info().rss
+                    rss = proc.memory_info().rss
+                    total += rss
+                    parts.append(f"{proc.name()} {rss / MIB:.0f}")
             self.last = total
-            self.peak = max(self.peak, total)
+            if total > self.peak:
+                self.peak, self.peak_parts = total, parts
             self._stop.wait(self.every)
 
     def stop(self) -> int:
@@ -264,13 +269,17 @@ def ours_throughput(client, topic: str, records: int, parallelism: int) -> tuple
     watcher = SinkWatcher(sink)
     meter = PeakRss(os.getpid())
     try:
+        cpu_before = cpu_seconds()
         began = time.perf_counter()
         run = flow_start(flow=flow)
         threading.Thread(target=beat, args=(flow.pk, stop), daemon=True).start()
         done = watcher.wait_for(records, timeout_s=600)
         ours_rps = records / (done - began)
+        cpu_after = cpu_seconds()
+        cpu = ", ".join(f"{name} {cpu_after[name] - cpu_before.get(name, 0.0):.1f}" for name in cpu_after)
         print(
-            f"ours: run {run.pk}, {ours_rps:,.0f} records/s from the flow's start to the last row in the sink"
+            f"ours: run {run.pk}, {ours_rps:,.0f} records/s from the flow's start to the last row in the sink "
+            f"in {done - began:.1f} s; CPU seconds meanwhile: {cpu}"
         )
     finally:
         stop.set()
@@ -281,6 +290,18 @@ def ours_throughput(client, topic: str, records: int, parallelism: int) -> tuple
         peak = meter.stop()
     watcher.check_exact(records)
     return ours_rps, peak
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and of its children, by process name
+    (``python``: readers, the driver and Django; ``java``: Spark)."""
+    me = psutil.Process()
+    seconds: dict[str, float] = {}
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            seconds[proc.name()] = seconds.get(proc.name(), 0.0) + times.user + times.system
+    return seconds
 
 
 def runflow_env() -> dict[str, str]:
@@ -399,6 +420,7 @@ def runflow_latency(
         peak = meter.stop()
         log.close()
         client.close()
+    print(f"runflow: at its peak RSS: {', '.join(meter.peak_parts)} (MiB)")
     watcher.check_exact(next_id)
     return results, peak, (rss_start, rss_end)
 
