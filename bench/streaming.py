@@ -55,6 +55,8 @@ PAD = "x" * 40
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE, written_ms BIGINT, pad STRING"
 LATENCY_FLOW = "bench-stream-latency"
 MIB = 2**20
+#: The processes whose RSS is counted (a fork about to exec another program is not).
+COUNTED = ("python", "java", "redis-server")
 
 
 def setup_django() -> None:
@@ -135,7 +137,7 @@ def raw_consume(url: str, client, topic: str, total: int, consumers: int) -> tup
 
 
 class PeakRss:
-    """Polls the summed RSS of a process and all its descendants (the JVM, redis-server)."""
+    """Polls the summed RSS of a process and its descendants (Python, the JVM, redis-server)."""
 
     def __init__(self, pid: int, every: float = 0.1) -> None:
         self.root = psutil.Process(pid)
@@ -157,6 +159,8 @@ class PeakRss:
             total, parts = 0, []
             for proc in procs:
                 with contextlib.suppress(psutil.Error):  # it exited meanwhile
+                    if not proc.name().startswith(COUNTED):
+                        continue  # a fork between fork and exec (the JVM runs shell commands) shares its pages
                     rss = proc.memory_info().rss
                     total += rss
                     parts.append(f"{proc.name()} {rss / MIB:.0f}")
