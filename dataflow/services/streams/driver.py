@@ -37,10 +37,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from enum import Enum
 from typing import Literal
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Min, Sum
@@ -167,7 +169,7 @@ class StreamDriver:
                 started = time.monotonic()
                 # A commit before this look is in the epoch planned next; one after it
                 # ends the wait below.
-                coordinator.take_committed()
+                _redis_blip_harmless(lambda _: coordinator.take_committed(), 0.0)
                 step = self.trigger()
                 if step == Step.ENDED:
                     return False
@@ -183,7 +185,8 @@ class StreamDriver:
         """Waits until a reader commits, or until ``until`` (time.monotonic()); in waits of
         at most ``COMMIT_WAIT_STEP_S``, so a lost lease or a leaving worker is seen soon."""
         while (left := until - time.monotonic()) > 0:
-            if coordinator.wait_committed(min(left, COMMIT_WAIT_STEP_S)):
+            step = min(left, COMMIT_WAIT_STEP_S)
+            if _redis_blip_harmless(coordinator.wait_committed, step):
                 return
             if (self.lease_lost is not None and self.lease_lost.is_set()) or worker_leaving():
                 return
@@ -522,6 +525,17 @@ class StreamDriver:
     def _in_backoff(self) -> bool:
         state = StreamState.of(self.run)
         return bool(state.failures) and time.time() - state.failed_at < _backoff_s(state.failures)
+
+
+def _redis_blip_harmless(call: Callable[[float], bool], wait_s: float) -> bool:
+    """``call(wait_s)``; if Redis is away for a moment, False after ``wait_s``: the
+    trigger's timer still starts the next epoch, so an outage costs latency, not the slice."""
+    try:
+        return call(wait_s)
+    except redis.RedisError as exc:
+        log.debug("no commit notices from Redis: %s", exc)
+        time.sleep(wait_s)
+        return False
 
 
 def _backoff_s(failures: int) -> int:
