@@ -439,6 +439,8 @@ class _ReaderLoop(Generic[SplitT]):
             self.reader.remove_split(split_id)  # it went to another reader
         if committed and self.settings.stop_after_records:
             self.coordinator.count_committed(self.commits.records)
+        if committed:
+            self.coordinator.note_committed()  # a stream's transform starts its next epoch now
         self.reader.notify_checkpoint_complete(committed)
 
     def adopt_stored(self) -> None:

@@ -146,6 +146,19 @@ class RunCoordinator:
         """Adds to the run's count of committed records (for ``after_records``)."""
         self._messages.count_committed(records)
 
+    def note_committed(self) -> None:
+        """Says that a reader committed landed batches, waking the streaming transform."""
+        self._messages.note_committed()
+
+    def take_committed(self) -> bool:
+        """Whether a reader committed since the last look, forgetting it: a commit made
+        after this call wakes the next ``wait_committed``."""
+        return self._messages.take_committed()
+
+    def wait_committed(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for a reader's commit since the last look; True if one came."""
+        return self._messages.wait_committed(timeout_s)
+
     # Run-wide flags and marks (``Marks``).
 
     def stop(self) -> None:

@@ -65,6 +65,8 @@ class Keys:
         self.live_at_last_pass = self.prefix + "live-at-last-pass"
         #: The count of records the run's readers committed.
         self.records_committed = self.prefix + "records-committed"
+        #: List of at most one item: a reader committed since the transform last looked.
+        self.committed = self.prefix + "committed"
 
     def reader(self, subtask: int) -> str:
         """The lease of reader ``subtask``: the token of the instance that holds it."""

@@ -169,6 +169,28 @@ class Messages:
         pipe.pexpire(self.keys.records_committed, DAY_MS)
         pipe.execute()
 
+    # Commits, for the streaming transform: an epoch starts once a commit lands.
+
+    def note_committed(self) -> None:
+        """Says that a reader committed landed batches: wakes a waiting ``wait_committed``
+        (one item at most waits, however many commits come)."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpush(self.keys.committed, 1)
+        pipe.ltrim(self.keys.committed, 0, 0)
+        pipe.pexpire(self.keys.committed, DAY_MS)
+        pipe.execute()
+
+    def take_committed(self) -> bool:
+        """Whether a reader committed since the last call (or ``wait_committed``), forgetting it."""
+        return bool(self.redis.delete(self.keys.committed))
+
+    def wait_committed(self, timeout_s: float) -> bool:
+        """Waits up to ``timeout_s`` for a reader to commit (or takes a commit that came since
+        the last call); True if one did."""
+        if timeout_s <= 0:
+            return self.take_committed()
+        return self.redis.blpop([self.keys.committed], timeout=max(timeout_s, 0.01)) is not None
+
     def _drain(self, key: str) -> list[bytes]:
         pipe = self.redis.pipeline()
         pipe.lrange(key, 0, -1)

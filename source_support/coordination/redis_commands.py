@@ -83,6 +83,9 @@ class RedisCommands:
     def lrange(self, key: str, start: int, end: int) -> list[bytes]:
         return self._client.lrange(key, start, end)
 
+    def ltrim(self, key: str, start: int, end: int) -> bool:
+        return self._client.ltrim(key, start, end)
+
     def blpop(self, keys: list[str], timeout: float) -> tuple[bytes, bytes] | None:
         """The key and the first item of the first of ``keys`` to have one, waiting up to
         ``timeout`` seconds; None if none had one by then."""

@@ -413,6 +413,31 @@ def test_a_stream_created_while_the_flow_runs_is_found_and_read_once(worker, qui
     assert late_split.records_read == len(late)
 
 
+def test_a_readers_commit_starts_the_next_epoch_long_before_the_trigger_interval(
+    worker, quick, settings, rds, prefix
+):
+    # trigger_ms is the longest wait between epochs, not their cadence. With a pure timer
+    # of 60 s (and a slice longer than that), entries written after the first epoch could
+    # not reach the sink within the 40 s this test waits for them.
+    settings.DATAFLOW_STREAM_SLICE_SECONDS = 300
+    producer = Producer(rds, prefix)
+    producer.write(40)
+    sink = quick.out / "sink"
+    flow, _ = flow_apply(spec=stream_spec(f"wake-{prefix[:-1]}", prefix, sink, trigger_ms=60_000))
+    with Beat():
+        run = flow_start(flow=flow)
+        first = list(producer.sent)
+        wait_until(lambda: arrived(sink, first), 40, lambda: what_differs(sink, first, run))
+        producer.write(40)
+        wait_until(lambda: arrived(sink, producer.sent), 40, lambda: what_differs(sink, producer.sent, run))
+        flow_stop(flow=flow)
+
+    assert sink_ids(sink) == Counter(producer.sent), what_differs(sink, producer.sent, run)
+    assert (
+        TransformEpoch.objects.filter(run=run, status=EpochStatus.COMMITTED, rows_written__gt=0).count() >= 2
+    )
+
+
 def test_offsets_show_entry_ids_and_set_or_reset_where_the_flow_reads_from(worker, quick, rds, prefix):
     producer = Producer(rds, prefix)
     producer.write(200)

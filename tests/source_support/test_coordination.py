@@ -247,6 +247,34 @@ def test_wait_assigned_wakes_when_splits_are_assigned_while_it_waits(coordinator
     assert got == [[_assigned("a")]]
 
 
+def test_a_commit_wakes_the_transform_waiting_for_one(coordinator):
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(coordinator.wait_committed(30)))
+    waiter.start()
+    time.sleep(0.1)
+
+    coordinator.note_committed()
+
+    # A waiter that was not woken would sit out its 30 s timeout.
+    waiter.join(timeout=10)
+    assert not waiter.is_alive()
+    assert got == [True]
+
+
+def test_commits_made_before_a_look_are_seen_once_and_many_count_as_one(coordinator, client):
+    for _ in range(5):
+        coordinator.note_committed()
+
+    assert client.llen(coordinator.keys.committed) == 1
+    assert coordinator.take_committed() is True
+    assert coordinator.take_committed() is False
+    assert coordinator.wait_committed(0) is False
+
+    coordinator.note_committed()
+    assert coordinator.wait_committed(0.01) is True
+    assert coordinator.wait_committed(0.01) is False
+
+
 def test_push_back_split_requests_serves_them_first_in_the_next_pass(coordinator):
     for subtask in (1, 2, 3, 4):
         coordinator.acquire_reader(subtask, None)
@@ -597,6 +625,7 @@ def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
         keys.reader_alive_at,
         keys.live_at_last_pass,
         keys.records_committed,
+        keys.committed,
         keys.pattern,
     ] == [
         "adf:run:r1:locations",
@@ -607,6 +636,7 @@ def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
         "adf:run:r1:reader-alive-at",
         "adf:run:r1:live-at-last-pass",
         "adf:run:r1:records-committed",
+        "adf:run:r1:committed",
         "adf:run:r1:*",
     ]
 

@@ -12,7 +12,7 @@ from celery.worker import state
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseError
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 from tqdm import tqdm
 
 from dataflow.celery import app
@@ -104,6 +104,10 @@ class Command(BaseCommand):
                     signal.signal(signum, lambda *_, code=EXIT_STATUS[interrupted]: os._exit(code))
                 why = "terminated (SIGTERM)" if interrupted == signal.SIGTERM else "interrupted"
                 self.stderr.write(f"\n{why}: stopping the run of {name}...")
+                # The signal may have come in the middle of a query of this thread, whose
+                # connection then refuses the next one ("another command is already in
+                # progress"): stop the run on a new connection.
+                connection.close()
                 # The run that _run_to_follow was starting when the signal came, if any.
                 run = flow_stop(flow=flow, message=f"stopped: runflow was {why}") or run
                 cancel_jobs()

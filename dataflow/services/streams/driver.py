@@ -1,6 +1,8 @@
 """The streaming transform of an unbounded run: its Spark SQL over what lands, in epochs.
 
-Each trigger (``[transform] trigger_ms``) is one ``TransformEpoch`` of the run, in steps:
+An epoch (a ``TransformEpoch`` of the run) starts once a reader commits and the previous
+epoch is done, or ``[transform] trigger_ms`` after the previous one started at the latest.
+Each runs in steps:
 
 plan    one transaction holding the run's row, and only once the previous epoch has
         committed: the epoch takes the committed batches that no epoch has taken and, for
@@ -35,10 +37,12 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from enum import Enum
 from typing import Literal
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Min, Sum
@@ -84,7 +88,7 @@ from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
 from source_support.api import Source
-from source_support.coordination import Mark
+from source_support.coordination import Mark, RunCoordinator
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
 from source_support.registry import SINKS
@@ -97,14 +101,17 @@ RETRY_NOTE = "transform retrying: "
 #: Spark lists more paths than this with a job of its own; an epoch lists its few files
 #: on the driver.
 LISTING_THRESHOLD = "100000"
+#: The longest single wait for a reader's commit between two epochs.
+COMMIT_WAIT_STEP_S = 1.0
 
 
 def stream_transform(*, run_id: int) -> bool:
-    """One time slice of the streaming transform of an unbounded run: an epoch every
-    ``trigger_ms`` for ``DATAFLOW_STREAM_SLICE_SECONDS``, while this process holds the run's
-    transform lease. Once the input ended (the run is TRANSFORMING) the last epoch runs and
-    the run ends. Returns True when the caller should queue the next slice (the run goes on
-    and no other slice is queued); False when the run is over or another process drives it."""
+    """One time slice of the streaming transform of an unbounded run: epochs as readers
+    commit (``trigger_ms`` apart at most) for ``DATAFLOW_STREAM_SLICE_SECONDS``, while this
+    process holds the run's transform lease. Once the input ended (the run is TRANSFORMING)
+    the last epoch runs and the run ends. Returns True when the caller should queue the
+    next slice (the run goes on and no other slice is queued); False when the run is over
+    or another process drives it."""
     run = FlowRun.objects.select_related("flow").filter(pk=run_id).first()
     if run is None or run.status not in ACTIVE_RUN_STATUSES:
         return False
@@ -130,7 +137,8 @@ class Step(Enum):
 
 
 class StreamDriver:
-    """Runs the epochs of one unbounded run, one per trigger, for one time slice."""
+    """Runs the epochs of one unbounded run for one time slice, each as soon as a reader
+    has committed and the previous one is done (``run_slice``)."""
 
     def __init__(self, run: FlowRun) -> None:
         self.run = run
@@ -145,24 +153,43 @@ class StreamDriver:
 
     def run_slice(self, *, deadline: float, lease_lost: threading.Event | None = None) -> bool:
         """Triggers epochs until ``deadline`` (time.monotonic()), or until ``lease_lost`` is
-        set (another driver took the run over); True if the run goes on."""
+        set (another driver took the run over); True if the run goes on.
+
+        An epoch starts as soon as the previous one is done and a reader has committed
+        since it was planned (at once while a backlog waits), and ``trigger_ms`` after the
+        previous one started at the latest: the trigger is the longest wait, not the
+        cadence, so what lands reaches the sink within about two epochs' time at any rate
+        (Spark's default trigger: the next micro-batch once the last is done)."""
         self.lease_lost = lease_lost
+        coordinator = coordinator_for(self.run)
         try:
             while lease_lost is None or not lease_lost.is_set():
                 if worker_leaving():
                     return True  # the next slice goes to another worker, the lease freed at once
                 started = time.monotonic()
+                # A commit before this look is in the epoch planned next; one after it
+                # ends the wait below.
+                _redis_blip_harmless(lambda _: coordinator.take_committed(), 0.0)
                 step = self.trigger()
                 if step == Step.ENDED:
                     return False
-                pause = 0.0 if step == Step.BACKLOG else self.trigger_ms / 1000 - (time.monotonic() - started)
-                if time.monotonic() + max(pause, 0.0) >= deadline:
+                if step != Step.BACKLOG:
+                    self._await_commit(coordinator, until=min(started + self.trigger_ms / 1000, deadline))
+                if time.monotonic() >= deadline:
                     return True
-                if pause > 0:
-                    time.sleep(pause)
             return True
         finally:
             self._drop_spark()
+
+    def _await_commit(self, coordinator: RunCoordinator, *, until: float) -> None:
+        """Waits until a reader commits, or until ``until`` (time.monotonic()); in waits of
+        at most ``COMMIT_WAIT_STEP_S``, so a lost lease or a leaving worker is seen soon."""
+        while (left := until - time.monotonic()) > 0:
+            step = min(left, COMMIT_WAIT_STEP_S)
+            if _redis_blip_harmless(coordinator.wait_committed, step):
+                return
+            if (self.lease_lost is not None and self.lease_lost.is_set()) or worker_leaving():
+                return
 
     def trigger(self) -> Step:
         """One trigger: the run's next epoch planned, run and committed, if there is one."""
@@ -498,6 +525,17 @@ class StreamDriver:
     def _in_backoff(self) -> bool:
         state = StreamState.of(self.run)
         return bool(state.failures) and time.time() - state.failed_at < _backoff_s(state.failures)
+
+
+def _redis_blip_harmless(call: Callable[[float], bool], wait_s: float) -> bool:
+    """``call(wait_s)``; if Redis is away for a moment, False after ``wait_s``: the
+    trigger's timer still starts the next epoch, so an outage costs latency, not the slice."""
+    try:
+        return call(wait_s)
+    except redis.RedisError as exc:
+        log.debug("no commit notices from Redis: %s", exc)
+        time.sleep(wait_s)
+        return False
 
 
 def _backoff_s(failures: int) -> int:
