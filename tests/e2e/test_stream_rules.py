@@ -157,6 +157,18 @@ def active_run(name: str) -> FlowRun | None:
     return FlowRun.objects.filter(flow__name=name).order_by("-id").first()
 
 
+def reading_before_producing(name: str, proc: subprocess.Popen) -> None:
+    """Waits for runflow's run to be reading. A producer started before runflow would
+    pile up a backlog while Django and the JVM start (300 entries/s for 5-10 s under load),
+    and the first epochs could reach the ``after_records`` rule before the test's Ctrl-C."""
+    wait_until(
+        lambda: (run := active_run(name)) is not None and run.status == "reading" or proc.poll() is not None,
+        120,
+        lambda: "runflow's run never started reading",
+    )
+    assert proc.poll() is None, "runflow ended before its run started reading"
+
+
 def server_ms(rds: redis.Redis) -> int:
     seconds, micros = rds.time()
     return seconds * 1000 + micros // 1000
@@ -362,10 +374,11 @@ def test_stop_after_records_ends_once_that_many_were_committed_each_once(cli, rd
 
 def test_runflow_interrupted_then_resumed_writes_each_entry_once(cli, rds, prefix, dirs):
     sink = dirs.out / "sink"
-    flow_apply(spec=flow_doc("resumed", prefix, sink, stop={"after_records": 3000}))
+    flow_apply(spec=flow_doc("resumed", prefix, sink, stop={"after_records": 4500}))
 
+    proc = cli.start("runflow", "resumed", "--no-progress")
+    reading_before_producing("resumed", proc)
     with Producer(rds, prefix) as producer:
-        proc = cli.start("runflow", "resumed", "--no-progress")
         wait_until(
             lambda: len(sink_rows(sink)) >= 300 or proc.poll() is not None,
             120,
@@ -383,7 +396,7 @@ def test_runflow_interrupted_then_resumed_writes_each_entry_once(cli, rds, prefi
     assert "resuming stopped run" in output
     assert len(rows) > stopped
     assert len(set(rows)) == len(rows), "a row reached the sink twice"
-    assert len(rows) == run.records_read >= 3000
+    assert len(rows) == run.records_read >= 4500
     for s in range(3):  # what was read of each stream is its first entries, without a gap
         read = sorted(r for r in rows if r[0] % 3 == s)
         assert read == [r for r in producer.sent if r[0] % 3 == s][: len(read)]
@@ -871,10 +884,11 @@ def test_a_window_flow_interrupted_then_resumed_equals_pandas_over_what_it_read(
         return {"id": i, "customer": f"c{i % 3}", "amount": i / 2, "ts": iso(ts_ms), "ts_ms": ts_ms}
 
     sink = dirs.out / "sink"
-    flow_apply(spec=event_doc("windows-resumed", prefix, sink, WINDOW_SQL, stop={"after_records": 2000}))
+    flow_apply(spec=event_doc("windows-resumed", prefix, sink, WINDOW_SQL, stop={"after_records": 4000}))
 
+    proc = cli.start("runflow", "windows-resumed", "--no-progress")
+    reading_before_producing("windows-resumed", proc)
     with Producer(rds, prefix, fields=event) as producer:
-        proc = cli.start("runflow", "windows-resumed", "--no-progress")
         wait_until(
             lambda: window_rows(sink) or proc.poll() is not None,
             120,
@@ -891,5 +905,5 @@ def test_a_window_flow_interrupted_then_resumed_equals_pandas_over_what_it_read(
     events = [
         e for s, count in read.items() for e in [e for e in producer.entries if e["id"] % 3 == s][:count]
     ]
-    assert len(events) == run.records_read >= 2000
+    assert len(events) == run.records_read >= 4000
     assert window_rows(sink) == pandas_windows(events)
