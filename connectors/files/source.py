@@ -29,6 +29,7 @@ from connectors.files.split import (
     FileStat,
     discovered_split,
     group_location,
+    group_position,
 )
 from source_support.api import (
     Boundedness,
@@ -153,6 +154,21 @@ class FileSource(Source[FileSplit]):
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
         split_reader = FileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
+
+    def format_position(self, position: int) -> str:
+        """A byte offset; in a split of several small files, ``file:byte``: the file's index
+        in the split (from 0) and the byte offset in that file."""
+        index, offset = group_location(position)
+        return f"{index}:{offset}" if index else str(offset)
+
+    def parse_position(self, text: str) -> int:
+        head, colon, tail = text.strip().partition(":")
+        try:
+            return group_position(int(head), int(tail)) if colon else int(head)
+        except ValueError:
+            raise ValueError(
+                f"{text!r} is not a position (a byte offset, or file:byte in a split of several files)"
+            ) from None
 
     def split_to_retry(self, split: FileSplit) -> FileSplit:
         """The split over the file as it is now: a file the user fixed is no longer the one

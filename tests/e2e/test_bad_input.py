@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from connectors.files.split import group_location
 from dataflow.models import DeadLetter, LandedBatch, Split
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, write_csv
 
@@ -148,3 +149,6 @@ def test_a_bad_record_in_a_combined_split_names_its_file_and_line(worker, dirs):
     [letter] = DeadLetter.objects.filter(run=run)
     assert letter.raw == "four,s1,1.0" and letter.line == 3
     assert letter.error.startswith(f"{bad_file} line 3 (byte 35): ")
+    # its offset in the file source's words: file:byte in its split, as the offsets API takes it
+    index, byte = group_location(letter.position)
+    assert byte == 35 and letter.offset == (f"{index}:35" if index else "35")

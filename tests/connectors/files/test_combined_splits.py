@@ -10,7 +10,14 @@ import pytest
 
 from connectors.files.enumerator import files_with_stats, pack_files
 from connectors.files.reader import FileSplitReader
-from connectors.files.split import FileSplit, FileSplitSerializer, combined_split, group_location
+from connectors.files.source import FileSource
+from connectors.files.split import (
+    FileSplit,
+    FileSplitSerializer,
+    combined_split,
+    group_location,
+    group_position,
+)
 from source_support.errors import SplitFailed
 from source_support.formats import CsvFormat
 from source_support.reader_base import SourceReaderBase
@@ -193,3 +200,20 @@ def test_the_split_payload_stays_small(data, env):
 def _given(source_reader, split):
     source_reader.add_splits([split])
     return source_reader
+
+
+def test_a_position_in_a_combined_split_reads_as_file_and_byte_and_back(data, env):
+    source = FileSource(
+        pattern=str(data / "*.csv"), fmt=CsvFormat(schema=SCHEMA), split_size=100, env=env, batch_size=10
+    )
+    for position, text in [
+        (0, "0"),
+        (35, "35"),
+        (group_position(3, 35), "3:35"),
+        (group_position(1, 0), "1:0"),
+    ]:
+        assert source.format_position(position) == text
+        assert source.parse_position(text) == position
+    for bad in ("x", "3:", ":35", "3:35:1"):
+        with pytest.raises(ValueError, match="file:byte"):
+            source.parse_position(bad)
