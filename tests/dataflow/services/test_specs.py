@@ -48,6 +48,9 @@ def _edit(doc, section, **changes):
         ("source", {"split_size_mb": 0}, "source.split_size_mb", "greater than 0"),
         ("source", {"split_size_mb": "big"}, "source.split_size_mb", "must be a number"),
         ("source", {"split_size_mb": True}, "source.split_size_mb", "must be a number"),
+        # TOML has nan and inf; a stored spec is JSON, which has neither
+        ("source", {"split_size_mb": float("nan")}, "source.split_size_mb", "must be a finite number"),
+        ("source", {"open_cost_kb": float("inf")}, "source.open_cost_kb", "must be a finite number"),
         ("sink", {"partition_by": "day"}, "sink.partition_by", "must be a list"),
         ("format", {"type": "xml"}, "format.type", "unknown format 'xml'"),
         ("format", {"schema": "id BIGNUM"}, "format.schema", "unknown type 'BIGNUM'"),
