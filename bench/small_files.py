@@ -63,7 +63,7 @@ def run_ours(pattern: str, parallelism: int, batch_size: int) -> tuple[float, in
     bounded.run_checked([*manage, "migrate", "-v0"], env)
     bounded.run_checked([*manage, "applyflows", str(bounded.FLOW_TOML)], env)
     elapsed, output, peak, own = bounded.timed(
-        [*manage, "runflow", bounded.FLOW_NAME, "--until-done", "--no-progress", "-v", "2"], env
+        [*manage, "runflow", bounded.FLOW_NAME, "--until-done", "--no-progress", "-v", "2"], env, rss=True
     )
     return elapsed, peak, own, output
 
