@@ -22,6 +22,8 @@ from connectors.files.enumerator import (
 )
 from connectors.files.reader import FileSplitReader
 from connectors.files.split import (
+    MAX_FILE_OFFSET,
+    MAX_FILES_PER_SPLIT,
     WHOLE_FILE,
     FileGroup,
     FileSplit,
@@ -164,11 +166,15 @@ class FileSource(Source[FileSplit]):
     def parse_position(self, text: str) -> int:
         head, colon, tail = text.strip().partition(":")
         try:
-            return group_position(int(head), int(tail)) if colon else int(head)
+            index, offset = (int(head), int(tail)) if colon else (0, int(head))
         except ValueError:
+            index = offset = -1
+        if not (0 <= index < MAX_FILES_PER_SPLIT and 0 <= offset < MAX_FILE_OFFSET):
             raise ValueError(
-                f"{text!r} is not a position (a byte offset, or file:byte in a split of several files)"
-            ) from None
+                f"{text!r} is not a position (a byte offset, or file:byte in a split of several "
+                f"files; a byte offset below {MAX_FILE_OFFSET}, a file below {MAX_FILES_PER_SPLIT})"
+            )
+        return group_position(index, offset)
 
     def split_to_retry(self, split: FileSplit) -> FileSplit:
         """The split over the file as it is now: a file the user fixed is no longer the one

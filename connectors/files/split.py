@@ -19,6 +19,10 @@ IDENTITY_FIELDS = ("size", "mtime_ns", "inode", "device")
 #: A combined split's position holds the index of the file it is in above these bits and
 #: the byte offset in that file below them, so a checkpoint says which file and where.
 FILE_BITS = 40
+#: The bounds of a position's parts: the byte offset below ``FILE_BITS`` bits, the file index
+#: in what is left of a signed 64-bit integer (the database's BIGINT).
+MAX_FILE_OFFSET = 1 << FILE_BITS
+MAX_FILES_PER_SPLIT = 1 << (63 - FILE_BITS)
 
 
 def group_position(index: int, offset: int) -> int:

@@ -214,6 +214,6 @@ def test_a_position_in_a_combined_split_reads_as_file_and_byte_and_back(data, en
     ]:
         assert source.format_position(position) == text
         assert source.parse_position(text) == position
-    for bad in ("x", "3:", ":35", "3:35:1"):
+    for bad in ("x", "3:", ":35", "3:35:1", "-5", "1:-1", str(2**40), f"{2**23}:0", "9" * 30):
         with pytest.raises(ValueError, match="file:byte"):
             source.parse_position(bad)
