@@ -36,7 +36,7 @@ from source_support.errors import ConfigError
 from source_support.options import REQUIRED, Option, check_bounds
 
 if TYPE_CHECKING:
-    from source_support.registry import Environment
+    from source_support.environment import Environment
 
 #: The metadata key of a field made by ``option``: the keyword arguments of its Option.
 _OPTION_KEY = "source_support.option"
@@ -82,9 +82,8 @@ def option(
     metadata = {_OPTION_KEY: spec}
     if default is REQUIRED:
         return dataclasses.field(metadata=metadata)
-    if isinstance(default, list | dict):
-        copy_of: Any = default  # a fresh copy for each config: a default is never shared
-        return dataclasses.field(default_factory=lambda: copy_of.copy(), metadata=metadata)
+    if type(default) in (list, dict):  # a fresh copy for each config: a default is never shared
+        return dataclasses.field(default_factory=lambda: default.copy(), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -115,8 +114,9 @@ class ConfigBase:
     def __init_subclass__(cls, *, section: str = "", **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         dataclasses.dataclass(frozen=True, kw_only=True)(cls)
-        cls.SECTION = section or cls.SECTION  # a subclass of a sink's config is one too
-        cls.OPTIONS = _options_of(cls)
+        # Set once per class, here: constants to everything else.
+        cls.SECTION = section or cls.SECTION  # pyright: ignore[reportConstantRedefinition]
+        cls.OPTIONS = _options_of(cls)  # pyright: ignore[reportConstantRedefinition]
 
     @classmethod
     def parse(cls, table: Mapping[str, Any], env: Environment) -> Self:
@@ -163,10 +163,13 @@ def parse_table(section: str, options: tuple[Option, ...], table: Mapping[str, A
 def _check_items(field: str, item_type: type, values: list[Any]) -> None:
     for index, value in enumerate(values):
         if (isinstance(value, bool) and item_type is not bool) or not isinstance(value, item_type):
-            raise ConfigError(f"{field}[{index}]", f"must be {expected_types(item_type)}")
+            words = _ITEM_WORDS.get(item_type, f"{item_type.__name__} values")
+            raise ConfigError(field, f"must be a list of {words} (item {index} is {value!r})")
 
 
-def check_fields(section: str, config: Mapping[str, Any], spec: Mapping[str, type | tuple[type, ...]]) -> None:
+def check_fields(
+    section: str, config: Mapping[str, Any], spec: Mapping[str, type | tuple[type, ...]]
+) -> None:
     """Refuses unknown fields and wrong types (a nan or an infinite number too), naming the field."""
     for name, value in config.items():
         if name not in spec:
@@ -187,6 +190,7 @@ def expected_types(expected: type | tuple[type, ...]) -> str:
     return " or ".join(_TYPE_WORDS.get(t, f"a {t.__name__}") for t in allowed)
 
 
+_ITEM_WORDS = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
 _TYPE_WORDS = {
     str: "a string",
     int: "an integer",

@@ -204,7 +204,9 @@ def _lookup(
     if not type_name:
         raise ConfigError(f"{section}.type", f"is required (one of: {known})")
     if type_name not in registry:
-        failed = f"; connector plugins that failed to load: {', '.join(FAILED_PLUGINS)}" if FAILED_PLUGINS else ""
+        failed = (
+            f"; connector plugins that failed to load: {', '.join(FAILED_PLUGINS)}" if FAILED_PLUGINS else ""
+        )
         raise ConfigError(
             f"{section}.type", f"unknown {section} type {type_name!r} (one of: {known}{failed})"
         )

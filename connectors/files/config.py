@@ -71,9 +71,10 @@ class FilesSourceConfig(ConfigBase):
 
     @classmethod
     def parse(cls, table: Mapping[str, Any], env: Environment) -> Self:
-        # A watch option without watch is the mistake to report, before its range.
+        # A watch option without watch is the mistake to report, before its range; at its
+        # default it is what every stored config holds, so a stored config parses again.
         for name in WATCH_FIELDS:
-            if name in table and not table.get("watch"):
+            if table.get(name, DEFAULTS[name]) != DEFAULTS[name] and not table.get("watch"):
                 raise ConfigError(f"source.{name}", "applies only to a watched source (watch = true)")
         return super().parse(table, env)
 

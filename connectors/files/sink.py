@@ -322,7 +322,11 @@ def _file_sink(kind: str, config: type[DirectorySinkConfig], description: str) -
 
 
 FILE_SINKS = [
-    _file_sink("parquet", ParquetSinkConfig, "A directory of Parquet files, replaced whole by each bounded run."),
+    _file_sink(
+        "parquet", ParquetSinkConfig, "A directory of Parquet files, replaced whole by each bounded run."
+    ),
     _file_sink("csv", CsvSinkConfig, "A directory of CSV files, replaced whole by each bounded run."),
-    _file_sink("json", DirectorySinkConfig, "A directory of JSON-lines files, replaced whole by each bounded run."),
+    _file_sink(
+        "json", DirectorySinkConfig, "A directory of JSON-lines files, replaced whole by each bounded run."
+    ),
 ]

@@ -13,6 +13,7 @@ from connectors.redis_streams.source import RedisStreamsSource, output_schema
 from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
 
+
 def register() -> None:
     """The entry point of the ``activedataflow.connectors`` group (``pyproject.toml``)."""
     register_connection_kind(

@@ -51,7 +51,8 @@ class RedisAddress(ConfigBase):
             raise ConfigError(f"{self.SECTION}.connection", "must name a connection")
         if self.connection is not None and self.url is not None:
             raise ConfigError(
-                f"{self.SECTION}.connection", f"give {self.SECTION}.connection or {self.SECTION}.url, not both"
+                f"{self.SECTION}.connection",
+                f"give {self.SECTION}.connection or {self.SECTION}.url, not both",
             )
         if self.url is None:
             return self

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-import connectors  # noqa: F401  (registers every connector)
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS, validate_format
 from source_support.options import (
