@@ -103,8 +103,8 @@ class ConfigBase:
     """The base of a source's or sink's config class: see the module's docstring.
 
     A subclass names its table with ``section="sink"`` in its class line (left out: its
-    base class's, ``"source"`` at first) and overrides ``validate`` for what the options cannot say (a check across
-    fields, a value resolved, such as a path made absolute)."""
+    base class's, ``"source"`` at first) and overrides ``validate`` for what the options
+    cannot say (a check across fields, a value resolved, such as a path made absolute)."""
 
     #: The table the config is read from: "source" or "sink".
     SECTION: ClassVar[str] = "source"
@@ -145,7 +145,7 @@ class ConfigBase:
 
 
 def parse_table(section: str, options: tuple[Option, ...], table: Mapping[str, Any]) -> dict[str, Any]:
-    """The values of a table with the defaults of what it leaves out; a ConfigError naming
+    """The values a table gives (a config class fills in the rest); a ConfigError naming
     ``section.field`` for an unknown field, a value of the wrong type (a nan or inf too), a
     required field left out (or an empty text), or a value outside its choices or bounds."""
     check_fields(section, table, {o.name: o.type for o in options})
