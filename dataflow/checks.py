@@ -11,7 +11,8 @@ from __future__ import annotations
 from django.core.checks import Error, Warning
 
 from dataflow.spark.deployment import landing_problems
-from source_support.registry import FAILED_PLUGINS
+from source_support.plugins import GROUP
+from source_support.registry import FAILED_PLUGINS, SOURCES
 
 
 def check_landing_zone(app_configs=None, **kwargs) -> list[Error]:
@@ -21,8 +22,16 @@ def check_landing_zone(app_configs=None, **kwargs) -> list[Error]:
 
 def check_connector_plugins(app_configs=None, **kwargs) -> list[Warning]:
     """Django system check: one warning per connector plugin that failed to load, naming its
-    entry point (``source_support.plugins``)."""
-    return [
+    entry point (``source_support.plugins``), and one if no source type is registered at all
+    (no ``pyproject.toml`` beside the code and no installed distribution declares one)."""
+    none_found = [
+        Warning(
+            f"no source connector is registered: no entry point of the group {GROUP} was found",
+            hint="Run from a checkout (its pyproject.toml declares them) or pip install the project.",
+            id="dataflow.W102",
+        )
+    ]
+    return (none_found if not SOURCES else []) + [
         Warning(
             f"connector plugin {entry_point} failed to load: {reason}",
             hint="Its source, sink and format types are unavailable; the log holds the traceback.",

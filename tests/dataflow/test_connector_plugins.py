@@ -93,3 +93,10 @@ def test_a_plugin_that_failed_is_a_system_check_warning_naming_its_entry_point(c
         )
     ]
     assert "tiny_broken = tiny_connector:broken" in capsys.readouterr().err
+
+
+def test_no_source_connector_at_all_is_a_system_check_warning(monkeypatch):
+    # An image that left pyproject.toml out, and did not install the project, finds none.
+    monkeypatch.setattr("dataflow.checks.SOURCES", {})
+
+    assert [w.id for w in check_connector_plugins()] == ["dataflow.W102"]
