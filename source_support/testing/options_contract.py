@@ -21,11 +21,10 @@ from source_support.registry import Environment, section_options, validate_sink,
 
 def schema_errors(schema: dict[str, Any], table: Any) -> list[str]:
     """Why ``table`` does not fit ``schema``, each as "path: message" (empty: it fits)."""
-    validator = Draft202012Validator(schema)
-    return [
-        f"{'.'.join(map(str, e.absolute_path)) or '(table)'}: {e.message}"
-        for e in validator.iter_errors(table)
-    ]
+    # jsonschema types ``iter_errors`` only in part (an overload takes an untyped schema).
+    validator: Any = Draft202012Validator(schema)
+    errors: list[Any] = list(validator.iter_errors(table))
+    return [f"{'.'.join(map(str, e.absolute_path)) or '(table)'}: {e.message}" for e in errors]
 
 
 def wrong_value(option: Option) -> Any:

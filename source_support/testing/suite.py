@@ -135,7 +135,7 @@ class SourceConformanceSuite:
             harness.run(rounds=QUIET_ROUNDS)
 
     def assert_exactly_once(self, harness: SourceHarness[Any], context: ExternalContext) -> None:
-        refused = harness.run_state.store.refused
+        refused = harness.store.state.refused
         assert not refused, (
             f"the enumerator assigned splits that were out with a reader or finished: {refused[:5]} "
             "(the store refuses them; the runtime logs an error)"
@@ -226,18 +226,18 @@ class SourceConformanceSuite:
         batch = harness.read(0, batches=1)[0]
         serializer = harness.serializer
         held = harness.readers[0].reader.snapshot_state()
-        waiting = harness.run_state.backlog.splits()
+        waiting = harness.waiting_splits()
 
         read_from = [s for s in held if s.split_id == batch.split_id]
-        assert read_from and read_from[0].offset.position == batch.end.position
-        for split in held + waiting + [read_from[0].at(batch.start.position)]:
+        assert read_from and read_from[0].offset.position == batch.end
+        for split in held + waiting + [read_from[0].at(batch.start)]:
             data = json_round_trip(serializer.serialize(split))
             back = serializer.deserialize(data)
             assert (back.split_id, back.offset) == (split.split_id, split.offset), (
                 f"{split} came back as {back}"
             )
             assert json_round_trip(serializer.serialize(back)) == data
-            assert back.at(batch.end.position).offset.position == batch.end.position
+            assert back.at(batch.end).offset.position == batch.end
 
     def test_acknowledges_only_what_a_commit_made_durable(self, external_context: ExternalContext) -> None:
         if external_context.acknowledged() is None:
@@ -291,7 +291,7 @@ class SourceConformanceSuite:
         harness.kill_reader(0)
         self.run_to_end(harness, external_context)
 
-        lost_records = [r for batch in lost for r in batch.records.to_pylist()]
+        lost_records = [r for batch in lost for r in batch.records]
         assert lost_records, "the killed reader had read records it did not commit"
         committed_by = {frozen(r): batch.token for batch in harness.landed for r in batch.records}
         assert all(committed_by[frozen(r)] != killed for r in lost_records), (
