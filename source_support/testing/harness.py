@@ -382,6 +382,11 @@ class SourceHarness(Generic[SplitT]):
             for split_id, batches in by_split.items()
         }
 
+    def lags(self) -> dict[str, int | None]:
+        """``Source.split_lags`` of the stored splits at their checkpoints."""
+        splits = {i: (s.payload, s.position) for i, s in self.store.state.splits.items()}
+        return self.source.split_lags(splits)
+
     def checkpoint(self, split_id: str) -> int | None:
         return self.store.checkpoint(split_id)
 
