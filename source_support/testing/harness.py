@@ -359,7 +359,8 @@ class SourceHarness(Generic[SplitT]):
     @property
     def landed(self) -> list[LandedBatch]:
         """The committed batches, in commit order."""
-        return [self._landed(-1, token, commit) for token, commit in self.store.state.committed]
+        subtasks = {a.token: a.subtask for a in self.store.state.assignments}
+        return [self._landed(subtasks[token], token, commit) for token, commit in self.store.state.committed]
 
     def _landed(self, subtask: int, token: str, commit: BatchCommit) -> LandedBatch:
         table = self.landing.tables.get(commit.landed_path or "")
