@@ -9,7 +9,7 @@ from connectors.files.config import WATCH_FIELDS, FilesSourceConfig
 from source_support.errors import ConfigError
 from source_support.options import option_named
 from source_support.registry import section_options, validate_sink
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 class TestFilesSourceOptions(OptionsContract):

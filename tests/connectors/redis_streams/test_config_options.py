@@ -9,7 +9,7 @@ from connectors.redis_streams.config import RedisStreamSinkConfig, RedisStreamsS
 from source_support.errors import ConfigError
 from source_support.options import option_named
 from source_support.registry import mask_section, unmask_section, validate_sink, validate_source
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 class ConnectionOrUrl:

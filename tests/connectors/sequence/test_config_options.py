@@ -7,7 +7,7 @@ import pytest
 from connectors.sequence.config import SequenceSourceConfig
 from source_support.options import option_named
 from source_support.registry import Environment
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 @pytest.fixture()
