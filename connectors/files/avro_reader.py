@@ -13,8 +13,9 @@ the file and the offset.
 
 from __future__ import annotations
 
+import gzip
 import os
-from typing import IO, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -23,8 +24,7 @@ from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import AvroFormat, ReadError
-from source_support.formats.avro_container import Block, ContainerBlocks, CorruptBlock, read_header
-from source_support.lines import open_records
+from source_support.formats.avro_container import Block, BlockFile, ContainerBlocks, CorruptBlock, read_header
 from source_support.reader_base import SequentialSplitReader
 from source_support.registry import Environment
 
@@ -32,7 +32,7 @@ from source_support.registry import Environment
 class _OpenSplit:
     """A split's open file, where it is, and a block read but not yet handed out."""
 
-    def __init__(self, file: IO[bytes], blocks: ContainerBlocks) -> None:
+    def __init__(self, file: BlockFile, blocks: ContainerBlocks) -> None:
         self.file = file
         self.blocks = blocks
         self.held: Block | None = None
@@ -101,7 +101,7 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
         )
 
     def _open(self, split: FileSplit) -> _OpenSplit:
-        f = open_records(split.path, compressed=split.compressed)
+        f = open_container(split.path, compressed=split.compressed)
         try:
             blocks = ContainerBlocks(f, start=split.start, end=split.end, position=split.position)
         except ValueError as exc:
@@ -143,15 +143,23 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
             self.close_split(split_id)
 
 
+def open_container(path: str, *, compressed: bool) -> BlockFile:
+    """A container file, gunzipped when it is compressed (its positions then count
+    uncompressed bytes, as in every gzip file)."""
+    return gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+
+
 def avro_infer_schema(pattern: str, env: Environment, fmt: AvroFormat) -> pa.Schema | None:
     """The columns of the first file's Avro schema (only its header is read); None if there
     is no file. ValueError naming the file if it is not an Avro container file."""
     for path in list_files(pattern, env):
-        with open_records(path, compressed=path.endswith(COMPRESSED_SUFFIXES)) as f:
-            try:
-                header = read_header(f)
-            except ValueError as exc:
-                raise ValueError(f"{path}: {exc}") from None
+        f = open_container(path, compressed=path.endswith(COMPRESSED_SUFFIXES))
+        try:
+            header = read_header(f)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+        finally:
+            f.close()
         return fmt.columns_of(header.schema, where=path)
     return None
 
@@ -167,8 +175,13 @@ def avro_check_input(pattern: str, env: Environment, fmt: AvroFormat) -> None:
         return
     for path in list_files(pattern, env)[:MAX_HEADERS_CHECKED]:
         try:
-            with open_records(path, compressed=path.endswith(COMPRESSED_SUFFIXES)) as f:
-                header = read_header(f)
+            f = open_container(path, compressed=path.endswith(COMPRESSED_SUFFIXES))
+        except OSError:
+            continue  # gone: its split says so
+        try:
+            header = read_header(f)
         except (OSError, ValueError):
-            continue  # gone or not Avro: its split says so
+            continue  # not Avro: its split says so
+        finally:
+            f.close()
         fmt.check_file_schema(header.schema, path=path)

@@ -36,6 +36,7 @@ from source_support.errors import ConfigError
 from source_support.formats.avro_types import AvroSchema, AvroTypeError, AvroTypes
 from source_support.formats.record import ReadError
 from source_support.schema import spark_type
+from source_support.typed_arrow import fields_of
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -94,7 +95,7 @@ def conform(avro: pa.Schema, declared: pa.Schema | None, *, where: str) -> pa.Sc
     if declared is None:
         return avro
     by_name = {name.lower(): i for i, name in enumerate(avro.names)}
-    for f in declared:
+    for f in fields_of(declared):
         i = by_name.get(f.name.lower())
         if i is None:
             raise ValueError(f"column {f.name!r} is not a field of the Avro schema of {where}")
@@ -252,7 +253,7 @@ class AvroFormat:
         stream = io.BytesIO(body)
         stream.seek(offset)
         try:
-            record = fastavro.schemaless_reader(
+            record = fastavro.schemaless_reader(  # pyright: ignore[reportUnknownMemberType]
                 stream, writer, reader, return_record_name=True, return_record_name_override=True
             )
         except Exception as exc:  # noqa: BLE001 - a bad body fails in many ways inside fastavro

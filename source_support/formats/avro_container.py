@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol, cast
 
 import fastavro
 
@@ -32,6 +32,20 @@ SEARCH_CHUNK = 1 << 20
 MAX_HEADER_BYTES = 64 << 20
 #: The codecs fastavro reads here (snappy needs ``cramjam``, zstandard ``zstandard``...).
 CODECS = ("null", "deflate", "snappy", "zstandard", "bzip2", "xz", "lz4")
+
+
+class BlockFile(Protocol):
+    """What is read of a container file: a plain or gunzipped binary file."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
 
 
 class CorruptBlock(ValueError):
@@ -49,7 +63,7 @@ class ContainerHeader:
     end: int
 
 
-def read_header(f: IO[bytes]) -> ContainerHeader:
+def read_header(f: BlockFile) -> ContainerHeader:
     """The header at the start of ``f`` (left positioned after it); ValueError if it is not
     an Avro container file."""
     f.seek(0)
@@ -57,11 +71,12 @@ def read_header(f: IO[bytes]) -> ContainerHeader:
         raise ValueError("not an Avro object container file (it does not start with Obj\\x01)")
     f.seek(0)
     try:
-        reader = fastavro.block_reader(f)
+        reader = fastavro.block_reader(cast(IO[bytes], f))
     except Exception as exc:  # noqa: BLE001 - fastavro raises many kinds on a bad header
         raise ValueError(f"the Avro header cannot be read: {exc}") from None
-    meta: dict[str, Any] = reader.metadata
-    header: dict[str, Any] = reader._header  # noqa: SLF001 - the sync marker is only kept there
+    meta = cast(dict[str, str], reader.metadata)  # pyright: ignore[reportUnknownMemberType]
+    # The sync marker is kept only in the header fastavro read.
+    header = cast(dict[str, Any], getattr(reader, "_header"))  # noqa: B009
     return ContainerHeader(
         schema=json.loads(meta["avro.schema"]),
         codec=meta.get("avro.codec", "null"),
@@ -83,7 +98,7 @@ class ContainerBlocks:
     """Reads the blocks of a container file that start in ``[start, end)``, from
     ``position`` (a block start) on, one at a time."""
 
-    def __init__(self, f: IO[bytes], *, start: int, end: int, position: int) -> None:
+    def __init__(self, f: BlockFile, *, start: int, end: int, position: int) -> None:
         self.file = f
         self.header = read_header(f)
         self.end = end
@@ -128,7 +143,7 @@ class ContainerBlocks:
             if self._blocks is None:
                 self.file.seek(0)
                 reader = fastavro.block_reader(
-                    self.file, return_record_name=True, return_record_name_override=True
+                    cast(IO[bytes], self.file), return_record_name=True, return_record_name_override=True
                 )
                 self.file.seek(start)
                 self._blocks = iter(reader)

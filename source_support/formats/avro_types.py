@@ -26,6 +26,8 @@ from typing import Any, cast
 
 import pyarrow as pa
 
+from source_support.typed_arrow import fields_of
+
 #: A parsed Avro schema as JSON gives it (a name, a list for a union, or an object).
 AvroSchema = Any
 #: Turns one decoded value into what Arrow builds its column from.
@@ -79,7 +81,7 @@ class AvroTypes:
     def table(self, records: Sequence[dict[str, Any]]) -> pa.Table:
         """The records as a table of ``arrow_schema``, column by column."""
         columns: list[pa.Array[Any]] = []
-        for f in self.arrow_schema:
+        for f in fields_of(self.arrow_schema):
             values = [r.get(f.name) for r in records]
             fix = self.fixups[f.name]
             if fix is not None:
@@ -300,4 +302,4 @@ def _branch_of(value: Any, branches: list[AvroSchema]) -> int:
             continue
         if isinstance(value, types):
             return i
-    raise ValueError(f"a value of type {type(value).__name__} fits no branch of the union")
+    raise ValueError(f"a value of type {type(cast(object, value)).__name__} fits no branch of the union")
