@@ -282,6 +282,7 @@ FORMATS: dict[str, FormatType] = {
                 "zero byte and the 4-byte id of their writer's schema, which is fetched from it.",
                 default=None,
                 example="http://127.0.0.1:8081",
+                secret="url",
             ),
             FIELD_OPTION,
         ),
