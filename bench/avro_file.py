@@ -31,6 +31,7 @@ import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import raw_spark_bounded
 import small_files
 
 sys.path.insert(0, str(bounded.REPO))
@@ -152,19 +153,7 @@ def run_raw(parquet: Path) -> float:
 
 def raw_spark_parquet(in_dir: str, out_dir: str) -> None:
     """The raw side: plain PySpark, the same settings as ``bench/raw_spark_bounded.py``."""
-    from pyspark.sql import SparkSession  # only the raw subprocess starts a JVM
-
-    spark = (
-        SparkSession.builder.appName("raw-spark-avro-baseline")
-        .master("local[*]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", "2g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
+    spark = raw_spark_bounded.session("raw-spark-avro-baseline")
     spark.read.parquet(in_dir).createOrReplaceTempView("source")
     spark.sql(bounded.SQL).write.mode("overwrite").option("compression", "snappy").parquet(out_dir)
     spark.stop()

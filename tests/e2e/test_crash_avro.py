@@ -15,9 +15,9 @@ from dataflow.models import Assignment
 from dataflow.services.flows import flow_start
 from tests.connectors.files.avro_data import fastavro_records
 from tests.connectors.files.avro_data import write_container as write_avro
-from tests.e2e.test_crash import _wait_for_progress, _worker_holding_a_split
+from tests.e2e.test_crash_files import _kill_mid_split_and_finish
 from tests.factories import DataFlowFactory
-from tests.helpers import committed_overlaps_and_gaps, live, multiset, wait_for_run
+from tests.helpers import committed_overlaps_and_gaps, multiset
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,15 +50,8 @@ def test_an_avro_split_resumes_at_the_block_after_its_checkpoint(fleet, dirs):
     fleet.worker("w2")
     run = flow_start(flow=flow)
 
-    _wait_for_progress(run, len(records) // 4, fleet)
-    victim = _worker_holding_a_split(run, fleet)
-    fleet.kill(victim)
-    killed_at = live(run)
-    run = wait_for_run(run, timeout=240)
+    run = _kill_mid_split_and_finish(run, fleet, records)
 
-    survivor = "w2" if victim == "w1" else "w1"
-    assert run.status == "succeeded", run.message + fleet.log(survivor)[-3000:]
-    assert killed_at < len(records)
     rows = pq.read_table(dirs.out / "sink").to_pylist()
     assert multiset(tuple(r.values()) for r in rows) == multiset(
         tuple(r.values()) for r in fastavro_records(path)

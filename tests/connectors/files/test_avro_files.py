@@ -17,7 +17,6 @@ from connectors.files.split import FileSplit
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec, ReadError, validate_format
 from source_support.registry import BuildContext, Environment
-from source_support.testing import SourceOptions
 from source_support.testing.suite import SourceConformanceSuite
 from tests.connectors.files.avro_data import (
     EVERY_TYPE_SCHEMA,
@@ -209,10 +208,14 @@ def test_writer_schema_and_registry_url_are_refused_for_files(data, env):
 class AvroFilesContext(FilesContext):
     """Split i is an Avro container file of blocks of a few records each."""
 
-    def write(self, split_index, records):
-        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.avro"
-        self.files[split_index] += 1
-        temporary = self.root / f".{name}.tmp"
+    def __init__(self, root, **options):
+        super().__init__(root, **options)
+        self.format, self.suffix = (
+            FormatSpec("avro", {"schema": "id BIGINT, split BIGINT, text STRING"}),
+            "avro",
+        )
+
+    def write_file(self, path, records):
         schema = {
             "type": "record",
             "name": "Row",
@@ -222,22 +225,7 @@ class AvroFilesContext(FilesContext):
                 {"name": "text", "type": "string"},
             ],
         }
-        write_container(temporary, schema, [{c: r[c] for c in COLUMNS} for r in records], sync_interval=40)
-        if self.clock is not None:
-            os.utime(temporary, (self.clock(), self.clock()))
-        temporary.rename(self.root / name)
-        self.written += records
-        return records
-
-    def source(self, options: SourceOptions) -> FileSource:
-        self.clock = options.clock
-        table = {"path": str(self.root)}
-        if self.watch:
-            table |= {"watch": True, "discovery_interval_ms": 1000}
-        context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
-        config = FilesSourceConfig.parse(table, self.env)
-        fmt = FormatSpec("avro", {"schema": "id BIGINT, split BIGINT, text STRING"})
-        return FileSource.from_config(config, fmt, context, clock=options.clock)
+        write_container(path, schema, [{c: r[c] for c in COLUMNS} for r in records], sync_interval=40)
 
 
 class TestAvroFilesConformance(SourceConformanceSuite):

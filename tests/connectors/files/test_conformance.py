@@ -32,21 +32,26 @@ class FilesContext(ExternalContext):
         self.written: list[Record] = []
         self.files = Counter()
         self.clock = None
+        #: The ``[format]`` the files are read with, and the suffix of their names.
+        self.format, self.suffix = FORMAT, "csv"
 
     def splits_wanted(self, count: int) -> None:
         """Files are made as they are written."""
 
     def write(self, split_index: int, records: list[Record]) -> list[Record]:
-        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.csv"
+        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.{self.suffix}"
         self.files[split_index] += 1
         temporary = self.root / f".{name}.tmp"
-        lines = [",".join(COLUMNS)] + [",".join(str(r[c]) for c in COLUMNS) for r in records]
-        temporary.write_text("\n".join(lines) + "\n")
+        self.write_file(temporary, records)
         if self.clock is not None:  # written now, by the run's clock
             os.utime(temporary, (self.clock(), self.clock()))
         temporary.rename(self.root / name)
         self.written += records
         return records
+
+    def write_file(self, path: Path, records: list[Record]) -> None:
+        lines = [",".join(COLUMNS)] + [",".join(str(r[c]) for c in COLUMNS) for r in records]
+        path.write_text("\n".join(lines) + "\n")
 
     def source(self, options: SourceOptions) -> FileSource:
         self.clock = options.clock
@@ -55,7 +60,7 @@ class FilesContext(ExternalContext):
             table |= {"watch": True, "discovery_interval_ms": 1000}
         context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
         config = FilesSourceConfig.parse(table, self.env)
-        return FileSource.from_config(config, FORMAT, context, clock=options.clock)
+        return FileSource.from_config(config, self.format, context, clock=options.clock)
 
     def expected(self) -> list[Record]:
         return list(self.written)
