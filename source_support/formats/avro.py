@@ -19,6 +19,7 @@ reasons of the bad ones by index: what a stream connector (Redis Streams, NATS, 
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import struct
@@ -191,8 +192,7 @@ class AvroFormat:
 
     def with_schema(self, schema: pa.Schema) -> AvroFormat:
         """This format landing ``schema`` (the run's, fixed when it started)."""
-        clone = AvroFormat.__new__(AvroFormat)
-        clone.__dict__.update(self.__dict__)
+        clone = copy.copy(self)
         clone.schema = schema
         return clone
 
@@ -225,7 +225,7 @@ class AvroFormat:
             landed = conform(types.arrow_schema, self.known_schema, where=path)
         except ValueError as exc:
             raise ReadError(f"{path}: its Avro schema does not fit the run's columns: {exc}") from None
-        return select_columns(types.table(records), landed)
+        return select_columns(types.table(records), landed).cast(landed)
 
     def check_file_schema(self, avro_schema: AvroSchema, *, path: str) -> None:
         """ConfigError naming ``format.schema`` if a file's Avro schema disagrees with it."""
@@ -288,4 +288,5 @@ class AvroFormat:
                 return self.empty(), bad
         if not records:
             return self.empty(), bad
-        return select_columns(self.types_of(self.writer_schema).table(records), self.known_schema), bad
+        table = select_columns(self.types_of(self.writer_schema).table(records), self.known_schema)
+        return table.cast(self.known_schema), bad

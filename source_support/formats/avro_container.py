@@ -23,6 +23,7 @@ from typing import IO, Any, Protocol, cast
 import fastavro
 
 from source_support.formats.avro_types import AvroSchema
+from source_support.formats.record import ReadError
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16
@@ -30,8 +31,6 @@ SYNC_SIZE = 16
 SEARCH_CHUNK = 1 << 20
 #: The longest header read when a sample is asked for its schema.
 MAX_HEADER_BYTES = 64 << 20
-#: The codecs fastavro reads here (snappy needs ``cramjam``, zstandard ``zstandard``...).
-CODECS = ("null", "deflate", "snappy", "zstandard", "bzip2", "xz", "lz4")
 
 
 class BlockFile(Protocol):
@@ -154,6 +153,8 @@ class ContainerBlocks:
             return None
         except Exception as exc:  # noqa: BLE001 - a damaged block fails in codec, framing or decoding
             self._blocks = None
+            if "codec is supported but" in str(exc):  # fastavro's word for a codec package not installed
+                raise ReadError(f"the file's codec {self.header.codec} cannot be read here: {exc}") from None
             raise CorruptBlock(_reason(exc)) from None
         self.position = start + block.size
         return Block(start, self.position, records)

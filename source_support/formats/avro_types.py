@@ -12,6 +12,7 @@ sees what a Spark user expects:
   ``[float, double]`` -> DOUBLE; any other union -> STRUCT<member0, member1, ...> with one
   field per branch other than ``null``, of which the branch a value was written with is
   set and the others are null (Spark's rule);
+- a field of type ``null`` (always null) -> STRING;
 - a logical type this module does not know is read as its underlying type (the Avro spec
   says so); a recursive record cannot be a column and is refused.
 """
@@ -34,7 +35,7 @@ AvroSchema = Any
 Fixup = Callable[[Any], Any]
 
 _PRIMITIVE: dict[str, pa.DataType] = {
-    "null": pa.null(),
+    "null": pa.string(),  # a field that is always null: Spark has no column type for it
     "boolean": pa.bool_(),
     "int": pa.int32(),
     "long": pa.int64(),
@@ -144,7 +145,7 @@ class AvroTypes:
     ) -> pa.DataType:
         others = [b for b in branches if b != "null"]
         if not others:
-            return pa.null()
+            return pa.string()
         if len(others) == 1:
             return self._arrow(others[0], path, seen, namespace)
         widened = _widened(others)

@@ -4,6 +4,8 @@ disagrees, and the conformance kit; compared value by value with ``fastavro.read
 
 from __future__ import annotations
 
+import io
+import json
 import os
 
 import fastavro
@@ -232,3 +234,30 @@ class TestAvroFilesConformance(SourceConformanceSuite):
     @pytest.fixture()
     def external_context(self, tmp_path):
         return AvroFilesContext(tmp_path)
+
+
+def test_a_codec_whose_package_is_not_installed_fails_the_split_naming_it(data):
+    # zstandard is not installed here (fastavro reads it only with the zstandard package):
+    # a header that names it, written by hand, then one block.
+    header_schema = {
+        "type": "record",
+        "name": "Header",
+        "fields": [
+            {"name": "magic", "type": {"type": "fixed", "name": "Magic", "size": 4}},
+            {"name": "meta", "type": {"type": "map", "values": "bytes"}},
+            {"name": "sync", "type": {"type": "fixed", "name": "Sync", "size": 16}},
+        ],
+    }
+    schema = {"type": "record", "name": "R", "fields": [{"name": "a", "type": "long"}]}
+    sync = bytes(range(16))
+    out = io.BytesIO()
+    meta = {"avro.schema": json.dumps(schema).encode(), "avro.codec": b"zstandard"}
+    fastavro.schemaless_writer(
+        out, fastavro.parse_schema(header_schema), {"magic": b"Obj\x01", "meta": meta, "sync": sync}
+    )
+    out.write(b"\x02\x06abc" + sync)  # one record, three bytes of data
+    path = data / "z.avro"
+    path.write_bytes(out.getvalue())
+
+    with pytest.raises(ReadError, match="codec zstandard cannot be read here: .*install"):
+        read_avro_like_a_run(path)
