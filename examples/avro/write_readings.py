@@ -34,7 +34,7 @@ def reading(i: int) -> dict:
         "id": i,
         "sensor": SCHEMA["fields"][1]["type"]["symbols"][i % 3],
         "ts": START + dt.timedelta(seconds=i),
-        "temperature": None if i % 100 == 0 else round(15 + (i % 37) * 0.25, 2),
+        "temperature": None if i % 100 == 0 else round((12, 21, 16)[i % 3] + (i % 37) * 0.25, 2),
         "place": {"lat": 48.85 + (i % 3) / 100, "lon": 2.35},
     }
 
