@@ -80,15 +80,18 @@ class AvroTypes:
         self.fixups: dict[str, Fixup | None] = {name: self.fixup(t) for name, t in self.fields}
 
     def table(self, records: Sequence[dict[str, Any]]) -> pa.Table:
-        """The records as a table of ``arrow_schema``, column by column."""
-        columns: list[pa.Array[Any]] = []
-        for f in fields_of(self.arrow_schema):
-            values = [r.get(f.name) for r in records]
-            fix = self.fixups[f.name]
-            if fix is not None:
-                values = [None if v is None else fix(v) for v in values]
-            columns.append(pa.array(values, type=f.type))
-        return pa.Table.from_arrays(columns, schema=self.arrow_schema)
+        """The records as a table of ``arrow_schema``. Arrow converts the records as one
+        array of structs (measured: about twice as fast as column by column); the fields
+        that need a fixup are fixed in place first (the records are fastavro's, fresh)."""
+        fixes = [(name, fix) for name, fix in self.fixups.items() if fix is not None]
+        if fixes:
+            for record in records:
+                for name, fix in fixes:
+                    value = record.get(name)
+                    if value is not None:
+                        record[name] = fix(value)
+        rows = pa.array(records, type=pa.struct(fields_of(self.arrow_schema)))
+        return pa.Table.from_struct_array(cast(pa.StructArray, rows))
 
     # -- schema -> Arrow -------------------------------------------------------------------
 
