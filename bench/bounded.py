@@ -319,7 +319,20 @@ def main() -> None:
         metavar="G",
         help="one .csv.gz of G GB uncompressed instead (bench/gzip_file.py)",
     )
+    parser.add_argument(
+        "--avro-rows",
+        type=int,
+        metavar="N",
+        help="one Avro container file of N rows instead (bench/avro_file.py)",
+    )
     args = parser.parse_args()
+    if args.avro_rows:
+        import avro_file  # the mode's own module, which uses this one's helpers
+
+        avro_file.main(
+            args.avro_rows, parallelism=args.parallelism, batch_size=args.batch_size or avro_file.BATCH_SIZE
+        )
+        return
     if args.small_files:
         import small_files  # the mode's own module, which uses this one's helpers
 

@@ -18,9 +18,10 @@ SQL = (
 )
 
 
-def main(in_dir: str, out_dir: str, java_options: str = "") -> None:
+def session(app_name: str, java_options: str = "") -> SparkSession:
+    """A session with the settings ``runflow`` uses (shared by the benches' raw sides)."""
     builder = (
-        SparkSession.builder.appName("raw-spark-bounded")
+        SparkSession.builder.appName(app_name)
         .master("local[*]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -32,6 +33,11 @@ def main(in_dir: str, out_dir: str, java_options: str = "") -> None:
         builder = builder.config("spark.driver.extraJavaOptions", java_options)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def main(in_dir: str, out_dir: str, java_options: str = "") -> None:
+    spark = session("raw-spark-bounded", java_options)
     frame = spark.read.schema(SCHEMA).option("header", True).csv(in_dir)
     frame.createOrReplaceTempView("source")
     spark.sql(SQL).write.mode("overwrite").option("compression", "snappy").parquet(out_dir)

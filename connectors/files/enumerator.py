@@ -288,8 +288,9 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
 
 
 #: How a file is split (``FileSource.layout``): cut into byte ranges; one range over the
-#: whole file; one split whose positions count decoded bytes (gzip, an encoding not UTF-8).
-RANGES, WHOLE, DECODED = "ranges", "whole", "decoded"
+#: whole file; one split whose positions count decoded bytes (gzip, an encoding not UTF-8);
+#: cut into byte ranges of blocks (Avro), never packed with other files.
+RANGES, WHOLE, DECODED, BLOCKS = "ranges", "whole", "decoded", "blocks"
 
 
 def file_splits(
@@ -306,7 +307,7 @@ def file_splits(
     layout = _layout(path, splittable)
     if compressed or layout == DECODED:
         return [discovered_split(path, 0, WHOLE_FILE, info, compressed=compressed)]
-    if layout != RANGES or size <= split_size:
+    if layout not in (RANGES, BLOCKS) or size <= split_size:
         return [discovered_split(path, 0, size, info)]
     return [
         discovered_split(path, start, min(start + split_size, size), info)

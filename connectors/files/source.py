@@ -10,8 +10,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from connectors.files.avro_reader import AvroFileSplitReader, avro_check_input, avro_infer_schema
 from connectors.files.config import FilesSourceConfig, WatchOptions
 from connectors.files.enumerator import (
+    BLOCKS,
     COMPRESSED_SUFFIXES,
     DECODED,
     RANGES,
@@ -43,6 +45,7 @@ from source_support.errors import ConfigError
 from source_support.formats import (
     ARROW_ERRORS,
     JSON_LAYOUT_SAMPLE,
+    AvroFormat,
     CsvFormat,
     FormatSpec,
     MissingColumns,
@@ -64,7 +67,7 @@ class FileSource(Source[FileSplit]):
         self,
         *,
         pattern: str,
-        fmt: RecordFormat,
+        fmt: RecordFormat | AvroFormat,
         split_size: int,
         env: Environment,
         batch_size: int,
@@ -100,9 +103,9 @@ class FileSource(Source[FileSplit]):
             raise ConfigError(
                 "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
             )
-        record_format = fmt.build(context.schema)
-        if not isinstance(record_format, RecordFormat):  # build refuses fields for lines already
-            raise ConfigError("format.type", "this source reads lines: use csv or jsonl")
+        record_format = fmt.build(context.schema, env=context.env)
+        if not isinstance(record_format, RecordFormat | AvroFormat):  # build refuses fields for files already
+            raise ConfigError("format.type", "this source reads files: use csv, jsonl or avro")
         return cls(
             pattern=config.path,
             fmt=record_format,
@@ -154,6 +157,9 @@ class FileSource(Source[FileSplit]):
         )
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[FileSplit]:
+        if isinstance(self.fmt, AvroFormat):
+            avro = AvroFileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
+            return SourceReaderBase(context, avro, batch_size=self.batch_size)
         split_reader = FileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
@@ -203,7 +209,9 @@ class FileSource(Source[FileSplit]):
     def layout(self, path: str) -> str:
         """How a file is split: not at all in an encoding other than UTF-8 (its positions
         count decoded bytes) or when a record may span lines (multiline CSV, a JSON array or
-        documents), else into byte ranges."""
+        documents), else into byte ranges (Avro: ranges of its blocks)."""
+        if isinstance(self.fmt, AvroFormat):
+            return BLOCKS
         if canonical_encoding(self.fmt.encoding) != "utf-8":
             return DECODED
         if self._format_of(path).multiline:
@@ -211,6 +219,7 @@ class FileSource(Source[FileSplit]):
         return RANGES
 
     def _format_of(self, path: str) -> RecordFormat:
+        assert isinstance(self.fmt, RecordFormat)
         if not self.fmt.chooses_by_head:
             return self.fmt
         try:
@@ -223,7 +232,10 @@ class FileSource(Source[FileSplit]):
 
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the first non-empty file's first MiB (comment lines left out);
-        None if there is no file. A sample that cannot be read raises ValueError naming the file."""
+        None if there is no file. A sample that cannot be read raises ValueError naming the file.
+        Avro: the columns of the first file's schema."""
+        if isinstance(self.fmt, AvroFormat):
+            return avro_infer_schema(self.pattern, self.env, self.fmt)
         for path in list_files(self.pattern, self.env):
             with open_records(
                 path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
@@ -242,8 +254,12 @@ class FileSource(Source[FileSplit]):
 
     def check_input(self) -> None:
         """Refuses a CSV file whose header lacks a schema column, naming the file and the
-        columns (the first ``MAX_HEADERS_CHECKED`` files; a later one fails its split)."""
+        columns (the first ``MAX_HEADERS_CHECKED`` files; a later one fails its split); an
+        Avro file whose schema disagrees with a declared one, naming the column."""
         fmt = self.fmt
+        if isinstance(fmt, AvroFormat):
+            avro_check_input(self.pattern, self.env, fmt)
+            return
         if not (isinstance(fmt, CsvFormat) and fmt.has_header and fmt.schema is not None):
             return
         for count, path in enumerate(list_files(self.pattern, self.env)):

@@ -1,9 +1,10 @@
 """Stream entries (as XREAD returns them: ``[id, [field, value, ...]]``) into Arrow records.
 
-Two ways to read an entry: ``fields`` (its field/value pairs are the record's columns) or
-a record format (JSON lines, CSV) over the value of one field (``format.field``). Both
-build whole columns at once and let Arrow convert them: a batch of entries costs a few
-list slices in Python, not a conversion per value.
+Three ways to read an entry: ``fields`` (its field/value pairs are the record's columns),
+a record format (JSON lines, CSV) over the value of one field (``format.field``), or one
+Avro message in that field. The first two build whole columns at once and let Arrow
+convert them: a batch of entries costs a few list slices in Python, not a conversion per
+value.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from source_support.errors import ConfigError
-from source_support.formats import CsvFormat, FieldsFormat, RecordFormat
+from source_support.formats import AvroFormat, CsvFormat, FieldsFormat, RecordFormat
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
@@ -149,6 +150,33 @@ class RecordFieldDecoder:
         table, bad = self.fmt.parse(block, 0, first_only=first_only)
         located = [(int(np.searchsorted(starts, b.position, side="right")) - 1, b.reason) for b in bad]
         return table, located
+
+
+class AvroFieldDecoder:
+    """Entries whose field ``format.field`` holds one Avro message (``AvroFormat.decode``)."""
+
+    def __init__(self, fmt: AvroFormat) -> None:
+        self.fmt = fmt
+        self.field = fmt.record_field or DEFAULT_RECORD_FIELD
+
+    def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
+        values: list[bytes | None] = field_columns(entries, [self.field])[self.field].to_pylist()
+        table, bad = self.fmt.decode_batch(values, first_only=first_only)
+        missing = f"the entry has no field {self.field!r}"
+        return table, {i: missing if values[i] is None else reason for i, reason in bad.items()}
+
+
+#: What turns a batch of entries into records, by the format read.
+EntryDecoder = FieldsDecoder | RecordFieldDecoder | AvroFieldDecoder
+
+
+def entry_decoder(fmt: FieldsFormat | RecordFormat | AvroFormat) -> EntryDecoder:
+    """The decoder of entries in ``fmt``."""
+    if isinstance(fmt, FieldsFormat):
+        return FieldsDecoder(fmt)
+    if isinstance(fmt, AvroFormat):
+        return AvroFieldDecoder(fmt)
+    return RecordFieldDecoder(fmt)
 
 
 def _without(

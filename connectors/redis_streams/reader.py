@@ -30,8 +30,7 @@ from connectors.redis_streams.checks import (
 from connectors.redis_streams.connection import MAX_BLOCK_MS, server_major_version
 from connectors.redis_streams.entries import (
     Entry,
-    FieldsDecoder,
-    RecordFieldDecoder,
+    EntryDecoder,
     XreadReply,
     entry_json,
     good_indices,
@@ -90,7 +89,7 @@ class StreamSplitReader(SplitReader[StreamSplit]):
     def __init__(
         self,
         client: redis.Redis,
-        decoder: FieldsDecoder | RecordFieldDecoder,
+        decoder: EntryDecoder,
         *,
         group: str,
         metadata: bool = False,

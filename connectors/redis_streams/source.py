@@ -20,9 +20,10 @@ from connectors.redis_streams.connection import (
 )
 from connectors.redis_streams.entries import (
     Entry,
-    FieldsDecoder,
+    EntryDecoder,
     RecordFieldDecoder,
     XreadReply,
+    entry_decoder,
     field_columns,
     field_names,
 )
@@ -38,7 +39,7 @@ from connectors.redis_streams.split import (
 from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
-from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext
 from source_support.typed_arrow import fields_of
@@ -60,7 +61,7 @@ class RedisStreamsSource(Source[StreamSplit]):
         start: str,
         discovery_interval_ms: int,
         metadata: bool,
-        fmt: FieldsFormat | RecordFormat,
+        fmt: FieldsFormat | RecordFormat | AvroFormat,
         schema: pa.Schema | None,
         batch_size: int,
         group: str,
@@ -95,9 +96,9 @@ class RedisStreamsSource(Source[StreamSplit]):
         schema = context.schema
         if schema is not None and metadata:  # the run's schema: the format's columns are the others
             schema_of_format = pa.schema([f for f in fields_of(schema) if f.name not in METADATA_NAMES])
-            record_format = fmt.build(schema_of_format, entries=True)
+            record_format = fmt.build(schema_of_format, entries=True, env=context.env)
         else:
-            record_format = fmt.build(schema, entries=True)
+            record_format = fmt.build(schema, entries=True, env=context.env)
         if schema is None and record_format.schema is not None and metadata:
             clash = [n for n in record_format.schema.names if n in METADATA_NAMES]
             if clash:
@@ -193,10 +194,8 @@ class RedisStreamsSource(Source[StreamSplit]):
             lags[split_id] = max(0, int(lag)) if lag is not None else None
         return lags
 
-    def decoder(self) -> FieldsDecoder | RecordFieldDecoder:
-        if isinstance(self.fmt, FieldsFormat):
-            return FieldsDecoder(self.fmt)
-        return RecordFieldDecoder(self.fmt)
+    def decoder(self) -> EntryDecoder:
+        return entry_decoder(self.fmt)
 
     def check_input(self) -> None:
         """Refuses to start a run whose Redis cannot be reached (or is older than 6, which
@@ -217,7 +216,9 @@ class RedisStreamsSource(Source[StreamSplit]):
 
     def infer_schema(self) -> pa.Schema | None:
         """The schema of up to ``SAMPLE_ENTRIES`` entries of the matching streams; None if
-        none has entries."""
+        none has entries. Avro: the columns of ``format.writer_schema``, without sampling."""
+        if isinstance(self.fmt, AvroFormat):
+            return with_metadata(self.fmt.known_schema) if self.metadata else self.fmt.known_schema
         entries = self._sample()
         if not entries:
             return None

@@ -3,12 +3,15 @@
 - ``registry``: the format types and their options, ``validate_format``, ``FormatSpec``;
 - ``record``: ``RecordFormat``, the Arrow parse path that CSV and JSON share (a fast parse
   of a whole block, then the slow path that finds the bad records);
+- ``avro``: Avro container files and messages (not lines), with ``avro_types`` (Avro
+  schemas as Arrow types) and ``avro_container`` (a container file read block by block);
 - ``csv``, ``json``: the two record formats of lines; ``json_values`` checks a decoded JSON
   record against the schema;
 - ``fields``: the field/value pairs of a stream entry as a record;
 - ``values``: how a field's text becomes a value (``ValueRules``, null texts, conversions).
 """
 
+from source_support.formats.avro import AvroFormat, BadMessage
 from source_support.formats.csv import CsvFormat, MissingColumns
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JSON_LAYOUT_SAMPLE, JsonDocumentsFormat, JsonLinesFormat, json_layout
@@ -28,6 +31,8 @@ from source_support.formats.values import ARROW_ERRORS, ValueRules, value_rules
 
 __all__ = [
     "ARROW_ERRORS",
+    "AvroFormat",
+    "BadMessage",
     "FORMATS",
     "FORMAT_ALIASES",
     "JSON_LAYOUT_SAMPLE",

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from source_support.errors import ConfigError
+from source_support.formats.avro import AvroFormat, PathResolver, is_inline_schema, load_writer_schema
 from source_support.formats.csv import CsvFormat
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JsonLinesFormat
@@ -28,14 +29,19 @@ class FormatSpec:
     type: str
     options: dict[str, Any]
 
-    def build(self, schema: pa.Schema | None = None, *, entries: bool = False) -> RecordFormat | FieldsFormat:
+    def build(
+        self, schema: pa.Schema | None = None, *, entries: bool = False, env: PathResolver | None = None
+    ) -> RecordFormat | FieldsFormat | AvroFormat:
         """The format, with ``schema`` (or the one given in the table). ``entries`` says the
         source delivers entries of field/value pairs (a stream), not lines: only then may
-        the format be ``fields`` or name the ``field`` that holds a record."""
+        the format be ``fields`` or name the ``field`` that holds a record. ``env`` resolves
+        a ``writer_schema`` given as a path."""
         check_format_for_source(self, entries=entries)
         plugin = FORMATS[self.type].build
         if plugin is not None:
             return plugin(self, schema, entries)
+        if self.type == "avro":
+            return self._build_avro(schema, env)
         opts = dict(self.options)
         ddl = opts.pop("schema", None)
         record_field = opts.pop("field", None)
@@ -58,6 +64,18 @@ class FormatSpec:
         fmt.comment = comment.encode() if comment else None
         return fmt
 
+    def _build_avro(self, schema: pa.Schema | None, env: PathResolver | None) -> AvroFormat:
+        opts = self.options
+        declared = parse_ddl(opts["schema"]) if "schema" in opts else None
+        writer = opts.get("writer_schema")
+        fmt = AvroFormat(
+            declared,
+            writer_schema=load_writer_schema(writer, env) if writer else None,
+            registry_url=opts.get("registry_url"),
+            record_field=opts.get("field"),
+        )
+        return fmt.with_schema(schema) if schema is not None else fmt
+
 
 def canonical_encoding(name: str) -> str:
     """The codec's own name for an encoding (``latin1`` -> ``iso8859-1``); ConfigError naming
@@ -75,7 +93,10 @@ def canonical_encoding(name: str) -> str:
 
 def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
     """Refuses a format that does not fit what the source delivers: ``fields`` and the
-    ``field`` option are for sources of entries (redis_streams), not of lines (files)."""
+    ``field`` option are for sources of entries (redis_streams), not of lines (files); an
+    Avro message needs its ``writer_schema``, which a container file carries itself."""
+    if fmt.type == "avro":
+        _check_avro_for_source(fmt, entries=entries)
     if entries:
         if fmt.options.get("header"):
             raise ConfigError("format.header", "a stream entry holds one record, without a header: remove it")
@@ -97,6 +118,21 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
             "names the field of a stream entry that holds the record (a redis_streams source); "
             "this source reads lines: remove it",
         )
+
+
+def _check_avro_for_source(fmt: FormatSpec, *, entries: bool) -> None:
+    if entries and not fmt.options.get("writer_schema"):
+        raise ConfigError(
+            "format.writer_schema",
+            "is required to read Avro messages: the schema they were written with (inline JSON or a path)",
+        )
+    if not entries:
+        for name in ("writer_schema", "registry_url"):
+            if name in fmt.options:
+                raise ConfigError(
+                    f"format.{name}",
+                    "applies to Avro messages of a stream; an Avro container file holds its own schema: remove it",
+                )
 
 
 @dataclass(frozen=True)
@@ -224,6 +260,43 @@ FORMATS: dict[str, FormatType] = {
         "type (redis_streams only).",
         (SCHEMA_OPTION, NULL_VALUES_OPTION, DATE_FORMAT_OPTION, TIMESTAMP_FORMAT_OPTION),
     ),
+    "avro": FormatType(
+        "avro",
+        "Avro: object container files (each file's header holds its schema; its blocks are split "
+        "points), or single messages of a stream written with a declared writer_schema (Avro's "
+        "single-object encoding, plain binary, or a schema registry's framing).",
+        (
+            Option(
+                "schema",
+                str,
+                "The columns to land in Spark DDL; each must be a field of the Avro schema with the "
+                "type it converts to (a column that disagrees is refused, named). Left out, every "
+                "field of the Avro schema.",
+                default=None,
+                example="id BIGINT, ts TIMESTAMP",
+            ),
+            Option(
+                "writer_schema",
+                str,
+                "Stream sources only: the Avro schema the messages were written with, as JSON or "
+                "as a path to a .avsc file under DATAFLOW_ALLOWED_ROOTS; with registry_url, the "
+                "schema each message is resolved to.",
+                default=None,
+                example='{"type": "record", "name": "Reading", "fields": [{"name": "id", "type": "long"}]}',
+                filesystem_path=True,
+            ),
+            Option(
+                "registry_url",
+                str,
+                "Stream sources only: the URL of a Confluent schema registry; messages then carry a "
+                "zero byte and the 4-byte id of their writer's schema, which is fetched from it.",
+                default=None,
+                example="http://127.0.0.1:8081",
+                secret="url",
+            ),
+            FIELD_OPTION,
+        ),
+    ),
 }
 FORMAT_ALIASES = {name: kind.type for kind in FORMATS.values() for name in (kind.type, *kind.aliases)}
 
@@ -243,8 +316,10 @@ def format_type(name: str) -> FormatType | None:
     return FORMATS[kind] if kind else None
 
 
-def validate_format(table: dict[str, Any]) -> FormatSpec:
-    """Checks a ``[format]`` table; every error names its field."""
+def validate_format(table: dict[str, Any], env: PathResolver | None = None) -> FormatSpec:
+    """Checks a ``[format]`` table; every error names its field. ``env`` resolves a path
+    the table gives (an Avro ``writer_schema``) under the allowed roots; without it, the
+    path is checked when a source is built."""
     table = dict(table)
     type_name = table.pop("type", None)
     if not type_name:
@@ -274,7 +349,21 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
         )
     if "schema" in table:
         _check_schema(kind.type, parse_ddl(table["schema"]))
+    if kind.type == "avro":
+        _check_avro_options(table, env)
     return FormatSpec(kind.type, table)
+
+
+def _check_avro_options(table: dict[str, Any], env: PathResolver | None) -> None:
+    url = table.get("registry_url")
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise ConfigError("format.registry_url", "must be an http:// or https:// URL")
+    writer = table.get("writer_schema")
+    if writer is not None and (env is not None or is_inline_schema(writer)):
+        AvroFormat(
+            parse_ddl(table["schema"]) if "schema" in table else None,
+            writer_schema=load_writer_schema(writer, env),
+        )
 
 
 #: At most this many ``null_values``, each at most ``MAX_NULL_VALUE_CHARS`` long.

@@ -131,7 +131,14 @@ def test_to_ddl_quotes_names_and_writes_spark_types():
 
 
 def test_to_ddl_writes_types_it_does_not_know_as_string():
-    assert to_ddl(pa.schema([("at", pa.time32("s")), ("blob", pa.binary())])) == "`at` STRING, `blob` STRING"
+    assert to_ddl(pa.schema([("at", pa.time32("s")), ("n", pa.uint16())])) == "`at` STRING, `n` STRING"
+
+
+def test_binary_round_trips_through_ddl():
+    schema = pa.schema([("blob", pa.binary()), ("nested", pa.struct([("b", pa.binary())]))])
+
+    assert to_ddl(schema) == "`blob` BINARY, `nested` STRUCT<`b`: BINARY>"
+    assert parse_ddl(to_ddl(schema)) == schema
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,18 +33,20 @@ class FilesContext(ExternalContext):
         self.written: list[Record] = []
         self.files = Counter()
         self.clock = None
+        #: The ``[format]`` the files are read with, and the suffix of their names.
+        self.format, self.suffix = FORMAT, "csv"
 
     def splits_wanted(self, count: int) -> None:
         """Files are made as they are written."""
 
     def write(self, split_index: int, records: list[Record]) -> list[Record]:
-        self._write_file(split_index, [",".join(str(r[c]) for c in COLUMNS) for r in records])
+        self._place(split_index, lambda path: self.write_file(path, records))
         self.written += records
         return records
 
     def write_bad_record(self, split_index: int) -> None:
-        """A file of its own whose one row has a word where the id is a number."""
-        self._write_file(split_index, [f"not-a-number,{split_index},bad"])
+        """A file of its own whose one record is bad."""
+        self._place(split_index, lambda path: self.write_bad_file(path, split_index))
 
     def append(self, split_index: int, records: list[Record]) -> list[Record]:
         raise NotApplicable(
@@ -54,15 +57,24 @@ class FilesContext(ExternalContext):
     def stop_system(self) -> None:
         raise NotApplicable("files on a local disk do not go away")
 
-    def _write_file(self, split_index: int, rows: list[str]) -> None:
-        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.csv"
+    def _place(self, split_index: int, write: Callable[[Path], None]) -> None:
+        """Writes a new file of split ``split_index`` through ``write``, as a hidden temporary
+        file renamed into place."""
+        name = f"part-{split_index:04d}-{self.files[split_index]:04d}.{self.suffix}"
         self.files[split_index] += 1
         temporary = self.root / f".{name}.tmp"
-        lines = [",".join(COLUMNS), *rows]
-        temporary.write_text("\n".join(lines) + "\n")
+        write(temporary)
         if self.clock is not None:  # written now, by the run's clock
             os.utime(temporary, (self.clock(), self.clock()))
         temporary.rename(self.root / name)
+
+    def write_file(self, path: Path, records: list[Record]) -> None:
+        lines = [",".join(COLUMNS)] + [",".join(str(r[c]) for c in COLUMNS) for r in records]
+        path.write_text("\n".join(lines) + "\n")
+
+    def write_bad_file(self, path: Path, split_index: int) -> None:
+        """One row with a word where the id is a number."""
+        path.write_text(f"{','.join(COLUMNS)}\nnot-a-number,{split_index},bad\n")
 
     def source(self, options: SourceOptions) -> FileSource:
         self.clock = options.clock
@@ -71,7 +83,7 @@ class FilesContext(ExternalContext):
             table |= {"watch": True, "discovery_interval_ms": 1000}
         context = BuildContext(env=self.env, batch_size=options.batch_size, stop=options.stop)
         config = FilesSourceConfig.parse(table, self.env)
-        return FileSource.from_config(config, FORMAT, context, clock=options.clock)
+        return FileSource.from_config(config, self.format, context, clock=options.clock)
 
     def expected(self) -> list[Record]:
         return list(self.written)

@@ -208,3 +208,26 @@ def test_null_values_that_are_not_a_list_are_refused_on_their_field(add_flow):
 
     assert response.status_code == 200
     assert "must be a list" in str(response.context["adminform"].form.errors)
+
+
+@pytest.mark.django_db
+def test_the_avro_format_is_offered_and_a_flow_in_it_is_saved(admin_client, add_flow):
+    page = admin_client.get(ADD_URL).content.decode()
+    assert 'class="module aligned adf-options adf-format-options adf-type-avro"' in page
+    assert '<label for="id_format__avro__writer_schema">writer_schema:</label>' in page
+
+    response = add_flow(format_type="avro")
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    flow = DataFlow.objects.get(name="admin-flow")
+    assert flow.format_type == "avro" and flow.format_options == {}
+
+
+@pytest.mark.django_db
+def test_a_bad_avro_writer_schema_is_shown_on_its_field(add_flow):
+    response = add_flow(format_type="avro", format__avro__writer_schema='{"type": "record"')
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert list(errors) == ["format__avro__writer_schema"]
+    assert "is not JSON" in errors["format__avro__writer_schema"][0]

@@ -1,0 +1,292 @@
+"""The ``avro`` format: object container files (files sources) and single Avro messages
+(stream sources), decoded by fastavro and landed as Arrow with the types of ``avro_types``.
+
+It is not a line format (``RecordFormat``): a file is read block by block
+(``avro_container``), and a message body is one record. A message body is, in this order:
+
+- with ``registry_url``: Confluent's framing, a zero byte, the 4-byte id of the writer's
+  schema in the schema registry and the Avro body; the declared ``writer_schema`` is then the
+  reader's schema, to which each message is resolved (Avro schema resolution), so the
+  landed columns stay fixed while producers evolve their schema;
+- a body that starts with ``C3 01`` followed by the CRC-64-AVRO fingerprint of
+  ``writer_schema``: Avro's single-object encoding;
+- any other body: the plain binary encoding of a ``writer_schema`` record.
+
+``AvroFormat.decode`` turns one body into a record (a dict as fastavro gives it), raising
+``BadMessage`` with the reason; ``decode_batch`` turns many into an Arrow table and the
+reasons of the bad ones by index: what a stream connector (Redis Streams, NATS, Kafka) calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import struct
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import fastavro
+import fastavro.schema
+import pyarrow as pa
+
+from source_support.errors import ConfigError
+from source_support.formats.avro_types import AvroSchema, AvroTypeError, AvroTypes
+from source_support.formats.record import ReadError
+from source_support.schema import spark_type
+from source_support.typed_arrow import fields_of
+
+SINGLE_OBJECT_MAGIC = b"\xc3\x01"
+CONFLUENT_MAGIC = b"\x00"
+#: How long a schema registry may take to answer.
+REGISTRY_TIMEOUT_S = 10.0
+#: The largest writer schema read from a file.
+MAX_SCHEMA_BYTES = 1 << 20
+
+
+class PathResolver(Protocol):
+    """What resolves a path a user gave under the allowed roots (``Environment``)."""
+
+    def resolve_path(self, value: str, field_name: str) -> Path: ...
+
+
+class BadMessage(ValueError):
+    """A message body that is not an Avro record of the declared schema; says why."""
+
+
+def is_inline_schema(text: str) -> bool:
+    """Whether ``writer_schema`` holds the schema itself (JSON) rather than a path to it."""
+    return text.lstrip()[:1] in ("{", "[", '"')
+
+
+def load_writer_schema(text: str, env: PathResolver | None) -> AvroSchema:
+    """The Avro schema ``format.writer_schema`` gives, inline or in a file under the allowed
+    roots; ConfigError naming ``format.writer_schema`` if it cannot be read or parsed."""
+    field = "format.writer_schema"
+    if not is_inline_schema(text):
+        if env is None:
+            raise ConfigError(field, "a path needs the allowed roots to be resolved against")
+        path = env.resolve_path(text, field)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_SCHEMA_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(field, f"cannot read {path}: {exc.strerror or exc}") from None
+        if len(raw) > MAX_SCHEMA_BYTES:
+            raise ConfigError(field, f"{path} is larger than {MAX_SCHEMA_BYTES >> 20} MB")
+        text = raw.decode("utf-8", errors="replace")
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(field, f"is not JSON: {exc}") from None
+    try:
+        fastavro.parse_schema(schema)
+        AvroTypes(schema)
+    except (AvroTypeError, fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(field, f"is not an Avro record schema: {exc}") from None
+    return schema
+
+
+def conform(avro: pa.Schema, declared: pa.Schema | None, *, where: str) -> pa.Schema:
+    """The columns landed: the declared ones (each must be in the Avro schema with the same
+    type), or all of the Avro schema's. ValueError naming the column that disagrees."""
+    if declared is None:
+        return avro
+    by_name = {name.lower(): i for i, name in enumerate(avro.names)}
+    for f in fields_of(declared):
+        i = by_name.get(f.name.lower())
+        if i is None:
+            raise ValueError(f"column {f.name!r} is not a field of the Avro schema of {where}")
+        if avro.types[i] != f.type:
+            raise ValueError(
+                f"column {f.name!r} is {spark_type(avro.types[i])} in the Avro schema of {where}, "
+                f"not {spark_type(f.type)}"
+            )
+    return declared
+
+
+def single_object_fingerprint(schema: AvroSchema) -> bytes:
+    """The CRC-64-AVRO fingerprint of a schema's parsing canonical form, little-endian, as
+    the single-object encoding writes it after ``C3 01``."""
+    canonical = fastavro.schema.to_parsing_canonical_form(fastavro.parse_schema(schema))
+    return bytes.fromhex(
+        fastavro.schema.fingerprint(canonical, "CRC-64-AVRO")
+    )  # fastavro's hex is little-endian
+
+
+def select_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The columns of ``schema`` out of ``table``, matched by name whatever the case."""
+    if table.schema.names == schema.names:
+        return table
+    by_name = {name.lower(): name for name in table.schema.names}
+    return table.select([by_name[name.lower()] for name in schema.names]).rename_columns(schema.names)
+
+
+class SchemaRegistry:
+    """A Confluent schema registry read over HTTP (``GET /schemas/ids/<id>``); schemas are
+    kept by id, which never changes its schema."""
+
+    def __init__(self, url: str, *, timeout_s: float = REGISTRY_TIMEOUT_S) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.schemas: dict[int, Any] = {}
+
+    def schema(self, schema_id: int) -> Any:
+        """The parsed writer schema of ``schema_id``; BadMessage if the registry has none."""
+        parsed = self.schemas.get(schema_id)
+        if parsed is None:
+            url = f"{self.url}/schemas/ids/{schema_id}"
+            try:
+                with urllib.request.urlopen(url, timeout=self.timeout_s) as response:  # noqa: S310 - http(s) checked at validation
+                    body = json.loads(response.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    raise BadMessage(f"schema id {schema_id} is not in the schema registry") from None
+                raise
+            parsed = fastavro.parse_schema(json.loads(body["schema"]))
+            self.schemas[schema_id] = parsed
+        return parsed
+
+
+class AvroFormat:
+    """Avro records into Arrow tables of one schema: the declared one (``format.schema``),
+    the writer schema's, or the first file's."""
+
+    type_name = "avro"
+
+    def __init__(
+        self,
+        schema: pa.Schema | None = None,
+        *,
+        writer_schema: AvroSchema | None = None,
+        registry_url: str | None = None,
+        record_field: str | None = None,
+    ) -> None:
+        #: The declared columns (``format.schema``); None: those of the Avro schema.
+        self.declared = schema
+        self.writer_schema = writer_schema
+        #: The field of a stream entry that holds the message (``format.field``).
+        self.record_field = record_field
+        self.registry = SchemaRegistry(registry_url) if registry_url else None
+        self._types: dict[str, AvroTypes] = {}
+        self.schema = schema
+        if writer_schema is not None:
+            self.writer = fastavro.parse_schema(writer_schema)
+            self.fingerprint = single_object_fingerprint(writer_schema)
+            avro = self.types_of(writer_schema).arrow_schema
+            try:
+                self.schema = conform(avro, schema, where="format.writer_schema")
+            except ValueError as exc:
+                raise ConfigError("format.schema", str(exc)) from None
+
+    def types_of(self, avro_schema: AvroSchema) -> AvroTypes:
+        """The Arrow types of an Avro schema (kept: a file's blocks share it)."""
+        key = json.dumps(avro_schema, sort_keys=True)
+        types = self._types.get(key)
+        if types is None:
+            types = self._types[key] = AvroTypes(avro_schema)
+        return types
+
+    def with_schema(self, schema: pa.Schema) -> AvroFormat:
+        """This format landing ``schema`` (the run's, fixed when it started)."""
+        clone = copy.copy(self)
+        clone.schema = schema
+        return clone
+
+    @property
+    def known_schema(self) -> pa.Schema:
+        if self.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        return self.schema
+
+    def empty(self) -> pa.Table:
+        return self.known_schema.empty_table()
+
+    # -- container files -------------------------------------------------------------------
+
+    def columns_of(self, avro_schema: AvroSchema, *, where: str) -> pa.Schema:
+        """The columns landed from records of ``avro_schema`` (the declared ones, or all);
+        ValueError naming the column that disagrees, or the field no column can hold."""
+        try:
+            return conform(self.types_of(avro_schema).arrow_schema, self.declared, where=where)
+        except AvroTypeError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+
+    def file_table(
+        self, records: Sequence[dict[str, Any]], avro_schema: AvroSchema, *, path: str
+    ) -> pa.Table:
+        """Records of a file written with ``avro_schema`` as a table of the run's schema;
+        ReadError naming the file if its schema does not give the run's columns."""
+        try:
+            types = self.types_of(avro_schema)
+            landed = conform(types.arrow_schema, self.known_schema, where=path)
+        except ValueError as exc:
+            raise ReadError(f"{path}: its Avro schema does not fit the run's columns: {exc}") from None
+        return select_columns(types.table(records), landed).cast(landed)
+
+    def check_file_schema(self, avro_schema: AvroSchema, *, path: str) -> None:
+        """ConfigError naming ``format.schema`` if a file's Avro schema disagrees with it."""
+        try:
+            self.columns_of(avro_schema, where=path)
+        except ValueError as exc:
+            raise ConfigError("format.schema", str(exc)) from None
+
+    # -- messages --------------------------------------------------------------------------
+
+    def decode(self, body: bytes) -> dict[str, Any]:
+        """One message body as a record of ``writer_schema`` (see the module's docstring for
+        the framings read); BadMessage with the reason if it is not one."""
+        if self.writer_schema is None:
+            raise ConfigError("format.writer_schema", "is needed to read Avro messages")
+        writer, reader, offset = self.writer, None, 0
+        if self.registry is not None:
+            if len(body) < 5 or body[:1] != CONFLUENT_MAGIC:
+                raise BadMessage(
+                    "not in the schema registry's framing (a zero byte, then a 4-byte schema id)"
+                )
+            writer, reader, offset = self.registry.schema(struct.unpack(">I", body[1:5])[0]), self.writer, 5
+        elif body[:2] == SINGLE_OBJECT_MAGIC and body[2:10] == self.fingerprint:
+            offset = 10
+        stream = io.BytesIO(body)
+        stream.seek(offset)
+        try:
+            record = fastavro.schemaless_reader(  # pyright: ignore[reportUnknownMemberType]
+                stream, writer, reader, return_record_name=True, return_record_name_override=True
+            )
+        except Exception as exc:  # noqa: BLE001 - a bad body fails in many ways inside fastavro
+            raise BadMessage(
+                f"not an Avro record of the declared schema ({type(exc).__name__}: {exc})"
+            ) from None
+        if stream.tell() != len(body):
+            raise BadMessage(
+                f"not an Avro record of the declared schema: {len(body) - stream.tell()} bytes left after the record"
+            )
+        if not isinstance(record, dict):
+            raise BadMessage("not an Avro record")
+        return record  # pyright: ignore[reportUnknownVariableType]
+
+    def decode_batch(
+        self, bodies: Sequence[bytes | None], *, first_only: bool = False
+    ) -> tuple[pa.Table, dict[int, str]]:
+        """The records of ``bodies`` (None: a message without a body) as a table of the
+        run's schema, and why each bad body (by index) is bad; with ``first_only``, only the
+        first bad one and no records."""
+        records: list[dict[str, Any]] = []
+        bad: dict[int, str] = {}
+        for i, body in enumerate(bodies):
+            if not body:
+                bad[i] = "the message has no body" if body is None else "the message body is empty"
+            else:
+                try:
+                    records.append(self.decode(body))
+                except BadMessage as exc:
+                    bad[i] = str(exc)
+            if first_only and bad:
+                return self.empty(), bad
+        if not records:
+            return self.empty(), bad
+        table = select_columns(self.types_of(self.writer_schema).table(records), self.known_schema)
+        return table.cast(self.known_schema), bad
