@@ -207,6 +207,20 @@ def flow_connections_check(doc: dict[str, Any], *, owner) -> None:
         if address is None:
             continue
         _check_use(section, table, options, address, owner=owner)
+    _check_format_addresses(doc.get("format"), owner=owner)
+
+
+def _check_format_addresses(table: object, *, owner) -> None:
+    """A format that reaches a network service (a schema registry's URL) has no connection
+    kind of its own: only staff and the operator may give one."""
+    if not isinstance(table, dict) or not is_restricted(owner):
+        return
+    for option in section_options("format", table.get("type")):
+        if option.secret == "url" and table.get(option.name) is not None:
+            raise ConfigError(
+                f"format.{option.name}",
+                "only staff may give an address here; ask staff to set it for you",
+            )
 
 
 def _check_use(section: str, table: dict[str, Any], options, address: Option, *, owner) -> None:

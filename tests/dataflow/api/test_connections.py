@@ -363,3 +363,22 @@ def test_a_users_connection_connects_to_the_address_that_was_checked(alice, monk
 
     assert targets["ext"].url == "redis://:pw@93.184.216.34:6380/2"
     assert targets["ext"].key_patterns == ("alice:*",)
+
+
+def test_alice_cannot_point_a_schema_registry_at_an_internal_address(alice, loopback_allowed):
+    # A format that fetches schemas reaches the network too: a registry URL is an address.
+    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    body = stream_flow(
+        "metadata", {"streams": "alice:in", "connection": mine.name}, key="alice:out", connection=mine.name
+    )
+    body["format"] = {
+        "type": "avro",
+        "writer_schema": '{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}',
+        "registry_url": "http://169.254.169.254/latest/meta-data",
+    }
+
+    reason = refused(client_of(alice).post("/api/flows/", body, format="json"), "format.registry_url")
+
+    assert "only staff may give an address" in reason
+    staff = client_of(connection_staff())
+    assert staff.post("/api/flows/", body, format="json").status_code == 201
