@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from source_support.errors import ConfigError
 from source_support.formats.avro_types import AvroSchema, AvroTypeError, AvroTypes
+from source_support.formats.holder import SchemaHolder
 from source_support.formats.record import ReadError
 from source_support.schema import spark_type
 from source_support.typed_arrow import fields_of
@@ -151,7 +152,7 @@ class SchemaRegistry:
         return parsed
 
 
-class AvroFormat:
+class AvroFormat(SchemaHolder):
     """Avro records into Arrow tables of one schema: the declared one (``format.schema``),
     the writer schema's, or the first file's."""
 
@@ -195,15 +196,6 @@ class AvroFormat:
         clone = copy.copy(self)
         clone.schema = schema
         return clone
-
-    @property
-    def known_schema(self) -> pa.Schema:
-        if self.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        return self.schema
-
-    def empty(self) -> pa.Table:
-        return self.known_schema.empty_table()
 
     # -- container files -------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.datetime_patterns import parse_with_pattern
-from source_support.errors import ConfigError
+from source_support.formats.holder import SchemaHolder
 from source_support.formats.typed_arrow import Mask, as_mask, fields_of, nulls
 from source_support.formats.values import (
     ISO_TIMESTAMP_START,
@@ -23,7 +23,7 @@ from source_support.formats.values import (
 from source_support.schema import spark_type
 
 
-class FieldsFormat:
+class FieldsFormat(SchemaHolder):
     """Records that are maps of field name to text (the field/value pairs of a stream
     entry), each value converted to its schema column's type, vectorized; a field that is
     absent is null, and so is a value in ``null_values`` (an empty one by default), whatever
@@ -39,16 +39,6 @@ class FieldsFormat:
 
     def with_schema(self, schema: pa.Schema) -> FieldsFormat:
         return FieldsFormat(schema, rules=self.rules)
-
-    @property
-    def known_schema(self) -> pa.Schema:
-        """The schema, which the format needs to convert (given, or inferred)."""
-        if self.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        return self.schema
-
-    def empty(self) -> pa.Table:
-        return self.known_schema.empty_table()
 
     def convert(self, texts: dict[str, pa.Array[Any]], count: int) -> tuple[pa.Table, dict[int, str]]:
         """The ``count`` records whose values are ``texts`` (column -> binary or string

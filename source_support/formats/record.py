@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from source_support.api import BadRecord
-from source_support.errors import ConfigError
+from source_support.formats.holder import SchemaHolder
 from source_support.formats.typed_arrow import Offsets, as_mask, fields_of
 from source_support.formats.values import ARROW_ERRORS, ZONE_SUFFIX, ValueRules, convert_text
 from source_support.schema import spark_type
@@ -43,7 +43,7 @@ class ReadError(ValueError):
     column): the split fails, whatever ``skip_errors`` says; the message says where."""
 
 
-class RecordFormat(ABC):
+class RecordFormat(SchemaHolder, ABC):
     """Parses blocks of complete lines into records of one fixed schema."""
 
     type_name: str = ""
@@ -73,14 +73,6 @@ class RecordFormat(ABC):
         clone.schema = schema
         clone.timestamp_modes = {}
         return clone
-
-    @property
-    def known_schema(self) -> pa.Schema:
-        """The schema, which a format needs to parse (given, or inferred and set by
-        ``with_schema``)."""
-        if self.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        return self.schema
 
     @abstractmethod
     def infer_schema(self, sample: bytes) -> pa.Schema:
@@ -191,9 +183,6 @@ class RecordFormat(ABC):
         mid = (lo + hi) // 2
         self._bisect(block, starts, lo, mid, position, good, bad, first_only)
         self._bisect(block, starts, mid, hi, position, good, bad, first_only)
-
-    def empty(self) -> pa.Table:
-        return self.known_schema.empty_table()
 
     def _timestamp_mode(self, name: str) -> str:
         return self.timestamp_modes.get(name, NAIVE)
