@@ -61,7 +61,10 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     flow_connections_check(spec, owner=rules_owner)
     if rules_owner is not None:
         flow_paths_check(
-            source_config=values["source_config"], sink_config=values["sink_config"], owner=rules_owner
+            source_config=values["source_config"],
+            sink_config=values["sink_config"],
+            owner=rules_owner,
+            format_options=values["format_options"],
         )
     name = values.pop("name")
     with transaction.atomic():

@@ -27,7 +27,7 @@ from dataflow.transform_policy import transform_columns_check, transform_policy_
 from source_support.config import check_fields, expected_types
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
-from source_support.formats import check_format_for_source, validate_format
+from source_support.formats import check_format_for_source, is_inline_schema, validate_format
 from source_support.registry import (
     SINKS,
     SOURCES,
@@ -112,7 +112,9 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)
     if owner is not None:
-        flow_paths_check(source_config=source_config, sink_config=sink_config, owner=owner)
+        flow_paths_check(
+            source_config=source_config, sink_config=sink_config, owner=owner, format_options=fmt.options
+        )
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
         raise ConfigError("sink.key", reads_back)
@@ -327,18 +329,26 @@ def _check_sizes(doc: dict[str, Any]) -> None:
         pending.extend((n, v, depth + 1) for n, v in items)
 
 
-def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, Any], owner: Any) -> None:
+def flow_paths_check(
+    *,
+    source_config: dict[str, Any],
+    sink_config: dict[str, Any],
+    owner: Any,
+    format_options: dict[str, Any] | None = None,
+) -> None:
     """Refuses paths that belong to another owner's flow: a sink that is, contains or lies
     inside another owner's flow's sink or source directory (``sink.path``: it would replace
     their results or input), and a source that overlaps another owner's flow's sink
     (``source.path``: it would read their results). ``owner``: the user the flow belongs
     to; the operator's flows (no owner) count as another owner's. ``flow_spec_validate``
     checks this for a flow with an owner; the operator's own flows are exempt, as they
-    are from the connection rules. The error does not say whose flow it is.
+    are from the connection rules. The error does not say whose flow it is. A file the
+    format reads (an Avro ``writer_schema`` path) follows the rule of ``source.path``.
     """
     source_pattern = _file_path(source_config.get("path"))
     sink_dir = _file_dir(sink_config.get("path"))
-    if source_pattern is None and sink_dir is None:
+    format_file = _format_file(format_options or {})
+    if source_pattern is None and sink_dir is None and format_file is None:
         return
     others = DataFlow.objects.exclude(owner_id=owner.pk)  # with the operator's (owner NULL)
     for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
@@ -349,6 +359,12 @@ def flow_paths_check(*, source_config: dict[str, Any], sink_config: dict[str, An
                 _refuse_sink(sink_dir, "the sink directory")
             if other_pattern is not None and _glob_reaches(other_pattern, sink_dir):
                 _refuse_sink(sink_dir, "the source")
+        if format_file is not None and other_sink_dir is not None and _overlaps(format_file, other_sink_dir):
+            raise ConfigError(
+                "format.writer_schema",
+                f"{format_file} lies in the sink directory of another user's flow; "
+                "a flow reads only what is not another user's flow's output",
+            )
         if (
             source_pattern is not None
             and other_sink_dir is not None
@@ -367,6 +383,15 @@ def _refuse_sink(sink_dir: Path, what: str) -> None:
         f"{sink_dir} overlaps {what} of another user's flow; "
         "a flow writes only where no other user's flow reads or writes",
     )
+
+
+def _format_file(options: dict[str, Any]) -> Path | None:
+    """The file a format reads (an Avro ``writer_schema`` given as a path), after symlinks;
+    None when it reads none."""
+    writer = options.get("writer_schema")
+    if not isinstance(writer, str) or is_inline_schema(writer):
+        return None
+    return Path(os.path.realpath(environment().base_dir / writer))
 
 
 def _file_path(path: Any) -> str | None:

@@ -11,7 +11,7 @@
 - ``values``: how a field's text becomes a value (``ValueRules``, null texts, conversions).
 """
 
-from source_support.formats.avro import AvroFormat, BadMessage
+from source_support.formats.avro import AvroFormat, BadMessage, is_inline_schema
 from source_support.formats.csv import CsvFormat, MissingColumns
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JSON_LAYOUT_SAMPLE, JsonDocumentsFormat, JsonLinesFormat, json_layout
@@ -50,6 +50,7 @@ __all__ = [
     "canonical_encoding",
     "check_format_for_source",
     "format_type",
+    "is_inline_schema",
     "json_layout",
     "register_format",
     "validate_format",

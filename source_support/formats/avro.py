@@ -67,6 +67,7 @@ def load_writer_schema(text: str, env: PathResolver | None) -> AvroSchema:
     """The Avro schema ``format.writer_schema`` gives, inline or in a file under the allowed
     roots; ConfigError naming ``format.writer_schema`` if it cannot be read or parsed."""
     field = "format.writer_schema"
+    source = ""  # the schema was written inline
     if not is_inline_schema(text):
         if env is None:
             raise ConfigError(field, "a path needs the allowed roots to be resolved against")
@@ -79,15 +80,19 @@ def load_writer_schema(text: str, env: PathResolver | None) -> AvroSchema:
         if len(raw) > MAX_SCHEMA_BYTES:
             raise ConfigError(field, f"{path} is larger than {MAX_SCHEMA_BYTES >> 20} MB")
         text = raw.decode("utf-8", errors="replace")
+        source = f"{path} "
     try:
         schema = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(field, f"is not JSON: {exc}") from None
+        raise ConfigError(field, f"{source}is not JSON: {exc}") from None
     try:
         fastavro.parse_schema(schema)
         AvroTypes(schema)
     except (AvroTypeError, fastavro.schema.SchemaParseException, ValueError, TypeError, KeyError) as exc:
-        raise ConfigError(field, f"is not an Avro record schema: {exc}") from None
+        # A file's parser message may quote what the file holds: said only of a schema
+        # the user wrote inline, never of a file that may be someone else's data.
+        detail = f": {exc}" if not source else " (write it inline to see the parser's reason)"
+        raise ConfigError(field, f"{source}is not an Avro record schema{detail}") from None
     return schema
 
 

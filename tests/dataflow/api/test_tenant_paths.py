@@ -10,7 +10,7 @@ from dataflow.models import DataFlow
 from dataflow.services.flows import flow_apply, flow_start
 from source_support.errors import ConfigError
 from tests.dataflow.api.conftest import client_of
-from tests.factories import DataFlowFactory, UserFactory
+from tests.factories import ConnectionFactory, DataFlowFactory, UserFactory
 from tests.helpers import spec, write_csv
 
 pytestmark = pytest.mark.django_db
@@ -158,3 +158,27 @@ def test_alices_glob_that_reaches_bobs_output_is_refused(dirs, alice, bobs_flow,
     )
 
     assert "another user's flow" in refused(response, "source.path")
+
+
+def test_alice_cannot_read_bobs_output_as_an_avro_writer_schema(dirs, alice, bobs_flow, settings):
+    # A writer_schema given as a path is a file the flow reads: bob's output is not hers,
+    # and the error on a file that is no schema quotes none of what the file holds.
+    result = dirs.out / "bob-flow" / "result.json"
+    result.write_text('{"type": "secret-value-of-bob"}')
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    doc = {
+        "name": "peek",
+        "source": {"type": "redis_streams", "streams": "alice:*", "connection": mine.name},
+        "format": {"type": "avro", "writer_schema": str(result)},
+        "transform": {"sql": "SELECT * FROM source"},
+        "sink": {"type": "json", "path": str(dirs.out / "alice-peek")},
+    }
+    api = client_of(alice)
+
+    reason = refused(api.post("/api/flows/", doc, format="json"), "format.writer_schema")
+    assert "secret-value-of-bob" not in reason
+
+    result.write_text('{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}')
+    reason = refused(api.post("/api/flows/", doc, format="json"), "format.writer_schema")
+    assert "another user's flow" in reason
