@@ -29,6 +29,7 @@ _SIMPLE = {
     "STRING": pa.string(),
     "VARCHAR": pa.string(),
     "BOOLEAN": pa.bool_(),
+    "BINARY": pa.binary(),
     "DATE": pa.date32(),
     "TIMESTAMP": pa.timestamp("us", tz="UTC"),
     "TIMESTAMP_LTZ": pa.timestamp("us", tz="UTC"),

@@ -18,7 +18,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from source_support.errors import ConfigError
-from source_support.formats import CsvFormat, FieldsFormat, RecordFormat
+from source_support.formats import FieldsFormat, RecordFormat
+from source_support.formats.messages import message_decoder
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
@@ -94,61 +95,20 @@ class FieldsDecoder:
 
 class RecordFieldDecoder:
     """Entries whose field ``format.field`` holds a record in a line format (JSON, CSV):
-    the values are joined into one block and parsed by the format at once; a bad record's
-    byte offset in the block says which entry it was."""
+    the values are decoded as message bodies (``source_support.formats.messages``)."""
 
     def __init__(self, fmt: RecordFormat) -> None:
         self.fmt = fmt
         self.field = fmt.record_field or DEFAULT_RECORD_FIELD
-        # A newline in JSON is only white space between tokens; in CSV it would cut a record.
-        self.flatten_newlines = not isinstance(fmt, CsvFormat)
+        self.bodies = message_decoder(
+            fmt, what=f"field {self.field!r}", missing=f"the entry has no field {self.field!r}"
+        )
 
     def values(self, entries: Sequence[Entry]) -> pa.Array[Any]:
         return field_columns(entries, [self.field])[self.field]
 
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
-        values = self.values(entries).to_pylist()
-        bad: dict[int, str] = {}
-        lines: list[bytes] = []
-        kept: list[int] = []
-        for i, value in enumerate(values):
-            if value is None:
-                bad[i] = f"the entry has no field {self.field!r}"
-                continue
-            reason = self._unusable(value)
-            if reason is not None:
-                bad[i] = reason
-                continue
-            if self.flatten_newlines:
-                value = value.replace(b"\r", b" ").replace(b"\n", b" ")
-            lines.append(value)
-            kept.append(i)
-        if first_only and bad:
-            return self.fmt.empty(), dict([min(bad.items())])
-        table, parse_bad = self._parse(lines, first_only)
-        for offset, reason in parse_bad:
-            bad[kept[offset]] = reason
-        if first_only and bad:
-            return self.fmt.empty(), dict([min(bad.items())])
-        return table, bad
-
-    def _unusable(self, value: bytes) -> str | None:
-        if not value.strip():
-            return f"field {self.field!r} is empty"
-        if not self.flatten_newlines and (b"\n" in value or b"\r" in value):
-            return f"field {self.field!r} holds a line break: a CSV record must be one line"
-        return None
-
-    def _parse(self, lines: list[bytes], first_only: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
-        """Parses the lines as one block; returns the good records and (line index,
-        reason) of the bad ones."""
-        if not lines:
-            return self.fmt.empty(), []
-        block = b"\n".join(lines) + b"\n"
-        starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
-        table, bad = self.fmt.parse(block, 0, first_only=first_only)
-        located = [(int(np.searchsorted(starts, b.position, side="right")) - 1, b.reason) for b in bad]
-        return table, located
+        return self.bodies.decode(self.values(entries).to_pylist(), first_only=first_only)
 
 
 def _without(

@@ -1,0 +1,367 @@
+"""Reads every held subject filter through the flow's pull consumer of it, all at once,
+and acknowledges a message only once a checkpoint past it is committed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import nats.errors
+import nats.js.errors
+import pyarrow as pa
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
+from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer
+from connectors.nats.split import SubjectSplit
+from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
+from source_support.errors import SplitFailed
+from source_support.formats.messages import MessageDecoder
+from source_support.reader_base import SplitReader
+
+log = logging.getLogger("connectors.nats")
+
+METADATA_FIELDS = (
+    pa.field("_subject", pa.string()),
+    pa.field("_seq", pa.int64()),
+    pa.field("_ts", pa.timestamp("us", tz="UTC")),
+)
+#: The event a reader sends once a ``[stop] at`` time is placed on a stream sequence (the
+#: last message before the first one after the time): every split stops there.
+STOP_PLACED = "stop-placed"
+#: How long one pull request waits on the server for messages of an idle filter.
+PULL_WAIT_S = 1.0
+#: How often an idle split with a stop asks its consumer whether anything is left.
+CHECK_INTERVAL_S = 1.0
+
+
+@dataclass
+class HeldSplit:
+    """A split this reader reads, and its consumer's state as the reader knows it."""
+
+    split: SubjectSplit
+    subscription: JetStreamContext.PullSubscription | None = None
+    #: The consumer sequence the next delivered message must have (a gap: another
+    #: reader, or a redelivery, took some: the consumer is made again at the position).
+    next_delivery: int = 0
+    task: asyncio.Task[list[Msg]] | None = None
+    next_check: float = 0.0
+    #: The ack subject of the last message of each batch not yet acknowledged.
+    acks: dict[int, str] = field(default_factory=dict[int, str])
+
+
+@dataclass(frozen=True)
+class Message:
+    """What the reader keeps of a delivered message."""
+
+    seq: int
+    delivery: int
+    ts_ns: int
+    subject: str
+    body: bytes
+    reply: str
+
+
+class NatsSplitReader(SplitReader[SubjectSplit]):
+    """Reads the held filters (Flink's ``KafkaPartitionSplitReader``): each ``fetch``
+    waits for the first of the held consumers' pull requests to answer, and returns the
+    batches of all that answered; one that did not is still asked at the next ``fetch``.
+
+    Progress is the stream sequence in the checkpoint: each consumer is set up at the
+    split's position when the split is added (``consumer_after``), and acknowledged
+    (AckAll) up to a position only after the commit of it."""
+
+    def __init__(
+        self,
+        client: NatsClient,
+        decoder: MessageDecoder,
+        *,
+        flow: str,
+        metadata: bool = False,
+        output_schema: pa.Schema | None = None,
+        first_bad_record_only: Callable[[], bool] = lambda: False,
+        send_event: Callable[[SourceEvent], None] = lambda event: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.decoder = decoder
+        self.flow = flow
+        self.metadata = metadata
+        self.output_schema = output_schema
+        self.first_bad_record_only = first_bad_record_only
+        self.send_event = send_event
+        self.clock = clock
+        self.held: dict[str, HeldSplit] = {}
+        #: Splits finished since the last commit: their consumer goes once it is committed.
+        self.finished: dict[str, HeldSplit] = {}
+
+    # The SplitReader interface
+
+    def handle_splits_changes(self, added: Sequence[SubjectSplit], removed: Sequence[str]) -> None:
+        for split in added:
+            self.held[split.split_id] = HeldSplit(split)
+        for split_id in removed:
+            state = self.held.pop(split_id, None)
+            if state is not None:
+                self._release(state)
+
+    def handle_source_event(self, event: SourceEvent) -> None:
+        if event.kind != STOP_PLACED:
+            return
+        seq = event.payload["seq"]
+        for state in self.held.values():
+            split = state.split
+            if split.stop_position is None or split.stop_position > seq:
+                state.split = SubjectSplit(split.stream, split.subject, split.position, seq, None)
+                state.next_check = 0.0
+
+    def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        if not self.held:
+            return []
+        batches = [self._finish(s) for s in list(self.held.values()) if s.split.stopped]
+        if batches:
+            return batches
+        answered = self.client.run(self._pull(max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s)
+        for split_id, messages in answered.items():
+            state = self.held.get(split_id)
+            if state is None:
+                continue
+            batch = self._batch(state, messages) if messages else self._check(state)
+            if batch is not None:
+                batches.append(batch)
+        return batches
+
+    def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
+        """Acknowledges each committed split up to its position (one AckAll each), and
+        deletes the consumers of the splits that finished."""
+        acks: list[str] = []
+        for split_id, position in positions.items():
+            state = self.held.get(split_id) or self.finished.get(split_id)
+            if state is None:
+                continue
+            covered = [p for p in state.acks if p <= position]
+            if covered:
+                acks.append(state.acks[max(covered)])
+            for p in covered:
+                del state.acks[p]
+        gone = [self.finished.pop(i) for i in positions if i in self.finished]
+        if acks or gone:
+            try:
+                self.client.run(self._acknowledge(acks, gone))
+            except (*TRANSIENT, nats.js.errors.Error) as exc:
+                log.warning("could not acknowledge to NATS: %s (the next commit does)", exc)
+
+    def describe(self, split: SubjectSplit, position: int, *, line: int | None = None) -> str:
+        return f"stream {split.stream} subject filter {split.subject} sequence {position}"
+
+    def close(self) -> None:
+        for state in self.held.values():
+            self._release(state)
+        self.held.clear()
+
+    # Reading
+
+    async def _pull(self, max_records: int, timeout_s: float) -> dict[str, list[Msg]]:
+        """Waits up to ``timeout_s`` for the first pull request to answer; returns the
+        messages of each that answered (an empty list: it answered with none)."""
+        js = self.client.js
+        for state in self.held.values():
+            if state.subscription is None:
+                await self._set_up(js, state)
+            if state.task is None and state.subscription is not None:
+                state.task = asyncio.ensure_future(state.subscription.fetch(max_records, timeout=PULL_WAIT_S))
+                state.task.add_done_callback(_retrieved)
+        tasks = [s.task for s in self.held.values() if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=max(timeout_s, 0.01), return_when=asyncio.FIRST_COMPLETED)
+        answered: dict[str, list[Msg]] = {}
+        for split_id, state in self.held.items():
+            task = state.task
+            if task is None or not task.done():
+                continue
+            state.task = None
+            try:
+                answered[split_id] = task.result()
+            except nats.errors.TimeoutError:
+                answered[split_id] = []
+            except (*TRANSIENT, nats.js.errors.Error) as exc:
+                log.info("split %s: pull failed (%s); its consumer is set up again", split_id, exc)
+                await self._drop_subscription(state)
+                answered[split_id] = []
+        return answered
+
+    async def _set_up(self, js: JetStreamContext, state: HeldSplit) -> None:
+        split = state.split
+        name = consumer_name(self.flow, split.subject)
+        try:
+            consumer = await consumer_after(js, split.stream, name, split.subject, split.position)
+            state.subscription = await js.pull_subscribe_bind(name, split.stream)
+        except nats.js.errors.NotFoundError:
+            raise SplitFailed(
+                f"stream {split.stream} is gone: subject filter {split.subject} cannot be read on",
+                split_id=split.split_id,
+            ) from None
+        except (*TRANSIENT, nats.js.errors.Error) as exc:
+            log.info("split %s: consumer not ready (%s); tried again", split.split_id, exc)
+            return
+        state.next_delivery = consumer.delivered + 1
+        state.acks.clear()
+
+    async def _drop_subscription(self, state: HeldSplit) -> None:
+        subscription, state.subscription = state.subscription, None
+        if state.task is not None:
+            state.task.cancel()
+            state.task = None
+        if subscription is not None:
+            try:
+                await subscription.unsubscribe()
+            except Exception:  # noqa: BLE001 - a subscription of a connection that is gone
+                log.debug("unsubscribe failed", exc_info=True)
+
+    def _release(self, state: HeldSplit) -> None:
+        try:
+            self.client.run(self._drop_subscription(state))
+        except Exception:  # noqa: BLE001 - the connection went away: nothing to release
+            log.debug("release failed", exc_info=True)
+
+    async def _acknowledge(self, acks: list[str], gone: list[HeldSplit]) -> None:
+        nc = self.client.nc
+        await asyncio.gather(*(nc.request(reply, b"+ACK", timeout=REQUEST_TIMEOUT_S) for reply in acks))
+        js = self.client.js
+        for state in gone:
+            await self._drop_subscription(state)
+            await delete_consumer(js, state.split.stream, consumer_name(self.flow, state.split.subject))
+
+    def _batch(self, state: HeldSplit, raw: list[Msg]) -> RecordBatch | None:
+        split = state.split
+        messages = [_message(m) for m in raw]
+        if not _in_order(messages, state.next_delivery, split.position):
+            # Another reader took deliveries of this consumer, or it sent some again:
+            # read on from the checkpoint's position through a consumer made again there.
+            log.info("split %s: deliveries out of order; its consumer is set up again", split.split_id)
+            self._release(state)
+            return None
+        state.next_delivery = messages[-1].delivery + 1
+        finished = False
+        if split.stop_time_ms is not None:
+            late = next(
+                (i for i, m in enumerate(messages) if m.ts_ns // 1_000_000 > split.stop_time_ms), None
+            )
+            if late is not None:
+                stop = messages[late].seq - 1
+                self.send_event(SourceEvent(STOP_PLACED, {"seq": stop}))
+                split = state.split = SubjectSplit(split.stream, split.subject, split.position, stop, None)
+        if split.stop_position is not None and messages[-1].seq >= split.stop_position:
+            messages = [m for m in messages if m.seq <= split.stop_position]
+            finished = True
+        end = messages[-1].seq if messages else split.position
+        if finished and split.stop_position is not None:
+            end = max(split.stop_position, split.position)
+        records, bad = self._records(split, messages)
+        if messages:
+            state.acks[messages[-1].seq] = messages[-1].reply
+        state.split = split.at(end)
+        if finished:
+            self._move_to_finished(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
+        )
+
+    def _records(self, split: SubjectSplit, messages: list[Message]) -> tuple[pa.Table, list[BadRecord]]:
+        first_only = self.first_bad_record_only()
+        table, reasons = self.decoder.decode([m.body for m in messages], first_only=first_only)
+        bad = [
+            BadRecord(messages[i].seq, messages[i].body.decode("utf-8", "replace"), reasons[i])
+            for i in sorted(reasons)
+        ]
+        if self.metadata and not (first_only and bad):
+            kept = [m for i, m in enumerate(messages) if i not in reasons]
+            table = table.append_column(METADATA_FIELDS[0], pa.array([m.subject for m in kept], pa.string()))
+            table = table.append_column(METADATA_FIELDS[1], pa.array([m.seq for m in kept], pa.int64()))
+            stamps = pa.array([m.ts_ns // 1000 for m in kept], pa.int64()).cast(METADATA_FIELDS[2].type)
+            table = table.append_column(METADATA_FIELDS[2], stamps)
+            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
+                table = table.select(self.output_schema.names)
+        return table, bad
+
+    def _check(self, state: HeldSplit) -> RecordBatch | None:
+        """An idle split with a stop: finished once its consumer has nothing left to deliver
+        (whatever comes later is past the stop)."""
+        split = state.split
+        if split.stop_position is None and split.stop_time_ms is None:
+            return None
+        now = time.monotonic()
+        if state.next_check > now or state.subscription is None:
+            return None
+        state.next_check = now + CHECK_INTERVAL_S
+        try:
+            info = self.client.run(state.subscription.consumer_info())
+        except (*TRANSIENT, nats.js.errors.Error):
+            return None
+        if info.num_pending:
+            return None
+        if split.stop_position is None:
+            stop_ms = split.stop_time_ms or 0
+            if self.clock() * 1000 <= stop_ms:
+                return None
+            return self._finish(state)
+        return self._finish(state, split.stop_position)
+
+    def _finish(self, state: HeldSplit, end: int | None = None) -> RecordBatch:
+        split = state.split
+        end = split.position if end is None else max(end, split.position)
+        state.split = split.at(end)
+        self._move_to_finished(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), self._empty(), [], True
+        )
+
+    def _move_to_finished(self, state: HeldSplit) -> None:
+        self.finished[state.split.split_id] = self.held.pop(state.split.split_id)
+
+    def _empty(self) -> pa.Table:
+        if self.output_schema is not None:
+            return self.output_schema.empty_table()
+        table = self.decoder.empty()
+        if self.metadata:
+            for f in METADATA_FIELDS:
+                table = table.append_column(f, pa.array([], f.type))
+        return table
+
+
+def _message(msg: Msg) -> Message:
+    """A delivered message, its sequences and time read from its ack subject
+    (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>``,
+    with a domain and account hash before the stream in the newer form)."""
+    reply = msg.reply
+    tokens = reply.split(".")
+    base = 4 if len(tokens) == 9 else 6
+    return Message(
+        seq=int(tokens[base + 1]),
+        delivery=int(tokens[base + 2]),
+        ts_ns=int(tokens[base + 3]),
+        subject=msg.subject,
+        body=msg.data,
+        reply=reply,
+    )
+
+
+def _retrieved(task: asyncio.Task[list[Msg]]) -> None:
+    """Marks a pull's outcome as seen: a pull dropped with its split ends unread."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _in_order(messages: list[Message], next_delivery: int, position: int) -> bool:
+    """Whether ``messages`` are the consumer's next deliveries, each a first delivery of a
+    message past ``position``."""
+    previous = position
+    for offset, message in enumerate(messages):
+        if message.delivery != next_delivery + offset or message.seq <= previous:
+            return False
+        previous = message.seq
+    return True
