@@ -5,8 +5,8 @@
 1. A producer publishes N (1,000,000) ~100-byte JSON messages into a stream of 4 subjects
    (``<stream>.0`` ... ``<stream>.3``, one subject filter each).
 2. Raw: P (2, our readers' number) processes, each with a durable pull consumer on its
-   share of the 4 filters, fetch batches of 10,000 and acknowledge each batch (AckAll on
-   its last message), until all N are read. Time: from the start to the last message.
+   share of the 4 filters (AckAll, no limit on unacknowledged messages, as ours), fetch
+   batches of 10,000 and acknowledge each batch (on its last message), until all N are read. Time: from the start to the last message.
 3. Ours: a flow (``nats_jetstream`` source from ``earliest``, ``json`` format, ``SELECT *``,
    Parquet sink) on a warm in-process fleet (Celery worker and beat as ``runflow`` runs
    them, the Spark session started before). Time: from the flow's start to the last of
@@ -105,7 +105,9 @@ async def _raw_consume(stream: str, subjects: list[str], total, seen, ready, go,
     subs = []
     for subject in subjects:
         name = f"raw_{uuid.uuid4().hex[:8]}"
-        config = ConsumerConfig(durable_name=name, filter_subject=subject, ack_policy=AckPolicy.ALL)
+        config = ConsumerConfig(
+            durable_name=name, filter_subject=subject, ack_policy=AckPolicy.ALL, max_ack_pending=-1
+        )
         await js.add_consumer(stream, config)
         subs.append(await js.pull_subscribe_bind(name, stream))
     ready.release()

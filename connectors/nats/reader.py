@@ -9,14 +9,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import nats.errors
 import nats.js.errors
 import pyarrow as pa
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
 from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer
+from connectors.nats.puller import Puller
 from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
@@ -34,7 +35,7 @@ METADATA_FIELDS = (
 #: last message before the first one after the time): every split stops there.
 STOP_PLACED = "stop-placed"
 #: How long one pull request waits on the server for messages of an idle filter.
-PULL_WAIT_S = 1.0
+PULL_WAIT_S = 5.0
 #: How often an idle split with a stop asks its consumer whether anything is left.
 CHECK_INTERVAL_S = 1.0
 
@@ -44,11 +45,10 @@ class HeldSplit:
     """A split this reader reads, and its consumer's state as the reader knows it."""
 
     split: SubjectSplit
-    subscription: JetStreamContext.PullSubscription | None = None
+    puller: Puller | None = None
     #: The consumer sequence the next delivered message must have (a gap: another
     #: reader, or a redelivery, took some: the consumer is made again at the position).
     next_delivery: int = 0
-    task: asyncio.Task[list[Msg]] | None = None
     next_check: float = 0.0
     #: The ack subject of the last message of each batch not yet acknowledged.
     acks: dict[int, str] = field(default_factory=dict[int, str])
@@ -125,7 +125,10 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         batches = [self._finish(s) for s in list(self.held.values()) if s.split.stopped]
         if batches:
             return batches
-        answered = self.client.run(self._pull(max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s)
+        client = self.client  # connects on first use, outside the loop
+        answered = client.run(
+            self._pull(client.nc, client.js, max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s
+        )
         for split_id, messages in answered.items():
             state = self.held.get(split_id)
             if state is None:
@@ -151,7 +154,8 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         gone = [self.finished.pop(i) for i in positions if i in self.finished]
         if acks or gone:
             try:
-                self.client.run(self._acknowledge(acks, gone))
+                client = self.client
+                client.run(self._acknowledge(client.nc, client.js, acks, gone))
             except (*TRANSIENT, nats.js.errors.Error) as exc:
                 log.warning("could not acknowledge to NATS: %s (the next commit does)", exc)
 
@@ -165,41 +169,39 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
 
     # Reading
 
-    async def _pull(self, max_records: int, timeout_s: float) -> dict[str, list[Msg]]:
-        """Waits up to ``timeout_s`` for the first pull request to answer; returns the
-        messages of each that answered (an empty list: it answered with none)."""
-        js = self.client.js
+    async def _pull(
+        self, nc: Client, js: JetStreamContext, max_records: int, timeout_s: float
+    ) -> dict[str, list[Msg]]:
+        """Waits up to ``timeout_s`` for messages of any held split; returns those that
+        arrived, by split (an empty list: none for that split now)."""
         for state in self.held.values():
-            if state.subscription is None:
-                await self._set_up(js, state)
-            if state.task is None and state.subscription is not None:
-                state.task = asyncio.ensure_future(state.subscription.fetch(max_records, timeout=PULL_WAIT_S))
-                state.task.add_done_callback(_retrieved)
-        tasks = [s.task for s in self.held.values() if s.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=max(timeout_s, 0.01), return_when=asyncio.FIRST_COMPLETED)
-        answered: dict[str, list[Msg]] = {}
-        for split_id, state in self.held.items():
-            task = state.task
-            if task is None or not task.done():
-                continue
-            state.task = None
-            try:
-                answered[split_id] = task.result()
-            except nats.errors.TimeoutError:
-                answered[split_id] = []
-            except (*TRANSIENT, nats.js.errors.Error) as exc:
-                log.info("split %s: pull failed (%s); its consumer is set up again", split_id, exc)
-                await self._drop_subscription(state)
-                answered[split_id] = []
-        return answered
+            if state.puller is not None and state.puller.broken:
+                log.info(
+                    "split %s: %s; its consumer is set up again", state.split.split_id, state.puller.broken
+                )
+                await self._drop_puller(state)
+            if state.puller is None:
+                await self._set_up(nc, js, state, max_records)
+            if state.puller is not None:
+                await state.puller.keep_asking()
+        pullers = [s.puller for s in self.held.values() if s.puller is not None]
+        if pullers and not any(p.buffer for p in pullers):
+            waits = [asyncio.ensure_future(p.arrived.wait()) for p in pullers]
+            await asyncio.wait(waits, timeout=max(timeout_s, 0.01), return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        return {
+            split_id: state.puller.take(max_records) if state.puller is not None else []
+            for split_id, state in self.held.items()
+        }
 
-    async def _set_up(self, js: JetStreamContext, state: HeldSplit) -> None:
+    async def _set_up(self, nc: Client, js: JetStreamContext, state: HeldSplit, batch: int) -> None:
         split = state.split
         name = consumer_name(self.flow, split.subject)
         try:
             consumer = await consumer_after(js, split.stream, name, split.subject, split.position)
-            state.subscription = await js.pull_subscribe_bind(name, split.stream)
+            puller = Puller(nc, split.stream, name, batch=batch, wait_s=PULL_WAIT_S)
+            await puller.start()
         except nats.js.errors.NotFoundError:
             raise SplitFailed(
                 f"stream {split.stream} is gone: subject filter {split.subject} cannot be read on",
@@ -208,32 +210,30 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         except (*TRANSIENT, nats.js.errors.Error) as exc:
             log.info("split %s: consumer not ready (%s); tried again", split.split_id, exc)
             return
+        state.puller = puller
         state.next_delivery = consumer.delivered + 1
         state.acks.clear()
 
-    async def _drop_subscription(self, state: HeldSplit) -> None:
-        subscription, state.subscription = state.subscription, None
-        if state.task is not None:
-            state.task.cancel()
-            state.task = None
-        if subscription is not None:
+    async def _drop_puller(self, state: HeldSplit) -> None:
+        puller, state.puller = state.puller, None
+        if puller is not None:
             try:
-                await subscription.unsubscribe()
+                await puller.stop()
             except Exception:  # noqa: BLE001 - a subscription of a connection that is gone
                 log.debug("unsubscribe failed", exc_info=True)
 
     def _release(self, state: HeldSplit) -> None:
         try:
-            self.client.run(self._drop_subscription(state))
+            self.client.run(self._drop_puller(state))
         except Exception:  # noqa: BLE001 - the connection went away: nothing to release
             log.debug("release failed", exc_info=True)
 
-    async def _acknowledge(self, acks: list[str], gone: list[HeldSplit]) -> None:
-        nc = self.client.nc
+    async def _acknowledge(
+        self, nc: Client, js: JetStreamContext, acks: list[str], gone: list[HeldSplit]
+    ) -> None:
         await asyncio.gather(*(nc.request(reply, b"+ACK", timeout=REQUEST_TIMEOUT_S) for reply in acks))
-        js = self.client.js
         for state in gone:
-            await self._drop_subscription(state)
+            await self._drop_puller(state)
             await delete_consumer(js, state.split.stream, consumer_name(self.flow, state.split.subject))
 
     def _batch(self, state: HeldSplit, raw: list[Msg]) -> RecordBatch | None:
@@ -295,11 +295,13 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         if split.stop_position is None and split.stop_time_ms is None:
             return None
         now = time.monotonic()
-        if state.next_check > now or state.subscription is None:
+        if state.next_check > now or state.puller is None:
             return None
         state.next_check = now + CHECK_INTERVAL_S
+        client = self.client
+        name = consumer_name(self.flow, split.subject)
         try:
-            info = self.client.run(state.subscription.consumer_info())
+            info = client.run(client.js.consumer_info(split.stream, name))
         except (*TRANSIENT, nats.js.errors.Error):
             return None
         if info.num_pending:
@@ -348,12 +350,6 @@ def _message(msg: Msg) -> Message:
         body=msg.data,
         reply=reply,
     )
-
-
-def _retrieved(task: asyncio.Task[list[Msg]]) -> None:
-    """Marks a pull's outcome as seen: a pull dropped with its split ends unread."""
-    if not task.cancelled():
-        task.exception()
 
 
 def _in_order(messages: list[Message], next_delivery: int, position: int) -> bool:

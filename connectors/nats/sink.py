@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
 from connectors.nats.config import duplicate_window_s, nats_target
@@ -96,14 +97,13 @@ def _distinct(table: pa.Table, column: str | None) -> list[str]:
 def publish_rows(client: NatsClient, table: pa.Table, config: dict[str, Any], id_prefix: str) -> int:
     """Publishes every row of ``table`` with the message id ``<id_prefix>:<row>``;
     returns how many the stream took as new (0 when all were there already)."""
-    return client.run(_publish(client, table, config, id_prefix), None)
+    return client.run(_publish(client.js, table, config, id_prefix), None)
 
 
-async def _publish(client: NatsClient, table: pa.Table, config: dict[str, Any], id_prefix: str) -> int:
-    js = client.js
+async def _publish(js: JetStreamContext, table: pa.Table, config: dict[str, Any], id_prefix: str) -> int:
     stream = config.get("stream")
     if stream:
-        await _ensure_stream(client, config)
+        await _ensure_stream(js, config)
     column = config.get("subject_column")
     subjects = table.column(column).to_pylist() if column else None
     added = 0
@@ -124,8 +124,8 @@ async def _publish(client: NatsClient, table: pa.Table, config: dict[str, Any], 
     return added
 
 
-async def _ensure_stream(client: NatsClient, config: dict[str, Any]) -> None:
-    js, stream = client.js, config["stream"]
+async def _ensure_stream(js: JetStreamContext, config: dict[str, Any]) -> None:
+    stream = config["stream"]
     if await stream_info(js, stream) is not None:
         return
     if not config.get("subject"):

@@ -9,6 +9,7 @@ from typing import Any
 import nats.errors
 import nats.js.errors
 import pyarrow as pa
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from connectors.nats.config import NatsSourceConfig, nats_target
@@ -199,15 +200,14 @@ class NatsJetStreamSource(Source[SubjectSplit]):
     def infer_schema(self) -> pa.Schema | None:
         """The schema of up to ``SAMPLE_MESSAGES`` messages from the stream's start; None
         if it has none."""
-        bodies = self.client.run(self._sample())
+        bodies = self.client.run(self._sample(self.client.js))
         if not bodies:
             return None
         sample = b"\n".join(b.replace(b"\n", b" ") for b in bodies if b.strip()) + b"\n"
         inferred = self.fmt.infer_schema(sample)
         return with_metadata(inferred) if self.metadata else inferred
 
-    async def _sample(self) -> list[bytes]:
-        js = self.client.js
+    async def _sample(self, js: JetStreamContext) -> list[bytes]:
         info = await stream_info(js, self.stream)
         if info is None:
             return []
