@@ -14,7 +14,7 @@ from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_in
 from connectors.nats.reader import STOP_PLACED
 from connectors.nats.split import SubjectSplit, subject_split_id
 from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
-from source_support.assignment import balance
+from source_support.assignment import place_splits
 
 log = logging.getLogger("connectors.nats")
 
@@ -190,30 +190,17 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
     def _rebalance(self) -> None:
         """Spreads the splits over the live readers (``balance``): new and returned splits
         go to the least-loaded ones, and a reader that joined takes its share."""
-        live = sorted(self.context.registered_readers())
-        if not live:
-            return
-        movable = {k: s["owner"] for k, s in self.splits.items() if s["owner"] is None or s["owner"] in live}
-        moves = balance(movable, live)
-        if not moves:
-            return
-        splits = {k: self._new_split(k) for k in moves if movable[k] is None}
-        held = [k for k in moves if movable[k] is not None]
-        if held:
-            ids = {subject_split_id(self.stream, k): k for k in held}
-            revoked = {ids[s.split_id]: s for s in self.context.revoke_splits(list(ids))}
-            for subject in held:
-                if subject in revoked:
-                    splits[subject] = revoked[subject]
-                else:  # no reader holds it: it is finished
-                    del self.splits[subject]
-                    self.done.add(subject)
-        assignment: dict[int, list[SubjectSplit]] = {}
-        for subject, split in splits.items():
-            self.splits[subject]["owner"] = moves[subject]
-            assignment.setdefault(moves[subject], []).append(split)
-        if assignment:
-            self.context.assign_splits(assignment)
+        placed, finished = place_splits(
+            self.context,
+            {k: s["owner"] for k, s in self.splits.items()},
+            new_split=self._new_split,
+            split_id=lambda k: subject_split_id(self.stream, k),
+        )
+        for key in finished:
+            del self.splits[key]
+            self.done.add(key)
+        for key, owner in placed.items():
+            self.splits[key]["owner"] = owner
 
     def _new_split(self, subject: str) -> SubjectSplit:
         known = self.splits[subject]

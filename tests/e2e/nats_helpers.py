@@ -4,6 +4,7 @@ private nats-server for restarts, and a flow spec over the stream."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import socket
@@ -84,10 +85,8 @@ class NatsProducer:
         return list(self.sent)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a private server may be gone already
             self.run(self.js.delete_stream(self.stream), timeout=10)
-        except Exception:  # noqa: BLE001 - a private server may be gone already
-            pass
         self.run(self.nc.close(), timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
 

@@ -243,7 +243,7 @@ def test_the_catalog_lists_every_registered_source_format_and_sink():
     assert [e["type"] for e in catalog["formats"]] == sorted(FORMATS)
     assert [e["type"] for e in catalog["sinks"]] == sorted(SINKS)
     assert {"files", "redis_streams", "sequence"} <= set(SOURCES)
-    assert {"csv", "jsonl", "fields"} == set(FORMATS)
+    assert {"csv", "jsonl", "fields", "raw"} == set(FORMATS)
     assert {"parquet", "csv", "json", "redis_stream"} <= set(SINKS)
 
 

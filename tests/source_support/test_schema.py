@@ -131,7 +131,13 @@ def test_to_ddl_quotes_names_and_writes_spark_types():
 
 
 def test_to_ddl_writes_types_it_does_not_know_as_string():
-    assert to_ddl(pa.schema([("at", pa.time32("s")), ("blob", pa.binary())])) == "`at` STRING, `blob` STRING"
+    assert to_ddl(pa.schema([("at", pa.time32("s")), ("big", pa.large_binary())])) == "`at` STRING, `big` STRING"
+
+
+def test_binary_columns_round_trip_as_binary():
+    schema = pa.schema([("data", pa.binary())])
+    assert to_ddl(schema) == "`data` BINARY"
+    assert parse_ddl("data BINARY") == schema
 
 
 @pytest.mark.parametrize(
