@@ -290,7 +290,7 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
 
     def _check(self, state: HeldSplit) -> RecordBatch | None:
         """An idle split with a stop: finished once its consumer has nothing left to deliver
-        and delivered nothing past the split's position (whatever comes later is past the
+        and delivered nothing this reader has not taken (whatever comes later is past the
         stop)."""
         split = state.split
         if split.stop_position is None and split.stop_time_ms is None:
@@ -305,8 +305,8 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
             info = client.run(client.js.consumer_info(split.stream, name))
         except (*TRANSIENT, nats.js.errors.Error):
             return None
-        delivered = info.delivered.stream_seq if info.delivered else 0
-        if info.num_pending or delivered > split.position:
+        delivered = info.delivered.consumer_seq if info.delivered else 0
+        if info.num_pending or delivered >= state.next_delivery:
             return None  # messages wait on the server, or are on their way to this reader
         if split.stop_position is None:
             stop_ms = split.stop_time_ms or 0

@@ -131,7 +131,9 @@ def test_to_ddl_quotes_names_and_writes_spark_types():
 
 
 def test_to_ddl_writes_types_it_does_not_know_as_string():
-    assert to_ddl(pa.schema([("at", pa.time32("s")), ("big", pa.large_binary())])) == "`at` STRING, `big` STRING"
+    assert (
+        to_ddl(pa.schema([("at", pa.time32("s")), ("big", pa.large_binary())])) == "`at` STRING, `big` STRING"
+    )
 
 
 def test_binary_columns_round_trip_as_binary():
