@@ -28,9 +28,10 @@ from source_support.connections import key_allowed
 from source_support.errors import ConfigError
 from source_support.formats import FieldsFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
+from source_support.formats.metadata import format_for_run
+from source_support.formats.metadata import with_metadata as schema_with_metadata
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext
-from source_support.typed_arrow import fields_of
 
 METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
 DEFAULT_FLOW = "adf"
@@ -86,20 +87,9 @@ class NatsJetStreamSource(Source[SubjectSplit]):
             raise ConfigError(
                 "stop.at", f"{stop['at']!r}: a NATS stream's position is a sequence number (42)"
             )
-        schema = context.schema
-        if schema is not None and config.metadata:
-            record_format = _record_format(
-                fmt, pa.schema([f for f in fields_of(schema) if f.name not in METADATA_NAMES])
-            )
-        else:
-            record_format = _record_format(fmt, schema)
-        if schema is None and record_format.schema is not None and config.metadata:
-            clash = [n for n in record_format.schema.names if n in METADATA_NAMES]
-            if clash:
-                raise ConfigError(
-                    "format.schema", f"column {clash[0]} is a metadata column (source.metadata)"
-                )
-            schema = with_metadata(record_format.schema)
+        built, schema = format_for_run(fmt, context.schema, METADATA_FIELDS if config.metadata else None)
+        if isinstance(built, FieldsFormat):
+            raise ConfigError("format.type", "a NATS message is one record: use json, csv or raw, not fields")
         servers, patterns = nats_target(config.to_dict(), context.env, "source")
         return cls(
             servers=servers,
@@ -110,8 +100,8 @@ class NatsJetStreamSource(Source[SubjectSplit]):
             start=config.start,
             discovery_interval_ms=config.discovery_interval_ms,
             metadata=config.metadata,
-            fmt=record_format,
-            schema=schema if schema is not None else record_format.schema,
+            fmt=built,
+            schema=schema,
             batch_size=context.batch_size,
             flow=context.flow_name or DEFAULT_FLOW,
             stop=stop,
@@ -230,16 +220,9 @@ def _sample_config() -> ConsumerConfig:
     return ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0)
 
 
-def _record_format(fmt: FormatSpec, schema: pa.Schema | None) -> RecordFormat:
-    built = fmt.build(schema, entries=True)
-    if isinstance(built, FieldsFormat):
-        raise ConfigError("format.type", "a NATS message is one record: use json, csv or raw, not fields")
-    return built
-
-
 def with_metadata(schema: pa.Schema) -> pa.Schema:
     """``schema`` with the metadata columns ``_subject``, ``_seq`` and ``_ts`` after its own."""
-    return pa.schema([*[f for f in fields_of(schema) if f.name not in METADATA_NAMES], *METADATA_FIELDS])
+    return schema_with_metadata(schema, METADATA_FIELDS)
 
 
 def output_schema(config: NatsSourceConfig, schema: pa.Schema) -> pa.Schema:
