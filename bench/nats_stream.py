@@ -11,9 +11,10 @@
    Parquet sink) on a warm in-process fleet (Celery worker and beat as ``runflow`` runs
    them, the Spark session started before). Time: from the flow's start to the last of
    the N rows readable in the sink with pyarrow.
-4. Latency: the same flow goes on running; a producer publishes at a steady R (10,000)
-   messages/s for S (30) seconds, each carrying the time it was written; a watcher reads
-   each new sink file once it appears, and latency = seen in the sink - written.
+4. Latency: the same flow goes on running; a producer process publishes at a steady R
+   (10,000) messages/s for S (30) seconds, each carrying the time it was written; a
+   watcher reads each new sink file once it appears, and latency = seen in the sink -
+   written.
 
 Every sink is checked: every record once (ids compared). The last line is
 ``throughput_ratio=<ours/raw> ours_rps=<n> raw_rps=<n> latency_p50_s=<s> latency_p99_s=<s>``.
@@ -154,17 +155,39 @@ def raw_consume(stream: str, total: int, consumers: int) -> float:
     return total / (max(ends) - started)
 
 
-def steady(producer: Producer, first_id: int, rate: int, seconds: float, watcher: SinkWatcher) -> int:
-    """Publishes ``rate`` messages/s for ``seconds`` (ten bursts a second); the next id."""
+def _steady_producer(stream: str, first_id: int, rate: int, seconds: float, done) -> None:
+    asyncio.run(_steady(stream, first_id, rate, seconds, done))
+
+
+async def _steady(stream: str, first_id: int, rate: int, seconds: float, done) -> None:
+    """Publishes ``rate`` messages/s for ``seconds``, ten bursts a second."""
+    import nats
+
+    nc = await nats.connect(NATS_URL)
+    js = nc.jetstream()
     per_tick = max(1, rate // 10)
     next_id, started = first_id, time.perf_counter()
     while time.perf_counter() - started < seconds:
         tick = time.perf_counter()
-        producer.produce(next_id, per_tick)
+        await _produce(js, stream, next_id, per_tick)
         next_id += per_tick
-        while time.perf_counter() - tick < 0.1:
-            watcher.poll()
-            time.sleep(max(0.0, min(0.02, 0.1 - (time.perf_counter() - tick))))
+        await asyncio.sleep(max(0.0, 0.1 - (time.perf_counter() - tick)))
+    await nc.close()
+    done.put(next_id)
+
+
+def steady(stream: str, first_id: int, rate: int, seconds: float, watcher: SinkWatcher) -> int:
+    """Publishes ``rate`` messages/s for ``seconds`` from a process of its own (so the
+    producer shares no interpreter with the flow), watching the sink meanwhile; the next id."""
+    ctx = multiprocessing.get_context("spawn")
+    done = ctx.Queue()
+    proc = ctx.Process(target=_steady_producer, args=(stream, first_id, rate, seconds, done))
+    proc.start()
+    while proc.is_alive() and done.empty():
+        watcher.poll()
+        time.sleep(0.02)
+    next_id = done.get(timeout=60)
+    proc.join()
     return next_id
 
 
@@ -206,7 +229,7 @@ def ours(
         cpu = ", ".join(f"{name} {cpu_after[name] - cpu_before.get(name, 0.0):.1f}" for name in cpu_after)
         print(f"ours: run {run.pk}, {ours_rps:,.0f} records/s in {done - began:.1f} s; CPU seconds: {cpu}")
         watcher.measure_from_id = records
-        next_id = steady(producer, records, rate, seconds, watcher)
+        next_id = steady(producer.stream, records, rate, seconds, watcher)
         watcher.wait_for(next_id, timeout_s=120)
     finally:
         stop.set()
