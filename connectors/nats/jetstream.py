@@ -25,6 +25,7 @@ TRANSIENT = (
     nats.errors.NoRespondersError,
     nats.errors.ConnectionReconnectingError,
     nats.errors.StaleConnectionError,
+    nats.errors.NoServersError,
     nats.js.errors.ServiceUnavailableError,
     TimeoutError,
     ConnectionError,

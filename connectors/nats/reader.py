@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
+from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient, connection_reason, mask_servers
 from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer
 from connectors.nats.puller import Puller
 from connectors.nats.split import SubjectSplit
@@ -126,9 +126,14 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         if batches:
             return batches
         client = self.client  # connects on first use, outside the loop
-        answered = client.run(
-            self._pull(client.nc, client.js, max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s
-        )
+        try:
+            answered = client.run(
+                self._pull(client.nc, client.js, max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s
+            )
+        except TRANSIENT as exc:  # the server is away: nothing now, the next fetch tries again
+            log.warning("NATS at %s: %s", mask_servers(client.servers), connection_reason(exc))
+            time.sleep(min(timeout_s, 1.0))
+            return batches
         for split_id, messages in answered.items():
             state = self.held.get(split_id)
             if state is None:
