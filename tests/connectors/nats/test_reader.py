@@ -212,3 +212,18 @@ def test_a_consumer_changed_under_the_reader_is_made_again_at_the_position(env, 
     assert [r["id"] for r in first.records.to_pylist()] == [0, 1, 2, 3]
     assert [r["id"] for b in batches for r in b.records.to_pylist()] == [4, 5, 6, 7]
     reader.close()
+
+
+def test_a_schema_is_inferred_from_the_streams_first_messages(env, stream):
+    stream.orders("a", range(3))
+    stream.orders("b", [3])
+    config = NatsSourceConfig.parse({"servers": nats_url(), "stream": stream.name, "metadata": True}, env)
+    source = NatsJetStreamSource.from_config(
+        config, validate_format({"type": "json"}), BuildContext(env=env, batch_size=10, flow_name=FLOW)
+    )
+
+    inferred = source.infer_schema()
+
+    assert inferred is not None
+    assert inferred.names == ["id", "customer", "_subject", "_seq", "_ts"]
+    assert inferred.field("id").type == pa.int64()
