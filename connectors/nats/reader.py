@@ -10,7 +10,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import nats.js.errors
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -52,18 +55,6 @@ class HeldSplit:
     next_check: float = 0.0
     #: The ack subject of the last message of each batch not yet acknowledged.
     acks: dict[int, str] = field(default_factory=dict[int, str])
-
-
-@dataclass(frozen=True)
-class Message:
-    """What the reader keeps of a delivered message."""
-
-    seq: int
-    delivery: int
-    ts_ns: int
-    subject: str
-    body: bytes
-    reply: str
 
 
 class NatsSplitReader(SplitReader[SubjectSplit]):
@@ -243,32 +234,30 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
 
     def _batch(self, state: HeldSplit, raw: list[Msg]) -> RecordBatch | None:
         split = state.split
-        messages = [_message(m) for m in raw]
-        if not _in_order(messages, state.next_delivery, split.position):
+        got = Deliveries.of(raw)
+        if not got.in_order(state.next_delivery, split.position):
             # Another reader took deliveries of this consumer, or it sent some again:
             # read on from the checkpoint's position through a consumer made again there.
             log.info("split %s: deliveries out of order; its consumer is set up again", split.split_id)
             self._release(state)
             return None
-        state.next_delivery = messages[-1].delivery + 1
+        state.next_delivery = int(got.deliveries[-1]) + 1
         finished = False
         if split.stop_time_ms is not None:
-            late = next(
-                (i for i, m in enumerate(messages) if m.ts_ns // 1_000_000 > split.stop_time_ms), None
-            )
-            if late is not None:
-                stop = messages[late].seq - 1
+            late = np.flatnonzero(got.ts_ns // 1_000_000 > split.stop_time_ms)
+            if len(late):
+                stop = int(got.seqs[late[0]]) - 1
                 self.send_event(SourceEvent(STOP_PLACED, {"seq": stop}))
                 split = state.split = SubjectSplit(split.stream, split.subject, split.position, stop, None)
-        if split.stop_position is not None and messages[-1].seq >= split.stop_position:
-            messages = [m for m in messages if m.seq <= split.stop_position]
+        if split.stop_position is not None and got.seqs[-1] >= split.stop_position:
+            got = got.head(int(np.searchsorted(got.seqs, split.stop_position, side="right")))
             finished = True
-        end = messages[-1].seq if messages else split.position
+        end = int(got.seqs[-1]) if len(got) else split.position
         if finished and split.stop_position is not None:
             end = max(split.stop_position, split.position)
-        records, bad = self._records(split, messages)
-        if messages:
-            state.acks[messages[-1].seq] = messages[-1].reply
+        records, bad = self._records(got)
+        if len(got):
+            state.acks[int(got.seqs[-1])] = got.messages[-1].reply
         state.split = split.at(end)
         if finished:
             self._move_to_finished(state)
@@ -276,18 +265,19 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
             split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
         )
 
-    def _records(self, split: SubjectSplit, messages: list[Message]) -> tuple[pa.Table, list[BadRecord]]:
+    def _records(self, got: Deliveries) -> tuple[pa.Table, list[BadRecord]]:
         first_only = self.first_bad_record_only()
-        table, reasons = self.decoder.decode([m.body for m in messages], first_only=first_only)
+        table, reasons = self.decoder.decode([m.data for m in got.messages], first_only=first_only)
         bad = [
-            BadRecord(messages[i].seq, messages[i].body.decode("utf-8", "replace"), reasons[i])
+            BadRecord(int(got.seqs[i]), got.messages[i].data.decode("utf-8", "replace"), reasons[i])
             for i in sorted(reasons)
         ]
         if self.metadata and not (first_only and bad):
-            kept = [m for i, m in enumerate(messages) if i not in reasons]
-            table = table.append_column(METADATA_FIELDS[0], pa.array([m.subject for m in kept], pa.string()))
-            table = table.append_column(METADATA_FIELDS[1], pa.array([m.seq for m in kept], pa.int64()))
-            stamps = pa.array([m.ts_ns // 1000 for m in kept], pa.int64()).cast(METADATA_FIELDS[2].type)
+            kept = np.flatnonzero(~np.isin(np.arange(len(got)), list(reasons)))
+            subjects = [got.messages[i].subject for i in kept]
+            table = table.append_column(METADATA_FIELDS[0], pa.array(subjects, pa.string()))
+            table = table.append_column(METADATA_FIELDS[1], pa.array(got.seqs[kept], pa.int64()))
+            stamps = pa.array(got.ts_ns[kept] // 1000, pa.int64()).cast(METADATA_FIELDS[2].type)
             table = table.append_column(METADATA_FIELDS[2], stamps)
             if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
                 table = table.select(self.output_schema.names)
@@ -342,29 +332,42 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         return table
 
 
-def _message(msg: Msg) -> Message:
-    """A delivered message, its sequences and time read from its ack subject
-    (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<ns>.<pending>``,
-    with a domain and account hash before the stream in the newer form)."""
-    reply = msg.reply
-    tokens = reply.split(".")
-    base = 4 if len(tokens) == 9 else 6
-    return Message(
-        seq=int(tokens[base + 1]),
-        delivery=int(tokens[base + 2]),
-        ts_ns=int(tokens[base + 3]),
-        subject=msg.subject,
-        body=msg.data,
-        reply=reply,
-    )
+@dataclass(frozen=True)
+class Deliveries:
+    """Delivered messages, with the stream sequence, consumer sequence and time of each read
+    from its ack subject at once (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+    <consumer seq>.<ns>.<pending>``, with a domain and account hash before the stream in
+    the newer form)."""
 
+    messages: list[Msg]
+    seqs: npt.NDArray[np.int64]
+    deliveries: npt.NDArray[np.int64]
+    ts_ns: npt.NDArray[np.int64]
 
-def _in_order(messages: list[Message], next_delivery: int, position: int) -> bool:
-    """Whether ``messages`` are the consumer's next deliveries, each a first delivery of a
-    message past ``position``."""
-    previous = position
-    for offset, message in enumerate(messages):
-        if message.delivery != next_delivery + offset or message.seq <= previous:
-            return False
-        previous = message.seq
-    return True
+    @classmethod
+    def of(cls, messages: list[Msg]) -> Deliveries:
+        tokens = pc.split_pattern(pa.array([m.reply for m in messages], pa.string()), ".")
+        base = 4 if len(messages[0].reply.split(".")) == 9 else 6
+
+        def column(index: int) -> npt.NDArray[np.int64]:
+            return pc.list_element(tokens, index).cast(pa.int64()).to_numpy()
+
+        return cls(messages, column(base + 1), column(base + 2), column(base + 3))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def head(self, count: int) -> Deliveries:
+        return Deliveries(
+            self.messages[:count], self.seqs[:count], self.deliveries[:count], self.ts_ns[:count]
+        )
+
+    def in_order(self, next_delivery: int, position: int) -> bool:
+        """Whether these are the consumer's next deliveries, each a first delivery of a
+        message past ``position``."""
+        expected = np.arange(next_delivery, next_delivery + len(self), dtype=np.int64)
+        return bool(
+            np.array_equal(self.deliveries, expected)
+            and self.seqs[0] > position
+            and np.all(np.diff(self.seqs) > 0)
+        )
