@@ -16,26 +16,23 @@ from pathlib import Path
 import nats
 from nats.js.api import StreamConfig
 
-from tests.e2e.streams_helpers import SCHEMA
+from tests.e2e.streams_helpers import SCHEMA, SteadyWriter
 
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
-class NatsProducer:
+class NatsProducer(SteadyWriter):
     """Publishes orders ``{id, customer, amount}`` with ids 0, 1, 2... round robin on the
     subjects ``<prefix>.<n>`` of stream ``stream``, from an event loop of its own."""
 
     def __init__(self, url: str, stream: str, *, subjects: int = 4) -> None:
+        super().__init__()
         self.url, self.stream, self.subjects = url, stream, subjects
         self.prefix = stream.lower()
-        self.sent: list[int] = []
         self.loop = asyncio.new_event_loop()
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
         self.nc = self.run(nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2))
         self.js = self.nc.jetstream()
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def run(self, coro, timeout: float = 30):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -68,21 +65,6 @@ class NatsProducer:
         for i in ids:
             body = json.dumps({"id": i, "customer": f"c{i % 5}", "amount": i / 2}).encode()
             await self.js.publish(subject or self.subject(i % self.subjects), body, timeout=30)
-
-    def start(self, rate: int) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(max(1, rate // 20),), daemon=True)
-        self._thread.start()
-
-    def _run(self, per_tick: int) -> None:
-        while not self._stop.wait(0.05):
-            self.write(per_tick)
-
-    def stop(self) -> list[int]:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return list(self.sent)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # a private server may be gone already
