@@ -58,9 +58,9 @@ class HeldSplit:
 
 
 class NatsSplitReader(SplitReader[SubjectSplit]):
-    """Reads the held filters (Flink's ``KafkaPartitionSplitReader``): each ``fetch``
-    waits for the first of the held consumers' pull requests to answer, and returns the
-    batches of all that answered; one that did not is still asked at the next ``fetch``.
+    """Reads the held filters (Flink's ``KafkaPartitionSplitReader``): each held split's
+    ``Puller`` keeps a pull request outstanding; each ``fetch`` returns a batch of what
+    each has received, waiting up to its timeout for the first to receive anything.
 
     Progress is the stream sequence in the checkpoint: each consumer is set up at the
     split's position when the split is added (``consumer_after``), and acknowledged
