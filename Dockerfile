@@ -25,8 +25,9 @@ ENV SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 ENV PATH="${SPARK_HOME}/bin:${PATH}"
 RUN test -x "${SPARK_HOME}/bin/spark-class" && test -d "${SPARK_HOME}/jars"
 
-# Only what runs; var/, out/, tests/, bench/ and .git stay out of the image.
-COPY manage.py gunicorn.conf.py ./
+# Only what runs; var/, out/, tests/, bench/ and .git stay out of the image. pyproject.toml
+# declares the connectors' entry points (source_support/plugins.py reads them from it).
+COPY manage.py gunicorn.conf.py pyproject.toml ./
 COPY dataflow ./dataflow
 COPY connectors ./connectors
 COPY source_support ./source_support

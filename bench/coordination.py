@@ -5,7 +5,7 @@ defaults: postgres://postgres@127.0.0.1:5432/adf_bench and redis://127.0.0.1:637
 creates a flow over the sequence source with 100,000 splits (``--source files``: 100,000
 small CSV files, one split each) and starts a run. One process
 drives the enumerator ticks (the real ``enumerator_tick`` with the flow's source, the Redis
-``RunCoordinator`` and the database ``DjangoRunStore``); reader processes run 200 reader
+``RedisRunCoordinator`` and the database ``DjangoRunStore``); reader processes run 200 reader
 threads that register, request splits, heartbeat, and finish each split they are given
 through the store's fenced commit, as real readers do, without reading data. Midway,
 20 readers "crash" holding a split after their third (they stop heartbeating), and the ticks must return

@@ -1,5 +1,2 @@
-"""One package per external system; importing this package registers them all."""
-
-from connectors import files, nats, redis_streams, sequence
-
-__all__ = ["files", "nats", "redis_streams", "sequence"]
+"""One package per external system. Each registers its types through its entry point in
+``pyproject.toml`` (``source_support.plugins``); importing a connector registers nothing."""

@@ -1,12 +1,12 @@
-"""The Django apps: ``dataflow`` (connectors registered, system checks) and the admin on
+"""The Django apps: ``dataflow`` (connector plugins loaded, system checks) and the admin on
 the project's own site."""
 
 from django.apps import AppConfig
 from django.contrib.admin import apps as admin_apps
 from django.core import checks
 
-import connectors  # noqa: F401  (registers every connector)
-from dataflow.checks import check_landing_zone
+from dataflow.checks import check_connector_plugins, check_landing_zone
+from source_support.plugins import load_connectors
 
 
 class DataflowAdminConfig(admin_apps.AdminConfig):
@@ -23,4 +23,8 @@ class DataflowConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Before any request or task: every connector plugin (the built-in ones too) is
+        # loaded once; one that fails is logged and reported by check_connector_plugins.
+        load_connectors()
         checks.register(check_landing_zone)
+        checks.register(check_connector_plugins)

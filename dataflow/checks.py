@@ -1,4 +1,5 @@
-"""System checks: a landing zone that cannot work is refused at start-up.
+"""System checks: a landing zone that cannot work is refused at start-up, and a connector
+plugin that failed to load is reported (the service runs on without its types).
 
 Readers write each batch under ``DATAFLOW_LANDING_ROOT`` and the Spark job reads those
 files by path. With a cluster master or Spark Connect the reading happens in other
@@ -7,11 +8,34 @@ processes, usually on other machines, so the path must name the same files there
 
 from __future__ import annotations
 
-from django.core.checks import Error
+from django.core.checks import Error, Warning
 
 from dataflow.spark.deployment import landing_problems
+from source_support.plugins import GROUP
+from source_support.registry import FAILED_PLUGINS, SOURCES
 
 
 def check_landing_zone(app_configs=None, **kwargs) -> list[Error]:
     """Django system check (registered in ``DataflowConfig.ready``)."""
     return [Error(message, id=check_id) for check_id, message in landing_problems()]
+
+
+def check_connector_plugins(app_configs=None, **kwargs) -> list[Warning]:
+    """Django system check: one warning per connector plugin that failed to load, naming its
+    entry point (``source_support.plugins``), and one if no source type is registered at all
+    (no ``pyproject.toml`` beside the code and no installed distribution declares one)."""
+    none_found = [
+        Warning(
+            f"no source connector is registered: no entry point of the group {GROUP} was found",
+            hint="Run from a checkout (its pyproject.toml declares them) or pip install the project.",
+            id="dataflow.W102",
+        )
+    ]
+    return (none_found if not SOURCES else []) + [
+        Warning(
+            f"connector plugin {entry_point} failed to load: {reason}",
+            hint="Its source, sink and format types are unavailable; the log holds the traceback.",
+            id="dataflow.W101",
+        )
+        for entry_point, reason in FAILED_PLUGINS.items()
+    ]

@@ -5,10 +5,10 @@ patterns it is limited to).
 Plain Python. Who may use which connection is decided on the Django side
 (``dataflow.services.connections``); a connector only reads ``Environment.connections``.
 
-A connector declares which of its options is a network address with ``Option(address=KIND)``
-and which names keys (or subjects) inside it with ``Option(scoped=True)``, and lists
-``connection_option(KIND)``: the spec layer then accepts ``connection = "NAME"`` instead of
-the address, checks the scoped options against the connection's patterns, and resolves
+A connector declares which of its fields is a network address with ``option(address=KIND)``
+and which names keys (or subjects) inside it with ``option(scoped=True)``, and has a field
+``connection: str | None = connection_field(KIND)`` (``source_support.config``): the spec
+layer then accepts ``connection = "NAME"`` instead of the address, checks the scoped options against the connection's patterns, and resolves
 the name when the source or sink is built.
 """
 
@@ -18,8 +18,6 @@ import fnmatch
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit, urlunsplit
-
-from source_support.options import Option
 
 #: Characters that make a key pattern a glob (Redis and NATS-like subjects alike).
 GLOB_CHARS = "*?[\\"
@@ -49,18 +47,6 @@ CONNECTION_KINDS: dict[str, ConnectionKind] = {}
 
 def register_connection_kind(kind: ConnectionKind) -> None:
     CONNECTION_KINDS[kind.type] = kind
-
-
-def connection_option(kind: str) -> Option:
-    """The ``connection`` option of a connector whose address option has ``address=kind``."""
-    return Option(
-        "connection",
-        str,
-        f"The name of a {kind} connection (made by staff, granted to you) to use instead of a url; "
-        "required for users who are not staff.",
-        default=None,
-        example=f"orders-{kind}",
-    )
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 and the masking of secrets are all derived from a connector's (or format's) ``Option``s, so
 they cannot drift apart.
 
-Plain Python: a connector declares ``OPTIONS = (Option(...), ...)`` beside its config class.
+Plain Python. A connector's config class declares its fields with ``source_support.config.option``,
+which makes their ``Option``s; a format declares its ``Option``s in a tuple.
 """
 
 from __future__ import annotations

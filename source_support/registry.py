@@ -1,5 +1,6 @@
-"""Connector registry: each source and sink type, with the type or validator of its config
-and the options it declares.
+"""Connector registry: each source and sink type with its config class (``ConfigBase``),
+from which its options, parsing and stored form follow. Connectors are registered by the
+plugins of the ``activedataflow.connectors`` entry points (``source_support.plugins``).
 
 The admin, the REST API and TOML files all validate through ``validate_source`` and
 ``validate_sink``, so a config is refused the same way, naming the same field, wherever it
@@ -11,17 +12,16 @@ derived from the same ``Option`` declarations that the validators check against.
 from __future__ import annotations
 
 import glob
-import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import pyarrow as pa
 
 from source_support.api import Source
-from source_support.connections import ConnectionTarget
+from source_support.config import ConfigBase
+from source_support.environment import Environment
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS, FormatSpec, FormatType, format_type
 from source_support.options import (
@@ -38,94 +38,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-@dataclass(frozen=True)
-class Environment:
-    """What validation and connectors may know of the deployment."""
-
-    allowed_roots: tuple[Path, ...]
-    base_dir: Path
-    #: The deployment's Redis (a stream source's default ``url`` for staff and the operator).
-    redis_url: str = ""
-    #: The named connections of the flow being built, resolved (empty while validating).
-    connections: Mapping[str, ConnectionTarget] = field(default_factory=dict[str, ConnectionTarget])
-
-    def connection(self, name: str, field_name: str) -> ConnectionTarget:
-        """The resolved connection ``name``, or a ConfigError naming ``field_name``."""
-        target = self.connections.get(name)
-        if target is None:
-            raise ConfigError(field_name, f"connection {name!r} is not available to this flow")
-        return target
-
-    def resolve_path(self, value: str, field_name: str) -> Path:
-        """The real path of ``value`` (symlinks resolved) under one of the allowed roots, or a
-        ConfigError naming the field.
-
-        A path that does not exist yet is the real path of its deepest existing ancestor plus
-        the rest, so a symlink anywhere on the way counts.
-        """
-        path = Path(value)
-        if not path.is_absolute():
-            path = self.base_dir / path
-        written = Path(os.path.normpath(path))
-        real = real_path(written)
-        if not self.is_under_root(real):
-            roots = ", ".join(str(r) for r in self.allowed_roots)
-            through = f" resolves (through a symlink) to {real}, which" if real != written else ""
-            raise ConfigError(field_name, f"{written}{through} is outside the allowed roots ({roots})")
-        return real
-
-    def real_roots(self) -> tuple[Path, ...]:
-        return tuple(Path(os.path.realpath(root)) for root in self.allowed_roots)
-
-    def is_under_root(self, real: Path) -> bool:
-        """Whether a real (symlink-free) path is an allowed root or lies below one."""
-        return any(real == root or root in real.parents for root in self.real_roots())
-
-    def is_allowed(self, path: Path) -> bool:
-        return self.is_under_root(real_path(path))
-
-    def check_destructive_target(self, target: Path, field_name: str = "sink.path") -> None:
-        """Refuses to replace or delete ``target`` unless it is, through every symlink, still
-        below an allowed root (not a root itself), and is not itself a symlink.
-
-        Called right before each destructive step (rename, rmtree) of a sink: a symlink made
-        after validation must not redirect the step out of the roots. The staging and previous
-        directories beside ``target`` share its parent, which is checked too.
-        """
-        target = Path(os.path.normpath(target))
-        parent = Path(os.path.realpath(target.parent))
-        real = parent / target.name
-        if not self.is_under_root(parent):
-            roots = ", ".join(str(r) for r in self.allowed_roots)
-            raise ConfigError(
-                field_name,
-                f"{target} now resolves (through a symlink) to {real}, outside the allowed roots "
-                f"({roots}); nothing was replaced",
-            )
-        if real in self.real_roots():
-            raise ConfigError(
-                field_name, f"{target} resolves to the allowed root {real}; nothing was replaced"
-            )
-        if os.path.islink(target):
-            raise ConfigError(
-                field_name,
-                f"{target} is now a symlink (to {os.readlink(target)}); a sink replaces a directory, "
-                "never a link: nothing was replaced",
-            )
-
-
-def real_path(path: Path) -> Path:
-    """``os.path.realpath`` that is exact for a path not created yet: the real path of its
-    deepest existing ancestor, plus the rest."""
-    path = Path(os.path.normpath(path))
-    missing: list[str] = []
-    current = path
-    while not os.path.lexists(current) and current != current.parent:
-        missing.append(current.name)
-        current = current.parent
-    return Path(os.path.realpath(current)).joinpath(*reversed(missing))
-
-
 def glob_static_prefix(pattern: str) -> str:
     """The part of a glob before its first wildcard (the whole path when it has none)."""
     if not glob.has_magic(pattern):
@@ -136,24 +48,6 @@ def glob_static_prefix(pattern: str) -> str:
             break
         parts.append(part)
     return "/".join(parts) or "/"
-
-
-def expected_types(types: type | tuple[type, ...]) -> str:
-    """``must be ...`` in words: "an integer", "a number", "true or false"."""
-    types = types if isinstance(types, tuple) else (types,)
-    if set(types) == {int, float}:
-        return "a number"
-    return " or ".join(_TYPE_WORDS.get(t, f"a {t.__name__}") for t in types)
-
-
-_TYPE_WORDS = {
-    str: "a string",
-    int: "an integer",
-    float: "a number",
-    bool: "true or false",
-    list: "a list",
-    dict: "a table",
-}
 
 
 @dataclass(frozen=True)
@@ -170,41 +64,22 @@ class BuildContext:
     stop: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
 
-class SourceConfig(Protocol):
-    """A source connector's config: a frozen dataclass validated once, by ``parse``."""
-
-    @classmethod
-    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
-        """The config of a ``[source]`` table (without ``type``), or a ConfigError naming
-        the field."""
-        ...
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON-able form that is stored (``DataFlow.source_config``)."""
-        ...
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        """The config of a stored dict, not validated again."""
-        ...
-
-
 def _no_read_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], env: Environment) -> str:
     return ""
 
 
-ConfigT = TypeVar("ConfigT", bound=SourceConfig)
+ConfigT = TypeVar("ConfigT", bound=ConfigBase)
 
 
-def _never_unbounded(config: SourceConfig) -> bool:
+def _never_unbounded(config: ConfigBase) -> bool:
     return False
 
 
-def _always_unbounded(config: SourceConfig) -> bool:
+def _always_unbounded(config: ConfigBase) -> bool:
     return True
 
 
-def _same_schema(config: SourceConfig, schema: pa.Schema) -> pa.Schema:
+def _same_schema(config: ConfigBase, schema: pa.Schema) -> pa.Schema:
     return schema
 
 
@@ -223,8 +98,6 @@ class SourceConnector(Generic[ConfigT]):
     #: The source's splits are its own type; the registry holds sources of every kind.
     build: Callable[[ConfigT, FormatSpec, BuildContext], Source[Any]]
     description: str = ""
-    #: The fields of its ``[source]`` table; ``config.parse`` checks against them.
-    options: tuple[Option, ...] = ()
     #: Whether it can read without end; with "config", ``unbounded`` says for a config.
     boundedness: Boundedness = "bounded"
     #: Whether a config reads without end (a stream, files with ``watch``); left out, what
@@ -241,6 +114,11 @@ class SourceConnector(Generic[ConfigT]):
     def __post_init__(self) -> None:
         if self.boundedness == "unbounded" and self.unbounded is _never_unbounded:
             object.__setattr__(self, "unbounded", _always_unbounded)
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The fields of its ``[source]`` table, as its config class declares them."""
+        return self.config.OPTIONS
 
 
 #: ``publish(staged_rows, swap)``: the caller's fence. It checks the rows and whether the
@@ -268,31 +146,50 @@ class SinkAppend(Protocol):
 
 @dataclass(frozen=True)
 class SinkConnector:
-    """A sink type. ``validate`` checks a ``[sink]`` table (without ``type``) against
-    ``options`` and returns the dict to store."""
+    """A sink type. Its writers are handed the stored dict of its ``config``
+    (``config.from_dict`` makes it typed again)."""
 
     type: str
-    validate: Callable[[dict[str, Any], Environment], dict[str, Any]]
+    config: type[ConfigBase]
     write: SinkWrite
     description: str = ""
-    #: The fields of its ``[sink]`` table.
-    options: tuple[Option, ...] = ()
     #: Adds one epoch of an unbounded run's streaming transform (None: the sink cannot
     #: take a stream).
     append: SinkAppend | None = None
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        """The fields of its ``[sink]`` table, as its config class declares them."""
+        return self.config.OPTIONS
+
+    def validate(self, table: dict[str, Any], env: Environment) -> dict[str, Any]:
+        """The dict to store of a ``[sink]`` table (without ``type``), or a ConfigError."""
+        return self.config.parse(table, env).to_dict()
 
 
 #: Each connector's config is its own type: the registry holds them all.
 SOURCES: dict[str, SourceConnector[Any]] = {}
 SINKS: dict[str, SinkConnector] = {}
+#: The connector plugins that failed to load (``source_support.plugins``): why, by entry point.
+FAILED_PLUGINS: dict[str, str] = {}
 
 
 def register_source(connector: SourceConnector[Any]) -> None:
+    """Adds a source type; a type registered already is refused (two plugins would
+    otherwise replace each other's connector in silence)."""
+    _check_new("source", connector.type, SOURCES)
     SOURCES[connector.type] = connector
 
 
 def register_sink(connector: SinkConnector) -> None:
+    """Adds a sink type; a type registered already is refused."""
+    _check_new("sink", connector.type, SINKS)
     SINKS[connector.type] = connector
+
+
+def _check_new(section: str, type_name: str, registry: Mapping[str, object]) -> None:
+    if type_name in registry:
+        raise ValueError(f"{section} type {type_name!r} is registered already")
 
 
 _ConnectorT = TypeVar("_ConnectorT")
@@ -307,7 +204,12 @@ def _lookup(
     if not type_name:
         raise ConfigError(f"{section}.type", f"is required (one of: {known})")
     if type_name not in registry:
-        raise ConfigError(f"{section}.type", f"unknown {section} type {type_name!r} (one of: {known})")
+        failed = (
+            f"; connector plugins that failed to load: {', '.join(FAILED_PLUGINS)}" if FAILED_PLUGINS else ""
+        )
+        raise ConfigError(
+            f"{section}.type", f"unknown {section} type {type_name!r} (one of: {known}{failed})"
+        )
     return registry[type_name], config
 
 
@@ -433,16 +335,3 @@ def _sink_entry(connector: SinkConnector) -> dict[str, Any]:
             description=connector.description,
         ),
     }
-
-
-def check_fields(section: str, config: dict[str, Any], spec: Mapping[str, type | tuple[type, ...]]) -> None:
-    """Refuses unknown fields and wrong types, naming the field."""
-    for name, value in config.items():
-        if name not in spec:
-            raise ConfigError(f"{section}.{name}", f"is not a field of {section} ({', '.join(spec)})")
-        expected = spec[name]
-        types = expected if isinstance(expected, tuple) else (expected,)
-        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
-            raise ConfigError(f"{section}.{name}", f"must be {expected_types(expected)}")
-        if isinstance(value, float) and not math.isfinite(value):  # TOML has nan and inf
-            raise ConfigError(f"{section}.{name}", f"must be a finite number, not {value}")

@@ -1,7 +1,9 @@
 """The two loops every connector shares: an enumerator tick and a reader time slice.
 
-Both are plain functions over a ``Source``, a ``RunCoordinator`` (Redis) and a ``RunStore``
-(durable state), so the same code runs under Celery, in ``runflow``'s threads and in tests.
+Both are plain functions over a ``Source``, a ``RunCoordinator`` (shared state: Redis, or
+memory in the conformance kit) and a ``RunStore`` (durable state), so the same code runs
+under Celery, in ``runflow``'s threads and in the kit (``source_support.testing``), which
+steps a ``ReaderLoop`` under a manual clock.
 
 The order of a reader's steps is what makes a crash harmless at any point:
 poll -> land the batch under a name fixed by (split, start, end position) -> commit the new
@@ -24,11 +26,10 @@ from source_support.api import BadRecord, RecordBatch, Source, SourceEvent, Spli
 from source_support.coordination import (
     SPLITS_REVOKED,
     AssignedSplit,
-    Mark,
     ReaderInbox,
-    RedisEnumeratorContext,
-    RedisReaderContext,
     RunCoordinator,
+    RunEnumeratorContext,
+    RunReaderContext,
     SplitStore,
 )
 from source_support.errors import SplitFailed
@@ -101,7 +102,7 @@ def enumerator_start(
     """Starts the run's enumerator once, when the run starts (Flink starts it in the
     JobManager when the job starts): a static source discovers its splits here, so ticks
     only hand them out. Call it in the transaction that creates the run."""
-    context = RedisEnumeratorContext(
+    context = RunEnumeratorContext(
         coordinator, store, source.split_serializer, parallelism=parallelism, live={}
     )
     state = store.load_enumerator_state()
@@ -155,9 +156,7 @@ def enumerator_tick(
             notices = _BufferedNotices(coordinator)
             with atomic():
                 state = store.load_enumerator_state()
-                context = RedisEnumeratorContext(
-                    notices, store, serializer, parallelism=parallelism, live=live
-                )
+                context = RunEnumeratorContext(notices, store, serializer, parallelism=parallelism, live=live)
                 if state is None:
                     enumerator = source.create_enumerator(context)
                 else:
@@ -185,23 +184,24 @@ def enumerator_tick(
             assigned += notices.flush()
             slowest = max(slowest, time.perf_counter() - began)
             if budget_s is not None and time.perf_counter() - started >= budget_s:
-                more = coordinator.is_set(Mark.ENUMERATOR_DIRTY)
+                more = coordinator.is_dirty()
                 return TickResult(state, pending, exhausted, live, assigned, slowest, more)
             if not coordinator.take_dirty():
                 return TickResult(state, pending, exhausted, live, assigned, slowest)
 
 
-class _BufferedNotices(RunCoordinator):
-    """The run's coordinator for one pass, holding back what the pass tells readers (new
-    splits, no more splits, events, the readers it saw) until its assignments are
-    committed; ``flush`` then sends it all in one pipeline. Reads go to Redis at once."""
+class _BufferedNotices:
+    """What one pass tells readers (new splits, no more splits, events, the readers it
+    saw), held back until its assignments are committed; ``flush`` then sends it all in
+    one batch (a pipeline on Redis). Where readers run is read at once."""
 
     def __init__(self, coordinator: RunCoordinator) -> None:
-        # The same run's keys, scripts and connection as ``coordinator`` (a copy of it).
-        vars(self).update(vars(coordinator))
         self.coordinator = coordinator
         self.held: list[Callable[[RunCoordinator], None]] = []
         self.assigned = 0
+
+    def reader_locations(self) -> dict[int, str]:
+        return self.coordinator.reader_locations()
 
     def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
         self.held.append(lambda coordinator: coordinator.notify_assigned(subtask, splits))
@@ -273,27 +273,32 @@ def reader_slice(
     token: str | None,
     settings: ReaderSettings,
     on_split_request: Callable[[], None],
+    clock: Callable[[], float] = time.monotonic,
 ) -> SliceReport:
     """Reads for one time slice as reader ``subtask``; returns why it stopped.
 
     ``token`` is None for a new reader instance, or the token of the previous slice of
-    the same instance, which then keeps its splits.
+    the same instance, which then keeps its splits. ``clock`` (seconds) times the slice,
+    commits and split requests.
     """
     token = coordinator.acquire_reader(subtask, token, settings.location)
     if token is None:
         return SliceReport(SliceOutcome.LOST, None)
-    loop = _ReaderLoop(
-        source, coordinator, store, landing, run_key, subtask, token, settings, on_split_request
+    loop = ReaderLoop(
+        source, coordinator, store, landing, run_key, subtask, token, settings, on_split_request, clock
     )
     return loop.run()
 
 
-class _ReaderLoop(Generic[SplitT]):
+class ReaderLoop(Generic[SplitT]):
     """One slice of one reader: lease, adopt splits, poll, land, commit, heartbeat.
 
     The order of the steps makes a crash harmless at any point: a batch is landed under a
     name fixed by its split and positions before the commit that moves the checkpoint, and
     only a committed position is acknowledged upstream.
+
+    ``run`` is ``open``, ``step`` until an outcome, ``close``; the conformance kit makes the
+    same calls one at a time, under its clock.
     """
 
     def __init__(
@@ -307,32 +312,42 @@ class _ReaderLoop(Generic[SplitT]):
         token: str,
         settings: ReaderSettings,
         on_split_request: Callable[[], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.coordinator, self.store, self.landing = coordinator, store, landing
+        self.coordinator, self.store, self.landing, self.clock = coordinator, store, landing, clock
         self.run_key, self.subtask, self.token, self.settings = run_key, subtask, token, settings
         self.source = source
         self.report = SliceReport(SliceOutcome.CONTINUE, token)
-        self.context = RedisReaderContext(coordinator, subtask, on_split_request)
+        self.context = RunReaderContext(coordinator, subtask, on_split_request)
         self.context.bad_record_fails_split = not settings.skip_errors
         self.reader = source.create_reader(self.context)
         self.serializer = source.split_serializer
         self.commits = _Commits(store, token, settings)
         self.lease = LeaseKeeper(coordinator, subtask, token)
-        self.deadline = time.monotonic() + settings.slice_seconds
+        self.deadline = clock() + settings.slice_seconds
         self.requested_at: float | None = None
 
     def run(self) -> SliceReport:
-        self.lease.start()
         try:
-            self.adopt_stored()
+            self.open()
             while True:
-                outcome = self.step(time.monotonic())
+                outcome = self.step(self.clock())
                 if outcome is not None:
                     self.report.outcome = outcome
                     return self.report
         finally:
-            self.lease.stop()
-            self.reader.close()
+            self.close()
+
+    def open(self) -> None:
+        """Starts renewing the lease, and takes the splits the store says this reader owns."""
+        self.lease.start()
+        self.adopt_stored()
+
+    def close(self) -> None:
+        """Stops renewing the lease (a parked slice's lease lapses on its own) and releases
+        the connector's reader; commits nothing."""
+        self.lease.stop()
+        self.reader.close()
 
     def step(self, now: float) -> SliceOutcome | None:
         """One turn of the loop; an outcome ends the slice."""

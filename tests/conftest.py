@@ -21,7 +21,7 @@ from dataflow.redis_client import get_redis, redis_url
 from source_support import addresses
 
 #: A skip for want of a tool fails the run under CI=true.
-pytest_plugins = ["tests.missing_tool"]
+pytest_plugins = ["tests.missing_tool", "tests.plugin_install"]
 
 TESTS = Path(__file__).resolve().parent
 #: The marker every test under a directory of tests/ carries, set here from the test's path

@@ -1,22 +1,24 @@
 """Files in a directory or matching a glob: a source (bounded, or watched for new files),
 and Parquet/CSV/JSON sinks."""
 
-from connectors.files.config import OPTIONS, FilesSourceConfig
+from connectors.files.config import FilesSourceConfig
 from connectors.files.sink import FILE_SINKS
 from connectors.files.source import FileSource
 from source_support.registry import SourceConnector, register_sink, register_source
 
-register_source(
-    SourceConnector(
-        type="files",
-        config=FilesSourceConfig,
-        options=OPTIONS,
-        build=FileSource.from_config,
-        description="Files in a directory or matching a glob (CSV, JSON lines; gzip too); "
-        "with watch = true, new files too, as they come.",
-        boundedness="config",
-        unbounded=lambda config: config.watch,
+
+def register() -> None:
+    """The entry point of the ``activedataflow.connectors`` group (``pyproject.toml``)."""
+    register_source(
+        SourceConnector(
+            type="files",
+            config=FilesSourceConfig,
+            build=FileSource.from_config,
+            description="Files in a directory or matching a glob (CSV, JSON lines; gzip too); "
+            "with watch = true, new files too, as they come.",
+            boundedness="config",
+            unbounded=lambda config: config.watch,
+        )
     )
-)
-for sink in FILE_SINKS:
-    register_sink(sink)
+    for sink in FILE_SINKS:
+        register_sink(sink)

@@ -17,21 +17,15 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow.parquet as pq
 
+from source_support.config import ConfigBase, option
 from source_support.errors import ConfigError
-from source_support.options import Option, check_bounds, option_defaults, option_types
-from source_support.registry import (
-    Environment,
-    Publish,
-    SinkAppend,
-    SinkConnector,
-    SinkWrite,
-    check_fields,
-)
+from source_support.registry import Environment, Publish, SinkAppend, SinkConnector, SinkWrite
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -39,50 +33,25 @@ if TYPE_CHECKING:
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4")
 
 
-def sink_options(kind: str) -> tuple[Option, ...]:
-    """The options of a ``parquet``, ``csv`` or ``json`` sink table."""
-    options = (
-        Option(
-            "path",
-            str,
-            "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root: a bounded "
-            "run replaces it whole, a stream adds files to it.",
-            example="out/sensor-averages",
-            filesystem_path=True,
-        ),
-        Option(
-            "compression",
-            str,
-            "The codec of the files written.",
-            default="snappy" if kind == "parquet" else "none",
-            choices=COMPRESSIONS,
-        ),
-        Option(
-            "partition_by",
-            list,
-            "Columns whose values name subdirectories (column=value) the rows are written into.",
-            default=[],
-            items=str,
-            example=["country"],
-        ),
+class DirectorySinkConfig(ConfigBase, section="sink"):
+    """A validated ``[sink]`` table of a ``json`` sink, and what the other file sinks share;
+    ``path`` is the real path of the directory."""
+
+    path: str = option(
+        "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root: a bounded "
+        "run replaces it whole, a stream adds files to it.",
+        example="out/sensor-averages",
+        filesystem_path=True,
     )
-    if kind == "csv":
-        options += (
-            Option("header", bool, "Whether each file starts with a line naming the columns.", default=True),
-            Option("delimiter", str, "The single character written between values.", default=","),
-        )
-    return options
+    compression: str = option("The codec of the files written.", default="none", choices=COMPRESSIONS)
+    partition_by: list[str] = option(
+        "Columns whose values name subdirectories (column=value) the rows are written into.",
+        default=[],
+        example=["country"],
+    )
 
-
-def _validator(options: tuple[Option, ...]) -> Callable[[dict[str, Any], Environment], dict[str, Any]]:
-    types = option_types(options)
-    defaults = option_defaults(options)
-
-    def validate(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-        check_fields("sink", config, types)
-        if not config.get("path"):
-            raise ConfigError("sink.path", "is required: the directory to write")
-        target = env.resolve_path(config["path"], "sink.path")  # symlinks resolved
+    def validate(self, env: Environment) -> Self:
+        target = env.resolve_path(self.path, "sink.path")  # symlinks resolved
         if target in env.real_roots():
             raise ConfigError("sink.path", "must be a directory below an allowed root, not the root")
         if os.path.lexists(target) and not os.path.isdir(target):
@@ -93,18 +62,25 @@ def _validator(options: tuple[Option, ...]) -> Callable[[dict[str, Any], Environ
         blocker = _file_among_parents(target)
         if blocker is not None:
             raise ConfigError("sink.path", f"{blocker} is a file, so {target} cannot be created below it")
-        check_bounds("sink", options, config)
-        if not all(isinstance(c, str) for c in config.get("partition_by", [])):
-            raise ConfigError("sink.partition_by", "must be a list of column names")
-        if len(config.get("delimiter", ",")) != 1:
-            raise ConfigError("sink.delimiter", "must be a single character")
-        return {
-            **config,
-            "path": str(target),
-            "compression": config.get("compression", defaults["compression"]),
-        }
+        return replace(self, path=str(target))
 
-    return validate
+
+class ParquetSinkConfig(DirectorySinkConfig):
+    """A validated ``[sink]`` table of a ``parquet`` sink."""
+
+    compression: str = option("The codec of the files written.", default="snappy", choices=COMPRESSIONS)
+
+
+class CsvSinkConfig(DirectorySinkConfig):
+    """A validated ``[sink]`` table of a ``csv`` sink."""
+
+    header: bool = option("Whether each file starts with a line naming the columns.", default=True)
+    delimiter: str = option("The single character written between values.", default=",")
+
+    def validate(self, env: Environment) -> Self:
+        if len(self.delimiter) != 1:
+            raise ConfigError("sink.delimiter", "must be a single character")
+        return super().validate(env)
 
 
 def _file_among_parents(target: Path) -> Path | None:
@@ -335,20 +311,22 @@ def count_rows(target: Path, kind: str, *, header: bool = False) -> int:
     return total
 
 
-def _file_sink(kind: str, description: str) -> SinkConnector:
-    options = sink_options(kind)
+def _file_sink(kind: str, config: type[DirectorySinkConfig], description: str) -> SinkConnector:
     return SinkConnector(
         type=kind,
-        validate=_validator(options),
+        config=config,
         write=_writer(kind),
         append=_appender(kind),
         description=description,
-        options=options,
     )
 
 
 FILE_SINKS = [
-    _file_sink("parquet", "A directory of Parquet files, replaced whole by each bounded run."),
-    _file_sink("csv", "A directory of CSV files, replaced whole by each bounded run."),
-    _file_sink("json", "A directory of JSON-lines files, replaced whole by each bounded run."),
+    _file_sink(
+        "parquet", ParquetSinkConfig, "A directory of Parquet files, replaced whole by each bounded run."
+    ),
+    _file_sink("csv", CsvSinkConfig, "A directory of CSV files, replaced whole by each bounded run."),
+    _file_sink(
+        "json", DirectorySinkConfig, "A directory of JSON-lines files, replaced whole by each bounded run."
+    ),
 ]

@@ -5,179 +5,135 @@ sink. Nothing here connects to NATS: a flow may be defined before its server is 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from typing import Any, Self
 
 from connectors.nats.connection import URL_SCHEMES, mask_servers, server_list
-from source_support.connections import connection_option
+from source_support.config import ConfigBase, connection_field, option
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
-from source_support.options import Option, check_bounds, option_defaults, option_types
-from source_support.registry import Environment, check_fields
+from source_support.registry import Environment
 
 #: The kind of named connection ``servers`` may be replaced by.
 CONNECTION_KIND = "nats"
 DEFAULT_CONSUMER = "default"
-SERVERS_HELP = (
-    "The NATS servers, comma-separated, such as nats://127.0.0.1:4222 (user:password@ and a token@ "
-    "in a URL are secrets); for staff and the operator only (others name a connection)."
-)
-SERVERS_OPTION = Option(
-    "servers",
-    str,
-    SERVERS_HELP,
-    default=None,
-    secret="url",
-    example="nats://127.0.0.1:4222",
-    address=CONNECTION_KIND,
-)
-SOURCE_OPTIONS = (
-    connection_option(CONNECTION_KIND),
-    SERVERS_OPTION,
-    Option("stream", str, "The JetStream stream to read.", example="ORDERS"),
-    Option(
-        "consumer",
-        str,
-        '"default": one durable consumer per subject filter; the filters are the stream\'s own '
-        "subjects (subjects added to the stream later become new splits), or source.subjects.",
-        default=DEFAULT_CONSUMER,
-        choices=(DEFAULT_CONSUMER,),
-    ),
-    Option(
-        "subjects",
-        list,
-        "Subject filters to read instead of the stream's own subjects, which must not overlap; "
-        "each is a split.",
-        default=None,
-        items=str,
-        example=["orders.eu.>", "orders.us.>"],
-        scoped=True,
-    ),
-    Option(
-        "start",
-        str,
-        "Where a subject filter is first read: earliest, latest, a stream sequence number (42) or an "
-        "ISO-8601 time (2024-05-01T12:00:00Z).",
-        default="earliest",
-    ),
-    Option(
-        "discovery_interval_ms",
-        int,
-        "How often, in milliseconds, subjects added to the stream are looked for while the flow runs.",
-        default=10_000,
-        minimum=100,
-        maximum=86_400_000,
-    ),
-    Option(
-        "metadata",
-        bool,
-        "Whether each record gets the columns _subject, _seq (its stream sequence) and _ts (the "
-        "message's time).",
-        default=False,
-    ),
-)
-SINK_OPTIONS = (
-    connection_option(CONNECTION_KIND),
-    SERVERS_OPTION,
-    Option(
-        "subject",
-        str,
-        "The subject every row is published to, as one JSON message.",
-        default=None,
-        example="orders.large",
-        scoped=True,
-    ),
-    Option(
-        "subject_column",
-        str,
-        "Instead of subject: the column whose value is each row's subject.",
-        default=None,
-        example="region_subject",
-    ),
-    Option(
-        "stream",
-        str,
-        "The JetStream stream that captures the subjects; created (over sink.subject) if missing.",
-        default=None,
-        example="ORDERS_OUT",
-    ),
-    Option(
-        "duplicate_window",
-        str,
-        "How long the stream remembers message ids (Nats-Msg-Id), when the sink creates it: a repeated "
-        "or crashed attempt within it adds nothing.",
-        default="2 minutes",
-        example="10 minutes",
-    ),
-)
-SOURCE_DEFAULTS = option_defaults(SOURCE_OPTIONS)
 START_WORDS = ("earliest", "latest")
 #: Stream names: no white space, dots, wildcards or path separators (NATS's own rule).
 STREAM_NAME_RE = re.compile(r"[^\s.*>/\\]{1,255}")
 SUBJECT_TOKEN_RE = re.compile(r"[^\s.*>]+")
 
 
-@dataclass(frozen=True)
-class NatsSourceConfig:
+class NatsAddress(ConfigBase):
+    """Where a source or sink connects: a named connection or its ``servers`` (one of them)."""
+
+    connection: str | None = connection_field(CONNECTION_KIND)
+    servers: str | None = option(
+        "The NATS servers, comma-separated, such as nats://127.0.0.1:4222 (user:password@ and a token@ "
+        "in a URL are secrets); for staff and the operator only (others name a connection).",
+        default=None,
+        secret="url",
+        example="nats://127.0.0.1:4222",
+        address=CONNECTION_KIND,
+    )
+
+    def validate(self, env: Environment) -> Self:
+        section = self.SECTION
+        if self.connection is not None and not self.connection.strip():
+            raise ConfigError(f"{section}.connection", "must name a connection")
+        if self.connection is not None and self.servers is not None:
+            raise ConfigError(
+                f"{section}.connection", f"give {section}.connection or {section}.servers, not both"
+            )
+        if self.servers is None:
+            if self.connection is None:
+                raise ConfigError(
+                    f"{section}.servers", f"is required (or name a connection in {section}.connection)"
+                )
+            return self
+        return replace(self, servers=validate_servers(self.servers, f"{section}.servers"))
+
+
+class NatsSourceConfig(NatsAddress):
     """A validated ``[source]`` table of a nats_jetstream source."""
 
-    stream: str
-    consumer: str = SOURCE_DEFAULTS["consumer"]
-    subjects: list[str] | None = None
-    start: str = SOURCE_DEFAULTS["start"]
-    discovery_interval_ms: int = SOURCE_DEFAULTS["discovery_interval_ms"]
-    metadata: bool = SOURCE_DEFAULTS["metadata"]
-    servers: str | None = None
-    connection: str | None = None
+    stream: str = option("The JetStream stream to read.", example="ORDERS")
+    consumer: str = option(
+        '"default": one durable consumer per subject filter; the filters are the stream\'s own '
+        "subjects (subjects added to the stream later become new splits), or source.subjects.",
+        default=DEFAULT_CONSUMER,
+        choices=(DEFAULT_CONSUMER,),
+    )
+    subjects: list[str] | None = option(
+        "Subject filters to read instead of the stream's own subjects, which must not overlap; "
+        "each is a split.",
+        default=None,
+        example=["orders.eu.>", "orders.us.>"],
+        scoped=True,
+    )
+    start: str = option(
+        "Where a subject filter is first read: earliest, latest, a stream sequence number (42) or an "
+        "ISO-8601 time (2024-05-01T12:00:00Z).",
+        default="earliest",
+    )
+    discovery_interval_ms: int = option(
+        "How often, in milliseconds, subjects added to the stream are looked for while the flow runs.",
+        default=10_000,
+        minimum=100,
+        maximum=86_400_000,
+    )
+    metadata: bool = option(
+        "Whether each record gets the columns _subject, _seq (its stream sequence) and _ts (the "
+        "message's time).",
+        default=False,
+    )
 
-    @classmethod
-    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
-        """The config of a ``[source]`` table, or a ConfigError naming the field."""
-        check_fields("source", table, option_types(SOURCE_OPTIONS))
-        stream = table.get("stream", "").strip()
-        if not stream:
-            raise ConfigError("source.stream", "is required: the JetStream stream to read, such as ORDERS")
+    def validate(self, env: Environment) -> Self:
+        stream = self.stream.strip()
         check_stream_name(stream, "source.stream")
-        consumer = table.get("consumer", DEFAULT_CONSUMER)
-        if consumer != DEFAULT_CONSUMER:
-            raise ConfigError(
-                "source.consumer",
-                f'{consumer!r}: only "default" (consumers named after the flow, one per subject filter)',
-            )
-        subjects = table.get("subjects")
-        if subjects is not None:
-            subjects = check_filters(subjects)
-        start = table.get("start", SOURCE_DEFAULTS["start"]).strip()
-        start_position(start)
-        check_bounds("source", SOURCE_OPTIONS, table)
-        servers = validate_servers(table["servers"], "source.servers") if "servers" in table else None
-        connection = connection_name(table, "source")
-        if servers is None and connection is None:
-            raise ConfigError("source.servers", "is required (or name a connection in source.connection)")
-        given = {**SOURCE_DEFAULTS, **table}
-        return cls(
-            stream=stream,
-            consumer=consumer,
-            subjects=subjects,
-            start=start,
-            discovery_interval_ms=given["discovery_interval_ms"],
-            metadata=given["metadata"],
-            servers=servers,
-            connection=connection,
-        )
+        subjects = None if self.subjects is None else check_filters(self.subjects)
+        start = self.start.strip()
+        start_position(start)  # refuses what is not a start
+        return replace(super().validate(env), stream=stream, subjects=subjects, start=start)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Every field, defaults too; ``subjects``, ``servers`` and ``connection`` only
-        when given."""
-        stored = asdict(self)
-        for name in ("subjects", "servers", "connection"):
-            if stored[name] is None:
-                del stored[name]
-        return stored
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        return cls(**data)
+class NatsSinkConfig(NatsAddress, section="sink"):
+    """A validated ``[sink]`` table of a nats sink."""
+
+    subject: str | None = option(
+        "The subject every row is published to, as one JSON message.",
+        default=None,
+        example="orders.large",
+        scoped=True,
+    )
+    subject_column: str | None = option(
+        "Instead of subject: the column whose value is each row's subject.",
+        default=None,
+        example="region_subject",
+    )
+    stream: str | None = option(
+        "The JetStream stream that captures the subjects; created (over sink.subject) if missing.",
+        default=None,
+        example="ORDERS_OUT",
+    )
+    duplicate_window: str = option(
+        "How long the stream remembers message ids (Nats-Msg-Id), when the sink creates it: a repeated "
+        "or crashed attempt within it adds nothing.",
+        default="2 minutes",
+        example="10 minutes",
+    )
+
+    def validate(self, env: Environment) -> Self:
+        subject, column = self.subject, self.subject_column
+        if (subject is None) == (column is None):
+            raise ConfigError("sink.subject", "give sink.subject or sink.subject_column (one of them)")
+        if subject is not None:
+            check_subject(subject.strip(), "sink.subject", wildcards=False)
+        if column is not None and not column.strip():
+            raise ConfigError("sink.subject_column", "must name a column")
+        if self.stream is not None:
+            check_stream_name(self.stream, "sink.stream")
+        duplicate_window_s(self.duplicate_window)
+        return super().validate(env)
 
 
 def check_stream_name(name: str, field_name: str) -> None:
@@ -196,14 +152,12 @@ def check_subject(subject: str, field_name: str, *, wildcards: bool = True) -> N
             raise ConfigError(field_name, f"{subject!r} is not {what}")
 
 
-def check_filters(subjects: list[Any]) -> list[str]:
+def check_filters(subjects: list[str]) -> list[str]:
     """Explicit subject filters: each valid, none overlapping another (a message would be
     read by two splits)."""
     if not subjects:
         raise ConfigError("source.subjects", "lists no filter; leave it out to read the stream's subjects")
-    for i, subject in enumerate(subjects):
-        if not isinstance(subject, str):
-            raise ConfigError(f"source.subjects[{i}]", "must be a subject filter (a string)")
+    for subject in subjects:
         check_subject(subject, "source.subjects")
     for i, first in enumerate(subjects):
         for second in subjects[i + 1 :]:
@@ -265,40 +219,8 @@ def validate_servers(servers: str, field_name: str) -> str:
     return ",".join(listed)
 
 
-def connection_name(table: dict[str, Any], section: str) -> str | None:
-    name = table.get("connection")
-    if name is not None and not name.strip():
-        raise ConfigError(f"{section}.connection", "must name a connection")
-    if name is not None and "servers" in table:
-        raise ConfigError(
-            f"{section}.connection", f"give {section}.connection or {section}.servers, not both"
-        )
-    return name
-
-
-def validate_nats_sink(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-    check_fields("sink", config, option_types(SINK_OPTIONS))
-    subject, column = config.get("subject"), config.get("subject_column")
-    if (subject is None) == (column is None):
-        raise ConfigError("sink.subject", "give sink.subject or sink.subject_column (one of them)")
-    if subject is not None:
-        check_subject(subject.strip(), "sink.subject", wildcards=False)
-    if column is not None and not column.strip():
-        raise ConfigError("sink.subject_column", "must name a column")
-    if config.get("stream") is not None:
-        check_stream_name(config["stream"], "sink.stream")
-    if "duplicate_window" in config:
-        duplicate_window_s(config)
-    if "servers" in config:
-        validate_servers(config["servers"], "sink.servers")
-    if connection_name(config, "sink") is None and "servers" not in config:
-        raise ConfigError("sink.servers", "is required (or name a connection in sink.connection)")
-    return dict(config)
-
-
-def duplicate_window_s(config: dict[str, Any]) -> float:
-    """The sink's ``duplicate_window`` in seconds."""
-    text = config.get("duplicate_window", "2 minutes")
+def duplicate_window_s(text: str) -> float:
+    """A sink's ``duplicate_window`` in seconds."""
     try:
         ms = parse_duration_ms(text)
     except ValueError as exc:

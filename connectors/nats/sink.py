@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from connectors.nats.config import duplicate_window_s, nats_target
+from connectors.nats.config import NatsSinkConfig, duplicate_window_s, nats_target
 from connectors.nats.connection import NatsClient, shared_client
 from connectors.nats.jetstream import stream_info
 from source_support.connections import key_allowed
@@ -134,7 +134,11 @@ async def _ensure_stream(js: JetStreamContext, config: dict[str, Any]) -> None:
             f"stream {stream!r} does not exist; with subject_column it must exist, capturing the column's subjects",
         )
     await js.add_stream(  # pyright: ignore[reportUnknownMemberType] - **params untyped
-        StreamConfig(name=stream, subjects=[config["subject"]], duplicate_window=duplicate_window_s(config))
+        StreamConfig(
+            name=stream,
+            subjects=[config["subject"]],
+            duplicate_window=duplicate_window_s(NatsSinkConfig.from_dict(config).duplicate_window),
+        )
     )
 
 

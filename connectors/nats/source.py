@@ -163,8 +163,11 @@ class NatsJetStreamSource(Source[SubjectSplit]):
         return str(position)
 
     def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
-        """Messages of each filter past its consumer's delivered position (its
-        ``num_pending``); None where the consumer or the server cannot tell."""
+        """Messages of each filter past its consumer's ack floor: those not delivered yet
+        (``num_pending``) and those delivered but not acknowledged (``num_ack_pending``).
+        The reader acknowledges what a commit covers right after it, so this is what is
+        not committed (a commit whose acknowledgement failed counts until the next one
+        acknowledges it); None where the consumer or the server cannot tell."""
         lags: dict[str, int | None] = {}
         js = self.client.js
         for split_id, (payload, _) in splits.items():
@@ -172,7 +175,7 @@ class NatsJetStreamSource(Source[SubjectSplit]):
                 info = self.client.run(
                     js.consumer_info(self.stream, consumer_name(self.flow, payload["subject"]))
                 )
-                lags[split_id] = info.num_pending
+                lags[split_id] = (info.num_pending or 0) + (info.num_ack_pending or 0)
             except (*TRANSIENT, nats.js.errors.Error, KeyError):
                 lags[split_id] = None
         return lags

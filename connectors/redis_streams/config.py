@@ -5,7 +5,7 @@ is up (``Source.check_input`` connects when a run starts)."""
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from typing import Any, Self
 
 from connectors.redis_streams.connection import URL_SCHEMES, mask_url
@@ -15,154 +15,94 @@ from connectors.redis_streams.split import (
     encode_id,
     last_position_before_ms,
 )
-from source_support.connections import connection_option
+from source_support.config import ConfigBase, connection_field, option
 from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
-from source_support.options import Option, check_bounds, option_defaults, option_types
-from source_support.registry import Environment, check_fields
+from source_support.registry import Environment
 from source_support.typed_redis import check_url
 
 #: The kind of named connection a ``url`` may be replaced by.
 CONNECTION_KIND = "redis"
-URL_HELP = (
-    "The Redis server, such as redis://:password@host:6379/0 (also rediss:// and unix://); for staff "
-    "and the operator only (others name a connection). Left out with no connection: the deployment's "
-    "Redis (REDIS_URL), for staff and the operator only."
-)
-URL_OPTION = Option(
-    "url",
-    str,
-    URL_HELP,
-    default=None,
-    secret="url",
-    example="redis://127.0.0.1:6379/0",
-    address=CONNECTION_KIND,
-)
-SOURCE_OPTIONS = (
-    connection_option(CONNECTION_KIND),
-    URL_OPTION,
-    Option(
-        "streams",
-        str,
+START_WORDS = ("earliest", "latest")
+GLOB_CHARS = "*?["
+
+
+def _url_option() -> Any:
+    return option(
+        "The Redis server, such as redis://:password@host:6379/0 (also rediss:// and unix://); for staff "
+        "and the operator only (others name a connection). Left out with no connection: the deployment's "
+        "Redis (REDIS_URL), for staff and the operator only.",
+        default=None,
+        secret="url",
+        example="redis://127.0.0.1:6379/0",
+        address=CONNECTION_KIND,
+    )
+
+
+class RedisAddress(ConfigBase):
+    """Where a source or sink connects: a named connection, its ``url``, or (neither given)
+    the deployment's Redis (``Environment.redis_url``), resolved when it is built."""
+
+    connection: str | None = connection_field(CONNECTION_KIND)
+    url: str | None = _url_option()
+
+    def validate(self, env: Environment) -> Self:
+        if self.connection is not None and not self.connection.strip():
+            raise ConfigError(f"{self.SECTION}.connection", "must name a connection")
+        if self.connection is not None and self.url is not None:
+            raise ConfigError(
+                f"{self.SECTION}.connection",
+                f"give {self.SECTION}.connection or {self.SECTION}.url, not both",
+            )
+        if self.url is None:
+            return self
+        return replace(self, url=validate_url(self.url, f"{self.SECTION}.url"))
+
+
+class RedisStreamsSourceConfig(RedisAddress):
+    """A validated ``[source]`` table of a redis_streams source. Does not connect: a flow may
+    be defined before its Redis is up."""
+
+    streams: str = option(
         "A stream key or a glob over keys; each matching stream is a split, streams that appear later too.",
         example="orders:*",
         scoped=True,
-    ),
-    Option(
-        "start",
-        str,
+    )
+    start: str = option(
         "Where a stream is first read: earliest, latest, an entry id (1700000000000-0) or an ISO-8601 "
         "time (2024-05-01T12:00:00Z).",
         default="earliest",
-    ),
-    Option(
-        "discovery_interval_ms",
-        int,
+    )
+    discovery_interval_ms: int = option(
         "How often, in milliseconds, streams that newly match are looked for while the flow runs.",
         default=10_000,
         minimum=100,
         maximum=86_400_000,
-    ),
-    Option(
-        "metadata",
-        bool,
+    )
+    metadata: bool = option(
         "Whether each record gets the columns _stream (its stream key) and _id (its entry id).",
         default=False,
-    ),
-)
-SINK_OPTIONS = (
-    connection_option(CONNECTION_KIND),
-    URL_OPTION,
-    Option(
-        "key", str, "The stream each row is appended to, as one entry.", example="orders:large", scoped=True
-    ),
-    Option(
-        "maxlen",
-        int,
+    )
+
+    def validate(self, env: Environment) -> Self:
+        start = self.start.strip()
+        start_position(start)  # refuses what is not a start
+        return replace(super().validate(env), start=start)
+
+
+class RedisStreamSinkConfig(RedisAddress, section="sink"):
+    """A validated ``[sink]`` table of a redis_stream sink."""
+
+    key: str = option(
+        "The stream each row is appended to, as one entry.", example="orders:large", scoped=True
+    )
+    maxlen: int | None = option(
         "Trims the stream to about this many entries as rows are appended (XADD MAXLEN ~); "
         "left out, the stream is not trimmed.",
         default=None,
         minimum=1,
         example=1_000_000,
-    ),
-)
-SOURCE_DEFAULTS = option_defaults(SOURCE_OPTIONS)
-START_WORDS = ("earliest", "latest")
-GLOB_CHARS = "*?["
-
-
-@dataclass(frozen=True)
-class RedisStreamsSourceConfig:
-    """A validated ``[source]`` table of a redis_streams source."""
-
-    streams: str
-    start: str = SOURCE_DEFAULTS["start"]
-    discovery_interval_ms: int = SOURCE_DEFAULTS["discovery_interval_ms"]
-    metadata: bool = SOURCE_DEFAULTS["metadata"]
-    #: None: the deployment's Redis (``Environment.redis_url``), read when the source is built.
-    url: str | None = None
-    #: A named connection (``Environment.connections``), resolved when the source is built.
-    connection: str | None = None
-
-    @classmethod
-    def parse(cls, table: dict[str, Any], env: Environment) -> Self:
-        """The config of a ``[source]`` table, or a ConfigError naming the field. Does not
-        connect: a flow may be defined before its Redis is up."""
-        check_fields("source", table, option_types(SOURCE_OPTIONS))
-        streams = table.get("streams", "")
-        if not streams.strip():
-            raise ConfigError("source.streams", "is required: a stream key or a glob such as orders:*")
-        start = table.get("start", SOURCE_DEFAULTS["start"]).strip()
-        start_position(start)  # refuses what is not a start
-        check_bounds("source", SOURCE_OPTIONS, table)
-        url = validate_url(table["url"], "source.url") if "url" in table else None
-        connection = _connection_name(table, "source")
-        given = {**SOURCE_DEFAULTS, **table}
-        return cls(
-            streams=streams,
-            start=start,
-            discovery_interval_ms=given["discovery_interval_ms"],
-            metadata=given["metadata"],
-            url=url,
-            connection=connection,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """What is stored: every field, its default too, but ``url`` and ``connection``
-        only when given (the deployment's Redis, and what a connection resolves to, are
-        never written into a flow)."""
-        stored = asdict(self)
-        for name in ("url", "connection"):
-            if stored[name] is None:
-                del stored[name]
-        return stored
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Self:
-        """The config of a stored (already validated) dict."""
-        return cls(**data)
-
-
-def validate_redis_stream_sink(config: dict[str, Any], env: Environment) -> dict[str, Any]:
-    check_fields("sink", config, option_types(SINK_OPTIONS))
-    key = config.get("key", "")
-    if not key.strip():
-        raise ConfigError("sink.key", "is required: the stream to append the rows to")
-    if "maxlen" in config and config["maxlen"] < 1:
-        raise ConfigError("sink.maxlen", "must be at least 1 (the stream is trimmed to about that length)")
-    if "url" in config:
-        validate_url(config["url"], "sink.url")
-    _connection_name(config, "sink")
-    return dict(config)
-
-
-def _connection_name(table: dict[str, Any], section: str) -> str | None:
-    name = table.get("connection")
-    if name is not None and not name.strip():
-        raise ConfigError(f"{section}.connection", "must name a connection")
-    if name is not None and "url" in table:
-        raise ConfigError(f"{section}.connection", f"give {section}.connection or {section}.url, not both")
-    return name
+    )
 
 
 def validate_url(url: str, field: str) -> str:

@@ -4,16 +4,18 @@ A source that needs no external system: for tests, benchmarks, and flows that ge
 data. Its enumerator state is O(1) whatever the number of splits.
 """
 
-from connectors.sequence.config import OPTIONS, SequenceSourceConfig
+from connectors.sequence.config import SequenceSourceConfig
 from connectors.sequence.source import NumberSequenceSource
 from source_support.registry import SourceConnector, register_source
 
-register_source(
-    SourceConnector(
-        type="sequence",
-        config=SequenceSourceConfig,
-        options=OPTIONS,
-        build=NumberSequenceSource.from_config,
-        description="The numbers 0 to count-1 in a column 'value', cut into range splits.",
+
+def register() -> None:
+    """The entry point of the ``activedataflow.connectors`` group (``pyproject.toml``)."""
+    register_source(
+        SourceConnector(
+            type="sequence",
+            config=SequenceSourceConfig,
+            build=NumberSequenceSource.from_config,
+            description="The numbers 0 to count-1 in a column 'value', cut into range splits.",
+        )
     )
-)

@@ -10,19 +10,19 @@ from dataflow.models import DataFlow, FlowRun
 from dataflow.redis_client import get_redis
 from dataflow.services.environment import flow_environment
 from source_support.api import Source
-from source_support.coordination import RunCoordinator
+from source_support.coordination import RedisRunCoordinator
 from source_support.formats import FormatSpec
 from source_support.landing import LandingZone
 from source_support.registry import BuildContext, Environment, build_source
 from source_support.schema import parse_ddl
 
 
-def coordinator_for(run: FlowRun | int) -> RunCoordinator:
+def coordinator_for(run: FlowRun | int) -> RedisRunCoordinator:
     """The Redis side of a run, named by the run's uid (never by its database id)."""
     if isinstance(run, int):
         run = FlowRun.objects.only("uid").get(pk=run)
     lease_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 1000)
-    return RunCoordinator(
+    return RedisRunCoordinator(
         get_redis(), run_key(run), lease_ms=lease_ms, namespace=settings.DATAFLOW_REDIS_NAMESPACE
     )
 

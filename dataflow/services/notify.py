@@ -48,8 +48,8 @@ from dataflow.models import DataFlow, DeliveryStatus, FlowRun, WebhookDelivery
 from dataflow.services.addresses import address_allow_list, address_check
 from dataflow.services.queues import WEBHOOK_DELIVER
 from source_support.addresses import AddressRefused, create_checked_connection
+from source_support.config import check_fields
 from source_support.errors import ConfigError
-from source_support.registry import check_fields
 
 log = logging.getLogger(__name__)
 

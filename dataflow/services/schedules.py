@@ -27,9 +27,9 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from dataflow.models import DataFlow
 from dataflow.services.queues import RUN_SCHEDULED
+from source_support.config import check_fields
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
-from source_support.registry import check_fields
 
 log = logging.getLogger(__name__)
 

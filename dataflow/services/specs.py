@@ -24,14 +24,13 @@ from dataflow.services.notify import notify_masked, notify_validate
 from dataflow.services.schedules import schedule_validate
 from dataflow.services.streams.query import stream_query_check
 from dataflow.transform_policy import transform_columns_check, transform_policy_check
+from source_support.config import check_fields, expected_types
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.formats import check_format_for_source, validate_format
 from source_support.registry import (
     SINKS,
     SOURCES,
-    check_fields,
-    expected_types,
     glob_static_prefix,
     mask_section,
     source_is_unbounded,

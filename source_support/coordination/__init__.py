@@ -9,13 +9,14 @@ checkpoints, who was assigned what) is kept by a ``SplitStore`` the runtime prov
 - ``leases``: reader leases and job leases, renewed by Lua scripts that check the holder;
 - ``messages``: split requests, assignment notices, source events, a reader's inbox;
 - ``marks``: run-wide marks (a job queued, a report due, readers paused);
-- ``coordinator``: ``RunCoordinator``, the run's Redis side made of the above;
+- ``protocol``: ``RunCoordinator``, what the runtime needs of a run's shared state;
+- ``coordinator``: ``RedisRunCoordinator``, the run's Redis side made of the above;
 - ``store``: the ``SplitStore`` protocol and the enumerator's backlog in it;
-- ``contexts``: the enumerator's and a reader's context on Redis.
+- ``contexts``: the enumerator's and a reader's context over a coordinator and a store.
 """
 
-from source_support.coordination.contexts import RedisEnumeratorContext, RedisReaderContext
-from source_support.coordination.coordinator import RunCoordinator
+from source_support.coordination.contexts import RunEnumeratorContext, RunReaderContext
+from source_support.coordination.coordinator import RedisRunCoordinator
 from source_support.coordination.keys import DAY_MS, Keys, Mark
 from source_support.coordination.leases import HeldLease
 from source_support.coordination.messages import (
@@ -25,6 +26,7 @@ from source_support.coordination.messages import (
     ReaderInbox,
     decode_notices,
 )
+from source_support.coordination.protocol import ReaderNotices, RunCoordinator
 from source_support.coordination.store import SplitStore, StoreBacklog
 
 __all__ = [
@@ -36,9 +38,11 @@ __all__ = [
     "Mark",
     "PassInputs",
     "ReaderInbox",
-    "RedisEnumeratorContext",
-    "RedisReaderContext",
+    "ReaderNotices",
+    "RedisRunCoordinator",
     "RunCoordinator",
+    "RunEnumeratorContext",
+    "RunReaderContext",
     "SplitStore",
     "StoreBacklog",
     "decode_notices",

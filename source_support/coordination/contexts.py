@@ -1,5 +1,6 @@
-"""The contexts of the source model on Redis: what the enumerator and a reader see of
-their run (assignments go to the ``SplitStore`` first, then to the readers through Redis)."""
+"""The contexts of the source model over a run's ``RunCoordinator`` and ``SplitStore``: what
+the enumerator and a reader see of their run (assignments go to the store first, then to
+the readers through the coordinator). The same code runs on Redis and in the kit's memory."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from source_support.api import (
     SplitSerializer,
     SplitT,
 )
-from source_support.coordination.coordinator import RunCoordinator
 from source_support.coordination.messages import SPLITS_REVOKED
+from source_support.coordination.protocol import ReaderNotices, RunCoordinator
 from source_support.coordination.store import SplitStore, StoreBacklog
 
 
-class RedisEnumeratorContext(SplitEnumeratorContext[SplitT]):
-    """The enumerator's view of the run: assignments go to the store, then to Redis."""
+class RunEnumeratorContext(SplitEnumeratorContext[SplitT]):
+    """The enumerator's view of the run: assignments go to the store, then to the readers."""
 
     def __init__(
         self,
-        coordinator: RunCoordinator,
+        coordinator: ReaderNotices,
         store: SplitStore,
         serializer: SplitSerializer[SplitT],
         *,
@@ -46,7 +47,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext[SplitT]):
         return self.parallelism
 
     def locations(self) -> dict[int, str]:
-        """Where each reader runs, read from Redis once per tick."""
+        """Where each reader runs, read from the coordinator once per tick."""
         if self._locations is None:
             self._locations = self.coordinator.reader_locations()
         return self._locations
@@ -107,7 +108,7 @@ class RedisEnumeratorContext(SplitEnumeratorContext[SplitT]):
         return [self.serializer.deserialize(payload).at(position) for _, (_, payload, position) in revoked]
 
 
-class RedisReaderContext(SourceReaderContext):
+class RunReaderContext(SourceReaderContext):
     """A reader's view of the run; a split request also asks for a prompt enumerator tick."""
 
     def __init__(

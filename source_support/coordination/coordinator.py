@@ -1,5 +1,6 @@
-"""``RunCoordinator``: the Redis side of one run, composed of its reader leases, its message
-queues and its marks; the methods here are what runtimes and services call."""
+"""``RedisRunCoordinator``: the Redis side of one run (a ``RunCoordinator``), composed of
+its reader leases, its message queues and its marks; the methods here are what runtimes
+and services call."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from source_support.coordination.messages import AssignedSplit, Messages, PassIn
 from source_support.coordination.redis_commands import RedisCommands
 
 
-class RunCoordinator:
-    """Redis keys and operations of one run of one flow."""
+class RedisRunCoordinator:
+    """Redis keys and operations of one run of one flow (a ``RunCoordinator`` for a fleet
+    of processes)."""
 
     def __init__(
         self, client: redis.Redis, run_key: str, *, lease_ms: int = 10_000, namespace: str = "adf"
@@ -37,7 +39,7 @@ class RunCoordinator:
         self._marks = Marks(commands, self.keys, scripts)
 
     @contextmanager
-    def batched(self) -> Generator[RunCoordinator]:
+    def batched(self) -> Generator[RedisRunCoordinator]:
         """A coordinator of the same run whose commands are queued and sent in one round
         trip when the block ends without an error. For writes: what it reads is not there."""
         pipe = self._commands.pipeline(transaction=False)
@@ -104,6 +106,11 @@ class RunCoordinator:
             if not held:
                 self._marks.set(Mark.ENUMERATOR_DIRTY)
             yield bool(held)
+
+    def is_dirty(self) -> bool:
+        """Whether a tick found the enumerator lock taken (or a pass left requests) since
+        the last ``take_dirty``."""
+        return self._marks.is_set(Mark.ENUMERATOR_DIRTY)
 
     def take_dirty(self) -> bool:
         """Whether a tick found the enumerator lock taken since the last call."""

@@ -21,6 +21,7 @@ from source_support.formats.registry import (
     canonical_encoding,
     check_format_for_source,
     format_type,
+    register_format,
     validate_format,
 )
 from source_support.formats.values import ARROW_ERRORS, ValueRules, value_rules
@@ -45,6 +46,7 @@ __all__ = [
     "check_format_for_source",
     "format_type",
     "json_layout",
+    "register_format",
     "validate_format",
     "value_rules",
 ]

@@ -4,6 +4,7 @@ its field), and ``FormatSpec.build``, which makes the format a source reads with
 from __future__ import annotations
 
 import codecs
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,9 @@ class FormatSpec:
         source delivers entries of field/value pairs (a stream), not lines: only then may
         the format be ``fields`` or name the ``field`` that holds a record."""
         check_format_for_source(self, entries=entries)
+        plugin = FORMATS[self.type].build
+        if plugin is not None:
+            return plugin(self, schema, entries)
         opts = dict(self.options)
         ddl = opts.pop("schema", None)
         record_field = opts.pop("field", None)
@@ -107,6 +111,12 @@ class FormatType:
     options: tuple[Option, ...]
     #: Other names a table may give as its ``type`` (stored as ``type``).
     aliases: tuple[str, ...] = ()
+    #: ``check(table)``: what its options cannot declare, a ConfigError naming the field
+    #: (None: nothing more).
+    check: Callable[[dict[str, Any]], None] | None = None
+    #: ``build(spec, schema, entries)``: the format a source reads with, for a format of a
+    #: plugin (None: one of the built-in line formats, built by ``FormatSpec.build``).
+    build: Callable[[FormatSpec, pa.Schema | None, bool], RecordFormat | FieldsFormat] | None = None
 
 
 SCHEMA_OPTION = Option(
@@ -225,7 +235,15 @@ FORMATS: dict[str, FormatType] = {
     ),
 }
 FORMAT_ALIASES = {name: kind.type for kind in FORMATS.values() for name in (kind.type, *kind.aliases)}
-FORMAT_TYPES = ", ".join(FORMATS)
+
+
+def register_format(kind: FormatType) -> None:
+    """Adds a format type (a connector plugin's); a name or alias taken already is refused."""
+    for name in (kind.type, *kind.aliases):
+        if name.lower() in FORMAT_ALIASES:
+            raise ValueError(f"format type {name!r} is registered already")
+    FORMATS[kind.type] = kind
+    FORMAT_ALIASES.update({name.lower(): kind.type for name in (kind.type, *kind.aliases)})
 
 
 def format_type(name: str) -> FormatType | None:
@@ -239,11 +257,13 @@ def validate_format(table: dict[str, Any]) -> FormatSpec:
     table = dict(table)
     type_name = table.pop("type", None)
     if not type_name:
-        raise ConfigError("format.type", f"is required (one of: {FORMAT_TYPES})")
+        raise ConfigError("format.type", f"is required (one of: {', '.join(FORMATS)})")
     kind = format_type(type_name)
     if kind is None:
-        raise ConfigError("format.type", f"unknown format {type_name!r} (one of: {FORMAT_TYPES})")
+        raise ConfigError("format.type", f"unknown format {type_name!r} (one of: {', '.join(FORMATS)})")
     _check_option_types(kind, table)
+    if kind.check is not None:
+        kind.check(table)
     for name in ("delimiter", "quote"):
         if name in table and len(table[name]) != 1:
             raise ConfigError(f"format.{name}", "must be a single character")

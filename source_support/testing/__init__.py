@@ -1,21 +1,24 @@
-"""The connector conformance kit (Flink's ``SourceTestSuiteBase``): plain Python and pytest.
+"""The connector conformance kit (Flink's ``SourceTestSuiteBase`` and ``SinkTestSuiteBase``).
 
 - ``ExternalContext``: what a connector's tests implement to write data its source reads.
-- ``SourceHarness``: drives a source through the framework's contracts in memory.
-- ``SourceConformanceSuite``: the cases; a connector's test class inherits them.
+- ``SourceHarness``: runs a source on the runtime's own enumerator tick and reader loop,
+  over the in-memory coordinator, store and landing zone of ``memory``.
+- ``SourceConformanceSuite`` (``suite``): the cases; a connector's test class inherits them.
+- ``SinkConformanceSuite`` and ``SinkContext`` (``sink_suite``): the same for a sink.
+- ``OptionsContract`` (``options_contract``): the cases of a connector's declared options.
 
-Nothing here imports Django, Celery or Redis; ``suite`` imports pytest.
+Nothing here imports Django or Celery; ``suite``, ``sink_suite`` and ``options_contract``
+import pytest.
 """
 
-from source_support.testing.external import ExternalContext, Record, SourceOptions
-from source_support.testing.harness import ContractViolation, LandedBatch, SourceHarness
+from source_support.testing.external import ExternalContext, NotApplicable, Record, SourceOptions
+from source_support.testing.harness import LandedBatch, SourceHarness
 from source_support.testing.memory import (
+    ContractViolation,
     ManualClock,
-    MemoryBacklog,
-    MemoryEnumeratorContext,
-    MemoryReaderContext,
-    MemoryRun,
-    MemorySplitStore,
+    MemoryLandingZone,
+    MemoryRunCoordinator,
+    MemoryRunStore,
 )
 
 __all__ = [
@@ -23,11 +26,10 @@ __all__ = [
     "ExternalContext",
     "LandedBatch",
     "ManualClock",
-    "MemoryBacklog",
-    "MemoryEnumeratorContext",
-    "MemoryReaderContext",
-    "MemoryRun",
-    "MemorySplitStore",
+    "MemoryLandingZone",
+    "MemoryRunCoordinator",
+    "MemoryRunStore",
+    "NotApplicable",
     "Record",
     "SourceHarness",
     "SourceOptions",

@@ -12,6 +12,11 @@ from source_support.api import Source
 Record = dict[str, Any]
 
 
+class NotApplicable(Exception):  # noqa: N818 - a case that does not apply, not an error
+    """Raised by an optional hook of an ``ExternalContext`` whose system cannot do what it
+    asks (files never go away); the message says why, and the case is skipped with it."""
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """What the kit builds a source with, besides what the context itself knows (where
@@ -64,6 +69,28 @@ class ExternalContext(ABC):
         """The records the connector has acknowledged upstream (XACK, a NATS ack), or None
         where the connector acknowledges nothing (files)."""
         return None
+
+    # Optional hooks: the cases that need one are skipped, with the reason raised, for a
+    # context that does not implement it.
+
+    def write_bad_record(self, split_index: int) -> None:
+        """Writes one record the source's format cannot parse at the end of split
+        ``split_index`` (a CSV line with a word for a number, an entry without a field)."""
+        raise NotApplicable(f"{type(self).__name__} cannot write a record its source cannot parse")
+
+    def append(self, split_index: int, records: list[Record]) -> list[Record]:
+        """Adds ``records`` at the end of split ``split_index`` itself (the same stream, the
+        same file), while the run may be reading it; returns them as ``write`` does."""
+        raise NotApplicable(f"{type(self).__name__} does not add records to a split being read")
+
+    def stop_system(self) -> None:
+        """Takes the external system away (its server stopped); ``start_system`` brings it
+        back with what it held."""
+        raise NotApplicable(f"{type(self).__name__} cannot stop its external system")
+
+    def start_system(self) -> None:
+        """Brings back what ``stop_system`` took away."""
+        raise NotApplicable(f"{type(self).__name__} cannot stop its external system")
 
     def close(self) -> None:  # noqa: B027 - most contexts hold nothing to release
         """Releases what the context made (connections, streams)."""

@@ -1,49 +1,50 @@
-"""Drives a connector through the framework's contracts in memory (no Redis, no database).
+"""Runs a connector on the runtime's own code, round by round, under the test's control.
 
-``SourceHarness`` does what ``source_support.runtime`` does, step by step and under the
-test's control: an enumerator rebuilt each pass from its JSON state, readers that ask for
-splits, adopt them at their checkpoints, poll, commit and acknowledge, and the failures a
-fleet of workers has: a reader killed with uncommitted batches, readers added and removed.
-It checks the reader contract as it goes (``ContractViolation``): each batch starts where
-its split's checkpoint or last batch ended, and positions only grow.
+``SourceHarness`` calls ``source_support.runtime``: ``enumerator_start`` once, then at each
+round an ``enumerator_tick`` and one ``ReaderLoop.step`` per reader, over a
+``MemoryRunCoordinator``, a ``MemoryRunStore`` and a ``MemoryLandingZone``, with the run's
+clock a ``ManualClock`` that each round moves. What a fleet of workers does besides is a
+step of the test's: a reader killed with uncommitted batches (its lease lapses), readers
+added and removed, a reader's slice that ends and the next that starts. A slice that
+raises (the external system went away) is a dead worker: its reader comes back at the next
+round, as the run's tick queues one.
 """
 
 from __future__ import annotations
 
-import itertools
+import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic
 
-from source_support.api import (
-    Boundedness,
-    RecordBatch,
-    Source,
-    SourceEvent,
-    SourceReader,
-    SplitEnumerator,
-    SplitT,
+from source_support.api import Boundedness, Source, SourceReader, SplitT
+from source_support.runtime import (
+    BatchCommit,
+    ReaderLoop,
+    ReaderSettings,
+    SliceOutcome,
+    TickResult,
+    enumerator_start,
+    enumerator_tick,
 )
 from source_support.testing.memory import (
-    AssignedSplit,
-    BatchMove,
+    Assignment,
+    ContractViolation,
     ManualClock,
-    MemoryEnumeratorContext,
-    MemoryReaderContext,
-    MemoryRun,
-    json_round_trip,
+    MemoryLandingZone,
+    MemoryRunCoordinator,
+    MemoryRunStore,
 )
 
+log = logging.getLogger(__name__)
+
 Record = dict[str, Any]
-
-
-class ContractViolation(AssertionError):
-    """A connector broke a promise of the source model; the message says which."""
+RUN_KEY = "conformance"
 
 
 @dataclass(frozen=True)
 class LandedBatch:
-    """A batch whose commit went through: what the landing zone keeps of a run."""
+    """A batch a reader polled and landed (committed or not): its records as landed."""
 
     subtask: int
     token: str
@@ -54,46 +55,32 @@ class LandedBatch:
     finished: bool
 
 
-@dataclass(frozen=True)
-class Assignment:
-    """A split handed to a reader instance, at its checkpoint."""
-
-    subtask: int
-    token: str
-    split_id: str
-    position: int
-
-
 @dataclass
 class ReaderSlot(Generic[SplitT]):
-    """One reader instance (a token) of a subtask, and what the runtime keeps for it."""
+    """One reader instance (a token) of a subtask, and its current slice."""
 
     subtask: int
     token: str
-    reader: SourceReader[SplitT]
-    context: MemoryReaderContext
-    #: Where each held split's next batch must start: its checkpoint (None: the store has
-    #: none), then each batch's end.
-    positions: dict[str, int | None] = field(default_factory=dict[str, int | None])
-    uncommitted: list[RecordBatch] = field(default_factory=list[RecordBatch])
-    inbox: list[AssignedSplit] = field(default_factory=list[AssignedSplit])
-    events: list[SourceEvent] = field(default_factory=list[SourceEvent])
-    revoked: list[str] = field(default_factory=list[str])
-    told_no_more: bool = False
-    #: Told no more splits and holding none: the instance ended (the runtime's DONE).
-    done: bool = False
-    requested_at: int | None = None
+    loop: ReaderLoop[SplitT]
+    #: The outcome of its last slice, once one ended it (DONE, LOST, STOPPED).
+    outcome: SliceOutcome | None = None
     batches_read: int = 0
+
+    @property
+    def reader(self) -> SourceReader[SplitT]:
+        return self.loop.reader
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
 
 
 class SourceHarness(Generic[SplitT]):
     """A run of ``source`` with ``readers`` readers, advanced round by round.
 
-    A round moves the clock by ``tick_s``, makes one enumerator pass (as a periodic tick
-    does) and one step of each reader (commit what is due, or ask for splits, or poll one
-    batch). ``commit_every`` batches are committed together. A reader that asked and got
-    nothing asks again after ``request_retry_rounds`` rounds, as the runtime does after
-    ``SPLIT_REQUEST_RETRY_S``.
+    A round moves the clock by ``tick_s``, runs an enumerator tick (as the periodic tick
+    does) and one step of each reader's loop (commit what is due, or ask for splits, or
+    poll one batch). A slice lasts ``slice_s`` of the clock; the next starts at once.
     """
 
     def __init__(
@@ -103,30 +90,35 @@ class SourceHarness(Generic[SplitT]):
         readers: int = 1,
         clock: ManualClock | None = None,
         tick_s: float = 1.0,
-        commit_every: int = 1,
         poll_timeout_s: float = 0.0,
-        request_retry_rounds: int = 5,
+        slice_s: float = 600.0,
+        skip_errors: bool = False,
         max_rounds: int = 2_000,
         parallelism: int | None = None,
     ) -> None:
         self.source = source
         self.serializer = source.split_serializer
-        self.run_state = MemoryRun(self.serializer, fixed_parallelism=parallelism)
         self.clock = clock or ManualClock()
-        self.tick_s, self.commit_every, self.poll_timeout_s = tick_s, commit_every, poll_timeout_s
-        self.request_retry_rounds, self.max_rounds = request_retry_rounds, max_rounds
+        self.tick_s, self.max_rounds, self.fixed_parallelism = tick_s, max_rounds, parallelism
+        self.coordinator = MemoryRunCoordinator()
+        self.store = MemoryRunStore()
+        self.landing = MemoryLandingZone()
+        self.settings = ReaderSettings(
+            slice_seconds=slice_s,
+            poll_interval_s=poll_timeout_s,
+            skip_errors=skip_errors,
+            location="memory",
+        )
         self.readers: dict[int, ReaderSlot[SplitT]] = {}
-        self.landed: list[LandedBatch] = []
-        self.assignments: list[Assignment] = []
-        #: Splits given back to the enumerator (``add_splits_back``): (subtask, split id, position).
-        self.returned: list[tuple[int, str, int]] = []
-        #: Subtasks told there are no more splits, in order.
-        self.no_more_signals: list[int] = []
-        self.checkpoints: list[dict[str, int]] = []
-        self.state: dict[str, Any] | None = None
-        self.pending, self.exhausted, self.rounds = 0, False, 0
-        self._tokens = itertools.count()
-        self._start_enumerator()
+        #: Subtasks whose reader died in a failed slice, to start again at the next round.
+        self.respawn: set[int] = set()
+        #: What a failed tick or slice raised, in order.
+        self.failures: list[Exception] = []
+        self.result: TickResult | None = None
+        self.rounds = 0
+        enumerator_start(
+            source=source, coordinator=self.coordinator, store=self.store, parallelism=self.parallelism
+        )
         for _ in range(readers):
             self.add_reader()
 
@@ -134,288 +126,195 @@ class SourceHarness(Generic[SplitT]):
     def bounded(self) -> bool:
         return self.source.boundedness == Boundedness.BOUNDED
 
-    # The enumerator: rebuilt from its JSON state at every pass, as enumerator_tick does.
+    @property
+    def parallelism(self) -> int:
+        """The run's parallelism if fixed; else one past the highest subtask that ran."""
+        return self.fixed_parallelism or max(1, len(self.readers), *(s + 1 for s in self.readers))
 
-    def _start_enumerator(self) -> None:
-        """``enumerator_start``: created, started and saved once, before any reader."""
-        self._pass(lambda enumerator, context: None)
+    @property
+    def exhausted(self) -> bool:
+        return self.store.state.exhausted
 
-    def enumerator_pass(self) -> None:
-        """One pass: registrations, splits of readers that are gone, events, requests."""
-        self._pass(self._feed)
+    @property
+    def pending(self) -> int:
+        return self.store.state.pending
 
-    def _pass(self, feed: Callable[[SplitEnumerator[SplitT], MemoryEnumeratorContext[SplitT]], None]) -> None:
-        context = MemoryEnumeratorContext(self.run_state)
-        if self.state is None:
-            enumerator = self.source.create_enumerator(context)
-        else:
-            enumerator = self.source.restore_enumerator(context, json_round_trip(self.state))
-        enumerator.start()
-        feed(enumerator, context)
-        context.flush()
-        self.state = json_round_trip(enumerator.snapshot_state())
-        self.pending, self.exhausted = enumerator.pending_count(), enumerator.is_exhausted()
-        enumerator.close()
-        self._deliver(context)
+    # The enumerator.
 
-    def _feed(self, enumerator: SplitEnumerator[SplitT], context: MemoryEnumeratorContext[SplitT]) -> None:
-        run = self.run_state
-        registrations, run.registrations = run.registrations, []
-        for subtask in registrations:
-            if subtask in run.live:
-                enumerator.add_reader(subtask)
-        for subtask, rows in run.store.reclaim(set(run.live.values())).items():
-            splits = [self.serializer.deserialize(payload).at(position) for _, payload, position in rows]
-            self.returned += [(subtask, s.split_id, s.offset.position) for s in splits]
-            enumerator.add_splits_back(splits, subtask)
-        events, run.reader_events = run.reader_events, []
-        for origin, event in events:
-            enumerator.handle_source_event(origin, event)
-        requests, run.requests = run.requests, []
-        for subtask in dict.fromkeys(requests):
-            if subtask in run.live:
-                enumerator.handle_split_request(subtask, f"memory-{subtask}")
-
-    def _deliver(self, context: MemoryEnumeratorContext[SplitT]) -> None:
-        """What the pass told readers reaches them once it is over."""
-        by_token = {slot.token: slot for slot in self.readers.values()}
-        for token, split_ids in context.revoked.items():
-            if token in by_token:
-                by_token[token].revoked += split_ids
-        for subtask, rows in context.notices.items():
-            slot = self.readers[subtask]
-            slot.inbox += rows
-            self.assignments += [Assignment(subtask, slot.token, split_id, pos) for split_id, _, pos in rows]
-        for subtask in context.no_more:
-            self.readers[subtask].told_no_more = True
-            self.no_more_signals.append(subtask)
-        for subtask, event in context.events:
-            if subtask in self.readers:
-                self.readers[subtask].events.append(event)
+    def enumerator_tick(self) -> None:
+        """One ``enumerator_tick``; what it raises is a failed tick (the next one retries)."""
+        try:
+            self.result = enumerator_tick(
+                source=self.source,
+                coordinator=self.coordinator,
+                store=self.store,
+                parallelism=self.parallelism,
+                atomic=self.store.atomic,
+            )
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed tick task: the next tick retries
+            log.info("enumerator tick failed: %s", exc)
+            self.failures.append(exc)
 
     # Readers.
 
     def add_reader(self, subtask: int | None = None) -> int:
         """Starts a new reader instance (a new token), which registers; returns its subtask."""
         if subtask is None:
-            subtask = next(i for i in itertools.count() if i not in self.readers)
-        if subtask in self.run_state.live:
+            subtask = next(i for i in range(len(self.readers) + 1) if i not in self.readers)
+        token = self.coordinator.acquire_reader(subtask, None, self.settings.location)
+        if token is None:
             raise ValueError(f"reader {subtask} is running; kill or remove it first")
-        token = f"token-{next(self._tokens)}"
-        self.run_state.live[subtask] = token
-        self.run_state.registrations.append(subtask)
-        self.readers[subtask] = self._new_slot(subtask, token)
+        self.readers[subtask] = ReaderSlot(subtask, token, self._loop(subtask, token))
+        self._open(subtask)
         return subtask
 
-    def _new_slot(self, subtask: int, token: str) -> ReaderSlot[SplitT]:
-        context = MemoryReaderContext(self.run_state, subtask)
-        return ReaderSlot(subtask, token, self.source.create_reader(context), context)
+    def _loop(self, subtask: int, token: str) -> ReaderLoop[SplitT]:
+        return ReaderLoop(
+            self.source,
+            self.coordinator,
+            self.store,
+            self.landing,
+            RUN_KEY,
+            subtask,
+            token,
+            self.settings,
+            on_split_request=lambda: None,  # the next round's tick serves it
+            clock=self.clock,
+        )
+
+    def _open(self, subtask: int) -> None:
+        try:
+            self.readers[subtask].loop.open()
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed slice, as in ``step_reader``
+            self._slice_failed(subtask, exc)
 
     def restart_reader(self, subtask: int) -> None:
-        """A new slice of the same instance (same token): a new reader that takes what the
-        store says it owns, at the checkpoints; what was not committed is read again."""
-        old = self.readers[subtask]
-        old.reader.close()
-        self.readers[subtask] = slot = self._new_slot(subtask, old.token)
-        self._adopt_stored(slot)
+        """The next slice of the same instance (same token): a new connector reader that
+        takes what the store says it owns, at the checkpoints; what was not committed is
+        read again."""
+        slot = self.readers[subtask]
+        slot.loop.close()
+        slot.loop = self._loop(subtask, slot.token)
+        self._open(subtask)
 
     def restore_reader(self, subtask: int, splits: Sequence[SplitT]) -> None:
-        """A new reader for the same instance, given ``splits`` (e.g. from the last one's
-        ``snapshot_state``, taken right after a commit) instead of what the store says: its
-        first batches must start at the splits' checkpoints all the same."""
-        old = self.readers[subtask]
-        old.reader.close()
-        self.readers[subtask] = slot = self._new_slot(subtask, old.token)
-        slot.reader.add_splits(splits)
-        slot.positions = {s.split_id: self.checkpoint(s.split_id) for s in splits}
+        """A new slice of the same instance whose connector reader is given ``splits`` (e.g.
+        the last one's ``snapshot_state``, taken right after a commit) before it takes what
+        the store says: its first batches must start at the checkpoints all the same."""
+        slot = self.readers[subtask]
+        slot.loop.close()
+        slot.loop = self._loop(subtask, slot.token)
+        slot.loop.reader.add_splits(splits)
+        self._open(subtask)
 
-    def kill_reader(self, subtask: int) -> list[RecordBatch]:
+    def kill_reader(self, subtask: int) -> None:
         """The reader's process dies: nothing more is committed, its lease lapses, and its
-        splits go back to the enumerator (next pass) at their checkpoints. Returns the
-        batches it had read but not committed."""
+        splits go back to the enumerator (next tick) at their checkpoints."""
         slot = self.readers.pop(subtask)
-        self.run_state.live.pop(subtask, None)
-        slot.reader.close()
-        return slot.uncommitted
+        self.coordinator.expire_reader(subtask)
+        slot.loop.close()
 
     def remove_reader(self, subtask: int) -> None:
-        """A reader scaled away: it commits, then leaves; its splits go back (next pass)."""
-        self.commit(subtask)
+        """A reader scaled away: it commits, then leaves; its splits go back (next tick)."""
+        self.readers[subtask].loop.commit()
         self.kill_reader(subtask)
 
     def step_reader(self, subtask: int) -> None:
-        """One turn of the reader loop (``runtime._ReaderLoop.step``)."""
+        """One turn of the reader's loop (``ReaderLoop.step``); a slice whose time is up is
+        followed by the next slice of the same instance, as the reader's task requeues it."""
         slot = self.readers[subtask]
         if slot.done:
             return
-        self._take_inbox(slot)
-        reader = slot.reader
-        if (
-            slot.uncommitted
-            and not reader.has_buffered()
-            and (len(slot.uncommitted) >= self.commit_every or not reader.has_splits())
-        ):
-            self.commit(subtask)
-        elif not reader.has_splits():
-            self._wait_for_splits(slot)
-        else:
-            self._read(slot)
+        loop = slot.loop
+        before = loop.report.batches
+        try:
+            outcome = loop.step(self.clock())
+        except AssertionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed slice: its worker is gone
+            self._slice_failed(subtask, exc)
+            return
+        slot.batches_read += loop.report.batches - before
+        if outcome == SliceOutcome.CONTINUE:
+            loop.close()
+            slot.loop = self._loop(subtask, slot.token)
+            self._open(subtask)
+        elif outcome is not None:
+            loop.close()
+            slot.outcome = outcome
 
-    def read(self, subtask: int, batches: int, *, commit: bool = True) -> list[RecordBatch]:
+    def _slice_failed(self, subtask: int, exc: Exception) -> None:
+        """A slice raised: its worker's task failed; the reader's lease lapses, and the
+        next round starts a new instance (as the run's tick queues one)."""
+        log.info("reader %s failed: %s", subtask, exc)
+        self.failures.append(exc)
+        self.kill_reader(subtask)
+        self.respawn.add(subtask)
+
+    def read(self, subtask: int, batches: int, *, commit: bool = True) -> list[LandedBatch]:
         """Rounds in which only reader ``subtask`` steps, until it has polled ``batches``
         batches (and any it had buffered); with ``commit``, each is committed once polled.
+        Each is a step of the runtime's loop (inbox, wait for splits, read, commit).
         Returns the batches polled."""
         slot = self.readers[subtask]
-        polled: list[RecordBatch] = []
+        polled: list[LandedBatch] = []
         for _ in range(self.max_rounds):
-            if len(polled) >= batches and not slot.reader.has_buffered():
+            loop = slot.loop
+            if len(polled) >= batches and not loop.reader.has_buffered():
                 if commit:
-                    self.commit(subtask)
+                    loop.commit()
                 return polled
             self._advance()
-            self._take_inbox(slot)
-            if not slot.reader.has_splits():
-                self._wait_for_splits(slot)
+            now = self.clock()
+            loop.take_inbox(self.coordinator.reader_inbox(subtask))
+            if not loop.reader.has_splits():
+                loop.wait_for_splits(now)
                 continue
-            batch = self._read(slot)
-            if batch is not None:
-                polled.append(batch)
-            if commit and not slot.reader.has_buffered():
-                self.commit(subtask)
+            before = loop.report.batches
+            loop.read(now)
+            if loop.report.batches > before:
+                slot.batches_read += 1
+                polled.append(self._landed(subtask, slot.token, loop.commits.waiting[-1]))
+            if commit and not loop.reader.has_buffered():
+                loop.commit()
         raise AssertionError(f"reader {subtask} did not read {batches} batches: {self.describe()}")
 
-    def _take_inbox(self, slot: ReaderSlot[SplitT]) -> None:
-        events, slot.events = slot.events, []
-        for event in events:
-            slot.reader.handle_source_event(event)
-        if slot.revoked:
-            revoked, slot.revoked = slot.revoked, []
-            self.commit(slot.subtask)  # what was read of them lands under their new reader
-            for split_id in revoked:
-                slot.reader.remove_split(split_id)
-                slot.positions.pop(split_id, None)
-        inbox, slot.inbox = slot.inbox, []
-        self._adopt(slot, inbox)
-
-    def _adopt(self, slot: ReaderSlot[SplitT], rows: Sequence[AssignedSplit]) -> None:
-        held = {s.split_id for s in slot.reader.snapshot_state()}
-        fresh = [
-            self.serializer.deserialize(payload).at(position)
-            for split_id, payload, position in rows
-            if split_id not in held
-        ]
-        slot.reader.add_splits(fresh)
-        slot.positions.update((s.split_id, s.offset.position) for s in fresh)
-
-    def _adopt_stored(self, slot: ReaderSlot[SplitT]) -> None:
-        self.commit(slot.subtask)
-        slot.inbox = []
-        self._adopt(slot, self.run_state.store.owned_splits(slot.token))
-
-    def _wait_for_splits(self, slot: ReaderSlot[SplitT]) -> None:
-        if slot.told_no_more:
-            self._adopt_stored(slot)  # a split assigned before the signal may not be adopted yet
-            if slot.reader.has_splits():
-                return
-            slot.reader.notify_no_more_splits()
-            slot.done = True
-            self.run_state.live.pop(slot.subtask, None)  # the runtime releases a done reader
-            return
-        if slot.requested_at is None or self.rounds - slot.requested_at >= self.request_retry_rounds:
-            if slot.requested_at is not None:
-                self._adopt_stored(slot)  # in case a notice was lost
-            slot.context.send_split_request()
-            slot.requested_at = self.rounds
-
-    def _read(self, slot: ReaderSlot[SplitT]) -> RecordBatch | None:
-        batch = slot.reader.poll(self.poll_timeout_s)
-        if batch is None:
-            return None
-        self._check_batch(slot, batch)
-        slot.positions[batch.split_id] = batch.end.position
-        slot.uncommitted.append(batch)
-        slot.batches_read += 1
-        if batch.finished:
-            slot.requested_at = None
-        return batch
-
-    def _check_batch(self, slot: ReaderSlot[SplitT], batch: RecordBatch) -> None:
-        where = f"reader {slot.subtask}: a batch of split {batch.split_id}"
-        expected = slot.positions.get(batch.split_id)
-        if expected is None:
-            raise ContractViolation(f"{where}, which the reader does not hold")
-        start, end = batch.start.position, batch.end.position
-        if start != expected:
-            raise ContractViolation(
-                f"{where} starts at {start}, but the split was at {expected} (its checkpoint or "
-                "the end of its last batch): records would be lost or read twice"
-            )
-        if end < start:
-            raise ContractViolation(f"{where} ends at {end}, before its start {start}")
-        if end == start and batch.records.num_rows:
-            raise ContractViolation(
-                f"{where} holds {batch.records.num_rows} records but does not move the position "
-                f"({start}): a replay from the checkpoint would read them again"
-            )
-
-    def commit(self, subtask: int) -> dict[str, int]:
-        """Commits the reader's waiting batches (the store refuses those of splits it no
-        longer owns, which the reader then drops), then tells the reader what is durable
-        (``notify_checkpoint_complete``). Returns the committed positions."""
-        slot = self.readers[subtask]
-        batches, slot.uncommitted = slot.uncommitted, []
-        if not batches:
-            return {}
-        moves = [BatchMove(b.split_id, b.start.position, b.end.position, b.finished) for b in batches]
-        moved = self.run_state.store.commit(slot.token, moves)
-        committed: dict[str, int] = {}
-        for batch in batches:
-            if batch.split_id in moved:
-                self.landed.append(
-                    LandedBatch(
-                        subtask,
-                        slot.token,
-                        batch.split_id,
-                        batch.start.position,
-                        batch.end.position,
-                        batch.records.to_pylist(),
-                        batch.finished,
-                    )
-                )
-                committed[batch.split_id] = batch.end.position
-                if batch.finished:
-                    slot.positions.pop(batch.split_id, None)
-        for split_id in {b.split_id for b in batches} - moved:
-            slot.reader.remove_split(split_id)  # it went to another reader
-            slot.positions.pop(split_id, None)
-        self.checkpoints.append(committed)
-        slot.reader.notify_checkpoint_complete(committed)
-        return committed
+    def commit(self, subtask: int) -> None:
+        """The reader commits what waits (``ReaderLoop.commit``), then is told what is durable."""
+        self.readers[subtask].loop.commit()
 
     # Rounds.
 
     def _advance(self) -> None:
         self.rounds += 1
         self.clock.advance(self.tick_s)
-        self.enumerator_pass()
-        if self.pending:  # a done reader is started again when splits came back (run_tick)
+        for subtask in sorted(self.respawn):
+            self.respawn.discard(subtask)
+            self.add_reader(subtask)
+        self.enumerator_tick()
+        if self.pending:  # a done reader is started again when splits came back (the run's tick)
             for subtask, slot in list(self.readers.items()):
-                if slot.done:
+                if slot.outcome == SliceOutcome.DONE:
                     del self.readers[subtask]
                     self.add_reader(subtask)
 
     def round(self) -> None:
-        """The clock moves, the enumerator makes a pass, each reader makes one step."""
+        """The clock moves, the enumerator ticks, each reader makes one step."""
         self._advance()
         for subtask in list(self.readers):
-            self.step_reader(subtask)
+            if subtask in self.readers:
+                self.step_reader(subtask)
 
     def run(
         self, *, until: Callable[[SourceHarness[SplitT]], bool] | None = None, rounds: int | None = None
     ) -> None:
         """``rounds`` rounds; or rounds until ``until`` holds; or, for a bounded source,
         until it is over (the enumerator exhausted, every split finished, every reader
-        told no more splits). Fails after ``max_rounds`` rounds."""
+        done). Fails after ``max_rounds`` rounds."""
         if rounds is not None:
             for _ in range(rounds):
                 self.round()
@@ -432,14 +331,43 @@ class SourceHarness(Generic[SplitT]):
 
     def is_over(self) -> bool:
         """The end of a bounded run: nothing to assign, nothing held, every reader done."""
-        stored = self.run_state.store.splits.values()
         return (
             self.exhausted
-            and all(s.finished for s in stored)
+            and not self.respawn
+            and all(s.finished or s.failed for s in self.store.state.splits.values())
             and all(slot.done for slot in self.readers.values())
         )
 
     # What the run produced.
+
+    @property
+    def assignments(self) -> list[Assignment]:
+        """Every split handed to a reader instance, at its checkpoint, in order."""
+        return self.store.state.assignments
+
+    @property
+    def returned(self) -> list[tuple[int, str, int]]:
+        """Splits given back to the enumerator after their reader was gone: (subtask,
+        split id, position)."""
+        return self.store.state.returned
+
+    @property
+    def no_more_signals(self) -> list[int]:
+        """Subtasks told there are no more splits, in order."""
+        return self.coordinator.no_more_signals
+
+    @property
+    def landed(self) -> list[LandedBatch]:
+        """The committed batches, in commit order."""
+        subtasks = {a.token: a.subtask for a in self.store.state.assignments}
+        return [self._landed(subtasks[token], token, commit) for token, commit in self.store.state.committed]
+
+    def _landed(self, subtask: int, token: str, commit: BatchCommit) -> LandedBatch:
+        table = self.landing.tables.get(commit.landed_path or "")
+        records: list[Record] = table.to_pylist() if table is not None else []
+        return LandedBatch(
+            subtask, token, commit.split_id, commit.start, commit.end, records, commit.finished
+        )
 
     def records(self) -> list[Record]:
         """Every committed record, in commit order."""
@@ -455,19 +383,32 @@ class SourceHarness(Generic[SplitT]):
             for split_id, batches in by_split.items()
         }
 
+    def lags(self) -> dict[str, int | None]:
+        """``Source.split_lags`` of the stored splits at their checkpoints."""
+        splits = {i: (s.payload, s.position) for i, s in self.store.state.splits.items()}
+        return self.source.split_lags(splits)
+
     def checkpoint(self, split_id: str) -> int | None:
-        return self.run_state.store.checkpoint(split_id)
+        return self.store.checkpoint(split_id)
+
+    def waiting_splits(self) -> list[SplitT]:
+        """The splits in the run's backlog, head first."""
+        return [self.serializer.deserialize(payload) for payload in self.store.backlog_payloads()]
 
     def describe(self) -> str:
         """The run's state in a line per reader, for a failure message."""
         lines = [
             f"round {self.rounds}, {len(self.records())} records committed, enumerator pending "
-            f"{self.pending}, exhausted {self.exhausted}, backlog {len(self.run_state.backlog)}"
+            f"{self.pending}, exhausted {self.exhausted}, backlog {len(self.store.state.backlog)}, "
+            f"failures {[repr(f) for f in self.failures[-3:]]}"
         ]
         for subtask, slot in sorted(self.readers.items()):
             held = ", ".join(f"{s.split_id}@{s.offset.position}" for s in slot.reader.snapshot_state())
             lines.append(
-                f"  reader {subtask} ({slot.token}): holds [{held}], {len(slot.uncommitted)} uncommitted, "
-                f"told no more {slot.told_no_more}, done {slot.done}"
+                f"  reader {subtask} ({slot.token[:8]}): holds [{held}], "
+                f"{len(slot.loop.commits.waiting)} uncommitted, outcome {slot.outcome}"
             )
         return "\n".join(lines)
+
+
+__all__ = ["ContractViolation", "LandedBatch", "ReaderSlot", "SourceHarness"]

@@ -1,33 +1,40 @@
-"""The runtime's side of a run kept in memory: store, backlog, contexts and a clock.
+"""A run's shared and durable state kept in memory, for the conformance kit to run the
+runtime's own enumerator tick and reader loop (``source_support.runtime``) without Redis
+or a database.
 
-What ``source_support.coordination`` and the database do for a real run, with the same
-rules: an assignment goes through the store, which refuses a split that is out with a
-reader or finished and hands a split that came back at its checkpoint; a split travels
-serialized (and through JSON), never as the object the enumerator made.
+- ``MemoryRunCoordinator``: a ``RunCoordinator`` (reader leases, requests, notices, events);
+- ``MemoryRunStore``: a ``RunStore`` with the rules of the database's (an assignment
+  refuses a split that is out with a reader or finished, a commit is fenced by the reader's
+  token and the checkpoint), which also checks the reader contract (``ContractViolation``);
+- ``MemoryLandingZone``: a landing zone that keeps each landed batch's table.
+
+A split and the enumerator's state travel through JSON, as they do through the database.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+import os
+import threading
 import time
-from collections import deque
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from pathlib import Path
+from typing import Any
 
-from source_support.api import (
-    ReaderInfo,
-    SourceEvent,
-    SourceReaderContext,
-    SplitBacklog,
-    SplitEnumeratorContext,
-    SplitSerializer,
-    SplitT,
-)
+import pyarrow as pa
 
-#: A split as a reader is given it: (split_id, serialized split, checkpointed position), as
-#: ``source_support.coordination.AssignedSplit`` (not imported: it would import Redis).
-AssignedSplit = tuple[str, dict[str, Any], int]
+from source_support.api import BadRecord, SourceEvent
+from source_support.coordination import AssignedSplit, PassInputs, ReaderInbox
+from source_support.landing import LandingZone
+from source_support.runtime import BatchCommit
+
+
+class ContractViolation(AssertionError):
+    """A connector broke a promise of the source model; the message says which."""
 
 
 def json_round_trip(data: Any) -> Any:
@@ -36,7 +43,7 @@ def json_round_trip(data: Any) -> Any:
 
 
 class ManualClock:
-    """A clock (``time.time``: seconds) that moves only when told to."""
+    """A clock (seconds) that moves only when told to."""
 
     def __init__(self, start: float | None = None) -> None:
         self.now = time.time() if start is None else start
@@ -48,242 +55,378 @@ class ManualClock:
         self.now += seconds
 
 
-class MemoryBacklog(SplitBacklog[SplitT]):
-    """The run's queue of waiting splits, kept serialized as the store keeps it."""
+class MemoryRunCoordinator:
+    """The ``RunCoordinator`` of one run in one process. A lease lapses only when the kit
+    says so (``expire_reader``: the reader's process died), never by the clock."""
 
-    def __init__(self, serializer: SplitSerializer[SplitT]) -> None:
-        self.serializer = serializer
-        self.queue: deque[dict[str, Any]] = deque()
+    def __init__(self, *, lease_ms: int = 10_000) -> None:
+        self.lease_ms = lease_ms
+        self._lock = threading.Lock()  # heartbeats come from the readers' lease threads
+        self.leases: dict[int, str] = {}
+        self.locations: dict[int, str] = {}
+        self.done: set[int] = set()
+        self.registrations: list[int] = []
+        self.requests: list[int] = []
+        self.enumerator_events: list[tuple[int | None, SourceEvent]] = []
+        self.notices: dict[int, list[list[AssignedSplit]]] = {}
+        self.reader_events: dict[int, list[SourceEvent]] = {}
+        self.no_more: dict[int, str] = {}
+        self.live_at_last_pass: list[str] | None = None
+        self.stopped = False
+        self.paused = False
+        self.records_committed = 0
+        self.commits_noted = 0
+        self.dirty = False
+        self.locked = False
+        #: Each subtask told there are no more splits, in order.
+        self.no_more_signals: list[int] = []
 
-    def append(self, splits: Sequence[SplitT]) -> None:
-        self.queue.extend(self._payload(s) for s in splits)
+    # Reader instances.
 
-    def prepend(self, splits: Sequence[SplitT]) -> None:
-        self.queue.extendleft(reversed([self._payload(s) for s in splits]))
+    def acquire_reader(self, subtask: int, token: str | None, location: str = "") -> str | None:
+        with self._lock:
+            if token is not None:
+                if self.leases.get(subtask) != token:
+                    return None
+                self.locations[subtask] = location
+                return token
+            if subtask in self.leases:
+                return None
+            token = uuid.uuid4().hex
+            self.leases[subtask] = token
+            self.locations[subtask] = location
+            self.done.discard(subtask)
+            self.registrations.append(subtask)
+            return token
 
-    def take(self, count: int) -> list[SplitT]:
-        taken = [self.queue.popleft() for _ in range(min(count, len(self.queue)))]
-        return [self.serializer.deserialize(payload) for payload in taken]
+    def heartbeat(self, subtask: int, token: str, *, ttl_ms: int | None = None) -> bool:
+        with self._lock:
+            return self.leases.get(subtask) == token
 
-    def splits(self) -> list[SplitT]:
-        """What waits, head first (left in place)."""
-        return [self.serializer.deserialize(payload) for payload in self.queue]
+    def release_reader(self, subtask: int, token: str, *, done: bool) -> None:
+        with self._lock:
+            if done:
+                self.done.add(subtask)
+            if self.leases.get(subtask) == token:
+                del self.leases[subtask]
 
-    def __len__(self) -> int:
-        return len(self.queue)
+    def expire_reader(self, subtask: int) -> None:
+        """The lease of ``subtask``'s reader lapses (its process died)."""
+        with self._lock:
+            self.leases.pop(subtask, None)
 
-    def _payload(self, split: SplitT) -> dict[str, Any]:
-        return json_round_trip(self.serializer.serialize(split))
+    def reader_locations(self) -> dict[int, str]:
+        return dict(self.locations)
+
+    # What a reader sends and receives.
+
+    def request_split(self, subtask: int) -> None:
+        self.requests.append(subtask)
+
+    def send_to_enumerator(self, event: SourceEvent, origin: int) -> None:
+        self.enumerator_events.append((origin, json_event(event)))
+
+    def notify_assigned(self, subtask: int, splits: Sequence[AssignedSplit]) -> None:
+        self.notices.setdefault(subtask, []).append(json_round_trip(list(splits)))
+
+    def wait_assigned(self, subtask: int, timeout_s: float) -> list[AssignedSplit]:
+        """What was assigned since the last call, at once (one process: nothing comes while
+        a reader would wait)."""
+        notices = self.notices.pop(subtask, [])
+        return [(split_id, payload, position) for notice in notices for split_id, payload, position in notice]
+
+    def signal_no_more_splits(self, subtask: int, token: str) -> None:
+        self.no_more[subtask] = token
+        self.no_more_signals.append(subtask)
+
+    def no_more_splits(self, subtask: int, token: str) -> bool:
+        return self.no_more.get(subtask) == token
+
+    def send_to_reader(self, subtask: int, event: SourceEvent) -> None:
+        self.reader_events.setdefault(subtask, []).append(json_event(event))
+
+    def reader_inbox(self, subtask: int) -> ReaderInbox:
+        return ReaderInbox(
+            stopped=self.stopped,
+            paused=self.paused,
+            records_committed=self.records_committed,
+            events=self.reader_events.pop(subtask, []),
+            assigned=self.wait_assigned(subtask, 0),
+        )
+
+    def count_committed(self, records: int) -> None:
+        self.records_committed += records
+
+    def note_committed(self) -> None:
+        self.commits_noted += 1
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    # The enumerator's passes.
+
+    @contextmanager
+    def enumerator_lock(self) -> Generator[bool]:
+        if self.locked:
+            self.dirty = True
+            yield False
+            return
+        self.locked = True
+        try:
+            yield True
+        finally:
+            self.locked = False
+
+    def collect_pass(self, parallelism: int) -> PassInputs:
+        with self._lock:
+            live = {s: t for s, t in self.leases.items() if s < parallelism}
+        last = self.live_at_last_pass
+        registrations, self.registrations = self.registrations, []
+        events, self.enumerator_events = self.enumerator_events, []
+        requests, self.requests = self.requests, []
+        return PassInputs(
+            live=live,
+            readers_gone=last is None or not set(last) <= set(live.values()),
+            registrations=registrations,
+            events=events,
+            requests=[s for s in dict.fromkeys(requests) if s in live],
+        )
+
+    def push_back_split_requests(self, subtasks: Sequence[int]) -> None:
+        self.requests[:0] = subtasks
+        self.dirty = True
+
+    def is_dirty(self) -> bool:
+        return self.dirty
+
+    def take_dirty(self) -> bool:
+        dirty, self.dirty = self.dirty, False
+        return dirty
+
+    def remember_live(self, live: dict[int, str]) -> None:
+        self.live_at_last_pass = sorted(live.values())
+
+    @contextmanager
+    def batched(self) -> Generator[MemoryRunCoordinator]:
+        yield self
+
+
+def json_event(event: SourceEvent) -> SourceEvent:
+    """``event`` as it comes off a queue (its payload through JSON)."""
+    return SourceEvent(event.kind, json_round_trip(event.payload))
 
 
 @dataclass
 class StoredSplit:
-    """A split's row: its payload, checkpoint and owner (a reader instance's token)."""
+    """A split's row: its payload, checkpoint, owner (a reader instance's token) and counts."""
 
     payload: dict[str, Any]
     position: int
     owner: str | None = None
     owner_subtask: int | None = None
     finished: bool = False
+    failed: str = ""
+    records_read: int = 0
+    bytes_read: int = 0
+    batches: int = 0
+    note: str = ""
 
 
 @dataclass(frozen=True)
-class BatchMove:
-    """One batch as a commit presents it to the store."""
+class Assignment:
+    """A split handed to a reader instance, at its checkpoint (the store's journal)."""
 
+    subtask: int
+    token: str
     split_id: str
-    start: int
-    end: int
-    finished: bool
+    position: int
 
 
-class MemorySplitStore:
-    """The durable split state of a run (``SplitStore`` + ``RunStore.commit_batches``)."""
-
-    def __init__(self) -> None:
-        self.splits: dict[str, StoredSplit] = {}
-        #: Splits an assignment named that were out with a reader or finished (refused).
-        self.refused: list[str] = []
-
-    def record_assignments(
-        self, assignments: dict[int, list[AssignedSplit]], tokens: dict[int, str]
-    ) -> dict[int, list[AssignedSplit]]:
-        """Takes new splits and splits that came back; each goes out at its checkpoint
-        (the store's position wins over the one in the enumerator's copy)."""
-        out: dict[int, list[AssignedSplit]] = {}
-        for subtask, rows in assignments.items():
-            for split_id, payload, position in rows:
-                stored = self.splits.get(split_id)
-                if stored is None:
-                    stored = self.splits[split_id] = StoredSplit(payload, position)
-                elif stored.owner is not None or stored.finished:
-                    self.refused.append(split_id)
-                    continue
-                stored.owner, stored.owner_subtask = tokens[subtask], subtask
-                out.setdefault(subtask, []).append((split_id, payload, stored.position))
-        return out
-
-    def owned_splits(self, token: str) -> list[AssignedSplit]:
-        return [
-            (split_id, s.payload, s.position)
-            for split_id, s in self.splits.items()
-            if s.owner == token and not s.finished
-        ]
-
-    def reclaim(self, live_tokens: set[str]) -> dict[int, list[AssignedSplit]]:
-        """Ends the assignments of reader instances that are gone; their splits by subtask."""
-        reclaimed: dict[int, list[AssignedSplit]] = {}
-        for split_id, stored in self.splits.items():
-            subtask = stored.owner_subtask  # set with the owner
-            gone = stored.owner is not None and stored.owner not in live_tokens
-            if gone and subtask is not None and not stored.finished:
-                reclaimed.setdefault(subtask, []).append((split_id, stored.payload, stored.position))
-                stored.owner, stored.owner_subtask = None, None
-        return reclaimed
-
-    def revoke(self, split_ids: Sequence[str]) -> list[tuple[str, AssignedSplit]]:
-        """Takes assigned splits back from their owners: (old owner's token, split)."""
-        revoked: list[tuple[str, AssignedSplit]] = []
-        for split_id in split_ids:
-            stored = self.splits.get(split_id)
-            if stored is None or stored.owner is None or stored.finished:
-                continue
-            revoked.append((stored.owner, (split_id, stored.payload, stored.position)))
-            stored.owner, stored.owner_subtask = None, None
-        return revoked
-
-    def commit(self, token: str, moves: Sequence[BatchMove]) -> set[str]:
-        """Moves each split's checkpoint past its batches where ``token`` owns it and its
-        batches follow on from the checkpoint, all or nothing per split; returns the ids
-        of the splits that moved."""
-        by_split: dict[str, list[BatchMove]] = {}
-        for move in moves:
-            by_split.setdefault(move.split_id, []).append(move)
-        moved: set[str] = set()
-        for split_id, batches in by_split.items():
-            stored = self.splits.get(split_id)
-            if stored is None or stored.owner != token or stored.finished:
-                continue
-            position = stored.position
-            for batch in batches:
-                if batch.start != position:
-                    break
-                position = batch.end
-            else:
-                stored.position, stored.finished = position, batches[-1].finished
-                moved.add(split_id)
-        return moved
-
-    def checkpoint(self, split_id: str) -> int | None:
-        stored = self.splits.get(split_id)
-        return None if stored is None else stored.position
+@dataclass(frozen=True)
+class DeadLetter:
+    split_id: str
+    record: BadRecord
 
 
 @dataclass
-class MemoryRun(Generic[SplitT]):
-    """What outlives one enumerator pass: the store, the backlog, the live reader instances
-    (subtask -> token) and what readers sent the enumerator since the last pass."""
+class StoreState:
+    """Everything a ``MemoryRunStore`` keeps, copied whole for a transaction."""
 
-    serializer: SplitSerializer[SplitT]
-    #: The run's parallelism if fixed; else the number of live readers (at least 1).
-    fixed_parallelism: int | None = None
-    store: MemorySplitStore = field(default_factory=MemorySplitStore)
-    live: dict[int, str] = field(default_factory=dict[int, str])
-    registrations: list[int] = field(default_factory=list[int])
-    requests: list[int] = field(default_factory=list[int])
-    reader_events: list[tuple[int, SourceEvent]] = field(default_factory=list[tuple[int, SourceEvent]])
-    backlog: MemoryBacklog[SplitT] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.backlog = MemoryBacklog(self.serializer)
-
-    @property
-    def parallelism(self) -> int:
-        return self.fixed_parallelism or max(1, len(self.live))
+    splits: dict[str, StoredSplit] = field(default_factory=dict[str, StoredSplit])
+    backlog: dict[int, dict[str, Any]] = field(default_factory=dict[int, dict[str, Any]])
+    enumerator_state: dict[str, Any] | None = None
+    pending: int = 0
+    exhausted: bool = False
+    #: Committed batches, in commit order, with the token that committed them.
+    committed: list[tuple[str, BatchCommit]] = field(default_factory=list[tuple[str, BatchCommit]])
+    dead_letters: list[DeadLetter] = field(default_factory=list[DeadLetter])
+    assignments: list[Assignment] = field(default_factory=list[Assignment])
+    #: Splits given back to the enumerator after their reader was gone: (subtask, split id, position).
+    returned: list[tuple[int, str, int]] = field(default_factory=list[tuple[int, str, int]])
+    #: Splits an assignment named that were out with a reader or finished (refused).
+    refused: list[str] = field(default_factory=list[str])
 
 
-class MemoryEnumeratorContext(SplitEnumeratorContext[SplitT]):
-    """An enumerator's view of a ``MemoryRun`` for one pass (the runtime makes a new
-    context each pass too). What it tells readers waits in ``notices``, ``no_more``,
-    ``events`` and ``revoked`` until the pass is over, as the runtime holds notices back
-    until the pass's transaction commits."""
+class MemoryRunStore:
+    """The ``RunStore`` of one run, with the database store's rules (see ``dataflow.store``)."""
 
-    def __init__(self, run: MemoryRun[SplitT]) -> None:
-        self.run = run
-        self._queued: dict[int, list[SplitT]] = {}
-        #: Splits stored as assigned, by subtask, each at its checkpoint.
-        self.notices: dict[int, list[AssignedSplit]] = {}
-        self.no_more: list[int] = []
-        self.events: list[tuple[int, SourceEvent]] = []
-        #: Split ids taken back from each reader instance (token).
-        self.revoked: dict[str, list[str]] = {}
+    def __init__(self) -> None:
+        self.state = StoreState()
 
-    @property
-    def current_parallelism(self) -> int:
-        return self.run.parallelism
+    @contextmanager
+    def atomic(self) -> Generator[object]:
+        """A transaction: what the block changed is undone if it raises."""
+        saved = copy.deepcopy(self.state)
+        try:
+            yield self
+        except BaseException:
+            self.state = saved
+            raise
 
-    def registered_readers(self) -> dict[int, ReaderInfo]:
-        return {subtask: ReaderInfo(subtask, f"memory-{subtask}") for subtask in self.run.live}
+    # SplitStore
 
-    def assign_splits(self, assignment: Mapping[int, Sequence[SplitT]]) -> None:
-        unknown = set(assignment) - set(self.run.live)
-        if unknown:
-            raise ValueError(f"cannot assign splits to readers that are not registered: {unknown}")
-        for subtask, splits in assignment.items():
-            self._queued.setdefault(subtask, []).extend(splits)
+    def record_assignments(
+        self,
+        assignments: dict[int, list[AssignedSplit]],
+        tokens: dict[int, str],
+        locations: dict[int, str],
+    ) -> dict[int, list[AssignedSplit]]:
+        out: dict[int, list[AssignedSplit]] = {}
+        state = self.state
+        for subtask, rows in assignments.items():
+            for split_id, payload, position in rows:
+                stored = state.splits.get(split_id)
+                if stored is None:
+                    stored = state.splits[split_id] = StoredSplit(json_round_trip(payload), position)
+                elif stored.owner is not None or stored.finished or stored.failed:
+                    state.refused.append(split_id)
+                    continue
+                stored.owner, stored.owner_subtask = tokens[subtask], subtask
+                state.assignments.append(Assignment(subtask, tokens[subtask], split_id, stored.position))
+                out.setdefault(subtask, []).append((split_id, stored.payload, stored.position))
+        return out
 
-    def signal_no_more_splits(self, subtask: int) -> None:
-        if subtask not in self.run.live:
-            raise ValueError(f"cannot signal no more splits to reader {subtask}: it is not registered")
-        self.no_more.append(subtask)
+    def owned_splits(self, subtask: int, token: str) -> list[AssignedSplit]:
+        return [
+            (split_id, s.payload, s.position)
+            for split_id, s in self.state.splits.items()
+            if s.owner == token and not s.finished and not s.failed
+        ]
 
-    def send_event_to_source_reader(self, subtask: int, event: SourceEvent) -> None:
-        self.events.append((subtask, event))
+    def reclaim_expired(self, live: dict[int, str]) -> dict[int, list[AssignedSplit]]:
+        reclaimed: dict[int, list[AssignedSplit]] = {}
+        tokens = set(live.values())
+        for split_id, stored in self.state.splits.items():
+            subtask = stored.owner_subtask
+            if stored.owner is None or stored.owner in tokens or subtask is None:
+                continue
+            if stored.finished or stored.failed:
+                continue
+            reclaimed.setdefault(subtask, []).append((split_id, stored.payload, stored.position))
+            self.state.returned.append((subtask, split_id, stored.position))
+            stored.owner, stored.owner_subtask = None, None
+        return reclaimed
 
-    def backlog(self) -> MemoryBacklog[SplitT]:
-        return self.run.backlog
+    def revoke_splits(self, split_ids: Sequence[str]) -> list[tuple[int, AssignedSplit]]:
+        revoked: list[tuple[int, AssignedSplit]] = []
+        for split_id in split_ids:
+            stored = self.state.splits.get(split_id)
+            if stored is None or stored.owner_subtask is None or stored.finished or stored.failed:
+                continue
+            revoked.append((stored.owner_subtask, (split_id, stored.payload, stored.position)))
+            stored.owner, stored.owner_subtask = None, None
+        return revoked
 
-    def revoke_splits(self, split_ids: Sequence[str]) -> list[SplitT]:
-        self.flush()  # a split queued for a reader in this pass is stored before it moves
-        serializer = self.run.serializer
-        splits: list[SplitT] = []
-        for owner, (split_id, payload, position) in self.run.store.revoke(split_ids):
-            self.revoked.setdefault(owner, []).append(split_id)
-            for subtask, rows in self.notices.items():
-                self.notices[subtask] = [row for row in rows if row[0] != split_id]
-            splits.append(serializer.deserialize(payload).at(position))
-        return splits
+    def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
+        backlog = self.state.backlog
+        start = min(backlog, default=0) - len(payloads) if front else max(backlog, default=-1) + 1
+        for index, payload in enumerate(payloads):
+            backlog[start + index] = json_round_trip(payload)
 
-    def flush(self) -> None:
-        """Stores the queued assignments; what the store took waits in ``notices``."""
-        serializer = self.run.serializer
-        rows = {
-            subtask: [
-                (s.split_id, json_round_trip(serializer.serialize(s)), s.offset.position) for s in splits
-            ]
-            for subtask, splits in self._queued.items()
-            if splits
-        }
-        self._queued = {}
-        for subtask, assigned in self.run.store.record_assignments(rows, self.run.live).items():
-            self.notices.setdefault(subtask, []).extend(assigned)
+    def backlog_head(self, count: int) -> list[tuple[int, dict[str, Any]]]:
+        return [(key, self.state.backlog[key]) for key in sorted(self.state.backlog)[:count]]
+
+    def backlog_remove(self, keys: Sequence[int]) -> None:
+        for key in keys:
+            self.state.backlog.pop(key, None)
+
+    # RunStore
+
+    def load_enumerator_state(self) -> dict[str, Any] | None:
+        return json_round_trip(self.state.enumerator_state)
+
+    def save_enumerator_state(self, state: dict[str, Any], *, pending: int, exhausted: bool) -> None:
+        self.state.enumerator_state = json_round_trip(state)
+        self.state.pending, self.state.exhausted = pending, exhausted
+
+    def commit_batches(self, token: str, commits: Sequence[BatchCommit]) -> set[str]:
+        """Moves each split owned by ``token`` past its batches, all or nothing per split;
+        a split another reader owns now is refused. A batch of a split ``token`` owns that
+        does not follow on from its checkpoint is a ``ContractViolation``: in the kit no
+        stale instance commits, so only the connector can have lost the position."""
+        by_split: dict[str, list[BatchCommit]] = {}
+        for commit in commits:
+            by_split.setdefault(commit.split_id, []).append(commit)
+        moved: set[str] = set()
+        for split_id, batches in by_split.items():
+            stored = self.state.splits.get(split_id)
+            if stored is None or stored.owner != token or stored.finished or stored.failed:
+                continue
+            position = stored.position
+            for batch in batches:
+                _check_batch(split_id, batch, position)
+                position = batch.end
+            stored.position, stored.finished = position, batches[-1].finished
+            stored.records_read += sum(b.records for b in batches)
+            stored.bytes_read += sum(b.bytes_read for b in batches)
+            stored.batches += len(batches)
+            stored.note = next((b.note for b in reversed(batches) if b.note), stored.note)
+            self.state.committed += [(token, b) for b in batches]
+            self.state.dead_letters += [DeadLetter(split_id, bad) for b in batches for bad in b.bad_records]
+            moved.add(split_id)
+        return moved
+
+    def fail_split(self, split_id: str, token: str, message: str) -> None:
+        stored = self.state.splits.get(split_id)
+        if stored is not None and stored.owner == token and not stored.finished:
+            stored.failed = message
+
+    # What the kit reads.
+
+    def checkpoint(self, split_id: str) -> int | None:
+        stored = self.state.splits.get(split_id)
+        return None if stored is None else stored.position
+
+    def backlog_payloads(self) -> list[dict[str, Any]]:
+        """The serialized splits that wait, head first."""
+        return [self.state.backlog[key] for key in sorted(self.state.backlog)]
 
 
-class MemoryReaderContext(SourceReaderContext):
-    """A reader's view of a ``MemoryRun``: requests and events wait for the next pass."""
+def _check_batch(split_id: str, batch: BatchCommit, position: int) -> None:
+    where = f"a batch of split {split_id}"
+    if batch.start != position:
+        raise ContractViolation(
+            f"{where} starts at {batch.start}, but the split was at {position} (its checkpoint or "
+            "the end of its last batch): records would be lost or read twice"
+        )
+    if batch.end < batch.start:
+        raise ContractViolation(f"{where} ends at {batch.end}, before its start {batch.start}")
+    if batch.end == batch.start and batch.records:
+        raise ContractViolation(
+            f"{where} holds {batch.records} records but does not move the position "
+            f"({batch.start}): a replay from the checkpoint would read them again"
+        )
 
-    def __init__(self, run: MemoryRun[Any], subtask: int) -> None:
-        self.run = run
-        self._subtask = subtask
-        self.requests = 0
 
-    @property
-    def subtask(self) -> int:
-        return self._subtask
+class MemoryLandingZone(LandingZone):
+    """A landing zone that keeps each landed table by its path instead of writing it."""
 
-    def send_split_request(self) -> None:
-        self.requests += 1
-        self.run.requests.append(self._subtask)
+    def __init__(self) -> None:
+        super().__init__("/nonexistent/memory-landing", fsync=False)
+        self.tables: dict[str, pa.Table] = {}
 
-    def send_source_event_to_coordinator(self, event: SourceEvent) -> None:
-        self.run.reader_events.append((self._subtask, event))
+    def land(self, path: Path, table: pa.Table) -> None:
+        self.tables[str(path)] = table
+
+    def remove(self, path: str | os.PathLike[str]) -> None:
+        self.tables.pop(str(path), None)

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from source_support.testing.external import ExternalContext, Record, SourceOptions
+from source_support.runtime import SliceOutcome
+from source_support.testing.external import ExternalContext, NotApplicable, Record, SourceOptions
 from source_support.testing.harness import SourceHarness
 from source_support.testing.memory import ManualClock, json_round_trip
 
@@ -67,6 +68,15 @@ def has_read(expected: list[Record]) -> Callable[[SourceHarness[Any]], bool]:
     """``until`` for a harness: every record in ``expected`` is committed."""
     wanted = Counter(map(frozen, expected))
     return lambda harness: not (wanted - Counter(map(frozen, harness.records())))
+
+
+def applicable(hook: Callable[[], object]) -> None:
+    """Calls an optional hook of the context; a case it does not apply to is skipped with
+    the context's reason."""
+    try:
+        hook()
+    except NotApplicable as reason:
+        pytest.skip(str(reason))
 
 
 def _acknowledged(context: ExternalContext) -> list[Record]:
@@ -134,8 +144,25 @@ class SourceConformanceSuite:
             harness.run(until=has_read(context.expected()))
             harness.run(rounds=QUIET_ROUNDS)
 
+    def assert_counted(self, harness: SourceHarness[Any]) -> None:
+        """Each split's counts in the store are those of the batches its commits landed."""
+        landed: dict[str, list[Record]] = harness.records_by_split()
+        for split_id, stored in harness.store.state.splits.items():
+            records = len(landed.get(split_id, []))
+            assert stored.records_read == records, (
+                f"split {split_id}: {stored.records_read} records counted, {records} committed"
+            )
+            nbytes = sum(
+                harness.landing.tables[c.landed_path].nbytes
+                for _, c in harness.store.state.committed
+                if c.split_id == split_id and c.landed_path
+            )
+            assert stored.bytes_read == nbytes and (nbytes > 0) == (records > 0), (
+                f"split {split_id}: {stored.bytes_read} bytes counted, {nbytes} landed"
+            )
+
     def assert_exactly_once(self, harness: SourceHarness[Any], context: ExternalContext) -> None:
-        refused = harness.run_state.store.refused
+        refused = harness.store.state.refused
         assert not refused, (
             f"the enumerator assigned splits that were out with a reader or finished: {refused[:5]} "
             "(the store refuses them; the runtime logs an error)"
@@ -226,18 +253,18 @@ class SourceConformanceSuite:
         batch = harness.read(0, batches=1)[0]
         serializer = harness.serializer
         held = harness.readers[0].reader.snapshot_state()
-        waiting = harness.run_state.backlog.splits()
+        waiting = harness.waiting_splits()
 
         read_from = [s for s in held if s.split_id == batch.split_id]
-        assert read_from and read_from[0].offset.position == batch.end.position
-        for split in held + waiting + [read_from[0].at(batch.start.position)]:
+        assert read_from and read_from[0].offset.position == batch.end
+        for split in held + waiting + [read_from[0].at(batch.start)]:
             data = json_round_trip(serializer.serialize(split))
             back = serializer.deserialize(data)
             assert (back.split_id, back.offset) == (split.split_id, split.offset), (
                 f"{split} came back as {back}"
             )
             assert json_round_trip(serializer.serialize(back)) == data
-            assert back.at(batch.end.position).offset.position == batch.end.position
+            assert back.at(batch.end).offset.position == batch.end
 
     def test_acknowledges_only_what_a_commit_made_durable(self, external_context: ExternalContext) -> None:
         if external_context.acknowledged() is None:
@@ -291,7 +318,7 @@ class SourceConformanceSuite:
         harness.kill_reader(0)
         self.run_to_end(harness, external_context)
 
-        lost_records = [r for batch in lost for r in batch.records.to_pylist()]
+        lost_records = [r for batch in lost for r in batch.records]
         assert lost_records, "the killed reader had read records it did not commit"
         committed_by = {frozen(r): batch.token for batch in harness.landed for r in batch.records}
         assert all(committed_by[frozen(r)] != killed for r in lost_records), (
@@ -308,6 +335,107 @@ class SourceConformanceSuite:
 
         self.write(external_context, 0, 7)
         self.write(external_context, 1, 9)
+        self.run_to_end(harness, external_context)
+
+        self.assert_exactly_once(harness, external_context)
+
+    def test_a_reader_goes_on_in_its_next_slice(self, external_context: ExternalContext) -> None:
+        self.write_splits(external_context, 3)
+        harness = self.harness(external_context, readers=2, slice_s=3 * self.tick_s)
+
+        self.run_to_end(harness, external_context)
+
+        self.assert_exactly_once(harness, external_context)
+
+    def test_commits_count_records_and_bytes_and_lag_is_reported(
+        self, external_context: ExternalContext
+    ) -> None:
+        self.write_splits(external_context, 2)
+        harness = self.harness(external_context, readers=1)
+        harness.read(0, batches=3)
+
+        self.assert_counted(harness)
+        lags = harness.lags()
+        assert all(lag is None or lag >= 0 for lag in lags.values()), f"a lag is never negative: {lags}"
+        if len(lags) == 2 and None not in lags.values():  # the source reports the lag of every split
+            behind = len(external_context.expected()) - len(harness.records())
+            assert sum(v or 0 for v in lags.values()) == behind, (
+                f"lags {lags}, {behind} records not committed"
+            )
+        self.run_to_end(harness, external_context)
+
+        self.assert_counted(harness)
+        assert all(not lag for lag in harness.lags().values()), f"nothing waits at the end: {harness.lags()}"
+        self.assert_exactly_once(harness, external_context)
+
+    def test_a_bad_record_is_dead_lettered_with_its_position_in_the_sources_words(
+        self, external_context: ExternalContext
+    ) -> None:
+        self.write_splits(external_context, 2, records=12)
+        applicable(lambda: external_context.write_bad_record(1))
+        harness = self.harness(external_context, readers=2, skip_errors=True)
+
+        if harness.bounded:
+            harness.run()
+        else:
+            harness.run(
+                until=lambda h: bool(h.store.state.dead_letters) and has_read(external_context.expected())(h)
+            )
+
+        letters = harness.store.state.dead_letters
+        assert len(letters) == 1, f"one dead letter: {letters}"
+        bad = letters[0].record
+        assert bad.offset == harness.source.format_position(bad.position) != "", (
+            f"the dead letter's offset {bad.offset!r} is its position {bad.position} in the source's words"
+        )
+        assert harness.source.parse_position(bad.offset) == bad.position
+        assert bad.reason, "the dead letter says why the record was refused"
+        self.assert_exactly_once(harness, external_context)
+
+    def test_a_bad_record_fails_its_split_and_stops_the_run_without_skip_errors(
+        self, external_context: ExternalContext
+    ) -> None:
+        self.write_splits(external_context, 1, records=12)
+        applicable(lambda: external_context.write_bad_record(0))
+        harness = self.harness(external_context, readers=2)
+
+        harness.run(until=lambda h: all(slot.done for slot in h.readers.values()))
+
+        failed = {i: s.failed for i, s in harness.store.state.splits.items() if s.failed}
+        assert len(failed) == 1, f"the split of the bad record fails: {failed}"
+        assert harness.coordinator.stopped, "a failed split stops the run"
+        assert SliceOutcome.STOPPED in {slot.outcome for slot in harness.readers.values()}
+        assert harness.store.state.dead_letters == []
+
+    def test_the_external_system_going_away_and_coming_back_loses_nothing(
+        self, external_context: ExternalContext
+    ) -> None:
+        self.write_splits(external_context, 2)
+        harness = self.harness(external_context, readers=2)
+        harness.run(rounds=4)
+
+        applicable(external_context.stop_system)
+        harness.run(rounds=4)
+        external_context.start_system()
+        if external_context.writes_while_running:
+            self.write(external_context, 0, 6)
+        self.run_to_end(harness, external_context)
+
+        self.assert_exactly_once(harness, external_context)
+        if external_context.acknowledged() is not None:
+            assert_same_records(_acknowledged(external_context), external_context.expected(), "acknowledged")
+
+    def test_a_split_that_grows_while_read_is_read_to_its_new_end(
+        self, external_context: ExternalContext
+    ) -> None:
+        self.write_splits(external_context, 1)
+        harness = self.harness(external_context, readers=1)
+        harness.read(0, batches=2)
+
+        more = [{"id": -n, "split": 0, "text": f"grown{n}"} for n in range(1, 15)]
+        applicable(lambda: external_context.append(0, more[:7]))  # in the middle of reading
+        harness.run(until=has_read(external_context.expected()))
+        external_context.append(0, more[7:])  # once all of it was read
         self.run_to_end(harness, external_context)
 
         self.assert_exactly_once(harness, external_context)

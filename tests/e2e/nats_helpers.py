@@ -6,19 +6,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
-import socket
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 import nats
 from nats.js.api import StreamConfig
 
 from tests.e2e.streams_helpers import SCHEMA, SteadyWriter
+from tests.nats_server import PrivateNatsServer
 
-NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
+__all__ = ["NatsProducer", "PrivateNatsServer", "nats_spec"]
 
 
 class NatsProducer(SteadyWriter):
@@ -71,39 +68,6 @@ class NatsProducer(SteadyWriter):
             self.run(self.js.delete_stream(self.stream), timeout=10)
         self.run(self.nc.close(), timeout=10)
         self.loop.call_soon_threadsafe(self.loop.stop)
-
-
-class PrivateNatsServer:
-    """A nats-server with JetStream file storage in ``store``, on a free loopback port,
-    stopped and started again by its pid (the store, and so the streams, survive)."""
-
-    def __init__(self, store: Path) -> None:
-        self.store = store
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"nats://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [NATS_SERVER, "-js", "-a", "127.0.0.1", "-p", str(self.port), "-sd", str(self.store)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"nats-server did not listen on {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-            self.proc = None
 
 
 def nats_spec(

@@ -36,6 +36,12 @@ class MemoryStreams:
     def __init__(self) -> None:
         self.entries: dict[str, list[Record]] = {}
         self.acked: dict[str, set[int]] = {}
+        #: While set, the "server" is away: every read raises ConnectionError.
+        self.down = False
+
+    def check_up(self) -> None:
+        if self.down:
+            raise ConnectionError("the memory streams are away")
 
     def add(self, name: str, records: Sequence[Record]) -> None:
         self.entries.setdefault(name, []).extend(records)
@@ -149,6 +155,7 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             self.held.pop(name, None)
 
     def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        self.streams.check_up()
         batches = []
         for name, position in self.held.items():
             entries = self.streams.entries[name][position : position + max_records]
@@ -195,6 +202,10 @@ class MemoryStreamSource(Source[StreamSplit]):
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[StreamSplit]:
         return SourceReaderBase(context, self.reader_class(self.streams), batch_size=self.batch_size)
 
+    def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
+        """Entries past each committed position."""
+        return {name: len(self.streams.entries[name]) - position for name, (_, position) in splits.items()}
+
 
 class MemoryStreamContext(ExternalContext):
     """Split i is stream ``s{i}``; a write appends to it (XADD)."""
@@ -214,6 +225,15 @@ class MemoryStreamContext(ExternalContext):
         self.streams.add(f"s{split_index}", records)
         self.written += records
         return records
+
+    def append(self, split_index: int, records: list[Record]) -> list[Record]:
+        return self.write(split_index, records)
+
+    def stop_system(self) -> None:
+        self.streams.down = True
+
+    def start_system(self) -> None:
+        self.streams.down = False
 
     def source(self, options: SourceOptions) -> MemoryStreamSource:
         return self.source_class(self.streams, batch_size=options.batch_size)

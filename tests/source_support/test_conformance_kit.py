@@ -51,6 +51,21 @@ class ForgetsPosition(StreamSplitSerializer):
         return StreamSplit(data["name"])
 
 
+class AtKeepsItsPosition(StreamSplit):
+    def at(self, position):
+        return self
+
+
+class ForgetsPositionAcrossSlices(StreamSplitSerializer):
+    def deserialize(self, data):
+        return AtKeepsItsPosition(data["name"])
+
+
+class LagFromTheStart(MemoryStreamSource):
+    def split_lags(self, splits):
+        return {name: len(self.streams.entries[name]) for name in splits}
+
+
 class LosesReturnedSplits(StreamEnumerator):
     def add_splits_back(self, splits, subtask):
         """Forgets them."""
@@ -154,11 +169,24 @@ BREAKAGES = [
         stream_context(enumerator_class=LosesReturnedSplits),
     ),
     ("test_records_written_while_reading_are_read", stream_context(reader_class=StopsAtTheEndOfAStream)),
+    ("test_a_reader_goes_on_in_its_next_slice", stream_context(serializer_class=ForgetsPositionAcrossSlices)),
+    (
+        "test_commits_count_records_and_bytes_and_lag_is_reported",
+        lambda: MemoryStreamContext(LagFromTheStart),
+    ),
+    (
+        "test_the_external_system_going_away_and_coming_back_loses_nothing",
+        stream_context(enumerator_class=LosesReturnedSplits),
+    ),
+    (
+        "test_a_split_that_grows_while_read_is_read_to_its_new_end",
+        stream_context(reader_class=StopsAtTheEndOfAStream),
+    ),
 ]
 
 
 @pytest.mark.parametrize(
-    ("case", "broken_context"), BREAKAGES, ids=[f"{case}-{make.__name__}" for case, make in BREAKAGES]
+    ("case", "broken_context"), BREAKAGES, ids=[f"{case}-{i}" for i, (case, _) in enumerate(BREAKAGES)]
 )
 def test_each_case_fails_for_the_breakage_it_guards_against(case, broken_context):
     suite = SourceConformanceSuite()

@@ -1,4 +1,4 @@
-"""RunCoordinator and the Redis contexts, against the real Redis at REDIS_URL."""
+"""RedisRunCoordinator and the Redis contexts, against the real Redis at REDIS_URL."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import redis
 
 from connectors.files.split import FileSplit, FileSplitSerializer
 from source_support.api import SourceEvent
-from source_support.coordination import Mark, RedisEnumeratorContext, RedisReaderContext, RunCoordinator
+from source_support.coordination import Mark, RedisRunCoordinator, RunEnumeratorContext, RunReaderContext
 
 SHORT_LEASE_MS = 300
 
@@ -29,10 +29,10 @@ def client() -> redis.Redis:
 @pytest.fixture()
 def make_coordinator(client):
     """Coordinators of fresh runs (a uuid run key each), purged after the test."""
-    made: list[RunCoordinator] = []
+    made: list[RedisRunCoordinator] = []
 
-    def make(run_key: str | None = None, **kwargs) -> RunCoordinator:
-        coordinator = RunCoordinator(client, run_key or uuid.uuid4().hex, **kwargs)
+    def make(run_key: str | None = None, **kwargs) -> RedisRunCoordinator:
+        coordinator = RedisRunCoordinator(client, run_key or uuid.uuid4().hex, **kwargs)
         made.append(coordinator)
         return coordinator
 
@@ -42,11 +42,11 @@ def make_coordinator(client):
 
 
 @pytest.fixture()
-def coordinator(make_coordinator) -> RunCoordinator:
+def coordinator(make_coordinator) -> RedisRunCoordinator:
     return make_coordinator()
 
 
-def run_keys(client: redis.Redis, coordinator: RunCoordinator) -> set[str]:
+def run_keys(client: redis.Redis, coordinator: RedisRunCoordinator) -> set[str]:
     return {k.decode() for k in client.scan_iter(match=coordinator.keys.pattern)}
 
 
@@ -469,9 +469,7 @@ class InMemorySplitStore:
 def test_enumerator_context_records_queued_assignments_at_flush_then_wakes_the_readers(coordinator):
     token = coordinator.acquire_reader(0, None, "host-a")
     store = InMemorySplitStore()
-    context = RedisEnumeratorContext(
-        coordinator, store, FileSplitSerializer(), parallelism=2, live={0: token}
-    )
+    context = RunEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=2, live={0: token})
     split = FileSplit("/d/a.csv", 0, 100, 40)
 
     context.assign_split(split, 0)
@@ -490,9 +488,7 @@ def test_enumerator_context_records_queued_assignments_at_flush_then_wakes_the_r
 def test_enumerator_context_announces_only_what_the_store_assigned(coordinator):
     token = coordinator.acquire_reader(0, None)
     store = InMemorySplitStore(refuse={"/d/a.csv@0"})
-    context = RedisEnumeratorContext(
-        coordinator, store, FileSplitSerializer(), parallelism=1, live={0: token}
-    )
+    context = RunEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=1, live={0: token})
 
     context.assign_splits({0: [FileSplit("/d/a.csv", 0, 100, 0), FileSplit("/d/b.csv", 0, 100, 0)]})
 
@@ -502,7 +498,7 @@ def test_enumerator_context_announces_only_what_the_store_assigned(coordinator):
 
 def test_enumerator_context_refuses_to_assign_to_an_unregistered_reader(coordinator):
     store = InMemorySplitStore()
-    context = RedisEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=2, live={})
+    context = RunEnumeratorContext(coordinator, store, FileSplitSerializer(), parallelism=2, live={})
 
     with pytest.raises(ValueError, match="not registered"):
         context.assign_split(FileSplit("/d/a.csv", 0, 100, 0), 1)
@@ -513,7 +509,7 @@ def test_enumerator_context_refuses_to_assign_to_an_unregistered_reader(coordina
 
 def test_enumerator_context_signals_no_more_splits_to_the_live_instance_and_wakes_it(coordinator):
     token = coordinator.acquire_reader(1, None)
-    context = RedisEnumeratorContext(
+    context = RunEnumeratorContext(
         coordinator, InMemorySplitStore(), FileSplitSerializer(), parallelism=2, live={1: token}
     )
 
@@ -525,7 +521,7 @@ def test_enumerator_context_signals_no_more_splits_to_the_live_instance_and_wake
 
 def test_reader_context_requests_a_split_and_a_prompt_tick(coordinator):
     ticks: list[str] = []
-    context = RedisReaderContext(coordinator, 4, lambda: ticks.append("tick"))
+    context = RunReaderContext(coordinator, 4, lambda: ticks.append("tick"))
 
     context.send_split_request()
     context.send_source_event_to_coordinator(SourceEvent("done", {"n": 1}))
@@ -601,7 +597,7 @@ def test_a_batch_reaches_redis_when_its_block_ends_and_not_after_an_error(coordi
 
 
 def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
-    keys = RunCoordinator(redis.Redis(), "r1").keys
+    keys = RedisRunCoordinator(redis.Redis(), "r1").keys
 
     assert [
         keys.reader(2),
@@ -642,7 +638,7 @@ def test_the_key_layout_is_the_one_running_deployments_have_in_redis():
 
 
 def test_the_marks_keep_the_key_names_running_deployments_have_in_redis():
-    keys = RunCoordinator(redis.Redis(), "r1").keys
+    keys = RedisRunCoordinator(redis.Redis(), "r1").keys
 
     assert {mark.name: keys.mark(mark) for mark in Mark} == {
         "STOPPED": "adf:run:r1:stopped",

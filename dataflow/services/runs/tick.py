@@ -22,7 +22,7 @@ from dataflow.services.streams.tick import ensure_stream_transform, stream_run_t
 from dataflow.services.ticks import flow_ticks_remove_orphan
 from dataflow.store import DjangoRunStore
 from source_support.api import Source
-from source_support.coordination import Mark, RunCoordinator
+from source_support.coordination import Mark, RedisRunCoordinator
 from source_support.registry import source_is_unbounded
 from source_support.runtime import TickResult, enumerator_tick
 
@@ -76,7 +76,7 @@ def run_tick(*, run_id: int) -> None:
         metrics_sample(run=run)  # a bounded run's progress, for its charts
 
 
-def _sync_hold(run: FlowRun, coordinator: RunCoordinator) -> None:
+def _sync_hold(run: FlowRun, coordinator: RedisRunCoordinator) -> None:
     """Sets the run's hold mark in Redis from the database (also after a Redis that lost
     it), under the run's row lock: ``flow_pause`` and ``flow_resume`` change ``paused_at``
     holding that lock and set the mark once they commit, so a tick that loaded the run
@@ -94,7 +94,7 @@ def run_is_unbounded(run: FlowRun) -> bool:
     return source_is_unbounded(run.spec["source_type"], run.spec["source_config"])
 
 
-def _spawn_readers(run: FlowRun, coordinator: RunCoordinator, result: TickResult) -> None:
+def _spawn_readers(run: FlowRun, coordinator: RedisRunCoordinator, result: TickResult) -> None:
     """Queues a reader for each subtask that has none, unless it is done and nothing waits
     (a reader of an unbounded run is done only once its enumerator says no more splits: a
     stop rule was met)."""
@@ -114,7 +114,7 @@ def _records_rule_met(run: FlowRun) -> bool:
     return read >= limit
 
 
-def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
+def _end_input(run: FlowRun, coordinator: RedisRunCoordinator) -> None:
     """A global stop rule is met: every reader is told to stop (each commits what it read
     and leaves); once none is left, every split ends at its committed position and the run
     goes on to its last transform."""
@@ -128,7 +128,7 @@ def _end_input(run: FlowRun, coordinator: RunCoordinator) -> None:
     _reading_done(run, coordinator)
 
 
-def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -> None:
+def _watch_for_stall(run: FlowRun, coordinator: RedisRunCoordinator, *, live: bool) -> None:
     """Says on the run when it has work but no reader has run for ``DATAFLOW_STALL_SECONDS``
     (no worker consumes the queue, or every slot is taken), and takes it back once one runs.
     Views do not rely on it (see ``selectors.runs.run_message``): it keeps the note in the
@@ -143,7 +143,7 @@ def _watch_for_stall(run: FlowRun, coordinator: RunCoordinator, *, live: bool) -
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
 
-def _reading_done(run: FlowRun, coordinator: RunCoordinator) -> None:
+def _reading_done(run: FlowRun, coordinator: RedisRunCoordinator) -> None:
     """Every split is read: hands the run to Spark, unless it read nothing and may not (a
     stream that had nothing to read until its stop rule is not a mistake)."""
     empty = "" if run_is_unbounded(run) else _empty_source_message(run)

@@ -88,7 +88,7 @@ from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
 from source_support.api import Source
-from source_support.coordination import Mark, RunCoordinator
+from source_support.coordination import Mark, RedisRunCoordinator
 from source_support.durations import parse_duration_ms
 from source_support.errors import ConfigError
 from source_support.registry import SINKS
@@ -181,7 +181,7 @@ class StreamDriver:
         finally:
             self._drop_spark()
 
-    def _await_commit(self, coordinator: RunCoordinator, *, until: float) -> None:
+    def _await_commit(self, coordinator: RedisRunCoordinator, *, until: float) -> None:
         """Waits until a reader commits, or until ``until`` (time.monotonic()); in waits of
         at most ``COMMIT_WAIT_STEP_S``, so a lost lease or a leaving worker is seen soon."""
         while (left := until - time.monotonic()) > 0:

@@ -21,7 +21,7 @@ from dataflow.services.checkpoints import checkpoint_take
 from dataflow.services.context import coordinator_for
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.queues import STREAM_TRANSFORM, run_task_send
-from source_support.coordination import Mark, RunCoordinator
+from source_support.coordination import Mark, RedisRunCoordinator
 from source_support.runtime import TickResult
 
 #: How long a queued slice keeps another from being queued. Short: a slice whose worker
@@ -33,7 +33,7 @@ PAUSE_NOTE = "paused: "
 WAITING_NOTE = "waiting: "
 
 
-def stream_run_tick(*, run: FlowRun, coordinator: RunCoordinator, result: TickResult) -> None:
+def stream_run_tick(*, run: FlowRun, coordinator: RedisRunCoordinator, result: TickResult) -> None:
     """The periodic work of a reading unbounded run, each step at its own pace."""
     ensure_stream_transform(run)
     run_backpressure(run=run, coordinator=coordinator)
@@ -66,7 +66,7 @@ def untransformed_records(run: FlowRun) -> int:
     return rows.aggregate(n=Sum("records", default=0))["n"]
 
 
-def run_backpressure(*, run: FlowRun, coordinator: RunCoordinator) -> bool:
+def run_backpressure(*, run: FlowRun, coordinator: RedisRunCoordinator) -> bool:
     """Pauses the run's readers while more than ``backpressure_records`` records wait for
     the transform, and lets them go on below half of it (so they do not flap); returns
     whether they are paused. Readers that pause read nothing, so memory stays bounded

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.files.config import OPTIONS, WATCH_FIELDS, FilesSourceConfig
+from connectors.files.config import WATCH_FIELDS, FilesSourceConfig
 from source_support.errors import ConfigError
 from source_support.options import option_named
 from source_support.registry import section_options, validate_sink
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 class TestFilesSourceOptions(OptionsContract):
@@ -55,17 +55,27 @@ class TestJsonSinkOptions(OptionsContract):
         return {"path": "data/out", "compression": "none", "partition_by": ["day", "country"]}
 
 
-def test_a_source_without_options_takes_the_declared_defaults(env):
+def test_a_source_without_options_takes_and_stores_the_declared_defaults(env):
     config = FilesSourceConfig.parse({"path": "data"}, env)
 
-    for option in OPTIONS[1:]:
-        assert getattr(config, option.name) == option.default, option.name
-    assert config.to_dict() == {"path": str(env.base_dir / "data")}
+    defaults = {option.name: option.default for option in FilesSourceConfig.OPTIONS[1:]}
+    assert {name: getattr(config, name) for name in defaults} == defaults
+    assert config.to_dict() == {"path": str(env.base_dir / "data"), **defaults}
+
+
+def test_a_source_stored_by_an_older_version_without_its_defaults_loads_with_them(env):
+    # Before issue 16 a files source stored only the fields not at their defaults.
+    stored = {"path": str(env.base_dir / "data"), "split_size_mb": 0.5}
+
+    config = FilesSourceConfig.from_dict(stored)
+
+    assert config.split_size_mb == 0.5 and config.watch is False and config.settle_ms == 1_000
+    assert config.to_dict() == FilesSourceConfig.parse({"path": "data", "split_size_mb": 0.5}, env).to_dict()
 
 
 @pytest.mark.parametrize("name", WATCH_FIELDS)
 def test_a_watch_option_is_accepted_at_the_ends_of_its_declared_range(env, name):
-    option = option_named(OPTIONS, name)
+    option = option_named(FilesSourceConfig.OPTIONS, name)
 
     for value in (option.minimum, option.maximum):
         config = FilesSourceConfig.parse({"path": "data", "watch": True, name: value}, env)
@@ -74,7 +84,7 @@ def test_a_watch_option_is_accepted_at_the_ends_of_its_declared_range(env, name)
 
 @pytest.mark.parametrize("name", WATCH_FIELDS)
 def test_a_watch_option_past_its_declared_range_is_refused_naming_it(env, name):
-    option = option_named(OPTIONS, name)
+    option = option_named(FilesSourceConfig.OPTIONS, name)
 
     for value in (option.minimum - 1, option.maximum + 1):
         with pytest.raises(ConfigError) as caught:

@@ -12,7 +12,7 @@ from connectors.files.config import FilesSourceConfig
 from connectors.files.source import FileSource
 from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, Environment
-from source_support.testing import ExternalContext, Record, SourceOptions
+from source_support.testing import ExternalContext, NotApplicable, Record, SourceOptions
 from source_support.testing.suite import SourceConformanceSuite
 
 COLUMNS = ("id", "split", "text")
@@ -37,16 +37,32 @@ class FilesContext(ExternalContext):
         """Files are made as they are written."""
 
     def write(self, split_index: int, records: list[Record]) -> list[Record]:
+        self._write_file(split_index, [",".join(str(r[c]) for c in COLUMNS) for r in records])
+        self.written += records
+        return records
+
+    def write_bad_record(self, split_index: int) -> None:
+        """A file of its own whose one row has a word where the id is a number."""
+        self._write_file(split_index, [f"not-a-number,{split_index},bad"])
+
+    def append(self, split_index: int, records: list[Record]) -> list[Record]:
+        raise NotApplicable(
+            "a file is read as it was discovered, and one that changes while read fails its split: "
+            "writers add new files (see test_changing_files.py)"
+        )
+
+    def stop_system(self) -> None:
+        raise NotApplicable("files on a local disk do not go away")
+
+    def _write_file(self, split_index: int, rows: list[str]) -> None:
         name = f"part-{split_index:04d}-{self.files[split_index]:04d}.csv"
         self.files[split_index] += 1
         temporary = self.root / f".{name}.tmp"
-        lines = [",".join(COLUMNS)] + [",".join(str(r[c]) for c in COLUMNS) for r in records]
+        lines = [",".join(COLUMNS), *rows]
         temporary.write_text("\n".join(lines) + "\n")
         if self.clock is not None:  # written now, by the run's clock
             os.utime(temporary, (self.clock(), self.clock()))
         temporary.rename(self.root / name)
-        self.written += records
-        return records
 
     def source(self, options: SourceOptions) -> FileSource:
         self.clock = options.clock

@@ -18,7 +18,7 @@ def env(tmp_path) -> Environment:
 
 
 def test_allow_empty_defaults_to_false(env):
-    assert "allow_empty" not in FilesSourceConfig.parse({"path": "data"}, env).to_dict()
+    assert FilesSourceConfig.parse({"path": "data"}, env).to_dict()["allow_empty"] is False
 
 
 @pytest.mark.parametrize("value", ["yes", 1, None])

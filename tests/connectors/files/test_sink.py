@@ -215,12 +215,14 @@ def test_validate_resolves_a_relative_path_and_fills_default_compression(tmp_pat
     assert VALIDATORS["parquet"]({"path": "out/result"}, env) == {
         "path": str(out / "result"),
         "compression": "snappy",
+        "partition_by": [],
     }
     assert VALIDATORS["csv"]({"path": str(out / "r"), "header": False, "delimiter": ";"}, env) == {
         "path": str(out / "r"),
         "header": False,
         "delimiter": ";",
         "compression": "none",
+        "partition_by": [],
     }
     assert VALIDATORS["json"]({"path": str(out / "r"), "compression": "gzip"}, env)["compression"] == "gzip"
 

@@ -380,10 +380,18 @@ def test_the_watch_fields_are_read_from_the_table(data, env):
 @pytest.mark.parametrize("name", ["discovery_interval_ms", "settle_ms", "max_file_age_ms"])
 def test_a_watch_field_without_watch_is_refused(data, env, name):
     with pytest.raises(ConfigError) as excinfo:
-        FilesSourceConfig.parse({"path": str(data), name: 1000}, env)
+        FilesSourceConfig.parse({"path": str(data), name: 5000}, env)
 
     assert excinfo.value.field == f"source.{name}"
     assert "watch = true" in excinfo.value.reason
+
+
+def test_a_stored_unwatched_source_with_the_watch_defaults_parses_again(data, env):
+    # Every field is stored, the watch ones at their defaults too: a stored config read
+    # back (an exported flow imported again) must be accepted as it is.
+    stored = FilesSourceConfig.parse({"path": str(data)}, env).to_dict()
+
+    assert FilesSourceConfig.parse(stored, env).to_dict() == stored
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.nats.config import NatsSourceConfig, filters_overlap, validate_nats_sink
+from connectors.nats.config import NatsSinkConfig, NatsSourceConfig, filters_overlap
 from connectors.nats.source import NatsJetStreamSource
 from source_support.errors import ConfigError
 from source_support.formats import validate_format
@@ -129,6 +129,6 @@ def test_the_fields_format_is_refused_naming_format_type(env):
     assert caught.value.field == "format.type"
 
 
-def test_a_sink_with_a_subject_column_is_stored_as_given(env):
+def test_a_sink_with_a_subject_column_is_stored_with_its_defaults(env):
     table = {"servers": SERVERS, "subject_column": "route", "stream": "OUT"}
-    assert validate_nats_sink(dict(table), env) == table
+    assert NatsSinkConfig.parse(table, env).to_dict() == {**table, "duplicate_window": "2 minutes"}

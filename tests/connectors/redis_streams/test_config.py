@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.redis_streams.config import RedisStreamsSourceConfig, validate_redis_stream_sink
+from connectors.redis_streams.config import RedisStreamSinkConfig, RedisStreamsSourceConfig
 from source_support.errors import ConfigError
 from source_support.registry import SINKS, SOURCES, Environment, source_is_unbounded
 
@@ -118,7 +118,7 @@ def test_the_default_url_is_not_written_into_the_config(env):
 
 def test_a_sink_needs_a_key(env):
     with pytest.raises(ConfigError) as caught:
-        validate_redis_stream_sink({}, env)
+        RedisStreamSinkConfig.parse({}, env)
 
     assert caught.value.field == "sink.key"
 
@@ -134,7 +134,7 @@ def test_a_sink_needs_a_key(env):
 )
 def test_sink_mistakes_name_their_field(env, table, field):
     with pytest.raises(ConfigError) as caught:
-        validate_redis_stream_sink(table, env)
+        RedisStreamSinkConfig.parse(table, env)
 
     assert caught.value.field == field
 
@@ -142,4 +142,4 @@ def test_sink_mistakes_name_their_field(env, table, field):
 def test_a_sink_with_every_field_is_kept(env):
     table = {"key": "out", "maxlen": 1000, "url": "redis://h:6379/2"}
 
-    assert validate_redis_stream_sink(table, env) == table
+    assert RedisStreamSinkConfig.parse(table, env).to_dict() == table

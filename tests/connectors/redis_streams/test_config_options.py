@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.redis_streams.config import SINK_OPTIONS, SOURCE_OPTIONS, RedisStreamsSourceConfig
+from connectors.redis_streams.config import RedisStreamSinkConfig, RedisStreamsSourceConfig
 from source_support.errors import ConfigError
 from source_support.options import option_named
 from source_support.registry import mask_section, unmask_section, validate_sink, validate_source
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 class ConnectionOrUrl:
@@ -56,18 +56,18 @@ class TestRedisStreamSinkOptions(ConnectionOrUrl, OptionsContract):
 def test_a_minimal_source_stores_the_declared_defaults(env):
     stored = RedisStreamsSourceConfig.parse({"streams": "orders:*"}, env).to_dict()
 
-    declared = {o.name: o.default for o in SOURCE_OPTIONS if o.has_default}
+    declared = {o.name: o.default for o in RedisStreamsSourceConfig.OPTIONS if o.has_default}
     assert stored == {"streams": "orders:*", **declared}
 
 
 def test_the_url_of_both_tables_is_declared_a_url_secret():
-    assert option_named(SOURCE_OPTIONS, "url").secret == "url"
-    assert option_named(SINK_OPTIONS, "url").secret == "url"
+    assert option_named(RedisStreamsSourceConfig.OPTIONS, "url").secret == "url"
+    assert option_named(RedisStreamSinkConfig.OPTIONS, "url").secret == "url"
 
 
 @pytest.mark.parametrize("interval", [99, 86_400_001])
 def test_a_discovery_interval_past_its_declared_range_is_refused(env, interval):
-    option = option_named(SOURCE_OPTIONS, "discovery_interval_ms")
+    option = option_named(RedisStreamsSourceConfig.OPTIONS, "discovery_interval_ms")
 
     with pytest.raises(ConfigError) as caught:
         RedisStreamsSourceConfig.parse({"streams": "s", "discovery_interval_ms": interval}, env)

@@ -1,6 +1,9 @@
-"""The conformance kit over the redis_streams source, against a real Redis."""
+"""The conformance kit over the redis_streams source, against a redis-server of the module's
+own (Redis 7, every write kept), which the outage case stops and starts again."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 import redis
@@ -11,6 +14,7 @@ from source_support.formats import FormatSpec
 from source_support.registry import BuildContext, Environment
 from source_support.testing import ExternalContext, Record, SourceOptions
 from source_support.testing.suite import SourceConformanceSuite
+from tests.redis_server import PrivateRedis, server_binary
 
 FORMAT = FormatSpec("fields", {"schema": "id BIGINT, split BIGINT, text STRING"})
 GROUP = "conformance"
@@ -22,8 +26,8 @@ class RedisStreamsContext(ExternalContext):
 
     writes_while_running = True
 
-    def __init__(self, client: redis.Redis, prefix: str, env: Environment) -> None:
-        self.client, self.prefix, self.env = client, prefix, env
+    def __init__(self, client: redis.Redis, prefix: str, env: Environment, server: PrivateRedis) -> None:
+        self.client, self.prefix, self.env, self.server = client, prefix, env, server
         self.written: list[Record] = []
 
     def key(self, index: int) -> str:
@@ -39,6 +43,25 @@ class RedisStreamsContext(ExternalContext):
         pipe.execute()
         self.written += records
         return records
+
+    def write_bad_record(self, split_index: int) -> None:
+        """An entry whose id is a word, in a BIGINT column."""
+        self.client.xadd(self.key(split_index), {"id": "not-a-number", "split": split_index, "text": "bad"})
+
+    def append(self, split_index: int, records: list[Record]) -> list[Record]:
+        return self.write(split_index, records)
+
+    def stop_system(self) -> None:
+        self.server.stop()
+
+    def start_system(self) -> None:
+        self.server.start()
+
+    def close(self) -> None:
+        keys = list(self.client.scan_iter(match=f"{self.prefix}*", count=1000))
+        if keys:
+            self.client.delete(*keys)
+        self.client.close()
 
     def source(self, options: SourceOptions) -> RedisStreamsSource:
         table = {"streams": f"{self.prefix}s*", "discovery_interval_ms": 1000}
@@ -73,7 +96,18 @@ class RedisStreamsContext(ExternalContext):
         return records
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    server = PrivateRedis(tmp_path_factory.mktemp("redis"), binary=server_binary("7"))
+    server.start()
+    yield server
+    server.kill()
+
+
 class TestRedisStreamsConformance(SourceConformanceSuite):
     @pytest.fixture()
-    def external_context(self, rds, prefix, env):
-        return RedisStreamsContext(rds, prefix, env)
+    def external_context(self, server, tmp_path):
+        env = Environment(allowed_roots=(tmp_path,), base_dir=tmp_path, redis_url=server.url)
+        context = RedisStreamsContext(server.client(), f"t{uuid.uuid4().hex[:10]}:", env, server)
+        yield context
+        context.close()

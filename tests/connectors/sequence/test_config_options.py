@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from connectors.sequence.config import OPTIONS, SequenceSourceConfig
+from connectors.sequence.config import SequenceSourceConfig
 from source_support.options import option_named
 from source_support.registry import Environment
-from tests.source_support.test_options import OptionsContract
+from source_support.testing.options_contract import OptionsContract
 
 
 @pytest.fixture()
@@ -22,8 +22,8 @@ class TestSequenceSourceOptions(OptionsContract):
         return {"count": 100, "splits": 4}
 
 
-def test_splits_left_out_is_the_declared_default():
-    config = SequenceSourceConfig.parse({"count": 10}, None)
+def test_splits_left_out_is_the_declared_default(env):
+    config = SequenceSourceConfig.parse({"count": 10}, env)
 
-    assert config.splits == option_named(OPTIONS, "splits").default == 1
+    assert config.splits == option_named(SequenceSourceConfig.OPTIONS, "splits").default == 1
     assert config.to_dict() == {"count": 10, "splits": 1}

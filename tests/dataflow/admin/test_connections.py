@@ -44,11 +44,11 @@ def test_staff_create_a_connection_granted_to_a_user(admin_client):
 
 def test_the_change_form_never_shows_a_secret_and_keeps_it_when_left_as_shown(admin_client):
     connection = ConnectionFactory(
-        url="redis://:hunter2@10.1.1.1:6379/0", password="pw2", key_patterns=["a:*"]
+        url="redis://:hunter2@10.1.1.1:6379/0", password="pw-2!", key_patterns=["a:*"]
     )
     page = admin_client.get(change_url(connection))
     html = page.content.decode()
-    assert "hunter2" not in html and "pw2" not in html
+    assert "hunter2" not in html and "pw-2!" not in html
     assert "redis://:****@10.1.1.1:6379/0" in html
 
     response = admin_client.post(change_url(connection), browser_post(page, description="changed"))
@@ -57,7 +57,7 @@ def test_the_change_form_never_shows_a_secret_and_keeps_it_when_left_as_shown(ad
     connection.refresh_from_db()
     assert (connection.url, connection.password, connection.description) == (
         "redis://:hunter2@10.1.1.1:6379/0",
-        "pw2",
+        "pw-2!",
         "changed",
     )
 
@@ -80,14 +80,14 @@ def test_view_only_staff_cannot_change_or_add_connections(client):
     viewer.user_permissions.add(Permission.objects.get(codename="view_connection"))
     client.force_login(viewer)
     connection = ConnectionFactory(
-        url="redis://:hunter2@10.1.1.1:6379/0", password="pw2", key_patterns=["a:*"]
+        url="redis://:hunter2@10.1.1.1:6379/0", password="pw-2!", key_patterns=["a:*"]
     )
 
     assert client.get(ADD_URL).status_code == 403
     page = client.get(change_url(connection))
     html = page.content.decode()
     assert page.status_code == 200 and "redis://:****@10.1.1.1:6379/0" in html
-    assert "hunter2" not in html and "pw2" not in html
+    assert "hunter2" not in html and "pw-2!" not in html
     response = client.post(
         change_url(connection), {"name": "renamed", "type": "redis", "url": "redis://10.2.2.2/0"}
     )
