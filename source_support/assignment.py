@@ -5,7 +5,9 @@ differ by at most one, and as few moves as that allows when readers come and go.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+
+from source_support.api import SplitEnumeratorContext, SplitT
 
 
 def balance(owners: Mapping[str, int | None], readers: Sequence[int]) -> dict[str, int]:
@@ -43,3 +45,44 @@ def balance(owners: Mapping[str, int | None], readers: Sequence[int]) -> dict[st
         if load + 1 < share[reader]:
             heapq.heappush(room, (load + 1, reader))
     return moves
+
+
+def place_splits(
+    context: SplitEnumeratorContext[SplitT],
+    owners: Mapping[str, int | None],
+    *,
+    new_split: Callable[[str], SplitT],
+    split_id: Callable[[str], str],
+) -> tuple[dict[str, int], set[str]]:
+    """Spreads an unbounded source's splits over the live readers (``balance``) and
+    assigns the moves: new and returned splits (owner None) go to the least-loaded
+    readers, and a reader that joined takes its share, revoked from the others. Splits of
+    a reader that is gone wait until the runtime gives them back.
+
+    ``owners`` maps each split's key to its reader; ``new_split(key)`` is the split of a
+    key that has none yet, ``split_id(key)`` its id. Returns the new reader of each key
+    assigned, and the keys found finished (to move, but no reader held them)."""
+    live = sorted(context.registered_readers())
+    if not live:
+        return {}, set()
+    movable = {k: owner for k, owner in owners.items() if owner is None or owner in live}
+    moves = balance(movable, live)
+    if not moves:
+        return {}, set()
+    splits = {k: new_split(k) for k in moves if movable[k] is None}
+    held = [k for k in moves if movable[k] is not None]
+    finished: set[str] = set()
+    if held:
+        ids = {split_id(k): k for k in held}
+        revoked = {ids[s.split_id]: s for s in context.revoke_splits(list(ids))}
+        for key in held:
+            if key in revoked:
+                splits[key] = revoked[key]
+            else:
+                finished.add(key)
+    assignment: dict[int, list[SplitT]] = {}
+    for key, split in splits.items():
+        assignment.setdefault(moves[key], []).append(split)
+    if assignment:
+        context.assign_splits(assignment)
+    return {key: moves[key] for key in splits}, finished

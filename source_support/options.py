@@ -244,8 +244,11 @@ def unmask_config(options: Iterable[Option], new: dict[str, Any], stored: dict[s
 
 def mask_url_credentials(url: str) -> str:
     """``url`` with its password (or a lone user part, which may be a token) as ``****``,
-    and a ``password=`` query value too: ``redis://user:pw@h:1/0`` -> ``redis://user:****@h:1/0``,
+    and a ``password=`` query value too: ``redis://user:pw@h:1/0`` -> ``redis://user:****@h:1/0``
+    (each URL of a comma-separated list),
     ``redis://:pw@h`` -> ``redis://:****@h``. A URL without credentials is returned as it is."""
+    if url.count("://") > 1:  # a list of servers (NATS): each masked
+        return ",".join(mask_url_credentials(part.strip()) for part in url.split(","))
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url

@@ -111,16 +111,19 @@ class SourceReaderBase(SourceReader[SplitT]):
             split_id = next(iter(self._splits))
             self.remove_split(split_id)
             raise SplitFailed(str(exc), split_id=split_id) from exc
+        finished: dict[str, SplitT] = {}
         for batch in batches:
             split = self._splits.get(batch.split_id)
             if split is None:
                 continue  # removed while it was being read
             if batch.finished:
-                self._finished = {batch.split_id: split}
+                finished[batch.split_id] = split
                 self.remove_split(batch.split_id)
             else:
                 self._splits[batch.split_id] = split.at(batch.end.position)
             self._ready.append(batch)
+        if finished:  # every split one fetch finished (several may end in one fetch)
+            self._finished = finished
 
     def describe(self, split_id: str, position: int, *, line: int | None = None) -> str:
         split = self._splits.get(split_id) or self._finished.get(split_id)

@@ -1,10 +1,10 @@
 """Stream entries (as XREAD returns them: ``[id, [field, value, ...]]``) into Arrow records.
 
-Three ways to read an entry: ``fields`` (its field/value pairs are the record's columns),
-a record format (JSON lines, CSV) over the value of one field (``format.field``), or one
-Avro message in that field. The first two build whole columns at once and let Arrow
-convert them: a batch of entries costs a few list slices in Python, not a conversion per
-value.
+Two ways to read an entry: ``fields`` (its field/value pairs are the record's columns),
+or the value of one field (``format.field``) as a message body: a record of a line format
+(JSON lines, CSV), raw bytes, or one Avro message (``source_support.formats.messages``).
+Whole columns are built at once and converted by Arrow: a batch of entries costs a few
+list slices in Python, not a conversion per value.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from source_support.errors import ConfigError
-from source_support.formats import AvroFormat, CsvFormat, FieldsFormat, RecordFormat
+from source_support.formats import AvroFormat, FieldsFormat, RecordFormat
+from source_support.formats.messages import message_decoder
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
@@ -94,88 +95,32 @@ class FieldsDecoder:
 
 
 class RecordFieldDecoder:
-    """Entries whose field ``format.field`` holds a record in a line format (JSON, CSV):
-    the values are joined into one block and parsed by the format at once; a bad record's
-    byte offset in the block says which entry it was."""
+    """Entries whose field ``format.field`` holds a record in a line format (JSON, CSV) or
+    one Avro message: the values are decoded as message bodies
+    (``source_support.formats.messages``)."""
 
-    def __init__(self, fmt: RecordFormat) -> None:
+    def __init__(self, fmt: RecordFormat | AvroFormat) -> None:
         self.fmt = fmt
         self.field = fmt.record_field or DEFAULT_RECORD_FIELD
-        # A newline in JSON is only white space between tokens; in CSV it would cut a record.
-        self.flatten_newlines = not isinstance(fmt, CsvFormat)
+        self.bodies = message_decoder(
+            fmt, what=f"field {self.field!r}", missing=f"the entry has no field {self.field!r}"
+        )
 
     def values(self, entries: Sequence[Entry]) -> pa.Array[Any]:
         return field_columns(entries, [self.field])[self.field]
 
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
-        values = self.values(entries).to_pylist()
-        bad: dict[int, str] = {}
-        lines: list[bytes] = []
-        kept: list[int] = []
-        for i, value in enumerate(values):
-            if value is None:
-                bad[i] = f"the entry has no field {self.field!r}"
-                continue
-            reason = self._unusable(value)
-            if reason is not None:
-                bad[i] = reason
-                continue
-            if self.flatten_newlines:
-                value = value.replace(b"\r", b" ").replace(b"\n", b" ")
-            lines.append(value)
-            kept.append(i)
-        if first_only and bad:
-            return self.fmt.empty(), dict([min(bad.items())])
-        table, parse_bad = self._parse(lines, first_only)
-        for offset, reason in parse_bad:
-            bad[kept[offset]] = reason
-        if first_only and bad:
-            return self.fmt.empty(), dict([min(bad.items())])
-        return table, bad
-
-    def _unusable(self, value: bytes) -> str | None:
-        if not value.strip():
-            return f"field {self.field!r} is empty"
-        if not self.flatten_newlines and (b"\n" in value or b"\r" in value):
-            return f"field {self.field!r} holds a line break: a CSV record must be one line"
-        return None
-
-    def _parse(self, lines: list[bytes], first_only: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
-        """Parses the lines as one block; returns the good records and (line index,
-        reason) of the bad ones."""
-        if not lines:
-            return self.fmt.empty(), []
-        block = b"\n".join(lines) + b"\n"
-        starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
-        table, bad = self.fmt.parse(block, 0, first_only=first_only)
-        located = [(int(np.searchsorted(starts, b.position, side="right")) - 1, b.reason) for b in bad]
-        return table, located
-
-
-class AvroFieldDecoder:
-    """Entries whose field ``format.field`` holds one Avro message (``AvroFormat.decode``)."""
-
-    def __init__(self, fmt: AvroFormat) -> None:
-        self.fmt = fmt
-        self.field = fmt.record_field or DEFAULT_RECORD_FIELD
-
-    def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
-        values: list[bytes | None] = field_columns(entries, [self.field])[self.field].to_pylist()
-        table, bad = self.fmt.decode_batch(values, first_only=first_only)
-        missing = f"the entry has no field {self.field!r}"
-        return table, {i: missing if values[i] is None else reason for i, reason in bad.items()}
+        return self.bodies.decode(self.values(entries).to_pylist(), first_only=first_only)
 
 
 #: What turns a batch of entries into records, by the format read.
-EntryDecoder = FieldsDecoder | RecordFieldDecoder | AvroFieldDecoder
+EntryDecoder = FieldsDecoder | RecordFieldDecoder
 
 
 def entry_decoder(fmt: FieldsFormat | RecordFormat | AvroFormat) -> EntryDecoder:
     """The decoder of entries in ``fmt``."""
     if isinstance(fmt, FieldsFormat):
         return FieldsDecoder(fmt)
-    if isinstance(fmt, AvroFormat):
-        return AvroFieldDecoder(fmt)
     return RecordFieldDecoder(fmt)
 
 

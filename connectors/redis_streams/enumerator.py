@@ -20,7 +20,7 @@ from connectors.redis_streams.split import (
     position_ms,
 )
 from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
-from source_support.assignment import balance
+from source_support.assignment import place_splits
 from source_support.connections import key_allowed
 from source_support.typed_redis import execute, pipeline, scan_keys, server_time_ms
 
@@ -259,30 +259,17 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         """Spreads the splits over the live readers: new and returned splits go to the
         least-loaded ones, and a reader that joined takes its share from the others.
         Splits of a reader that is gone wait until the runtime gives them back."""
-        live = sorted(self.context.registered_readers())
-        if not live:
-            return
-        movable = {k: s["owner"] for k, s in self.splits.items() if s["owner"] is None or s["owner"] in live}
-        moves = balance(movable, live)
-        if not moves:
-            return
-        splits = {k: self._new_split(k) for k in moves if movable[k] is None}
-        held = [k for k in moves if movable[k] is not None]
-        if held:
-            ids = {self._split_id(k): k for k in held}
-            revoked = {ids[s.split_id]: s for s in self.context.revoke_splits(list(ids))}
-            for key in held:
-                if key in revoked:
-                    splits[key] = revoked[key]
-                else:  # no reader holds it: it is finished
-                    del self.splits[key]
-                    self.done.add(key)
-        assignment: dict[int, list[StreamSplit]] = {}
-        for key, split in splits.items():
-            self.splits[key]["owner"] = moves[key]
-            assignment.setdefault(moves[key], []).append(split)
-        if assignment:
-            self.context.assign_splits(assignment)
+        placed, finished = place_splits(
+            self.context,
+            {k: s["owner"] for k, s in self.splits.items()},
+            new_split=self._new_split,
+            split_id=self._split_id,
+        )
+        for key in finished:
+            del self.splits[key]
+            self.done.add(key)
+        for key, owner in placed.items():
+            self.splits[key]["owner"] = owner
 
     def _new_split(self, key: str) -> StreamSplit:
         """The split of ``key`` from its start (a split read before resumes from its

@@ -40,9 +40,10 @@ from source_support.api import Boundedness, Source, SourceReaderContext, SplitEn
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats.metadata import format_for_run
+from source_support.formats.metadata import with_metadata as schema_with_metadata
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext
-from source_support.typed_arrow import fields_of
 from source_support.typed_redis import execute_command, ping, scan_keys
 
 #: Entries sampled to infer a schema, and streams looked at for them.
@@ -93,19 +94,9 @@ class RedisStreamsSource(Source[StreamSplit]):
         cls, config: RedisStreamsSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> RedisStreamsSource:
         metadata = config.metadata
-        schema = context.schema
-        if schema is not None and metadata:  # the run's schema: the format's columns are the others
-            schema_of_format = pa.schema([f for f in fields_of(schema) if f.name not in METADATA_NAMES])
-            record_format = fmt.build(schema_of_format, entries=True, env=context.env)
-        else:
-            record_format = fmt.build(schema, entries=True, env=context.env)
-        if schema is None and record_format.schema is not None and metadata:
-            clash = [n for n in record_format.schema.names if n in METADATA_NAMES]
-            if clash:
-                raise ConfigError(
-                    "format.schema", f"column {clash[0]} is a metadata column (source.metadata)"
-                )
-            schema = with_metadata(record_format.schema)
+        record_format, schema = format_for_run(
+            fmt, context.schema, METADATA_FIELDS if metadata else None, env=context.env
+        )
         url, key_patterns = redis_target(config.to_dict(), context.env, "source")
         return cls(
             url=url,
@@ -116,7 +107,7 @@ class RedisStreamsSource(Source[StreamSplit]):
             discovery_interval_ms=config.discovery_interval_ms,
             metadata=metadata,
             fmt=record_format,
-            schema=schema if schema is not None else record_format.schema,
+            schema=schema,
             batch_size=context.batch_size,
             group=context.flow_name or DEFAULT_GROUP,
             stop=dict(context.stop or {}),
@@ -257,7 +248,7 @@ class RedisStreamsSource(Source[StreamSplit]):
 
 def with_metadata(schema: pa.Schema) -> pa.Schema:
     """``schema`` with the metadata columns ``_stream`` and ``_id`` after its own."""
-    return pa.schema([*[f for f in fields_of(schema) if f.name not in METADATA_NAMES], *METADATA_FIELDS])
+    return schema_with_metadata(schema, METADATA_FIELDS)
 
 
 def output_schema(config: RedisStreamsSourceConfig, schema: pa.Schema) -> pa.Schema:

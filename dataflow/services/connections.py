@@ -244,12 +244,14 @@ def _check_use(section: str, table: dict[str, Any], options, address: Option, *,
     connection = _usable_connection(name, owner, field=f"{section}.connection", kind=address.address)
     for option in options:
         value = table.get(option.name)
-        if option.scoped and isinstance(value, str) and not glob_within(value, connection.key_patterns):
-            raise ConfigError(
-                f"{section}.{option.name}",
-                f"{value!r} may reach keys outside what connection {name!r} allows "
-                f"({', '.join(connection.key_patterns)})",
-            )
+        # A scoped option names one key or glob, or a list of them (NATS subject filters).
+        for item in value if isinstance(value, list) else [value]:
+            if option.scoped and isinstance(item, str) and not glob_within(item, connection.key_patterns):
+                raise ConfigError(
+                    f"{section}.{option.name}",
+                    f"{item!r} may reach keys outside what connection {name!r} allows "
+                    f"({', '.join(connection.key_patterns)})",
+                )
     if restricted:
         _target_for_restricted(connection, field=f"{section}.connection")
 

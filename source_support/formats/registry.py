@@ -15,6 +15,7 @@ from source_support.formats.avro import AvroFormat, PathResolver, is_inline_sche
 from source_support.formats.csv import CsvFormat
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JsonLinesFormat
+from source_support.formats.raw import RawFormat
 from source_support.formats.record import DEFAULT_ENCODING, RecordFormat
 from source_support.formats.typed_arrow import fields_of
 from source_support.formats.values import DEFAULT_NULL_VALUES, RULE_OPTIONS, value_rules
@@ -55,8 +56,10 @@ class FormatSpec:
             return FieldsFormat(schema, rules=rules)
         if entries and self.type == "csv":
             opts["header"] = False  # an entry holds one record, never a header
-        if self.type == "csv":
-            fmt: RecordFormat = CsvFormat(schema=schema, rules=rules, **opts)
+        if self.type == "raw":
+            fmt: RecordFormat = RawFormat()
+        elif self.type == "csv":
+            fmt = CsvFormat(schema=schema, rules=rules, **opts)
         else:
             fmt = JsonLinesFormat(schema, rules=rules)
         fmt.record_field = record_field
@@ -296,6 +299,12 @@ FORMATS: dict[str, FormatType] = {
             ),
             FIELD_OPTION,
         ),
+    ),
+    "raw": FormatType(
+        "raw",
+        "Each record as the bytes it came as, in one BINARY column data: a message body (nats_jetstream), "
+        "an entry's field, or a line of a file without its line break.",
+        (FIELD_OPTION,),
     ),
 }
 FORMAT_ALIASES = {name: kind.type for kind in FORMATS.values() for name in (kind.type, *kind.aliases)}

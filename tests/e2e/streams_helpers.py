@@ -20,17 +20,45 @@ from tests.e2e.fleet import ROOT, fleet_env
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE"
 
 
-class Producer:
+class SteadyWriter:
+    """Ids 0, 1, 2... written by ``write`` (a subclass's), all at once or in the
+    background at a steady rate with ``start``/``stop``."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self._lock = threading.Lock()  # writes from the test and from the background thread
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def write(self, count: int) -> list[int]:
+        raise NotImplementedError
+
+    def start(self, rate: int) -> None:
+        """Writes about ``rate`` records a second until ``stop``."""
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, args=(max(1, rate // 20),), daemon=True)
+        self._thread.start()
+
+    def _run(self, per_tick: int) -> None:
+        while not self._stop.wait(0.05):
+            self.write(per_tick)
+
+    def stop(self) -> list[int]:
+        """Stops the background writes; returns every id written so far."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return list(self.sent)
+
+
+class Producer(SteadyWriter):
     """Writes orders ``{id, customer, amount}`` with ids 0, 1, 2... round robin into the
     streams ``<prefix>orders:0`` .. ``<prefix>orders:<streams - 1>``: all at once with
     ``write``, or in the background at a steady rate with ``start``/``stop``."""
 
     def __init__(self, rds: redis.Redis, prefix: str, *, streams: int = 4) -> None:
+        super().__init__()
         self.rds, self.prefix, self.streams = rds, prefix, streams
-        self.sent: list[int] = []
-        self._lock = threading.Lock()  # writes from the test and from the background thread
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def key(self, stream: int | str) -> str:
         return f"{self.prefix}orders:{stream}"
@@ -47,23 +75,6 @@ class Producer:
             pipe.execute()
             self.sent.extend(ids)
         return ids
-
-    def start(self, rate: int) -> None:
-        """Writes about ``rate`` orders a second until ``stop``."""
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, args=(max(1, rate // 20),), daemon=True)
-        self._thread.start()
-
-    def _run(self, per_tick: int) -> None:
-        while not self._stop.wait(0.05):
-            self.write(per_tick)
-
-    def stop(self) -> list[int]:
-        """Stops the background writes; returns every id written so far."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return list(self.sent)
 
     def entry_ids(self, stream: int | str) -> list[str]:
         return [entry_id.decode() for entry_id, _ in self.rds.xrange(self.key(stream))]

@@ -142,7 +142,7 @@ def test_the_catalog_lists_every_registered_source_format_and_sink():
     assert [e["type"] for e in catalog["formats"]] == sorted(FORMATS)
     assert [e["type"] for e in catalog["sinks"]] == sorted(SINKS)
     assert {"files", "redis_streams", "sequence"} <= set(SOURCES)
-    assert {"csv", "jsonl", "fields", "avro"} == set(FORMATS)
+    assert {"csv", "jsonl", "fields", "avro", "raw"} == set(FORMATS)
     assert {"parquet", "csv", "json", "redis_stream"} <= set(SINKS)
 
 

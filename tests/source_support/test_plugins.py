@@ -23,13 +23,14 @@ def test_the_built_in_connectors_are_entry_points_of_this_projects_pyproject():
     found = {ep.name: ep.value for ep in connector_entry_points()}
 
     assert OWN_PYPROJECT.name == "pyproject.toml"
-    assert {name: found[name] for name in ("files", "redis_streams", "sequence")} == {
+    assert {name: found[name] for name in ("files", "nats", "redis_streams", "sequence")} == {
         "files": "connectors.files:register",
+        "nats": "connectors.nats:register",
         "redis_streams": "connectors.redis_streams:register",
         "sequence": "connectors.sequence:register",
     }
-    assert {"files", "redis_streams", "sequence"} <= set(SOURCES)
-    assert {"parquet", "csv", "json", "redis_stream"} <= set(SINKS)
+    assert {"files", "nats_jetstream", "redis_streams", "sequence"} <= set(SOURCES)
+    assert {"parquet", "csv", "json", "nats", "redis_stream"} <= set(SINKS)
 
 
 def test_another_projects_pyproject_declares_nothing_of_this_one(tmp_path):

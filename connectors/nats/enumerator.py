@@ -1,0 +1,210 @@
+"""Finds the subject filters of the stream and keeps each on exactly one reader, balanced
+and sticky."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from connectors.nats.config import start_position
+from connectors.nats.connection import NatsClient
+from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_info
+from connectors.nats.reader import STOP_PLACED
+from connectors.nats.split import SubjectSplit, subject_split_id
+from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
+from source_support.assignment import place_splits
+
+log = logging.getLogger("connectors.nats")
+
+
+class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
+    """Discovers the subject filters at start and every ``discovery_interval_ms``: the
+    explicit ``subjects``, or the stream's own subjects (a subject added to the stream
+    becomes a new split, read from its start). Filters of the first discovery start at
+    ``start``.
+
+    A ``[stop]`` rule is scoped to the whole stream: ``latest`` is the stream's last
+    sequence at the first discovery, a sequence number is itself, and a time is placed on
+    a sequence by the first reader that sees a message after it (``STOP_PLACED``), which
+    the enumerator passes on to every reader. Once no filter added later can have a
+    message before the stop and every split is assigned, the enumerator is exhausted.
+
+    State: each known filter with its start, stop and reader, the filters that are done,
+    the stop once placed, and when the last discovery ran.
+    """
+
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[SubjectSplit],
+        *,
+        client: NatsClient,
+        stream: str,
+        subjects: list[str] | None,
+        start: str,
+        discovery_interval_ms: int,
+        stop: Mapping[str, Any],
+        state: dict[str, Any] | None,
+        allowed: Callable[[str], bool] = lambda subject: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.context = context
+        self.client = client
+        self.stream = stream
+        self.subjects = subjects
+        self.start_kind, self.start_at = start_position(start)
+        self.discovery_interval_ms = discovery_interval_ms
+        self.stop = dict(stop or {})
+        self.clock = clock
+        #: Whether the source's connection allows a subject filter (its patterns).
+        self.allowed = allowed
+        state = state or {}
+        #: subject -> {"start": position, "stop": position | None, "owner": subtask | None}
+        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
+        self.done: set[str] = set(state.get("done", []))
+        self.discovered: bool = state.get("discovered", False)
+        #: The stop rule's stream sequence once known (None: no stop, or a time not placed yet).
+        self.stop_seq: int | None = state.get("stop_seq")
+        #: The stream's last sequence at the last discovery.
+        self.last_seq: int = state.get("last_seq", 0)
+        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
+
+    # The SplitEnumerator interface
+
+    def start(self) -> None:
+        if self._discovery_due():
+            try:
+                self._discover()
+            except TRANSIENT as exc:
+                log.warning(
+                    "stream %s: discovery failed (%s); tried again at the next tick", self.stream, exc
+                )
+        self._rebalance()
+
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
+        self._rebalance()
+        if self.is_exhausted():
+            self.context.signal_no_more_splits(subtask)
+
+    def add_splits_back(self, splits: Sequence[SubjectSplit], subtask: int) -> None:
+        for split in splits:
+            self.done.discard(split.subject)
+            known = self.splits.setdefault(
+                split.subject, {"start": split.position, "stop": split.stop_position, "owner": None}
+            )
+            known["owner"] = None
+        self._rebalance()
+
+    def handle_source_event(self, subtask: int, event: SourceEvent) -> None:
+        """A reader placed a ``[stop] at`` time on a sequence: every split stops there."""
+        if event.kind != STOP_PLACED:
+            return
+        seq = event.payload["seq"]
+        if self.stop_seq is not None and self.stop_seq <= seq:
+            return
+        self.stop_seq = seq
+        for split in self.splits.values():
+            split["stop"] = seq
+        for reader in self.context.registered_readers():
+            self.context.send_event_to_source_reader(reader, SourceEvent(STOP_PLACED, {"seq": seq}))
+
+    def add_reader(self, subtask: int) -> None:
+        self._rebalance()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {
+            "splits": self.splits,
+            "done": sorted(self.done),
+            "discovered": self.discovered,
+            "stop_seq": self.stop_seq,
+            "last_seq": self.last_seq,
+            "last_discovery_clock_ms": self.last_discovery_clock_ms,
+        }
+
+    def is_exhausted(self) -> bool:
+        return self._no_new_split_qualifies() and self.pending_count() == 0
+
+    def pending_count(self) -> int:
+        return sum(1 for split in self.splits.values() if split["owner"] is None)
+
+    # Discovery
+
+    def _no_new_split_qualifies(self) -> bool:
+        """Whether a filter found later could only hold messages past the stop (a stream's
+        new subject gets messages with later sequences than the stream's last)."""
+        kind = self.stop.get("kind")
+        if not self.discovered or kind is None or kind == "records":
+            return False
+        if kind == "time":
+            return self.last_discovery_clock_ms > self.stop["time_ms"]
+        return self.stop_seq is not None and self.last_seq >= self.stop_seq
+
+    def _discovery_due(self) -> bool:
+        if not self.discovered:
+            return True
+        if self._no_new_split_qualifies():
+            return False
+        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+
+    def _discover(self) -> None:
+        clock_ms = int(self.clock() * 1000)
+        info = self.client.run(stream_info(self.client.js, self.stream))
+        if info is None:
+            log.info("stream %s does not exist yet", self.stream)
+            return
+        last_seq = info.state.last_seq
+        listed = self.subjects if self.subjects is not None else list(info.config.subjects or [])
+        filters = [s for s in listed if self.allowed(s)]
+        first = not self.discovered
+        if first:
+            kind = self.stop.get("kind")
+            if kind == "latest":
+                self.stop_seq = last_seq
+            elif kind == "position":
+                self.stop_seq = int(self.stop["at"])
+        found = [s for s in filters if s not in self.splits and s not in self.done]
+        for subject in found:
+            start = self._start_for(subject, last_seq) if first else 0
+            if self.stop_seq is not None and start >= self.stop_seq:
+                self.done.add(subject)
+                continue
+            self.splits[subject] = {"start": start, "stop": self.stop_seq, "owner": None}
+        self.discovered = True
+        self.last_seq = last_seq
+        self.last_discovery_clock_ms = clock_ms
+        if found:
+            log.info("stream %s: %d new subject filter(s): %s", self.stream, len(found), ", ".join(found))
+
+    def _start_for(self, subject: str, last_seq: int) -> int:
+        if self.start_kind == "earliest":
+            return 0
+        if self.start_kind == "latest":
+            return last_seq
+        if self.start_kind == "seq":
+            return self.start_at or 0
+        return self.client.run(position_before_time(self.client.js, self.stream, subject, self.start_at or 0))
+
+    # Assignment
+
+    def _rebalance(self) -> None:
+        """Spreads the splits over the live readers (``balance``): new and returned splits
+        go to the least-loaded ones, and a reader that joined takes its share."""
+        placed, finished = place_splits(
+            self.context,
+            {k: s["owner"] for k, s in self.splits.items()},
+            new_split=self._new_split,
+            split_id=lambda k: subject_split_id(self.stream, k),
+        )
+        for key in finished:
+            del self.splits[key]
+            self.done.add(key)
+        for key, owner in placed.items():
+            self.splits[key]["owner"] = owner
+
+    def _new_split(self, subject: str) -> SubjectSplit:
+        known = self.splits[subject]
+        stop_time = (
+            self.stop.get("time_ms") if self.stop.get("kind") == "time" and known["stop"] is None else None
+        )
+        return SubjectSplit(self.stream, subject, known["start"], known["stop"], stop_time)

@@ -1,0 +1,373 @@
+"""Reads every held subject filter through the flow's pull consumer of it, all at once,
+and acknowledges a message only once a checkpoint past it is committed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import nats.js.errors
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient, connection_reason, mask_servers
+from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer
+from connectors.nats.puller import Puller
+from connectors.nats.split import SubjectSplit
+from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
+from source_support.errors import SplitFailed
+from source_support.formats.messages import MessageDecoder
+from source_support.reader_base import SplitReader
+
+log = logging.getLogger("connectors.nats")
+
+METADATA_FIELDS = (
+    pa.field("_subject", pa.string()),
+    pa.field("_seq", pa.int64()),
+    pa.field("_ts", pa.timestamp("us", tz="UTC")),
+)
+#: The event a reader sends once a ``[stop] at`` time is placed on a stream sequence (the
+#: last message before the first one after the time): every split stops there.
+STOP_PLACED = "stop-placed"
+#: How long one pull request waits on the server for messages of an idle filter.
+PULL_WAIT_S = 5.0
+#: How often an idle split with a stop asks its consumer whether anything is left.
+CHECK_INTERVAL_S = 1.0
+
+
+@dataclass
+class HeldSplit:
+    """A split this reader reads, and its consumer's state as the reader knows it."""
+
+    split: SubjectSplit
+    puller: Puller | None = None
+    #: The consumer sequence the next delivered message must have (a gap: another
+    #: reader, or a redelivery, took some: the consumer is made again at the position).
+    next_delivery: int = 0
+    next_check: float = 0.0
+    #: The ack subject of the last message of each batch not yet acknowledged.
+    acks: dict[int, str] = field(default_factory=dict[int, str])
+
+
+class NatsSplitReader(SplitReader[SubjectSplit]):
+    """Reads the held filters (Flink's ``KafkaPartitionSplitReader``): each held split's
+    ``Puller`` keeps a pull request outstanding; each ``fetch`` returns a batch of what
+    each has received, waiting up to its timeout for the first to receive anything.
+
+    Progress is the stream sequence in the checkpoint: each consumer is set up at the
+    split's position when the split is added (``consumer_after``), and acknowledged
+    (AckAll) up to a position only after the commit of it."""
+
+    def __init__(
+        self,
+        client: NatsClient,
+        decoder: MessageDecoder,
+        *,
+        flow: str,
+        metadata: bool = False,
+        output_schema: pa.Schema | None = None,
+        first_bad_record_only: Callable[[], bool] = lambda: False,
+        send_event: Callable[[SourceEvent], None] = lambda event: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.decoder = decoder
+        self.flow = flow
+        self.metadata = metadata
+        self.output_schema = output_schema
+        self.first_bad_record_only = first_bad_record_only
+        self.send_event = send_event
+        self.clock = clock
+        self.held: dict[str, HeldSplit] = {}
+        #: Splits finished since the last commit: their consumer goes once it is committed.
+        self.finished: dict[str, HeldSplit] = {}
+
+    # The SplitReader interface
+
+    def handle_splits_changes(self, added: Sequence[SubjectSplit], removed: Sequence[str]) -> None:
+        for split in added:
+            self.held[split.split_id] = HeldSplit(split)
+        for split_id in removed:
+            state = self.held.pop(split_id, None)
+            if state is not None:
+                self._release(state)
+
+    def handle_source_event(self, event: SourceEvent) -> None:
+        if event.kind != STOP_PLACED:
+            return
+        seq = event.payload["seq"]
+        for state in self.held.values():
+            split = state.split
+            if split.stop_position is None or split.stop_position > seq:
+                state.split = SubjectSplit(split.stream, split.subject, split.position, seq, None)
+                state.next_check = 0.0
+
+    def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        if not self.held:
+            return []
+        batches = [self._finish(s) for s in list(self.held.values()) if s.split.stopped]
+        if batches:
+            return batches
+        client = self.client  # connects on first use, outside the loop
+        try:
+            answered = client.run(
+                self._pull(client.nc, client.js, max_records, timeout_s), REQUEST_TIMEOUT_S + timeout_s
+            )
+        except TRANSIENT as exc:  # the server is away: nothing now, the next fetch tries again
+            log.warning("NATS at %s: %s", mask_servers(client.servers), connection_reason(exc))
+            time.sleep(min(timeout_s, 1.0))
+            return batches
+        for split_id, messages in answered.items():
+            state = self.held.get(split_id)
+            if state is None:
+                continue
+            batch = self._batch(state, messages) if messages else self._check(state)
+            if batch is not None:
+                batches.append(batch)
+        return batches
+
+    def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
+        """Acknowledges each committed split up to its position (one AckAll each), and
+        deletes the consumers of the splits that finished."""
+        acks: list[str] = []
+        for split_id, position in positions.items():
+            state = self.held.get(split_id) or self.finished.get(split_id)
+            if state is None:
+                continue
+            covered = [p for p in state.acks if p <= position]
+            if covered:
+                acks.append(state.acks[max(covered)])
+            for p in covered:
+                del state.acks[p]
+        gone = [self.finished.pop(i) for i in positions if i in self.finished]
+        if acks or gone:
+            try:
+                client = self.client
+                client.run(self._acknowledge(client.nc, client.js, acks, gone))
+            except (*TRANSIENT, nats.js.errors.Error) as exc:
+                log.warning("could not acknowledge to NATS: %s (the next commit does)", exc)
+
+    def describe(self, split: SubjectSplit, position: int, *, line: int | None = None) -> str:
+        return f"stream {split.stream} subject filter {split.subject} sequence {position}"
+
+    def close(self) -> None:
+        for state in self.held.values():
+            self._release(state)
+        self.held.clear()
+
+    # Reading
+
+    async def _pull(
+        self, nc: Client, js: JetStreamContext, max_records: int, timeout_s: float
+    ) -> dict[str, list[Msg]]:
+        """Waits up to ``timeout_s`` for messages of any held split; returns those that
+        arrived, by split (an empty list: none for that split now)."""
+        for state in self.held.values():
+            if state.puller is not None and state.puller.broken:
+                log.info(
+                    "split %s: %s; its consumer is set up again", state.split.split_id, state.puller.broken
+                )
+                await self._drop_puller(state)
+            if state.puller is None:
+                await self._set_up(nc, js, state, max_records)
+            if state.puller is not None:
+                await state.puller.keep_asking()
+        pullers = [s.puller for s in self.held.values() if s.puller is not None]
+        if pullers and not any(p.buffer for p in pullers):
+            waits = [asyncio.ensure_future(p.arrived.wait()) for p in pullers]
+            await asyncio.wait(waits, timeout=max(timeout_s, 0.01), return_when=asyncio.FIRST_COMPLETED)
+            for wait in waits:
+                wait.cancel()
+        return {
+            split_id: state.puller.take(max_records) if state.puller is not None else []
+            for split_id, state in self.held.items()
+        }
+
+    async def _set_up(self, nc: Client, js: JetStreamContext, state: HeldSplit, batch: int) -> None:
+        split = state.split
+        name = consumer_name(self.flow, split.subject)
+        try:
+            consumer = await consumer_after(js, split.stream, name, split.subject, split.position)
+            puller = Puller(nc, split.stream, name, batch=batch, wait_s=PULL_WAIT_S)
+            await puller.start()
+        except nats.js.errors.NotFoundError:
+            raise SplitFailed(
+                f"stream {split.stream} is gone: subject filter {split.subject} cannot be read on",
+                split_id=split.split_id,
+            ) from None
+        except (*TRANSIENT, nats.js.errors.Error) as exc:
+            log.info("split %s: consumer not ready (%s); tried again", split.split_id, exc)
+            return
+        state.puller = puller
+        state.next_delivery = consumer.delivered + 1
+        state.acks.clear()
+
+    async def _drop_puller(self, state: HeldSplit) -> None:
+        puller, state.puller = state.puller, None
+        if puller is not None:
+            try:
+                await puller.stop()
+            except Exception:  # noqa: BLE001 - a subscription of a connection that is gone
+                log.debug("unsubscribe failed", exc_info=True)
+
+    def _release(self, state: HeldSplit) -> None:
+        try:
+            self.client.run(self._drop_puller(state))
+        except Exception:  # noqa: BLE001 - the connection went away: nothing to release
+            log.debug("release failed", exc_info=True)
+
+    async def _acknowledge(
+        self, nc: Client, js: JetStreamContext, acks: list[str], gone: list[HeldSplit]
+    ) -> None:
+        await asyncio.gather(*(nc.request(reply, b"+ACK", timeout=REQUEST_TIMEOUT_S) for reply in acks))
+        for state in gone:
+            await self._drop_puller(state)
+            await delete_consumer(js, state.split.stream, consumer_name(self.flow, state.split.subject))
+
+    def _batch(self, state: HeldSplit, raw: list[Msg]) -> RecordBatch | None:
+        split = state.split
+        got = Deliveries.of(raw)
+        if not got.in_order(state.next_delivery, split.position):
+            # Another reader took deliveries of this consumer, or it sent some again:
+            # read on from the checkpoint's position through a consumer made again there.
+            log.info("split %s: deliveries out of order; its consumer is set up again", split.split_id)
+            self._release(state)
+            return None
+        state.next_delivery = int(got.deliveries[-1]) + 1
+        finished = False
+        if split.stop_time_ms is not None:
+            late = np.flatnonzero(got.ts_ns // 1_000_000 > split.stop_time_ms)
+            if len(late):
+                stop = int(got.seqs[late[0]]) - 1
+                self.send_event(SourceEvent(STOP_PLACED, {"seq": stop}))
+                split = state.split = SubjectSplit(split.stream, split.subject, split.position, stop, None)
+        if split.stop_position is not None and got.seqs[-1] >= split.stop_position:
+            got = got.head(int(np.searchsorted(got.seqs, split.stop_position, side="right")))
+            finished = True
+        end = int(got.seqs[-1]) if len(got) else split.position
+        if finished and split.stop_position is not None:
+            end = max(split.stop_position, split.position)
+        records, bad = self._records(got)
+        if len(got):
+            state.acks[int(got.seqs[-1])] = got.messages[-1].reply
+        state.split = split.at(end)
+        if finished:
+            self._move_to_finished(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
+        )
+
+    def _records(self, got: Deliveries) -> tuple[pa.Table, list[BadRecord]]:
+        first_only = self.first_bad_record_only()
+        table, reasons = self.decoder.decode([m.data for m in got.messages], first_only=first_only)
+        bad = [
+            BadRecord(int(got.seqs[i]), got.messages[i].data.decode("utf-8", "replace"), reasons[i])
+            for i in sorted(reasons)
+        ]
+        if self.metadata and not (first_only and bad):
+            kept = np.flatnonzero(~np.isin(np.arange(len(got)), list(reasons)))
+            subjects = [got.messages[i].subject for i in kept]
+            table = table.append_column(METADATA_FIELDS[0], pa.array(subjects, pa.string()))
+            table = table.append_column(METADATA_FIELDS[1], pa.array(got.seqs[kept], pa.int64()))
+            stamps = pa.array(got.ts_ns[kept] // 1000, pa.int64()).cast(METADATA_FIELDS[2].type)
+            table = table.append_column(METADATA_FIELDS[2], stamps)
+            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
+                table = table.select(self.output_schema.names)
+        return table, bad
+
+    def _check(self, state: HeldSplit) -> RecordBatch | None:
+        """An idle split with a stop: finished once its consumer has nothing left to deliver
+        and delivered nothing this reader has not taken (whatever comes later is past the
+        stop)."""
+        split = state.split
+        if split.stop_position is None and split.stop_time_ms is None:
+            return None
+        now = time.monotonic()
+        if state.next_check > now or state.puller is None:
+            return None
+        state.next_check = now + CHECK_INTERVAL_S
+        client = self.client
+        name = consumer_name(self.flow, split.subject)
+        try:
+            info = client.run(client.js.consumer_info(split.stream, name))
+        except (*TRANSIENT, nats.js.errors.Error):
+            return None
+        delivered = info.delivered.consumer_seq if info.delivered else 0
+        if info.num_pending or delivered >= state.next_delivery:
+            return None  # messages wait on the server, or are on their way to this reader
+        if split.stop_position is None:
+            stop_ms = split.stop_time_ms or 0
+            if self.clock() * 1000 <= stop_ms:
+                return None
+            return self._finish(state)
+        return self._finish(state, split.stop_position)
+
+    def _finish(self, state: HeldSplit, end: int | None = None) -> RecordBatch:
+        split = state.split
+        end = split.position if end is None else max(end, split.position)
+        state.split = split.at(end)
+        self._move_to_finished(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), self._empty(), [], True
+        )
+
+    def _move_to_finished(self, state: HeldSplit) -> None:
+        self.finished[state.split.split_id] = self.held.pop(state.split.split_id)
+
+    def _empty(self) -> pa.Table:
+        if self.output_schema is not None:
+            return self.output_schema.empty_table()
+        table = self.decoder.empty()
+        if self.metadata:
+            for f in METADATA_FIELDS:
+                table = table.append_column(f, pa.array([], f.type))
+        return table
+
+
+@dataclass(frozen=True)
+class Deliveries:
+    """Delivered messages, with the stream sequence, consumer sequence and time of each read
+    from its ack subject at once (``$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.
+    <consumer seq>.<ns>.<pending>``, with a domain and account hash before the stream in
+    the newer form)."""
+
+    messages: list[Msg]
+    seqs: npt.NDArray[np.int64]
+    deliveries: npt.NDArray[np.int64]
+    ts_ns: npt.NDArray[np.int64]
+
+    @classmethod
+    def of(cls, messages: list[Msg]) -> Deliveries:
+        tokens = pc.split_pattern(pa.array([m.reply for m in messages], pa.string()), ".")
+        base = 4 if len(messages[0].reply.split(".")) == 9 else 6
+
+        def column(index: int) -> npt.NDArray[np.int64]:
+            return pc.list_element(tokens, index).cast(pa.int64()).to_numpy()
+
+        return cls(messages, column(base + 1), column(base + 2), column(base + 3))
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def head(self, count: int) -> Deliveries:
+        return Deliveries(
+            self.messages[:count], self.seqs[:count], self.deliveries[:count], self.ts_ns[:count]
+        )
+
+    def in_order(self, next_delivery: int, position: int) -> bool:
+        """Whether these are the consumer's next deliveries, each a first delivery of a
+        message past ``position``."""
+        expected = np.arange(next_delivery, next_delivery + len(self), dtype=np.int64)
+        return bool(
+            np.array_equal(self.deliveries, expected)
+            and self.seqs[0] > position
+            and np.all(np.diff(self.seqs) > 0)
+        )

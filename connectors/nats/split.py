@@ -1,0 +1,66 @@
+"""A subject filter of a JetStream stream: the unit of work of the nats_jetstream source.
+
+A position is the stream sequence of the last message read (0: none yet); reading goes
+on with the next message of the filter after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+
+
+@dataclass(frozen=True)
+class SubjectSplit(SourceSplit):
+    """The messages of ``stream`` on ``subject`` (a filter) after ``position``, up to
+    ``stop_position`` if set. ``stop_time_ms``: a ``[stop] at`` time not yet placed on a
+    sequence (the first message after it places it, for every split)."""
+
+    stream: str
+    subject: str
+    position: int
+    stop_position: int | None = None
+    stop_time_ms: int | None = None
+
+    @property
+    def split_id(self) -> str:
+        return subject_split_id(self.stream, self.subject)
+
+    @property
+    def offset(self) -> OffsetEntry:
+        return OffsetEntry(key=self.split_id, position=self.position)
+
+    def at(self, position: int) -> Self:
+        return replace(self, position=position)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_position is not None and self.position >= self.stop_position
+
+
+def subject_split_id(stream: str, subject: str) -> str:
+    return f"{stream} {subject}"
+
+
+class SubjectSplitSerializer(SplitSerializer[SubjectSplit]):
+    def serialize(self, split: SubjectSplit) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "stream": split.stream,
+            "subject": split.subject,
+            "position": split.position,
+            "stop_position": split.stop_position,
+        }
+        if split.stop_time_ms is not None:
+            data["stop_time_ms"] = split.stop_time_ms
+        return data
+
+    def deserialize(self, data: dict[str, Any]) -> SubjectSplit:
+        return SubjectSplit(
+            data["stream"],
+            data["subject"],
+            data["position"],
+            data.get("stop_position"),
+            data.get("stop_time_ms"),
+        )

@@ -1,0 +1,48 @@
+"""Metadata columns a stream source adds after the format's own (``_stream``/``_id``,
+``_subject``/``_seq``/``_ts``): the run's schema with them, and the format without them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+
+from source_support.errors import ConfigError
+from source_support.formats.avro import AvroFormat, PathResolver
+from source_support.formats.fields import FieldsFormat
+from source_support.formats.record import RecordFormat
+from source_support.formats.registry import FormatSpec
+from source_support.formats.typed_arrow import fields_of
+
+
+def with_metadata(schema: pa.Schema, metadata: Sequence[pa.Field[pa.DataType]]) -> pa.Schema:
+    """``schema`` with the ``metadata`` columns after its own."""
+    names = {f.name for f in metadata}
+    return pa.schema([*[f for f in fields_of(schema) if f.name not in names], *metadata])
+
+
+def format_for_run(
+    fmt: FormatSpec,
+    schema: pa.Schema | None,
+    metadata: Sequence[pa.Field[pa.DataType]] | None,
+    *,
+    env: PathResolver | None = None,
+) -> tuple[RecordFormat | FieldsFormat | AvroFormat, pa.Schema | None]:
+    """The format a stream source reads with (entries), and the run's schema: given, the
+    format's columns are its others; inferred later, None; from the format's own schema,
+    that with the ``metadata`` columns (None: the source adds none). A format column named
+    as a metadata one is refused naming ``format.schema``. ``env`` resolves a format's
+    file (an Avro ``writer_schema`` path)."""
+    names = {f.name for f in metadata or ()}
+    if schema is not None and metadata:
+        record_format = fmt.build(
+            pa.schema([f for f in fields_of(schema) if f.name not in names]), entries=True, env=env
+        )
+        return record_format, schema
+    record_format = fmt.build(schema, entries=True, env=env)
+    if schema is None and record_format.schema is not None and metadata:
+        clash = [n for n in record_format.schema.names if n in names]
+        if clash:
+            raise ConfigError("format.schema", f"column {clash[0]} is a metadata column (source.metadata)")
+        return record_format, with_metadata(record_format.schema, metadata)
+    return record_format, schema if schema is not None else record_format.schema
