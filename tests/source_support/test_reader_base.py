@@ -3,31 +3,12 @@ finished split's bad record is still described in the connector's words."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Self
-
 import pyarrow as pa
 
-from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceSplit
+from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.reader_base import SourceReaderBase, SplitReader
 from tests.source_support.fakes import RecordingReaderContext
-
-
-@dataclass(frozen=True)
-class Part(SourceSplit):
-    name: str
-    position: int = 0
-
-    @property
-    def split_id(self) -> str:
-        return self.name
-
-    @property
-    def offset(self) -> OffsetEntry:
-        return OffsetEntry(self.name, self.position)
-
-    def at(self, position: int) -> Self:
-        return replace(self, position=position)
+from tests.source_support.memory_stream import StreamSplit as Part
 
 
 class EndsAllAtOnce(SplitReader[Part]):
