@@ -7,15 +7,20 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import redis
 
-from dataflow.models import FlowRun, LandedBatch, Split
+from dataflow.celery import app as celery_app
+from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors.runs import run_progress
-from tests.e2e.fleet import ROOT, fleet_env
+from dataflow.services.flows import flow_start
+from tests.e2e.fleet import ROOT, Fleet, fleet_env
+from tests.helpers import live, wait_until
 
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE"
 
@@ -178,3 +183,49 @@ def flowctl(*args: str, env: dict[str, str] | None = None) -> dict | list:
     if done.returncode:
         raise AssertionError(f"flowctl {' '.join(args)} failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
+
+
+def only_the_fleet_consumes(fleet: Fleet) -> None:
+    """No worker but the fleet's answers (an in-process worker would take its tasks)."""
+    nodes = {node for reply in celery_app.control.ping(timeout=1) for node in reply}
+    ours = {f"{name}@" for name in fleet.procs}
+    assert all(node.split("@")[0] + "@" in ours for node in nodes), f"other workers consume: {nodes}"
+
+
+def worker_reading(fleet: Fleet, run: FlowRun, names: tuple[str, ...], timeout: float = 60) -> str:
+    """The fleet name of a worker that runs a reader slice of ``run`` right now."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for name in names:
+            if fleet.reader_slices(name, run):
+                return name
+        time.sleep(0.1)
+    raise AssertionError(f"no worker of {names} runs a reader of run {run.pk}")
+
+
+def kill_a_reading_worker(fleet: Fleet, flow: DataFlow, producer: Any, sink: Path) -> tuple[FlowRun, list]:
+    """Runs ``flow`` on two fleet workers while ``producer`` writes at 200 records/s,
+    SIGKILLs the worker that reads once 300 records are in, lets 400 more be written, and
+    waits until the sink holds everything sent; returns the run and what was sent."""
+    fleet.beat()
+    fleet.worker("w1")
+    fleet.worker("w2")
+    fleet.wait_ready("w1", "w2")
+    only_the_fleet_consumes(fleet)
+    run = flow_start(flow=flow)
+    producer.start(rate=200)
+
+    wait_until(lambda: live(run) >= 300, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
+    victim = worker_reading(fleet, run, ("w1", "w2"))
+    fleet.kill(victim)
+    killed_at = len(producer.sent)
+    wait_until(lambda: len(producer.sent) >= killed_at + 400, 30, lambda: "the producer stalled")
+    sent = producer.stop()
+
+    survivor = "w2" if victim == "w1" else "w1"
+    wait_until(
+        lambda: arrived(sink, sent),
+        150,
+        lambda: what_differs(sink, sent, run) + "\n" + fleet.log(survivor)[-3000:],
+    )
+    return run, sent

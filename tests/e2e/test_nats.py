@@ -19,8 +19,13 @@ from dataflow.models import Assignment, DeadLetter, FlowRun, RunStatus, Split
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from tests.connectors.nats.conftest import nats_url
 from tests.e2e.nats_helpers import NatsProducer, PrivateNatsServer, nats_spec
-from tests.e2e.streams_helpers import arrived, quick_stream_intervals, sink_ids, what_differs
-from tests.e2e.test_streams import _only_the_fleet_consumes, _worker_reading
+from tests.e2e.streams_helpers import (
+    arrived,
+    kill_a_reading_worker,
+    quick_stream_intervals,
+    sink_ids,
+    what_differs,
+)
 from tests.helpers import Beat, live, wait_for_run, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,27 +53,7 @@ def test_a_sigkilled_reader_worker_loses_and_duplicates_no_message(fleet, quick,
     producer.write(40)
     sink = quick.out / "sink"
     flow, _ = flow_apply(spec=nats_spec("kill-nats", nats_url(), producer.stream, sink))
-    fleet.beat()
-    fleet.worker("w1")
-    fleet.worker("w2")
-    fleet.wait_ready("w1", "w2")
-    _only_the_fleet_consumes(fleet)
-    run = flow_start(flow=flow)
-    producer.start(rate=200)
-
-    wait_until(lambda: live(run) >= 300, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
-    victim = _worker_reading(fleet, run, ("w1", "w2"))
-    fleet.kill(victim)
-    killed_at = len(producer.sent)
-    wait_until(lambda: len(producer.sent) >= killed_at + 400, 30, lambda: "the producer stalled")
-    sent = producer.stop()
-
-    survivor = "w2" if victim == "w1" else "w1"
-    wait_until(
-        lambda: arrived(sink, sent),
-        150,
-        lambda: what_differs(sink, sent, run) + "\n" + fleet.log(survivor)[-3000:],
-    )
+    run, sent = kill_a_reading_worker(fleet, flow, producer, sink)
     flow_stop(flow=flow)
     assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
     assert Assignment.objects.filter(split__run=run, outcome="expired").exists(), "the victim held splits"

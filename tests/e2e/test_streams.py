@@ -19,7 +19,6 @@ import pytest
 from django.core.management import call_command
 
 from connectors.redis_streams.split import decode_position
-from dataflow.celery import app as celery_app
 from dataflow.models import (
     Assignment,
     AssignmentOutcome,
@@ -33,15 +32,17 @@ from dataflow.models import (
 )
 from dataflow.services.flows import flow_apply, flow_resume, flow_start, flow_stop
 from dataflow.services.streams.tick import untransformed_records
-from tests.e2e.fleet import Fleet
 from tests.e2e.streams_helpers import (
     Producer,
     arrived,
     flowctl,
+    kill_a_reading_worker,
+    only_the_fleet_consumes,
     quick_stream_intervals,
     sink_ids,
     stream_spec,
     what_differs,
+    worker_reading,
 )
 from tests.helpers import Beat, live, wait_until
 
@@ -55,24 +56,6 @@ def quick(settings, dirs):
     return dirs
 
 
-def _only_the_fleet_consumes(fleet: Fleet) -> None:
-    """No worker but the fleet's answers (an in-process worker would take its tasks)."""
-    nodes = {node for reply in celery_app.control.ping(timeout=1) for node in reply}
-    ours = {f"{name}@" for name in fleet.procs}
-    assert all(node.split("@")[0] + "@" in ours for node in nodes), f"other workers consume: {nodes}"
-
-
-def _worker_reading(fleet: Fleet, run: FlowRun, names: tuple[str, ...], timeout: float = 60) -> str:
-    """The fleet name of a worker that runs a reader slice of ``run`` right now."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for name in names:
-            if fleet.reader_slices(name, run):
-                return name
-        time.sleep(0.1)
-    raise AssertionError(f"no worker of {names} runs a reader of run {run.pk}")
-
-
 # With a fleet of worker processes.
 
 
@@ -81,27 +64,7 @@ def test_a_sigkilled_reader_worker_loses_and_duplicates_no_entry(fleet, quick, r
     producer.write(40)  # every stream of the topic exists at the first discovery
     sink = quick.out / "sink"
     flow, _ = flow_apply(spec=stream_spec(f"kill-{prefix[:-1]}", prefix, sink))
-    fleet.beat()
-    fleet.worker("w1")
-    fleet.worker("w2")
-    fleet.wait_ready("w1", "w2")
-    _only_the_fleet_consumes(fleet)
-    run = flow_start(flow=flow)
-    producer.start(rate=200)
-
-    wait_until(lambda: live(run) >= 300, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
-    victim = _worker_reading(fleet, run, ("w1", "w2"))
-    fleet.kill(victim)
-    killed_at = len(producer.sent)
-    wait_until(lambda: len(producer.sent) >= killed_at + 400, 30, lambda: "the producer stalled")
-    sent = producer.stop()
-
-    survivor = "w2" if victim == "w1" else "w1"
-    wait_until(
-        lambda: arrived(sink, sent),
-        150,
-        lambda: what_differs(sink, sent, run) + "\n" + fleet.log(survivor)[-3000:],
-    )
+    run, sent = kill_a_reading_worker(fleet, flow, producer, sink)
     assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
     flow_stop(flow=flow)
     assert sink_ids(sink) == Counter(sent), what_differs(sink, sent, run)
@@ -119,7 +82,7 @@ def test_a_sigkilled_spark_worker_mid_epoch_loses_and_duplicates_no_entry(fleet,
     fleet.worker("w1", env=spark_queue)
     fleet.worker("s1", env=spark_queue, queues="spark")
     fleet.wait_ready("w1", "s1")
-    _only_the_fleet_consumes(fleet)
+    only_the_fleet_consumes(fleet)
     run_id = flowctl("start", flow.name, env=spark_queue)["run"]  # its Spark tasks go to "spark"
     run = FlowRun.objects.get(pk=run_id)
     producer.start(rate=200)
@@ -165,13 +128,13 @@ def test_a_frozen_reader_worker_that_wakes_after_its_streams_moved_corrupts_noth
     fleet.worker("w1", env=spark_queue)
     fleet.worker("w2", env=spark_queue)
     fleet.wait_ready("w1", "w2")
-    _only_the_fleet_consumes(fleet)
+    only_the_fleet_consumes(fleet)
     # No Spark worker yet: what lands stays in the landing zone until the victim woke up.
     run = FlowRun.objects.get(pk=flowctl("start", flow.name, env=spark_queue)["run"])
     producer.start(rate=60)
 
     wait_until(lambda: live(run) >= 100, 90, lambda: f"no progress: {what_differs(sink, producer.sent, run)}")
-    victim = _worker_reading(fleet, run, ("w1", "w2"))
+    victim = worker_reading(fleet, run, ("w1", "w2"))
     # Frozen mid-read (mostly in a blocking XREAD, whose reply waits in its socket), or
     # mid-commit (holding row locks): its leases lapse and its streams go to the other worker.
     fleet.freeze(victim)
@@ -214,7 +177,7 @@ def test_readers_pause_while_the_transform_is_behind_and_nothing_is_lost(fleet, 
     fleet.beat()
     fleet.worker("w1", env=spark_queue)  # readers and ticks, no Spark: the transform waits
     fleet.wait_ready("w1")
-    _only_the_fleet_consumes(fleet)
+    only_the_fleet_consumes(fleet)
     run = FlowRun.objects.get(pk=flowctl("start", flow.name, env=spark_queue)["run"])
     producer.start(rate=800)
 
