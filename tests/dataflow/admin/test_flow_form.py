@@ -231,3 +231,28 @@ def test_a_bad_avro_writer_schema_is_shown_on_its_field(add_flow):
     errors = response.context["adminform"].form.errors
     assert list(errors) == ["format__avro__writer_schema"]
     assert "is not JSON" in errors["format__avro__writer_schema"][0]
+
+
+@pytest.mark.django_db
+def test_the_nats_source_and_sink_are_offered_and_a_flow_through_them_is_saved(admin_client, add_flow):
+    page = admin_client.get(ADD_URL).content.decode()
+    assert 'class="module aligned adf-options adf-source-options adf-type-nats_jetstream"' in page
+    assert '<label for="id_source__nats_jetstream__stream">stream:</label>' in page
+    assert '<label for="id_sink__nats__subject">subject:</label>' in page
+
+    response = add_flow(
+        source_type="nats_jetstream",
+        source__nats_jetstream__servers="nats://app:s3cret@127.0.0.1:4222",
+        source__nats_jetstream__stream="ORDERS",
+        format_type="jsonl",
+        sink_type="nats",
+        sink__nats__servers="nats://127.0.0.1:4222",
+        sink__nats__subject="orders.large",
+    )
+
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    flow = DataFlow.objects.get(name="admin-flow")
+    assert (flow.source_type, flow.sink_type) == ("nats_jetstream", "nats")
+    assert flow.source_config["stream"] == "ORDERS" and flow.sink_config["subject"] == "orders.large"
+    change = admin_client.get(_change_url(flow)).content.decode()
+    assert "s3cret" not in change and "nats://app:****@127.0.0.1:4222" in change
