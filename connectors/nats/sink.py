@@ -78,6 +78,10 @@ def _client_for(config: dict[str, Any], env: Environment, table: pa.Table) -> Na
     column = config.get("subject_column")
     if column is not None and column not in table.column_names:
         raise ConfigError("sink.subject_column", f"{column!r} is not a column of the result")
+    if column is not None and table.column(column).null_count:
+        raise ConfigError(
+            "sink.subject_column", f"{table.column(column).null_count} row(s) have no subject in {column!r}"
+        )
     subjects = [config["subject"]] if config.get("subject") else _distinct(table, column)
     outside = [s for s in subjects if not key_allowed(s, patterns)]
     if outside:

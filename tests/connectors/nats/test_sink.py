@@ -13,6 +13,7 @@ from nats.js.api import StreamConfig
 
 from connectors.nats.connection import shared_client
 from connectors.nats.sink import NatsSink, publish_rows
+from source_support.errors import ConfigError
 from tests.connectors.nats.conftest import nats_url
 
 
@@ -105,6 +106,18 @@ def test_a_subject_column_into_a_missing_stream_is_refused_naming_sink_stream(en
     config = {"servers": nats_url(), "subject_column": "route", "stream": stream_name}
     with pytest.raises(Exception, match="sink.stream"):
         NatsSink.write(_table(2), config, attempt_key="r3-1", publish=_publish_all, env=env)
+
+
+def test_a_row_without_a_subject_is_refused_naming_sink_subject_column_and_nothing_is_sent(env, stream_name):
+    prefix = stream_name.lower()
+    asyncio.run(_make_stream(stream_name, [f"{prefix}.>"]))
+    table = _table(4).append_column("subject", pa.array([f"{prefix}.a", None, f"{prefix}.b", f"{prefix}.c"]))
+    config = {"servers": nats_url(), "subject_column": "subject", "stream": stream_name}
+
+    with pytest.raises(ConfigError, match=r"sink\.subject_column: 1 row\(s\) have no subject"):
+        NatsSink.write(table, config, attempt_key="r4-1", publish=_publish_all, env=env)
+
+    assert _messages(stream_name) == []
 
 
 async def _make_stream(name: str, subjects: list[str]) -> None:
