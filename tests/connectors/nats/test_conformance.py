@@ -134,3 +134,7 @@ class TestNatsConformance(SourceConformanceSuite):
         context = NatsContext(f"T{uuid.uuid4().hex[:10].upper()}", env, server)
         yield context
         context.close()
+
+    @pytest.mark.slow  # about 45 s: the clients wait out their reconnects while the server is down
+    def test_the_external_system_going_away_and_coming_back_loses_nothing(self, external_context):
+        super().test_the_external_system_going_away_and_coming_back_loses_nothing(external_context)
