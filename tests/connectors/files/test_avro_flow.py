@@ -35,6 +35,7 @@ def _doc(name, dirs, sink, **flow):
     }
 
 
+@pytest.mark.slow  # over 5 s: a Spark flow over every Avro type
 def test_every_avro_type_lands_and_is_written_as_parquet_as_fastavro_reads_it(worker, dirs):
     paths = [
         write_container(
