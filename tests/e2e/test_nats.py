@@ -22,19 +22,12 @@ from tests.e2e.nats_helpers import NatsProducer, PrivateNatsServer, nats_spec
 from tests.e2e.streams_helpers import (
     arrived,
     kill_a_reading_worker,
-    quick_stream_intervals,
     sink_ids,
     what_differs,
 )
 from tests.helpers import Beat, live, wait_for_run, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture()
-def quick(settings, dirs):
-    quick_stream_intervals(settings)
-    return dirs
 
 
 @pytest.fixture()

@@ -38,7 +38,6 @@ from tests.e2e.streams_helpers import (
     flowctl,
     kill_a_reading_worker,
     only_the_fleet_consumes,
-    quick_stream_intervals,
     sink_ids,
     stream_spec,
     what_differs,
@@ -47,13 +46,6 @@ from tests.e2e.streams_helpers import (
 from tests.helpers import Beat, live, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture()
-def quick(settings, dirs):
-    """The test's directories, with short stream intervals (``quick_stream_intervals``)."""
-    quick_stream_intervals(settings)
-    return dirs
 
 
 # With a fleet of worker processes.
