@@ -185,6 +185,7 @@ class TalkingSource(NumberSequenceSource):
         return SourceReaderBase(context, AnsweringReader(context, self.heard), batch_size=10)
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_source_events_reach_the_reader_and_its_reply_the_enumerator(dirs):
     run = sequence_run(dirs, count=COUNT, splits=2, batch_size=10)
     source = TalkingSource()

@@ -71,6 +71,7 @@ def test_debug_is_off_and_hosts_are_loopback_unless_set(tmp_path):
     assert set_hosts == "flows.example.com,10.0.0.5"
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_a_secret_key_is_made_once_per_var_directory_and_kept_private(tmp_path):
     first = _settings_seen(tmp_path / "a")[1]
     again = _settings_seen(tmp_path / "a")[1]

@@ -63,6 +63,7 @@ def test_every_avro_type_lands_and_is_written_as_parquet_as_fastavro_reads_it(wo
         assert mine == theirs
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_public_flights_are_written_as_json_as_fastavro_reads_them(worker, dirs):
     schema, records = flights(6000)
     path = write_container(dirs.data / "flights.avro", schema, records, codec="snappy", sync_interval=5000)

@@ -30,6 +30,7 @@ def test_a_flow_reads_every_stream_of_the_topic_up_to_latest(worker, rds, prefix
     assert [g["last-delivered-id"] for g in groups] == [rds.xrevrange(f"{prefix}orders:0", count=1)[0][0]]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 @pytest.mark.django_db(transaction=True)
 def test_a_flow_writes_its_result_to_a_stream_once(worker, rds, prefix, dirs):
     for i in range(12):

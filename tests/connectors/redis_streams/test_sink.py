@@ -170,6 +170,7 @@ def test_an_attempt_that_died_while_publishing_is_finished_by_the_next(rds, pref
     assert [e["id"] for e in entries(rds, f"{prefix}out")] == [str(i) for i in range(10)]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 @pytest.mark.django_db
 def test_a_spark_dataframe_is_written(rds, prefix, env):
     from dataflow.spark.session import spark_job

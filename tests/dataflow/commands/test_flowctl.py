@@ -261,6 +261,7 @@ def test_validate_names_the_field_of_an_invalid_file(tmp_path, flow):
         _flowctl("validate", str(tmp_path / "nope.toml"))
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_validate_exits_non_zero_on_an_invalid_file_only(dirs, tmp_path, flow):
     good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
     good.write_text(_flowctl("export", "meters"))

@@ -427,6 +427,7 @@ def pandas_windows(rows: list[tuple]) -> list[tuple]:
     )
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 @pytest.mark.django_db(transaction=True)
 def test_windows_are_emitted_once_each_as_the_slowest_split_passes_their_end(dirs):
     stream = Stream(dirs, WINDOW_SQL)
