@@ -278,10 +278,20 @@ def _target_for_restricted(connection: Connection, *, field: str) -> str:
     scheme = urlsplit(url).scheme
     if scheme in kind.local_schemes:
         raise ConfigError(field, f"connection {connection.name!r} is a local socket: for staff flows only")
-    checked = url_address_check(url, field=field, default_port=kind.default_port)
-    if scheme in kind.pinnable_schemes:
-        url = url_with_host(url, str(checked[0]))
-    return url
+    servers = []
+    for server in server_urls(url):
+        checked = url_address_check(server, field=field, default_port=kind.default_port)
+        servers.append(url_with_host(server, str(checked[0])) if scheme in kind.pinnable_schemes else server)
+    return ",".join(servers)
+
+
+def server_urls(url: str) -> list[str]:
+    """The servers of a comma-separated URL list (``nats://a:4222,nats://b:4222``; Kafka's
+    ``kafka://a:9092,b:9092``), each a URL of its own: one without a scheme takes the
+    first one's, so that each host is checked, and pinned, on its own."""
+    first, *rest = [piece.strip() for piece in url.split(",") if piece.strip()] or [url]
+    scheme = urlsplit(first).scheme
+    return [first] + [piece if "://" in piece else f"{scheme}://{piece}" for piece in rest]
 
 
 def flow_connections_resolve(

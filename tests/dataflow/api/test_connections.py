@@ -382,3 +382,53 @@ def test_alice_cannot_point_a_schema_registry_at_an_internal_address(alice, loop
     assert "only staff may give an address" in reason
     staff = client_of(connection_staff())
     assert staff.post("/api/flows/", body, format="json").status_code == 201
+
+
+class HostResolver:
+    """A DNS server answering each host from a table (the tests may not query a real one)."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers = answers
+
+    def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (self.answers.get(host, host), port))]
+
+
+def nats_flow_of(connection: str) -> dict:
+    return {
+        "name": "mine",
+        "source": {"type": "nats_jetstream", "connection": connection, "stream": "ORDERS"},
+        "format": {"type": "json", "schema": "id BIGINT"},
+        "sink": {"type": "parquet", "path": "out"},
+    }
+
+
+def test_every_server_of_a_list_is_checked_and_pinned(alice, monkeypatch):
+    monkeypatch.setattr(
+        addresses, "getaddrinfo", HostResolver({"a.example": "93.184.216.34", "b.example": "93.184.216.35"})
+    )
+    ConnectionFactory(
+        name="nats-ext", type="nats", url="nats://a.example:4222,nats://b.example:4223", users=[alice]
+    )
+
+    targets = flow_connections_resolve(
+        source_type="nats_jetstream",
+        source_config={"connection": "nats-ext", "stream": "ORDERS"},
+        sink_type="parquet",
+        sink_config={"path": "out"},
+        owner=alice,
+    )
+
+    assert targets["nats-ext"].url == "nats://93.184.216.34:4222,nats://93.184.216.35:4223"
+
+
+def test_a_loopback_server_second_in_a_list_is_refused(alice, monkeypatch):
+    monkeypatch.setattr(addresses, "getaddrinfo", HostResolver({"a.example": "93.184.216.34"}))
+    ConnectionFactory(
+        name="nats-ext", type="nats", url="nats://a.example:4222,nats://127.0.0.1:4222", users=[alice]
+    )
+
+    reason = refused(
+        client_of(alice).post("/api/flows/", nats_flow_of("nats-ext"), format="json"), "source.connection"
+    )
+    assert "127.0.0.1 is a loopback address" in reason
