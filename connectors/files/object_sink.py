@@ -281,31 +281,21 @@ def commit_objects(
     run_prefix = f"part-{attempt_key.rsplit('-', 1)[0]}-"
     mine = f"part-{attempt_key}"
     store.abort_debris(lambda name: name.startswith(run_prefix) and not _named_by(name, mine))
-    uploads: list[_Upload] = []
-    published = False
-    with tempfile.TemporaryDirectory(prefix="adf-s3-sink-") as scratch:
-        staging = Path(scratch) / "out"
-        try:
-            write_to(str(staging))
-            rows = count(staging)
-            files = named_files(staging, attempt_key)
-            store.stage(files, uploads)
-            new_keys = {upload.key for upload in uploads}
 
-            def swap() -> None:
-                store.delete([place.key(SUCCESS)])
-                store.delete([key for key in store.listed() if key not in new_keys])
-                store.complete(uploads)
-                store.put_json(
-                    place.key(SUCCESS),
-                    {"attempt": attempt_key, "rows": rows, "files": sorted(new_keys)},
-                )
+    def swap_in(rows: int, uploads: list[_Upload]) -> Callable[[], None]:
+        new_keys = sorted(upload.key for upload in uploads)
 
-            published = publish(rows, swap)
-        finally:
-            if not published:
-                store.abort(uploads)
-    return published
+        def swap() -> None:
+            store.delete([place.key(SUCCESS)])
+            store.delete([key for key in store.listed() if key not in new_keys])
+            store.complete(uploads)
+            store.put_json(place.key(SUCCESS), {"attempt": attempt_key, "rows": rows, "files": new_keys})
+
+        return swap
+
+    return _publish_staged(
+        store, write_to, count, publish, key=attempt_key, swap_in=swap_in, empty_files=True
+    )
 
 
 def append_objects(
@@ -320,11 +310,44 @@ def append_objects(
     """One epoch of a stream: adds what ``write_to(staging)`` writes under the prefix as
     ``part-<epoch_key>...`` objects, completed by ``publish``'s move; returns whether it
     published. A repeated epoch replaces its objects; the objects of an earlier attempt of
-    the epoch that this one does not write again are deleted (its manifest lists them)."""
+    the epoch that this one does not write again are deleted (its manifest lists them).
+    An epoch without rows adds no object."""
     store = _Store(client, place)
     run_key, number = epoch_key.rsplit("-", 1)
     manifest = place.key(f"_epoch-{epoch_key}.json")
     _forget_earlier_epochs(store, run_key, number)
+
+    def move_in(rows: int, uploads: list[_Upload]) -> Callable[[], None]:
+        new_keys = sorted(upload.key for upload in uploads)
+
+        def move() -> None:
+            earlier = store.manifest_files(manifest)
+            if new_keys or earlier:  # listed before completing, so a crash leaves no stranger
+                store.put_json(manifest, {"files": sorted({*earlier, *new_keys})})
+            store.complete(uploads)
+            store.delete([key for key in earlier if key not in new_keys])
+            if earlier:
+                store.put_json(manifest, {"files": new_keys})
+
+        return move
+
+    return _publish_staged(store, write_to, count, publish, key=epoch_key, swap_in=move_in, empty_files=False)
+
+
+def _publish_staged(
+    store: _Store,
+    write_to: Callable[[str], None],
+    count: Callable[[Path], int],
+    publish: Publish,
+    *,
+    key: str,
+    swap_in: Callable[[int, list[_Upload]], Callable[[], None]],
+    empty_files: bool,
+) -> bool:
+    """Writes into a local staging directory, uploads its files named by ``key`` as open
+    uploads, then lets ``publish`` run ``swap_in(rows, uploads)``'s swap; the uploads are
+    aborted unless it published. ``empty_files``: whether a write without rows uploads the
+    files it made (a bounded run's schema-only file) or none (a stream's empty epoch)."""
     uploads: list[_Upload] = []
     published = False
     with tempfile.TemporaryDirectory(prefix="adf-s3-sink-") as scratch:
@@ -332,20 +355,8 @@ def append_objects(
         try:
             write_to(str(staging))
             rows = count(staging)
-            files = named_files(staging, epoch_key) if rows else []
-            store.stage(files, uploads)
-            new_keys = sorted(upload.key for upload in uploads)
-
-            def move() -> None:
-                earlier = store.manifest_files(manifest)
-                if new_keys or earlier:  # listed before completing, so a crash leaves no stranger
-                    store.put_json(manifest, {"files": sorted({*earlier, *new_keys})})
-                store.complete(uploads)
-                store.delete([key for key in earlier if key not in new_keys])
-                if earlier:
-                    store.put_json(manifest, {"files": new_keys})
-
-            published = publish(rows, move)
+            store.stage(named_files(staging, key) if rows or empty_files else [], uploads)
+            published = publish(rows, swap_in(rows, uploads))
         finally:
             if not published:
                 store.abort(uploads)

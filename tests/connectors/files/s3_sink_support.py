@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -51,6 +52,13 @@ def s3_filesystem(server: PrivateMotoServer) -> pafs.S3FileSystem:
         endpoint_override=host,
         scheme="http",
     )
+
+
+def moto_with_bucket() -> Iterator[PrivateMotoServer]:
+    """A module's moto server with the bucket ``BUCKET`` (its fixture yields from this)."""
+    with PrivateMotoServer() as server:
+        server.client("s3").create_bucket(Bucket=BUCKET)
+        yield server
 
 
 def s3_config(server: PrivateMotoServer, prefix: str, **fields: Any) -> dict[str, Any]:

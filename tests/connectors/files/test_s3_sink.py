@@ -33,6 +33,7 @@ from tests.connectors.files.s3_sink_support import (
     SINKS,
     data_keys,
     key_pair,
+    moto_with_bucket,
     read_objects,
     s3_client,
     s3_filesystem,
@@ -45,9 +46,7 @@ WRONG_SECRET = "wrong-secret-never-shown"
 
 @pytest.fixture(scope="module")
 def moto():
-    with PrivateMotoServer() as server:
-        server.client("s3").create_bucket(Bucket=BUCKET)
-        yield server
+    yield from moto_with_bucket()
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +111,20 @@ def _ids(first: int, count: int) -> pa.Table:
 
 def _parquet_rows(staging: Path) -> int:
     return count_rows(staging, "parquet")
+
+
+def _commit(client, place: S3Place, tables: list[pa.Table], attempt_key: str, publish=accept) -> bool:
+    """A bounded write of ``tables`` (one Parquet file each)."""
+    return commit_objects(
+        client, place, _parquet_writer(*tables), _parquet_rows, attempt_key=attempt_key, publish=publish
+    )
+
+
+def _append(client, place: S3Place, tables: list[pa.Table], epoch_key: str, publish=accept) -> bool:
+    """A stream epoch of ``tables`` (one Parquet file each)."""
+    return append_objects(
+        client, place, _parquet_writer(*tables), _parquet_rows, epoch_key=epoch_key, publish=publish
+    )
 
 
 def _open_uploads(server, prefix: str) -> list[str]:
@@ -197,23 +210,14 @@ def test_a_prefix_outside_the_connections_key_patterns_is_refused_before_contact
 
     inside = replace(_target(moto), key_patterns=lake.key_patterns, field="sink.connection")
     client = object_sink.open_place(S3Place(BUCKET, "team-a/out"), inside)
-    assert commit_objects(
-        client,
-        S3Place(BUCKET, "team-a/out"),
-        _parquet_writer(_ids(0, 3)),
-        _parquet_rows,
-        attempt_key="r-1",
-        publish=accept,
-    )
+    assert _commit(client, S3Place(BUCKET, "team-a/out"), [_ids(0, 3)], "r-1")
     assert _read_ids(moto, "team-a/out") == [0, 1, 2]
 
 
 def test_the_server_going_away_mid_write_fails_the_attempt_and_keeps_the_old_output(moto, monkeypatch):
     place = S3Place(BUCKET, "out/outage")
     direct = aws_client(_target(moto), "s3")
-    assert commit_objects(
-        direct, place, _parquet_writer(_ids(0, 5)), _parquet_rows, attempt_key="run1-1", publish=accept
-    )
+    assert _commit(direct, place, [_ids(0, 5)], "run1-1")
     proxy = TcpProxy.for_url(moto.endpoint_url)
     monkeypatch.setattr(session, "MAX_ATTEMPTS", 1)  # botocore's backoff would only add seconds
     through_proxy = aws_client(_target(moto, endpoint_url=proxy.url(moto.endpoint_url)), "s3")
@@ -230,28 +234,14 @@ def test_the_server_going_away_mid_write_fails_the_attempt_and_keeps_the_old_out
     monkeypatch.setattr(object_sink, "PART_BYTES", 5 * 1024 * 1024)
     try:
         with pytest.raises(ObjectSinkError, match=r"s3://sink-tests/out/outage: uploading .* failed"):
-            commit_objects(
-                through_proxy,
-                place,
-                _parquet_writer(_ids(100, 5), _ids(200, 5)),
-                _parquet_rows,
-                attempt_key="run2-1",
-                publish=accept,
-            )
+            _commit(through_proxy, place, [_ids(100, 5), _ids(200, 5)], "run2-1")
     finally:
         proxy.close()
 
     assert _read_ids(moto, "out/outage") == list(range(5)), "the old output, whole"
     assert len(_open_uploads(moto, "out/outage")) == 2, "the files' uploads, never completed"
     monkeypatch.undo()
-    assert commit_objects(
-        direct,
-        place,
-        _parquet_writer(_ids(100, 5), _ids(200, 5)),
-        _parquet_rows,
-        attempt_key="run2-2",
-        publish=accept,
-    )
+    assert _commit(direct, place, [_ids(100, 5), _ids(200, 5)], "run2-2")
     assert _read_ids(moto, "out/outage") == [*range(100, 105), *range(200, 205)]
     assert _open_uploads(moto, "out/outage") == [], "the next attempt aborted the dead one's upload"
 
@@ -263,14 +253,7 @@ def test_a_dataset_reader_sees_one_runs_files_and_the_success_manifest_names_the
     place = S3Place(BUCKET, "out/dataset")
     client = aws_client(_target(moto), "s3")
     for attempt, first in (("run1-1", 0), ("run2-1", 50)):
-        assert commit_objects(
-            client,
-            place,
-            _parquet_writer(_ids(first, 3), _ids(first + 10, 3)),
-            _parquet_rows,
-            attempt_key=attempt,
-            publish=accept,
-        )
+        assert _commit(client, place, [_ids(first, 3), _ids(first + 10, 3)], attempt)
 
     table = ds.dataset(f"{BUCKET}/out/dataset", filesystem=s3_filesystem(moto)).to_table()
     assert sorted(table.column("id").to_pylist()) == [50, 51, 52, 60, 61, 62]
@@ -281,27 +264,14 @@ def test_a_dataset_reader_sees_one_runs_files_and_the_success_manifest_names_the
 def test_a_repeated_epoch_that_writes_fewer_files_leaves_only_its_own(moto):
     place = S3Place(BUCKET, "out/epochs")
     client = aws_client(_target(moto), "s3")
-    assert append_objects(
-        client, place, _parquet_writer(_ids(0, 2)), _parquet_rows, epoch_key="s1-000001", publish=accept
-    )
+    assert _append(client, place, [_ids(0, 2)], "s1-000001")
     with pytest.raises(Exception, match="died after it published"):
-        append_objects(
-            client,
-            place,
-            _parquet_writer(_ids(10, 2), _ids(20, 2)),
-            _parquet_rows,
-            epoch_key="s1-000002",
-            publish=crash_after_swap,
-        )
+        _append(client, place, [_ids(10, 2), _ids(20, 2)], "s1-000002", crash_after_swap)
     assert _read_ids(moto, "out/epochs") == [0, 1, 10, 11, 20, 21]
 
-    assert append_objects(
-        client, place, _parquet_writer(_ids(30, 2)), _parquet_rows, epoch_key="s1-000002", publish=accept
-    )
+    assert _append(client, place, [_ids(30, 2)], "s1-000002")
     assert _read_ids(moto, "out/epochs") == [0, 1, 30, 31]
-    assert append_objects(
-        client, place, _parquet_writer(_ids(40, 1)), _parquet_rows, epoch_key="s1-000003", publish=accept
-    )
+    assert _append(client, place, [_ids(40, 1)], "s1-000003")
     keys = [item["Key"] for item in client.list_objects_v2(Bucket=BUCKET, Prefix="out/epochs/")["Contents"]]
     assert [k for k in keys if "_epoch-" in k] == ["out/epochs/_epoch-s1-000003.json"], (
         "earlier manifests gone"

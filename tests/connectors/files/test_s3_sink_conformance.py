@@ -9,17 +9,14 @@ from __future__ import annotations
 import pytest
 
 from source_support.testing.sink_suite import SinkConformanceSuite
-from tests.connectors.files.s3_sink_support import BUCKET, S3SinkContext
-from tests.moto_server import PrivateMotoServer
+from tests.connectors.files.s3_sink_support import S3SinkContext, moto_with_bucket
 
 pytestmark = pytest.mark.slow  # each class runs five Spark writes against the server
 
 
 @pytest.fixture(scope="module")
 def moto():
-    with PrivateMotoServer() as server:
-        server.client("s3").create_bucket(Bucket=BUCKET)
-        yield server
+    yield from moto_with_bucket()
 
 
 class TestS3ParquetSinkConformance(SinkConformanceSuite):

@@ -17,35 +17,30 @@ from tests.helpers import write_csv
 pytestmark = pytest.mark.django_db
 
 
+def _user_with_lake(name: str):
+    """A user and an aws connection granted to them alone, limited to their bucket."""
+    user = UserFactory(username=name)
+    ConnectionFactory(
+        name=f"{name}-s3",
+        type="aws",
+        url="http://127.0.0.1:9000",
+        username=f"{name}-key",
+        password=f"{name}-secret",
+        key_patterns=[f"{name}-lake/*"],
+        users=[user],
+    )
+    return user
+
+
 @pytest.fixture()
 def alice(settings):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # the endpoints here are loopback
-    alice = UserFactory(username="alice")
-    ConnectionFactory(
-        name="alice-s3",
-        type="aws",
-        url="http://127.0.0.1:9000",
-        username="alice-key",
-        password="alice-secret",
-        key_patterns=["alice-lake/*"],
-        users=[alice],
-    )
-    return alice
+    return _user_with_lake("alice")
 
 
 @pytest.fixture()
 def bob(alice):
-    bob = UserFactory(username="bob")
-    ConnectionFactory(
-        name="bob-s3",
-        type="aws",
-        url="http://127.0.0.1:9000",
-        username="bob-key",
-        password="bob-secret",
-        key_patterns=["bob-lake/*"],
-        users=[bob],
-    )
-    return bob
+    return _user_with_lake("bob")
 
 
 @pytest.fixture()
