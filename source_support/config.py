@@ -123,6 +123,14 @@ class ConfigBase:
         """The config of a table (without ``type``), or a ConfigError naming the field."""
         return cls(**parse_table(cls.SECTION, cls.OPTIONS, table)).validate(env)
 
+    @classmethod
+    def address_keys(cls, table: Mapping[str, Any]) -> list[str] | None:
+        """What a table (as written, before validation) reaches through its address option
+        (``option(address=KIND)``): None when it reaches nothing (a file sink at a local
+        path), so it needs no connection; else the keys, beyond its ``scoped`` options',
+        that the connection's key patterns must cover. Here: [] (always an address)."""
+        return []
+
     def validate(self, env: Environment) -> Self:
         """The config after the checks its options cannot declare (a check across fields, a
         value resolved in ``env``), or a ConfigError naming the field. Here: itself."""

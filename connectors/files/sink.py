@@ -1,4 +1,5 @@
-"""Parquet, CSV and JSON-lines directory sinks, each committed by an atomic rename.
+"""Parquet, CSV and JSON-lines directory sinks, each committed by an atomic rename; at an
+``s3://bucket/prefix`` path, objects committed as ``connectors.files.object_sink`` says.
 
 Spark writes the whole result to a staging directory beside the target; only a complete
 write is renamed into place. A re-run after a crash writes the staging directory again
@@ -16,30 +17,44 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 import pyarrow.parquet as pq
 
-from source_support.config import ConfigBase, option
+from connectors.aws.config import AwsAddress, aws_target
+from connectors.files.object_sink import (
+    S3Place,
+    allowed_keys,
+    append_objects,
+    commit_objects,
+    is_s3_path,
+    open_place,
+    parse_s3_path,
+)
+from connectors.files.staged import named_files
+from source_support.config import option
 from source_support.errors import ConfigError
 from source_support.registry import Environment, Publish, SinkAppend, SinkConnector, SinkWrite
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
     from pyspark.sql import DataFrame
 
 COMPRESSIONS = ("none", "snappy", "gzip", "zstd", "lz4")
 
 
-class DirectorySinkConfig(ConfigBase, section="sink"):
+class DirectorySinkConfig(AwsAddress, section="sink"):
     """A validated ``[sink]`` table of a ``json`` sink, and what the other file sinks share;
-    ``path`` is the real path of the directory."""
+    ``path`` is the real path of the directory, or an ``s3://bucket/prefix`` URL (then the
+    AWS fields say where and how to reach it)."""
 
     path: str = option(
-        "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root: a bounded "
-        "run replaces it whole, a stream adds files to it.",
+        "The directory to write, relative to DATAFLOW_BASE_DIR and below an allowed root, or "
+        "s3://bucket/prefix in an S3-compatible store: a bounded run replaces it whole, a stream "
+        "adds files to it.",
         example="out/sensor-averages",
         filesystem_path=True,
     )
@@ -50,7 +65,32 @@ class DirectorySinkConfig(ConfigBase, section="sink"):
         example=["country"],
     )
 
+    @classmethod
+    def address_keys(cls, table: Mapping[str, Any]) -> list[str] | None:
+        """An ``s3://`` path reaches a store (its keys must lie in the connection's key
+        patterns); a local path reaches none, so it needs no connection."""
+        path = table.get("path")
+        if not is_s3_path(path):
+            return None
+        try:
+            return [allowed_keys(parse_s3_path(str(path), "sink.path"))]
+        except ConfigError:
+            return []  # the spec's own validation names what is wrong
+
+    def to_dict(self) -> dict[str, Any]:
+        """What is stored; a directory's has none of the AWS fields (not even the region)."""
+        stored = super().to_dict()
+        if not is_s3_path(self.path):
+            stored.pop("region", None)
+        return stored
+
     def validate(self, env: Environment) -> Self:
+        if is_s3_path(self.path):
+            parse_s3_path(self.path, "sink.path")
+            return super().validate(env)
+        for name in ("connection", "endpoint_url", "access_key_id", "secret_access_key"):
+            if getattr(self, name) is not None:
+                raise ConfigError(f"sink.{name}", "is for an s3:// path only; this sink writes a directory")
         target = env.resolve_path(self.path, "sink.path")  # symlinks resolved
         if target in env.real_roots():
             raise ConfigError("sink.path", "must be a directory below an allowed root, not the root")
@@ -110,10 +150,35 @@ def _row_counter(kind: str, config: dict[str, Any]) -> Callable[[Path], int]:
     return lambda staging: count_rows(staging, kind, header=kind == "csv" and config.get("header", True))
 
 
+class _SinkAddress(AwsAddress, section="sink"):
+    """The AWS fields of a sink's config, alone."""
+
+
+#: The fields of a stored sink config that say where an ``s3://`` path is.
+_AWS_FIELDS = tuple(declared.name for declared in AwsAddress.OPTIONS)
+
+
+def _store(config: dict[str, Any], env: Environment) -> tuple[S3Client, S3Place]:
+    """The client and the place of an ``s3://`` sink, checked before Spark computes anything."""
+    typed = _SinkAddress.from_dict({k: config[k] for k in _AWS_FIELDS if k in config})
+    place = parse_s3_path(config["path"], "sink.path")
+    return open_place(place, aws_target(typed, env)), place
+
+
 def _writer(kind: str) -> SinkWrite:
     def write(
         df: DataFrame, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment
     ) -> bool:
+        if is_s3_path(config["path"]):
+            client, place = _store(config, env)
+            return commit_objects(
+                client,
+                place,
+                lambda staging: _write_files(df, kind, config, staging),
+                _row_counter(kind, config),
+                attempt_key=attempt_key,
+                publish=publish,
+            )
         target = Path(config["path"])
         return commit_directory(
             target,
@@ -132,6 +197,16 @@ def _appender(kind: str) -> SinkAppend:
         df: DataFrame, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
     ) -> bool:
         """Adds the rows of one streaming epoch to the sink (see ``append_epoch``)."""
+        if is_s3_path(config["path"]):
+            client, place = _store(config, env)
+            return append_objects(
+                client,
+                place,
+                lambda staging: _write_files(df.coalesce(1), kind, config, staging),
+                _row_counter(kind, config),
+                epoch_key=epoch_key,
+                publish=publish,
+            )
         target = Path(config["path"])
         return append_epoch(
             target,
@@ -230,7 +305,7 @@ def append_epoch(
     try:
         write_to(str(staging))
         rows = count(staging)
-        files = _epoch_files(staging, epoch_key) if rows else []
+        files = named_files(staging, epoch_key) if rows else []
         retried = any(p != staging for p in target.parent.glob(f"{glob.escape(prefix)}*"))
 
         def move() -> None:
@@ -264,28 +339,6 @@ def _remove_earlier_staging(target: Path, epoch_key: str) -> None:
         earlier = debris.name[len(prefix) :].split("-", 1)[0]
         if earlier.isdigit() and len(earlier) == len(number) and earlier < number:
             shutil.rmtree(debris, ignore_errors=True)
-
-
-#: What follows Spark's task and file counter in a written file's name: ``.snappy.parquet``.
-#: The counter follows a "-" or a "."; without that, a uuid ending in "c" and three digits
-#: before ``.c000`` (``...-0b7ec123.c000.snappy.parquet``) would match first.
-_SPARK_FILE_SUFFIX = re.compile(r"[.-]c\d{3}(\..+)$")
-
-
-def _epoch_files(staging: Path, epoch_key: str) -> list[tuple[Path, Path]]:
-    """(staged file, its name in the sink relative to it) for each data file Spark wrote."""
-    by_dir: dict[Path, list[Path]] = {}
-    for path in sorted(staging.rglob("*")):
-        if path.is_file() and not path.name.startswith((".", "_")):
-            by_dir.setdefault(path.parent, []).append(path)
-    out: list[tuple[Path, Path]] = []
-    for directory, paths in by_dir.items():
-        for index, path in enumerate(paths):
-            match = _SPARK_FILE_SUFFIX.search(path.name)
-            suffix = match.group(1) if match else "".join(path.suffixes)
-            name = f"part-{epoch_key}{f'-{index}' if index else ''}{suffix}"
-            out.append((path, directory.relative_to(staging) / name))
-    return out
 
 
 def _remove_epoch_files(target: Path, epoch_key: str, *, keep: set[Path]) -> None:

@@ -204,9 +204,10 @@ def flow_connections_check(doc: dict[str, Any], *, owner) -> None:
             continue  # the spec's own validation names what is wrong
         options = section_options(section, table["type"])
         address = address_option(options)
-        if address is None:
+        keys = registry[table["type"]].config.address_keys(table)
+        if address is None or keys is None:
             continue
-        _check_use(section, table, options, address, owner=owner)
+        _check_use(section, table, options, address, owner=owner, keys=keys)
     _check_format_addresses(doc.get("format"), owner=owner)
 
 
@@ -223,7 +224,9 @@ def _check_format_addresses(table: object, *, owner) -> None:
             )
 
 
-def _check_use(section: str, table: dict[str, Any], options, address: Option, *, owner) -> None:
+def _check_use(
+    section: str, table: dict[str, Any], options, address: Option, *, owner, keys: list[str]
+) -> None:
     name = table.get("connection")
     restricted = is_restricted(owner)
     if name is None:
@@ -252,6 +255,13 @@ def _check_use(section: str, table: dict[str, Any], options, address: Option, *,
                     f"{item!r} may reach keys outside what connection {name!r} allows "
                     f"({', '.join(connection.key_patterns)})",
                 )
+    outside = next((key for key in keys if not glob_within(key, connection.key_patterns)), None)
+    if outside is not None:
+        raise ConfigError(
+            f"{section}.path",
+            f"{outside!r} may reach keys outside what connection {name!r} allows "
+            f"({', '.join(connection.key_patterns)})",
+        )
     if restricted:
         _target_for_restricted(connection, field=f"{section}.connection")
 
@@ -307,7 +317,10 @@ def flow_connections_resolve(
     ):
         address = address_option(section_options(section, type_name))
         name = (config or {}).get("connection")
-        if address is None:
+        registry = SOURCES if section == "source" else SINKS
+        if address is None or type_name not in registry:
+            continue
+        if registry[type_name].config.address_keys(config or {}) is None:
             continue
         field = f"{section}.connection"
         if name is None:

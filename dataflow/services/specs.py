@@ -438,6 +438,27 @@ def _glob_reaches(pattern: str, directory: Path) -> bool:
     )
 
 
+def _check_object_overlap(source_config: dict[str, Any], sink: object) -> None:
+    """Refuses an ``s3://bucket/prefix`` sink whose objects an object-store source (its
+    ``bucket`` and ``prefix`` fields) would read, or whose source objects it would replace."""
+    bucket = source_config.get("bucket")
+    if not (isinstance(sink, str) and sink.startswith("s3://") and isinstance(bucket, str)):
+        return
+    sink_bucket, _, sink_prefix = sink.removeprefix("s3://").partition("/")
+    folder = sink_prefix.rstrip("/") + "/"
+    prefix = source_config.get("prefix") or ""
+    if (
+        sink_bucket == bucket
+        and isinstance(prefix, str)
+        and (folder.startswith(prefix) or prefix.startswith(folder))
+    ):
+        raise ConfigError(
+            "sink.path",
+            f"{sink} overlaps the source's objects (source.bucket {bucket!r}, source.prefix {prefix!r}); "
+            "a sink must not overlap its source: it would replace or re-read the source's objects",
+        )
+
+
 def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -> None:
     """Refuses a sink that is, contains or lies inside the source's directory, after symlinks.
 
@@ -446,6 +467,7 @@ def _check_overlap(source_config: dict[str, Any], sink_config: dict[str, Any]) -
     its part before the first wildcard.
     """
     source, sink = source_config.get("path"), sink_config.get("path")
+    _check_object_overlap(source_config, sink)
     if not (isinstance(source, str) and isinstance(sink, str)):
         return
     if not (os.path.isabs(source) and os.path.isabs(sink)):

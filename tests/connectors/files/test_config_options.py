@@ -28,19 +28,44 @@ class TestFilesSourceOptions(OptionsContract):
         }
 
 
-class TestParquetSinkOptions(OptionsContract):
+#: An s3:// path and how to reach it: the fields a file sink has beside its own.
+S3_FIELDS = {
+    "path": "s3://lake/data/out",
+    "endpoint_url": "http://127.0.0.1:9000",
+    "region": "eu-west-1",
+    "access_key_id": "key-id",
+    "secret_access_key": "secret-key",
+}
+
+
+class S3OrConnection:
+    """The full table writes an s3:// path with a typed endpoint and key pair; ``connection``
+    (which excludes them) is checked in a table of its own."""
+
+    def test_the_full_table_sets_every_declared_option(self, env):
+        assert set(self.full_table(env)) | {"connection"} == {option.name for option in self.options}
+
+    def test_a_table_with_a_connection_instead_of_the_typed_fields_is_accepted(self, env):
+        table = {k: v for k, v in self.full_table(env).items() if k not in S3_FIELDS or k == "path"}
+
+        stored = self.validate({**table, "connection": "lake"}, env)
+
+        assert stored["connection"] == "lake" and "endpoint_url" not in stored
+
+
+class TestParquetSinkOptions(S3OrConnection, OptionsContract):
     section, type_name = "sink", "parquet"
 
     def full_table(self, env):
-        return {"path": "data/out", "compression": "zstd", "partition_by": ["country"]}
+        return {**S3_FIELDS, "compression": "zstd", "partition_by": ["country"]}
 
 
-class TestCsvSinkOptions(OptionsContract):
+class TestCsvSinkOptions(S3OrConnection, OptionsContract):
     section, type_name = "sink", "csv"
 
     def full_table(self, env):
         return {
-            "path": "data/out",
+            **S3_FIELDS,
             "compression": "gzip",
             "partition_by": [],
             "header": False,
@@ -48,11 +73,11 @@ class TestCsvSinkOptions(OptionsContract):
         }
 
 
-class TestJsonSinkOptions(OptionsContract):
+class TestJsonSinkOptions(S3OrConnection, OptionsContract):
     section, type_name = "sink", "json"
 
     def full_table(self, env):
-        return {"path": "data/out", "compression": "none", "partition_by": ["day", "country"]}
+        return {**S3_FIELDS, "compression": "none", "partition_by": ["day", "country"]}
 
 
 def test_a_source_without_options_takes_and_stores_the_declared_defaults(env):
@@ -125,4 +150,6 @@ def test_only_the_csv_sink_declares_header_and_delimiter():
     names = {kind: {o.name for o in section_options("sink", kind)} for kind in ("parquet", "csv", "json")}
 
     assert names["csv"] - names["parquet"] == {"header", "delimiter"}
-    assert names["parquet"] == names["json"] == {"path", "compression", "partition_by"}
+    assert (
+        names["parquet"] == names["json"] == {"path", "compression", "partition_by", "connection", *S3_FIELDS}
+    )
