@@ -222,7 +222,7 @@ class ShardEnumerator(SplitEnumerator[ShardSplit]):
     def _finished(self, shard_id: str) -> None:
         if self.shards.pop(shard_id, None) is not None:
             self.finished.add(shard_id)
-            log.info("stream %s: shard %s read to its end", self.stream, shard_id)
+            log.debug("stream %s: shard %s read to its end", self.stream, shard_id)
 
     # Assignment
 
