@@ -120,3 +120,26 @@ class TestKinesisConformance(SourceConformanceSuite):
     @pytest.mark.slow  # about 5 s of rounds with idle shards
     def test_readers_added_and_removed_mid_run_read_every_record_once(self, external_context):
         super().test_readers_added_and_removed_mid_run_read_every_record_once(external_context)
+
+    # Two to three seconds each on a busy machine (a moto call per shard per round): run
+    # with the slow lane, so the fast lane keeps the kit's core cases only.
+
+    @pytest.mark.slow
+    def test_many_splits_are_read_exactly_once(self, external_context):
+        super().test_many_splits_are_read_exactly_once(external_context)
+
+    @pytest.mark.slow
+    def test_splits_returned_after_a_failure_are_read_first(self, external_context):
+        super().test_splits_returned_after_a_failure_are_read_first(external_context)
+
+    @pytest.mark.slow
+    def test_a_reader_goes_on_in_its_next_slice(self, external_context):
+        super().test_a_reader_goes_on_in_its_next_slice(external_context)
+
+    @pytest.mark.slow
+    def test_records_written_while_reading_are_read(self, external_context):
+        super().test_records_written_while_reading_are_read(external_context)
+
+    @pytest.mark.slow
+    def test_idle_readers_do_not_hold_the_run(self, external_context):
+        super().test_idle_readers_do_not_hold_the_run(external_context)
