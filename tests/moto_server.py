@@ -27,7 +27,10 @@ REGION = "us-east-1"
 class PrivateMotoServer:
     """``python -m moto.server`` on a free loopback port, in a process of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, launcher: str | None = None) -> None:
+        """``launcher``: a script to run instead of ``-m moto.server`` (same arguments), such
+        as one that corrects a behaviour of moto first."""
+        self.launcher = launcher
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -37,7 +40,14 @@ class PrivateMotoServer:
     def start(self) -> None:
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [
+                sys.executable,
+                *([self.launcher] if self.launcher else ["-m", "moto.server"]),
+                "-H",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,

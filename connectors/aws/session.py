@@ -33,17 +33,24 @@ CREDENTIAL_CODES = frozenset(
 
 
 @overload
-def aws_client(target: AwsTarget, service: Literal["s3"]) -> S3Client: ...
+def aws_client(
+    target: AwsTarget, service: Literal["s3"], *, max_attempts: int = MAX_ATTEMPTS
+) -> S3Client: ...
 @overload
-def aws_client(target: AwsTarget, service: Literal["kinesis"]) -> KinesisClient: ...
-def aws_client(target: AwsTarget, service: Literal["s3", "kinesis"]) -> S3Client | KinesisClient:
+def aws_client(
+    target: AwsTarget, service: Literal["kinesis"], *, max_attempts: int = MAX_ATTEMPTS
+) -> KinesisClient: ...
+def aws_client(
+    target: AwsTarget, service: Literal["s3", "kinesis"], *, max_attempts: int = MAX_ATTEMPTS
+) -> S3Client | KinesisClient:
     """A client of ``service`` at the target's endpoint with its key pair (the process's
     standard AWS credentials when it has none). An S3 client at a custom endpoint addresses
-    buckets by path (http://host:9000/bucket/key), which every S3-compatible server takes."""
+    buckets by path (http://host:9000/bucket/key), which every S3-compatible server takes.
+    ``max_attempts``: botocore's tries of a call (1: a caller that backs off by itself)."""
     config = Config(
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
-        retries={"max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+        retries={"max_attempts": max_attempts, "mode": "standard"},
         s3={"addressing_style": "path" if target.endpoint_url else "auto"},
     )
     session = boto3.session.Session(

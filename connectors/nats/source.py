@@ -28,7 +28,7 @@ from source_support.connections import key_allowed
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
-from source_support.formats.metadata import format_for_run
+from source_support.formats.metadata import format_for_run, message_schema
 from source_support.formats.metadata import with_metadata as schema_with_metadata
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext
@@ -197,14 +197,11 @@ class NatsJetStreamSource(Source[SubjectSplit]):
     def infer_schema(self) -> pa.Schema | None:
         """The schema of up to ``SAMPLE_MESSAGES`` messages from the stream's start; None
         if it has none. Avro: the columns of ``format.writer_schema``, without sampling."""
-        if isinstance(self.fmt, AvroFormat):
-            return with_metadata(self.fmt.known_schema) if self.metadata else self.fmt.known_schema
-        bodies = self.client.run(self._sample(self.client.js))
-        if not bodies:
-            return None
-        sample = b"\n".join(b.replace(b"\n", b" ") for b in bodies if b.strip()) + b"\n"
-        inferred = self.fmt.infer_schema(sample)
-        return with_metadata(inferred) if self.metadata else inferred
+        return message_schema(
+            self.fmt,
+            lambda: self.client.run(self._sample(self.client.js)),
+            METADATA_FIELDS if self.metadata else None,
+        )
 
     async def _sample(self, js: JetStreamContext) -> list[bytes]:
         info = await stream_info(js, self.stream)

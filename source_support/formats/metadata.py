@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 
@@ -19,6 +19,25 @@ def with_metadata(schema: pa.Schema, metadata: Sequence[pa.Field[pa.DataType]]) 
     """``schema`` with the ``metadata`` columns after its own."""
     names = {f.name for f in metadata}
     return pa.schema([*[f for f in fields_of(schema) if f.name not in names], *metadata])
+
+
+def message_schema(
+    fmt: RecordFormat | AvroFormat,
+    sample: Callable[[], list[bytes]],
+    metadata: Sequence[pa.Field[pa.DataType]] | None,
+) -> pa.Schema | None:
+    """The schema of a source whose messages each hold one record (a NATS message, a
+    Kinesis record): an Avro format's columns (``writer_schema``) without sampling, else
+    what the format infers from the bodies ``sample`` returns (None: there are none); the
+    ``metadata`` columns after them, if given."""
+    if isinstance(fmt, AvroFormat):
+        schema = fmt.known_schema
+    else:
+        bodies = sample()
+        if not bodies:
+            return None
+        schema = fmt.infer_schema(b"\n".join(b.replace(b"\n", b" ") for b in bodies if b.strip()) + b"\n")
+    return with_metadata(schema, metadata) if metadata else schema
 
 
 def format_for_run(
