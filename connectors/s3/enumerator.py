@@ -259,12 +259,7 @@ class S3Enumerator(SplitEnumerator[S3Split]):
                 if self.pending >= MAX_PENDING_SPLITS:
                     return
         except AWS_ERRORS as exc:
-            logger.warning(
-                "listing s3://%s/%s failed (%s); listing again later",
-                self.listing.bucket,
-                self.listing.prefix,
-                aws_error_reason(exc),
-            )
+            self._listing_failed(exc)
             return
         self.listed_all = True
 
@@ -280,12 +275,7 @@ class S3Enumerator(SplitEnumerator[S3Split]):
                 if self._is_new(info) and (until_ms is None or info.modified_ms <= until_ms)
             ]
         except AWS_ERRORS as exc:
-            logger.warning(
-                "listing s3://%s/%s failed (%s); listing again later",
-                self.listing.bucket,
-                self.listing.prefix,
-                aws_error_reason(exc),
-            )
+            self._listing_failed(exc)
             return
         fresh.sort(key=lambda info: (info.modified_ms, info.key))
         taken: list[ObjectInfo] = []
@@ -298,6 +288,16 @@ class S3Enumerator(SplitEnumerator[S3Split]):
         self.next_discovery_ms = now_ms + DISCOVERY_INTERVAL_MS
         if latest or (until_ms is not None and now_ms >= until_ms and len(taken) == len(fresh)):
             self.closed = True
+
+    def _listing_failed(self, exc: BaseException) -> None:
+        """The server is away or refused the listing: nothing is lost, a later tick lists
+        from where this one stopped."""
+        reason = aws_error_reason(exc)
+        logger.warning(
+            "listing %s failed (%s); listing again later",
+            object_url(self.listing.bucket, self.listing.prefix),
+            reason,
+        )
 
     def _is_new(self, info: ObjectInfo) -> bool:
         if self.mark_ms is None:
