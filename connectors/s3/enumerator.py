@@ -19,7 +19,8 @@ from connectors.files.enumerator import file_splits
 from connectors.files.split import FileStat
 from connectors.s3.objects import object_url
 from connectors.s3.split import S3Split
-from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
+from source_support.api import SplitEnumeratorContext
+from source_support.backlog import BacklogEnumerator
 from source_support.connections import key_allowed
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ def object_splits(
     ]
 
 
-class S3Enumerator(SplitEnumerator[S3Split]):
+class S3Enumerator(BacklogEnumerator[S3Split]):
     """Flink's file enumerators over a bucket: static (bounded) or continuous (``watch``).
 
     Bounded: lists page by page while the backlog is short, until the listing ends; a
@@ -168,14 +169,14 @@ class S3Enumerator(SplitEnumerator[S3Split]):
             now_ms = int(self.clock() * 1000)
             if not self.closed and now_ms >= self.next_discovery_ms and self.pending < MAX_PENDING_SPLITS:
                 self._discover_new(now_ms)
-            self._serve_awaiting()
+            self.serve_awaiting()
         elif not self.listed_all and self.pending < MAX_PENDING_SPLITS:
             self._list_more()
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
         if not self.watch and not self.pending and not self.listed_all:
             self._list_more()
-        given = self._assign(subtask)
+        given = self.assign_share(subtask)
         if given:
             if subtask in self.awaiting:
                 self.awaiting.remove(subtask)
@@ -187,7 +188,7 @@ class S3Enumerator(SplitEnumerator[S3Split]):
     def add_splits_back(self, splits: Sequence[S3Split], subtask: int) -> None:
         self.context.backlog().prepend(splits)
         self.pending += len(splits)
-        self._serve_awaiting()
+        self.serve_awaiting()
 
     def add_reader(self, subtask: int) -> None:
         """Readers ask for splits themselves; nothing is pushed on registration."""
@@ -212,30 +213,6 @@ class S3Enumerator(SplitEnumerator[S3Split]):
 
     def pending_count(self) -> int:
         return self.pending
-
-    def _assign(self, subtask: int) -> bool:
-        if not self.pending:
-            return False
-        count = splits_per_request(self.pending, self.context.current_parallelism)
-        given = self.context.backlog().take(count)
-        self.pending = self.pending - len(given) if given else 0  # 0: the backlog ran dry first
-        if given:
-            self.context.assign_splits({subtask: given})
-        return bool(given)
-
-    def _serve_awaiting(self) -> None:
-        if not self.awaiting:
-            return
-        registered = self.context.registered_readers()
-        waiting: list[int] = []
-        for subtask in self.awaiting:
-            if subtask not in registered or self._assign(subtask):
-                continue
-            if self.is_exhausted():
-                self.context.signal_no_more_splits(subtask)
-            else:
-                waiting.append(subtask)
-        self.awaiting = waiting
 
     def _queue(self, objects: Sequence[ObjectInfo]) -> None:
         splits = [

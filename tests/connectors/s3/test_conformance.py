@@ -84,6 +84,7 @@ class TestS3Conformance(SourceConformanceSuite):
         return S3Context(moto, bucket, env)
 
 
+@pytest.mark.slow  # about 15 s over the cases: the bounded class above runs in the fast lane
 class TestWatchedS3Conformance(SourceConformanceSuite):
     """``watch = true``: an unbounded source, which also reads objects put while it runs."""
 
