@@ -69,8 +69,6 @@ class S3Source(FileSource):
             raise ConfigError(
                 "stop.at", "an entry id stops a stream; an s3 source stops at a time or at latest"
             )
-        if context.stop and not config.watch:
-            raise ConfigError("stop", "applies only to a watched source (watch = true)")
         record_format = fmt.build(context.schema, env=context.env)
         if not isinstance(record_format, RecordFormat):
             raise ConfigError("format.type", "this source reads objects as files: use csv or jsonl")
