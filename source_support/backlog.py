@@ -4,6 +4,8 @@ share of the waiting splits, and serving the readers that asked when none waited
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, SplitT, splits_per_request
 
 
@@ -15,6 +17,15 @@ class BacklogEnumerator(SplitEnumerator[SplitT]):
     context: SplitEnumeratorContext[SplitT]
     pending: int
     awaiting: list[int]
+
+    def add_splits_back(self, splits: Sequence[SplitT], subtask: int) -> None:
+        """Splits back from a failed reader go to the head of the backlog, to be read first."""
+        self.context.backlog().prepend(splits)
+        self.pending += len(splits)
+        self.serve_awaiting()
+
+    def add_reader(self, subtask: int) -> None:
+        """Readers ask for splits themselves; nothing is pushed on registration."""
 
     def assign_share(self, subtask: int) -> bool:
         """Gives ``subtask`` its share of the backlog; False if nothing waits."""

@@ -172,14 +172,6 @@ class ContinuousFileEnumerator(BacklogEnumerator[FileSplit]):
         if not given:
             self.context.signal_no_more_splits(subtask)
 
-    def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
-        self.context.backlog().prepend(splits)
-        self.pending += len(splits)
-        self.serve_awaiting()
-
-    def add_reader(self, subtask: int) -> None:
-        """Readers ask for splits themselves; nothing is pushed on registration."""
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "discovered": self.discovered,

@@ -185,14 +185,6 @@ class S3Enumerator(BacklogEnumerator[S3Split]):
         elif self.watch and subtask not in self.awaiting:
             self.awaiting.append(subtask)
 
-    def add_splits_back(self, splits: Sequence[S3Split], subtask: int) -> None:
-        self.context.backlog().prepend(splits)
-        self.pending += len(splits)
-        self.serve_awaiting()
-
-    def add_reader(self, subtask: int) -> None:
-        """Readers ask for splits themselves; nothing is pushed on registration."""
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "listed_to": self.listed_to,
