@@ -124,11 +124,12 @@ class ConfigBase:
         return cls(**parse_table(cls.SECTION, cls.OPTIONS, table)).validate(env)
 
     @classmethod
-    def address_keys(cls, table: Mapping[str, Any]) -> list[str] | None:
+    def address_keys(cls, table: Mapping[str, Any]) -> list[tuple[str, str]] | None:
         """What a table (as written, before validation) reaches through its address option
         (``option(address=KIND)``): None when it reaches nothing (a file sink at a local
-        path), so it needs no connection; else the keys, beyond its ``scoped`` options',
-        that the connection's key patterns must cover. Here: [] (always an address)."""
+        path), so it needs no connection; else, beyond its ``scoped`` options, the key globs
+        the connection's key patterns must cover, each with the field a refusal names
+        (``[("prefix", "lake/2026/*")]``). Here: [] (always an address, no more keys)."""
         return []
 
     def validate(self, env: Environment) -> Self:

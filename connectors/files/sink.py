@@ -66,14 +66,14 @@ class DirectorySinkConfig(AwsAddress, section="sink"):
     )
 
     @classmethod
-    def address_keys(cls, table: Mapping[str, Any]) -> list[str] | None:
+    def address_keys(cls, table: Mapping[str, Any]) -> list[tuple[str, str]] | None:
         """An ``s3://`` path reaches a store (its keys must lie in the connection's key
         patterns); a local path reaches none, so it needs no connection."""
         path = table.get("path")
         if not is_s3_path(path):
             return None
         try:
-            return [allowed_keys(parse_s3_path(str(path), "sink.path"))]
+            return [("path", allowed_keys(parse_s3_path(str(path), "sink.path")))]
         except ConfigError:
             return []  # the spec's own validation names what is wrong
 

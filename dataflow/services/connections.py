@@ -225,7 +225,13 @@ def _check_format_addresses(table: object, *, owner) -> None:
 
 
 def _check_use(
-    section: str, table: dict[str, Any], options, address: Option, *, owner, keys: list[str]
+    section: str,
+    table: dict[str, Any],
+    options,
+    address: Option,
+    *,
+    owner,
+    keys: list[tuple[str, str]],
 ) -> None:
     name = table.get("connection")
     restricted = is_restricted(owner)
@@ -255,13 +261,13 @@ def _check_use(
                     f"{item!r} may reach keys outside what connection {name!r} allows "
                     f"({', '.join(connection.key_patterns)})",
                 )
-    outside = next((key for key in keys if not glob_within(key, connection.key_patterns)), None)
-    if outside is not None:
-        raise ConfigError(
-            f"{section}.path",
-            f"{outside!r} may reach keys outside what connection {name!r} allows "
-            f"({', '.join(connection.key_patterns)})",
-        )
+    for field, key in keys:
+        if not glob_within(key, connection.key_patterns):
+            raise ConfigError(
+                f"{section}.{field}",
+                f"{key!r} may reach keys outside what connection {name!r} allows "
+                f"({', '.join(connection.key_patterns)})",
+            )
     if restricted:
         _target_for_restricted(connection, field=f"{section}.connection")
 
