@@ -49,11 +49,14 @@ STREAM_STEPS = ["stream-1", "stream-2"]
 AVRO_STEPS = ["avro-1"]
 # Against the machine's nats-server on 4222 (the step makes its stream afresh).
 NATS_STEPS = ["nats-1", "nats-2"]
+# Against librdkafka's mock cluster (not a real broker), which the steps start and stop.
+KAFKA_STEPS = ["kafka-1", "kafka-2"]
 FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
     "examples/avro/readings.toml",
     "examples/nats/orders.toml",
+    "examples/kafka/orders.toml",
 ]
 # The line step 6 appends, as the README says.
 BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
@@ -133,7 +136,9 @@ class Checkout:
 def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
     blocks = parse_readme((ROOT / "README.md").read_text())
     # A marker gone, or a new one this test does not drive yet, fails here.
-    assert sorted(blocks.steps) == sorted(FIRST_FLOW_STEPS + STREAM_STEPS + AVRO_STEPS + NATS_STEPS)
+    assert sorted(blocks.steps) == sorted(
+        FIRST_FLOW_STEPS + STREAM_STEPS + AVRO_STEPS + NATS_STEPS + KAFKA_STEPS
+    )
     assert sorted(blocks.files) == sorted(FILES)
     co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
     for path, content in blocks.files.items():
@@ -165,6 +170,11 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
 
     for name in STREAM_STEPS + AVRO_STEPS + NATS_STEPS:
         co.step(name)
+    try:
+        for name in KAFKA_STEPS:
+            co.step(name)
+    finally:
+        co.sh("python -m tests.kafka_cluster stop")  # a step that failed half way leaves it running
 
     assert co.mismatches == [], "\n\n".join(co.mismatches)
 
