@@ -41,6 +41,9 @@ CHECK_TIMEOUT_S = 5.0
 
 
 class KafkaSource(Source[PartitionSplit]):
+    #: How long ``check_input`` waits for the brokers.
+    check_timeout_s = CHECK_TIMEOUT_S
+
     def __init__(
         self,
         *,
@@ -203,7 +206,7 @@ class KafkaSource(Source[PartitionSplit]):
         """Refuses to start a run whose brokers cannot be reached."""
         consumer = new_consumer(self.servers)  # of its own: one of brokers never reached is closed
         try:
-            BrokerMetadata(consumer).partitions(timeout_s=CHECK_TIMEOUT_S)
+            BrokerMetadata(consumer).partitions(timeout_s=self.check_timeout_s)
         except TRANSIENT as exc:
             raise ConfigError(
                 self.address_field, f"cannot reach Kafka at {mask_servers(self.servers)}: {error_reason(exc)}"

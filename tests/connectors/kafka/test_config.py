@@ -92,6 +92,7 @@ def test_stop_offsets_make_the_source_bounded(env):
 
 def test_unreachable_brokers_are_a_config_error_naming_the_field(env):
     source = build(env, bootstrap_servers="kafka://u:secret@127.0.0.1:1")
+    source.check_timeout_s = 0.5  # nothing listens there: no answer will come
     with pytest.raises(ConfigError) as caught:
         source.check_input()
     assert caught.value.field == "source.bootstrap_servers"
