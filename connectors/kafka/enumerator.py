@@ -1,0 +1,220 @@
+"""Finds the partitions of the topics read and keeps each on exactly one reader, balanced
+and sticky (Flink's ``KafkaSourceEnumerator``, without its hash-based owner: splits move
+only when readers come and go)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from connectors.kafka.brokers import TRANSIENT, KafkaMetadata
+from connectors.kafka.config import start_position, topic_matches
+from connectors.kafka.split import PartitionSplit, partition_split_id
+from source_support.api import SplitEnumerator, SplitEnumeratorContext
+from source_support.assignment import place_splits
+
+log = logging.getLogger("connectors.kafka")
+
+
+class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
+    """Discovers the partitions at start and every ``discovery_interval_ms``: of the listed
+    ``topics``, or of every topic matching ``topic_pattern`` (a partition or a matching topic
+    added later becomes a new split, read from its first offset). Partitions of the first
+    discovery start at ``start_offsets`` where named, else at ``start``; each start is
+    resolved to an offset once, so a replay starts at the same place.
+
+    Stops (bounded runs): ``latest`` and ``stop_offsets`` fix each partition's end offset at
+    the first discovery (the end it had then, or the offset named); a partition found later
+    has nothing before that stop and is never read. A time is carried by each split: its
+    reader ends it at the first record after the time.
+
+    State: each known partition with its start, stop and reader, the partitions that are
+    done, and when the last discovery ran.
+    """
+
+    def __init__(
+        self,
+        context: SplitEnumeratorContext[PartitionSplit],
+        *,
+        brokers: KafkaMetadata,
+        topics: list[str] | None,
+        topic_pattern: str | None,
+        start: str,
+        start_offsets: Mapping[str, int] | None,
+        stop_offsets: Mapping[str, int] | None,
+        discovery_interval_ms: int,
+        stop: Mapping[str, Any],
+        state: dict[str, Any] | None,
+        allowed: Callable[[str], bool] = lambda topic: True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.context = context
+        self.brokers = brokers
+        self.topics = topics
+        self.topic_pattern = topic_pattern
+        self.start_kind, self.start_ms = start_position(start)
+        self.start_offsets = dict(start_offsets or {})
+        self.stop_offsets = dict(stop_offsets or {})
+        self.discovery_interval_ms = discovery_interval_ms
+        self.stop = dict(stop or {})
+        #: Whether the source's connection allows a topic (its patterns).
+        self.allowed = allowed
+        self.clock = clock
+        state = state or {}
+        #: split id -> {"topic", "partition", "start", "stop": offset | None, "owner": subtask | None}
+        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
+        self.done: set[str] = set(state.get("done", []))
+        self.discovered: bool = state.get("discovered", False)
+        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
+
+    # The SplitEnumerator interface
+
+    def start(self) -> None:
+        if self._discovery_due():
+            try:
+                self._discover()
+            except TRANSIENT as exc:
+                log.warning("partition discovery failed (%s); tried again at the next tick", exc)
+        self._rebalance()
+
+    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
+        self._rebalance()
+        if self.is_exhausted():
+            self.context.signal_no_more_splits(subtask)
+
+    def add_splits_back(self, splits: Sequence[PartitionSplit], subtask: int) -> None:
+        for split in splits:
+            self.done.discard(split.split_id)
+            known = self.splits.setdefault(
+                split.split_id,
+                {
+                    "topic": split.topic,
+                    "partition": split.partition,
+                    "start": split.position,
+                    "stop": split.stop_offset,
+                    "owner": None,
+                },
+            )
+            known["start"] = split.position  # where its last commit left it
+            known["owner"] = None
+        self._rebalance()
+
+    def add_reader(self, subtask: int) -> None:
+        self._rebalance()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {
+            "splits": self.splits,
+            "done": sorted(self.done),
+            "discovered": self.discovered,
+            "last_discovery_clock_ms": self.last_discovery_clock_ms,
+        }
+
+    def is_exhausted(self) -> bool:
+        return self._no_new_split_qualifies() and self.pending_count() == 0
+
+    def pending_count(self) -> int:
+        return sum(1 for split in self.splits.values() if split["owner"] is None)
+
+    # Discovery
+
+    @property
+    def _fixed_stop(self) -> bool:
+        """Whether each partition's end offset is fixed at the first discovery."""
+        return self.stop.get("kind") == "latest" or bool(self.stop_offsets)
+
+    def _no_new_split_qualifies(self) -> bool:
+        """Whether a partition found later could only hold records past the stop."""
+        if not self.discovered:
+            return False
+        if self._fixed_stop:
+            return True
+        if self.stop.get("kind") == "time":
+            return self.last_discovery_clock_ms > self.stop["time_ms"]
+        return False
+
+    def _discovery_due(self) -> bool:
+        if not self.discovered:
+            return True
+        if self._no_new_split_qualifies():
+            return False
+        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+
+    def _discover(self) -> None:
+        clock_ms = int(self.clock() * 1000)
+        listed = self.brokers.partitions()
+        first = not self.discovered
+        found: list[str] = []
+        for topic in sorted(listed):
+            if not topic_matches(topic, self.topics, self.topic_pattern) or not self.allowed(topic):
+                continue
+            for partition in range(listed[topic]):
+                split_id = partition_split_id(topic, partition)
+                if split_id in self.splits or split_id in self.done:
+                    continue
+                if not first and self._fixed_stop:
+                    self.done.add(split_id)  # made after the run's stop was fixed: nothing before it
+                    continue
+                self._add(topic, partition, first=first)
+                found.append(split_id)
+        if first and self.topics is not None:
+            missing = [t for t in self.topics if t not in listed]
+            if missing:
+                log.info("topic(s) %s do not exist yet", ", ".join(missing))
+        self.discovered = True
+        self.last_discovery_clock_ms = clock_ms
+        if found:
+            log.info("%d new partition(s): %s", len(found), ", ".join(found))
+
+    def _add(self, topic: str, partition: int, *, first: bool) -> None:
+        split_id = partition_split_id(topic, partition)
+        low, high = self.brokers.watermarks(topic, partition)
+        start = self._start_for(topic, partition, low, high) if first else low
+        stop: int | None = None
+        if first and self._fixed_stop:
+            stop = self.stop_offsets.get(split_id, high)
+        if stop is not None and start >= stop:
+            self.done.add(split_id)
+            return
+        self.splits[split_id] = {
+            "topic": topic,
+            "partition": partition,
+            "start": start,
+            "stop": stop,
+            "owner": None,
+        }
+
+    def _start_for(self, topic: str, partition: int, low: int, high: int) -> int:
+        named = self.start_offsets.get(partition_split_id(topic, partition))
+        if named is not None:
+            return named
+        if self.start_kind == "earliest":
+            return low
+        if self.start_kind == "latest":
+            return high
+        found = self.brokers.offset_for_time(topic, partition, self.start_ms or 0)
+        return high if found is None else max(found, low)
+
+    # Assignment
+
+    def _rebalance(self) -> None:
+        """Spreads the splits over the live readers (``balance``): new and returned splits
+        go to the least-loaded ones, and a reader that joined takes its share."""
+        placed, finished = place_splits(
+            self.context,
+            {k: s["owner"] for k, s in self.splits.items()},
+            new_split=self._new_split,
+            split_id=lambda k: k,
+        )
+        for key in finished:
+            del self.splits[key]
+            self.done.add(key)
+        for key, owner in placed.items():
+            self.splits[key]["owner"] = owner
+
+    def _new_split(self, split_id: str) -> PartitionSplit:
+        known = self.splits[split_id]
+        stop_time = self.stop.get("time_ms") if self.stop.get("kind") == "time" else None
+        return PartitionSplit(known["topic"], known["partition"], known["start"], known["stop"], stop_time)

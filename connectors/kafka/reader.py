@@ -1,0 +1,343 @@
+"""Reads every held partition through one consumer assigned exactly those partitions at
+their checkpointed offsets (Flink's ``KafkaPartitionSplitReader``), and commits offsets to
+the flow's consumer group only once a checkpoint past them is committed."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from connectors.kafka.brokers import TRANSIENT
+from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, mask_servers, new_consumer
+from connectors.kafka.split import PartitionSplit, partition_split_id
+from source_support.api import BadRecord, OffsetEntry, RecordBatch
+from source_support.errors import SplitFailed
+from source_support.formats.messages import MessageDecoder
+from source_support.reader_base import SplitReader
+
+log = logging.getLogger("connectors.kafka")
+
+METADATA_FIELDS = (
+    pa.field("_topic", pa.string()),
+    pa.field("_partition", pa.int32()),
+    pa.field("_offset", pa.int64()),
+    pa.field("_ts", pa.timestamp("us", tz="UTC")),
+    pa.field("_key", pa.string()),
+)
+#: How often an idle split with a stop asks the brokers whether anything is left.
+CHECK_INTERVAL_S = 1.0
+#: The longest one consume call blocks, so ``wake_up`` is heard soon.
+CONSUME_SLICE_S = 0.25
+#: The most messages one consume call takes.
+MAX_CONSUME = 50_000
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
+#: Errors that end a split: its records are gone (retention) or its topic is.
+_LOST = {KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE}  # pyright: ignore[reportPrivateUsage]
+_GONE = {
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,  # pyright: ignore[reportPrivateUsage]
+    KafkaError._UNKNOWN_TOPIC,  # pyright: ignore[reportPrivateUsage]
+}
+
+
+def group_name(flow: str) -> str:
+    """The consumer group the flow's offsets are committed to (for monitoring only)."""
+    digest = hashlib.sha256(flow.encode()).hexdigest()[:8]
+    return f"adf-{_NAME_CHARS.sub('_', flow)[:100] or 'flow'}-{digest}"
+
+
+@dataclass
+class HeldPartition:
+    """A split this reader reads, and the messages fetched for it not yet handed out."""
+
+    split: PartitionSplit
+    pending: deque[Message] = field(default_factory=deque[Message])
+    next_check: float = 0.0
+
+    @property
+    def partition(self) -> TopicPartition:
+        return TopicPartition(self.split.topic, self.split.partition, self.split.position)
+
+
+class KafkaPartitionReader(SplitReader[PartitionSplit]):
+    """Reads the held partitions all at once: each ``fetch`` consumes what the brokers have
+    for any of them (waiting up to its timeout for the first) and returns a batch per split.
+
+    Progress is the offset in the checkpoint: a split added is assigned at its position
+    (``incremental_assign``), a message before it (prefetched for an earlier assignment) is
+    dropped, and offsets go to Kafka only after the commit of them."""
+
+    def __init__(
+        self,
+        servers: str,
+        decoder: MessageDecoder,
+        *,
+        flow: str,
+        metadata: bool = False,
+        output_schema: pa.Schema | None = None,
+        first_bad_record_only: Callable[[], bool] = lambda: False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.servers = servers
+        self.decoder = decoder
+        self.flow = flow
+        self.metadata = metadata
+        self.output_schema = output_schema
+        self.first_bad_record_only = first_bad_record_only
+        self.clock = clock
+        self.held: dict[str, HeldPartition] = {}
+        self._consumer: Consumer | None = None
+        self._woken = threading.Event()
+
+    @property
+    def consumer(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = new_consumer(self.servers, group_id=group_name(self.flow))
+        return self._consumer
+
+    # The SplitReader interface
+
+    def handle_splits_changes(self, added: Sequence[PartitionSplit], removed: Sequence[str]) -> None:
+        assign = [HeldPartition(split) for split in added if split.split_id not in self.held]
+        for state in assign:
+            self.held[state.split.split_id] = state
+        if assign:
+            self.consumer.incremental_assign([s.partition for s in assign])
+        gone = [self.held.pop(split_id) for split_id in removed if split_id in self.held]
+        if gone:
+            self._unassign(gone)
+
+    def wake_up(self) -> None:
+        self._woken.set()
+
+    def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        if not self.held:
+            return []
+        stopped = [s for s in self.held.values() if s.split.stopped]
+        if stopped:
+            return [self._finish(s) for s in stopped]
+        if not any(s.pending for s in self.held.values()):
+            self._consume(max_records, timeout_s)
+        batches: list[RecordBatch] = []
+        for state in list(self.held.values()):
+            batch = self._batch(state, max_records) if state.pending else self._check(state)
+            if batch is not None:
+                batches.append(batch)
+        return batches
+
+    def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
+        """Commits each committed split's offset to the flow's consumer group, so
+        ``kafka-consumer-groups --describe`` shows the flow's lag; never read back."""
+        offsets = [_partition_of(split_id, position) for split_id, position in positions.items()]
+        try:
+            self.consumer.commit(offsets=offsets, asynchronous=True)
+        except TRANSIENT as exc:
+            log.warning("could not commit offsets to Kafka: %s (the next commit does)", error_reason(exc))
+
+    def describe(self, split: PartitionSplit, position: int, *, line: int | None = None) -> str:
+        return f"topic {split.topic} partition {split.partition} offset {position}"
+
+    def close(self) -> None:
+        self.held.clear()
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            try:
+                consumer.close()
+            except TRANSIENT:  # a consumer of brokers that are gone
+                log.debug("closing the consumer failed", exc_info=True)
+
+    # Reading
+
+    def _consume(self, max_records: int, timeout_s: float) -> None:
+        """Takes what the brokers have for the held partitions into their ``pending``,
+        waiting up to ``timeout_s`` for the first message (less when woken)."""
+        self._woken.clear()
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        wanted = min(MAX_CONSUME, max_records * len(self.held))
+        while True:
+            wait = max(0.0, min(CONSUME_SLICE_S, deadline - time.monotonic()))
+            try:
+                messages = self.consumer.consume(num_messages=wanted, timeout=wait)
+            except KafkaException as exc:
+                log.warning("Kafka at %s: %s", mask_servers(self.servers), error_reason(exc))
+                return
+            if self._take(messages) or self._woken.is_set() or time.monotonic() >= deadline:
+                return
+
+    def _take(self, messages: list[Message]) -> bool:
+        """Sorts ``messages`` into their splits; whether any was a record."""
+        took = False
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._error(message, error)
+                continue
+            topic, partition = message.topic(), message.partition()
+            state = self.held.get(partition_split_id(topic or "", partition or 0))
+            if state is None:
+                continue  # a partition dropped since it was fetched
+            expected = (state.pending[-1].offset() or 0) + 1 if state.pending else state.split.position
+            offset = message.offset() or 0
+            if offset < expected:
+                continue  # prefetched for an earlier assignment of the partition
+            state.pending.append(message)
+            took = True
+        return took
+
+    def _error(self, message: Message, error: KafkaError) -> None:
+        code = error.code()
+        topic, partition = message.topic(), message.partition()
+        split_id = (
+            partition_split_id(topic, partition) if topic is not None and partition is not None else None
+        )
+        state = self.held.get(split_id) if split_id is not None else None
+        if state is not None and code in _LOST:
+            raise SplitFailed(
+                f"topic {state.split.topic} partition {state.split.partition}: offset {state.split.position} "
+                f"is no longer kept (deleted by retention?): {error.str()}",
+                split_id=state.split.split_id,
+            )
+        if state is not None and code in _GONE:
+            raise SplitFailed(
+                f"topic {state.split.topic} partition {state.split.partition} is gone: {error.str()}",
+                split_id=state.split.split_id,
+            )
+        # Brokers away, a leader moving: librdkafka reconnects and fetches on by itself.
+        log.warning("Kafka at %s: %s", mask_servers(self.servers), error.str())
+
+    def _batch(self, state: HeldPartition, max_records: int) -> RecordBatch:
+        split = state.split
+        messages = [state.pending.popleft() for _ in range(min(max_records, len(state.pending)))]
+        finished = False
+        if split.stop_time_ms is not None:
+            late = next(
+                (i for i, m in enumerate(messages) if _timestamp_ms(m) > (split.stop_time_ms or 0)), None
+            )
+            if late is not None:
+                split = state.split = PartitionSplit(
+                    split.topic, split.partition, split.position, messages[late].offset() or 0, None
+                )
+        stop = split.stop_offset
+        if stop is not None:
+            before = [m for m in messages if (m.offset() or 0) < stop]
+            # A record at or past the stop: nothing before it is left (offsets only grow).
+            finished = len(before) < len(messages)
+            messages = before
+        end = (messages[-1].offset() or 0) + 1 if messages else split.position
+        if stop is not None and (finished or end >= stop):
+            finished, end = True, max(stop, split.position)
+        records, bad = self._records(messages)
+        state.split = split.at(end)
+        if finished:
+            self._drop(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
+        )
+
+    def _records(self, messages: list[Message]) -> tuple[pa.Table, list[BadRecord]]:
+        first_only = self.first_bad_record_only()
+        bodies = [m.value() for m in messages]
+        table, reasons = self.decoder.decode(bodies, first_only=first_only)
+        bad = [
+            BadRecord(messages[i].offset() or 0, (bodies[i] or b"").decode("utf-8", "replace"), reasons[i])
+            for i in sorted(reasons)
+        ]
+        if self.metadata and not (first_only and bad):
+            kept = [m for i, m in enumerate(messages) if i not in reasons]
+            columns: list[pa.Array[Any]] = [
+                pa.array([m.topic() for m in kept], pa.string()),
+                pa.array([m.partition() for m in kept], pa.int32()),
+                pa.array([m.offset() for m in kept], pa.int64()),
+                pa.array(
+                    [_timestamp_ms(m) * 1000 if _timestamp_ms(m) >= 0 else None for m in kept], pa.int64()
+                ),
+                pa.array([_key_text(m.key()) for m in kept], pa.string()),
+            ]
+            for f, column in zip(METADATA_FIELDS, columns, strict=True):
+                table = table.append_column(f, column.cast(f.type))
+            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
+                table = table.select(self.output_schema.names)
+        return table, bad
+
+    def _check(self, state: HeldPartition) -> RecordBatch | None:
+        """An idle split with a stop: finished once the brokers have nothing for it before
+        the stop (its position reached the stop offset, or, for a stop time that has passed,
+        the partition's end)."""
+        split = state.split
+        if split.stop_offset is None and split.stop_time_ms is None:
+            return None
+        now = time.monotonic()
+        if state.next_check > now:
+            return None
+        state.next_check = now + CHECK_INTERVAL_S
+        try:
+            if split.stop_offset is not None:
+                # Past records the consumer skips (transaction markers), its position moves on.
+                (found,) = self.consumer.position([TopicPartition(split.topic, split.partition)])
+                if found.offset >= split.stop_offset:
+                    return self._finish(state, split.stop_offset)
+                return None
+            if self.clock() * 1000 <= (split.stop_time_ms or 0):
+                return None
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(split.topic, split.partition), timeout=REQUEST_TIMEOUT_S, cached=False
+            )
+        except TRANSIENT as exc:
+            log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
+            return None
+        return self._finish(state) if high <= split.position else None
+
+    def _finish(self, state: HeldPartition, end: int | None = None) -> RecordBatch:
+        split = state.split
+        end = split.position if end is None else max(end, split.position)
+        self._drop(state)
+        return RecordBatch(
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), self._empty(), [], True
+        )
+
+    def _drop(self, state: HeldPartition) -> None:
+        if self.held.pop(state.split.split_id, None) is not None:
+            self._unassign([state])
+
+    def _unassign(self, states: list[HeldPartition]) -> None:
+        try:
+            self.consumer.incremental_unassign(
+                [TopicPartition(s.split.topic, s.split.partition) for s in states]
+            )
+        except TRANSIENT:
+            log.debug("unassign failed", exc_info=True)
+
+    def _empty(self) -> pa.Table:
+        if self.output_schema is not None:
+            return self.output_schema.empty_table()
+        table = self.decoder.empty()
+        if self.metadata:
+            for f in METADATA_FIELDS:
+                table = table.append_column(f, pa.array([], f.type))
+        return table
+
+
+def _partition_of(split_id: str, position: int) -> TopicPartition:
+    topic, _, partition = split_id.rpartition(":")
+    return TopicPartition(topic, int(partition), position)
+
+
+def _timestamp_ms(message: Message) -> int:
+    kind, stamp = message.timestamp()
+    return -1 if kind == 0 else int(stamp)  # TIMESTAMP_NOT_AVAILABLE
+
+
+def _key_text(key: str | bytes | None) -> str | None:
+    if key is None or isinstance(key, str):
+        return key
+    return key.decode("utf-8", "replace")

@@ -1,0 +1,263 @@
+"""The kafka source: the partitions of some topics, each a split."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import TopicPartition
+
+from connectors.kafka.brokers import TRANSIENT, BrokerMetadata
+from connectors.kafka.config import KafkaSourceConfig, kafka_target, topic_matches
+from connectors.kafka.connection import (
+    REQUEST_TIMEOUT_S,
+    error_reason,
+    mask_servers,
+    metadata_client,
+    new_consumer,
+)
+from connectors.kafka.enumerator import PartitionEnumerator
+from connectors.kafka.reader import METADATA_FIELDS, KafkaPartitionReader
+from connectors.kafka.split import PartitionSplit, PartitionSplitSerializer
+from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.connections import key_allowed
+from source_support.errors import ConfigError
+from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats.messages import MessageDecoder, message_decoder
+from source_support.formats.metadata import format_for_run
+from source_support.formats.metadata import with_metadata as schema_with_metadata
+from source_support.reader_base import SourceReaderBase
+from source_support.registry import BuildContext
+
+DEFAULT_FLOW = "adf"
+#: Records sampled to infer a schema.
+SAMPLE_MESSAGES = 1000
+#: How long sampling waits for records it knows are there.
+SAMPLE_WAIT_S = 5.0
+#: How long a run's start waits for the brokers to answer.
+CHECK_TIMEOUT_S = 5.0
+
+
+class KafkaSource(Source[PartitionSplit]):
+    #: How long ``check_input`` waits for the brokers.
+    check_timeout_s = CHECK_TIMEOUT_S
+
+    def __init__(
+        self,
+        *,
+        servers: str,
+        topics: list[str] | None,
+        topic_pattern: str | None,
+        start: str,
+        start_offsets: dict[str, int] | None,
+        stop_offsets: dict[str, int] | None,
+        discovery_interval_ms: int,
+        metadata: bool,
+        fmt: RecordFormat | AvroFormat,
+        schema: pa.Schema | None,
+        batch_size: int,
+        flow: str,
+        stop: dict[str, Any],
+        topic_patterns: tuple[str, ...] = (),
+        address_field: str = "source.bootstrap_servers",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.servers = servers
+        self.address_field = address_field
+        #: The topics its connection allows (globs; empty: any).
+        self.topic_patterns = topic_patterns
+        self.topics = topics
+        self.topic_pattern = topic_pattern
+        self.start = start
+        self.start_offsets = start_offsets
+        self.stop_offsets = stop_offsets
+        self.discovery_interval_ms = discovery_interval_ms
+        self.metadata = metadata
+        self.fmt = fmt
+        self.schema = schema
+        self.batch_size = batch_size
+        self.flow = flow
+        self.stop = stop
+        self.clock = clock
+
+    @classmethod
+    def from_config(cls, config: KafkaSourceConfig, fmt: FormatSpec, context: BuildContext) -> KafkaSource:
+        if fmt.type == "fields":
+            raise ConfigError(
+                "format.type", "a Kafka record's value is one record: use json, csv, avro or raw"
+            )
+        if "field" in fmt.options:
+            raise ConfigError("format.field", "a Kafka record's value is the record: remove it")
+        stop = dict(context.stop or {})
+        if stop.get("kind") == "position":
+            raise ConfigError(
+                "stop.at",
+                f"{stop['at']!r}: a Kafka stop is per partition: give source.stop_offsets "
+                '(such as {"orders:0" = 1000}), "latest" or a time',
+            )
+        if stop and config.stop_offsets is not None:
+            raise ConfigError("source.stop_offsets", "give source.stop_offsets or a [stop] rule, not both")
+        built, schema = format_for_run(
+            fmt, context.schema, METADATA_FIELDS if config.metadata else None, env=context.env
+        )
+        if isinstance(built, FieldsFormat):
+            raise ConfigError(
+                "format.type", "a Kafka record's value is one record: use json, csv, avro or raw"
+            )
+        servers, patterns = kafka_target(config.to_dict(), context.env)
+        return cls(
+            servers=servers,
+            topic_patterns=patterns,
+            address_field="source.connection" if config.connection else "source.bootstrap_servers",
+            topics=config.topics,
+            topic_pattern=config.topic_pattern,
+            start=config.start,
+            start_offsets=config.start_offsets,
+            stop_offsets=config.stop_offsets,
+            discovery_interval_ms=config.discovery_interval_ms,
+            metadata=config.metadata,
+            fmt=built,
+            schema=schema,
+            batch_size=context.batch_size,
+            flow=context.flow_name or DEFAULT_FLOW,
+            stop=stop,
+        )
+
+    @property
+    def boundedness(self) -> Boundedness:
+        if self.stop.get("kind") in ("latest", "time") or self.stop_offsets:
+            return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED
+
+    @property
+    def split_serializer(self) -> PartitionSplitSerializer:
+        return PartitionSplitSerializer()
+
+    @property
+    def brokers(self) -> BrokerMetadata:
+        return BrokerMetadata(metadata_client(self.servers))
+
+    def allowed(self, topic: str) -> bool:
+        """Whether the connection allows ``topic`` (a topic outside it is never read)."""
+        return key_allowed(topic, self.topic_patterns)
+
+    def create_enumerator(self, context: SplitEnumeratorContext[PartitionSplit]) -> PartitionEnumerator:
+        return self.restore_enumerator(context, None)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[PartitionSplit], state: dict[str, Any] | None
+    ) -> PartitionEnumerator:
+        return PartitionEnumerator(
+            context,
+            brokers=self.brokers,
+            topics=self.topics,
+            topic_pattern=self.topic_pattern,
+            start=self.start,
+            start_offsets=self.start_offsets,
+            stop_offsets=self.stop_offsets,
+            discovery_interval_ms=self.discovery_interval_ms,
+            stop=self.stop,
+            state=state,
+            allowed=self.allowed,
+            clock=self.clock,
+        )
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[PartitionSplit]:
+        if self.fmt.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        split_reader = KafkaPartitionReader(
+            self.servers,
+            self.decoder(),
+            flow=self.flow,
+            metadata=self.metadata,
+            output_schema=self.schema,
+            first_bad_record_only=lambda: context.bad_record_fails_split,
+            clock=self.clock,
+        )
+        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
+
+    def decoder(self) -> MessageDecoder:
+        return message_decoder(self.fmt, what="the record's value")
+
+    def format_position(self, position: int) -> str:
+        """The offset in the partition (of a bad record; of the next record to read, for a
+        checkpoint)."""
+        return str(position)
+
+    def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
+        """Records of each partition past its committed offset (high watermark - offset);
+        None where the brokers cannot tell now."""
+        lags: dict[str, int | None] = {}
+        brokers = self.brokers
+        for split_id, (payload, position) in splits.items():
+            try:
+                _, high = brokers.watermarks(payload["topic"], payload["partition"])
+            except (*TRANSIENT, KeyError):
+                lags[split_id] = None
+                continue
+            stop = payload.get("stop_offset")
+            end = high if stop is None else min(high, stop)
+            lags[split_id] = max(0, end - position)
+        return lags
+
+    def check_input(self) -> None:
+        """Refuses to start a run whose brokers cannot be reached."""
+        consumer = new_consumer(self.servers)  # of its own: one of brokers never reached is closed
+        try:
+            BrokerMetadata(consumer).partitions(timeout_s=self.check_timeout_s)
+        except TRANSIENT as exc:
+            raise ConfigError(
+                self.address_field, f"cannot reach Kafka at {mask_servers(self.servers)}: {error_reason(exc)}"
+            ) from None
+        finally:
+            consumer.close()
+
+    def infer_schema(self) -> pa.Schema | None:
+        """The schema of up to ``SAMPLE_MESSAGES`` records from the partitions' starts; None
+        if they hold none. Avro: the columns of ``format.writer_schema``, without sampling."""
+        if isinstance(self.fmt, AvroFormat):
+            return with_metadata(self.fmt.known_schema) if self.metadata else self.fmt.known_schema
+        bodies = self._sample()
+        if not bodies:
+            return None
+        sample = b"\n".join(b.replace(b"\n", b" ") for b in bodies if b.strip()) + b"\n"
+        inferred = self.fmt.infer_schema(sample)
+        return with_metadata(inferred) if self.metadata else inferred
+
+    def _sample(self) -> list[bytes]:
+        brokers = self.brokers
+        partitions: list[TopicPartition] = []
+        for topic, count in sorted(brokers.partitions().items()):
+            if topic_matches(topic, self.topics, self.topic_pattern) and self.allowed(topic):
+                for partition in range(count):
+                    low, high = brokers.watermarks(topic, partition)
+                    if high > low:
+                        partitions.append(TopicPartition(topic, partition, low))
+        if not partitions:
+            return []
+        consumer = new_consumer(self.servers)
+        bodies: list[bytes] = []
+        try:
+            consumer.assign(partitions)
+            deadline = time.monotonic() + SAMPLE_WAIT_S + REQUEST_TIMEOUT_S
+            while len(bodies) < SAMPLE_MESSAGES and time.monotonic() < deadline:
+                messages = consumer.consume(SAMPLE_MESSAGES - len(bodies), timeout=0.5)
+                bodies += [v for m in messages if m.error() is None and (v := m.value()) is not None]
+                if not messages and bodies:
+                    break
+        finally:
+            consumer.close()
+        return bodies[:SAMPLE_MESSAGES]
+
+
+def with_metadata(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with the metadata columns after its own."""
+    return schema_with_metadata(schema, METADATA_FIELDS)
+
+
+def output_schema(config: KafkaSourceConfig, schema: pa.Schema) -> pa.Schema:
+    """The schema a run of this source lands: the format's, plus the metadata columns
+    when ``metadata`` is set."""
+    return with_metadata(schema) if config.metadata else schema

@@ -1,0 +1,67 @@
+"""A topic partition: the unit of work of the kafka source (Flink ``KafkaPartitionSplit``).
+
+A position is the offset of the next record to read, the offset Kafka itself commits: a
+replay from it reads the same records again, none lost and none twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Self
+
+from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+
+
+@dataclass(frozen=True)
+class PartitionSplit(SourceSplit):
+    """The records of ``topic`` partition ``partition`` from offset ``position``, up to (not
+    including) ``stop_offset`` if set; ``stop_time_ms``: the records up to a ``[stop] at``
+    time (the first record after it ends the split)."""
+
+    topic: str
+    partition: int
+    position: int
+    stop_offset: int | None = None
+    stop_time_ms: int | None = None
+
+    @property
+    def split_id(self) -> str:
+        return partition_split_id(self.topic, self.partition)
+
+    @property
+    def offset(self) -> OffsetEntry:
+        return OffsetEntry(key=self.split_id, position=self.position)
+
+    def at(self, position: int) -> Self:
+        return replace(self, position=position)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stop_offset is not None and self.position >= self.stop_offset
+
+
+def partition_split_id(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class PartitionSplitSerializer(SplitSerializer[PartitionSplit]):
+    def serialize(self, split: PartitionSplit) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "topic": split.topic,
+            "partition": split.partition,
+            "position": split.position,
+        }
+        if split.stop_offset is not None:
+            data["stop_offset"] = split.stop_offset
+        if split.stop_time_ms is not None:
+            data["stop_time_ms"] = split.stop_time_ms
+        return data
+
+    def deserialize(self, data: dict[str, Any]) -> PartitionSplit:
+        return PartitionSplit(
+            data["topic"],
+            data["partition"],
+            data["position"],
+            data.get("stop_offset"),
+            data.get("stop_time_ms"),
+        )

@@ -1,0 +1,76 @@
+"""One librdkafka mock cluster (``tests.kafka_cluster``: not a real broker) for the Kafka
+connector's tests, in a process of its own; each test uses topics of its own."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from connectors.kafka.connection import close_metadata_clients
+from source_support.registry import Environment
+from tests.kafka_cluster import MockKafkaCluster
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    cluster = MockKafkaCluster()
+    yield cluster
+    close_metadata_clients()  # before the brokers go: a client left open waits for them
+    cluster.kill()
+
+
+@pytest.fixture()
+def env(tmp_path) -> Environment:
+    return Environment(allowed_roots=(tmp_path,), base_dir=Path(tmp_path))
+
+
+@pytest.fixture()
+def prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+class Topics:
+    """Writes to the mock cluster's topics (made, with 4 partitions, when first named)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+
+    def make(self, topic: str) -> None:
+        self.producer.list_topics(topic, timeout=10)
+
+    def send(
+        self,
+        topic: str,
+        partition: int,
+        values: list[bytes | None],
+        *,
+        key: bytes | None = None,
+        ts_ms: int = 0,
+    ) -> list[int]:
+        """Produces ``values`` to the partition; the offset of each."""
+        offsets: list[int] = []
+
+        def delivered(err: Any, msg: Any) -> None:
+            assert err is None, err
+            offsets.append(msg.offset())
+
+        for value in values:
+            self.producer.produce(
+                topic, value, key=key, partition=partition, on_delivery=delivered, timestamp=ts_ms
+            )
+            self.producer.poll(0)
+        assert self.producer.flush(30) == 0
+        return offsets
+
+    def send_json(self, topic: str, partition: int, records: list[dict[str, Any]], **kw: Any) -> list[int]:
+        return self.send(topic, partition, [json.dumps(r).encode() for r in records], **kw)
+
+
+@pytest.fixture()
+def topics(cluster) -> Topics:
+    return Topics(cluster.bootstrap)

@@ -1,0 +1,129 @@
+"""The Kafka split reader against librdkafka's mock cluster (not a real broker): typed
+records from values, positions as next offsets, metadata columns, stops by offset and by
+time, a record without a value dead-lettered at its offset."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from connectors.kafka.config import KafkaSourceConfig
+from connectors.kafka.source import KafkaSource
+from connectors.kafka.split import PartitionSplit
+from source_support.formats import validate_format
+from source_support.registry import BuildContext
+
+
+def reader_of(env, cluster, topic, *, metadata=False, fmt=None):
+    table = {"bootstrap_servers": cluster.bootstrap, "topics": [topic], "metadata": metadata}
+    source = KafkaSource.from_config(
+        KafkaSourceConfig.parse(table, env),
+        validate_format(fmt or {"type": "json", "schema": "id BIGINT, customer STRING"}),
+        BuildContext(env=env, batch_size=100, flow_name="reader-test"),
+    )
+    return source, source.create_reader(_Context()).split_reader
+
+
+class _Context:
+    bad_record_fails_split = False
+    subtask = 0
+
+    def send_split_request(self) -> None: ...
+
+    def send_source_event_to_coordinator(self, event) -> None: ...
+
+
+def read_until(reader, count: int, *, finished: bool = False):
+    batches, deadline = [], time.monotonic() + 20
+    while time.monotonic() < deadline:
+        batches += reader.fetch(100, 0.2)
+        rows = sum(b.records.num_rows + len(b.bad_records) for b in batches)
+        if rows >= count and (not finished or any(b.finished for b in batches)):
+            return batches
+    raise AssertionError(f"read {batches}")
+
+
+def orders(ids):
+    return [{"id": i, "customer": f"c{i}"} for i in ids]
+
+
+def test_reads_from_the_position_with_metadata_and_ends_at_the_next_offset(env, cluster, topics, prefix):
+    topics.send_json(prefix, 1, orders(range(5)), key=b"k", ts_ms=1_700_000_000_000)
+    source, reader = reader_of(env, cluster, prefix, metadata=True)
+    reader.handle_splits_changes([PartitionSplit(prefix, 1, 2)], [])
+    try:
+        batches = read_until(reader, 3)
+    finally:
+        reader.close()
+    table = batches[0].records
+    assert table.column("id").to_pylist() == [2, 3, 4]
+    assert table.column("_offset").to_pylist() == [2, 3, 4]
+    assert set(table.column("_topic").to_pylist()) == {prefix}
+    assert set(table.column("_partition").to_pylist()) == {1}
+    assert set(table.column("_key").to_pylist()) == {"k"}
+    assert table.column("_ts")[0].as_py().year == 2023
+    assert (batches[0].start.position, batches[-1].end.position) == (2, 5)
+    assert source.split_lags({f"{prefix}:1": ({"topic": prefix, "partition": 1}, 2)}) == {f"{prefix}:1": 3}
+
+
+def test_a_stop_offset_ends_the_split_before_it(env, cluster, topics, prefix):
+    topics.send_json(prefix, 0, orders(range(6)))
+    _, reader = reader_of(env, cluster, prefix)
+    reader.handle_splits_changes([PartitionSplit(prefix, 0, 0, stop_offset=4)], [])
+    try:
+        batches = read_until(reader, 4, finished=True)
+    finally:
+        reader.close()
+    assert [i for b in batches for i in b.records.column("id").to_pylist()] == [0, 1, 2, 3]
+    assert batches[-1].finished and batches[-1].end.position == 4
+
+
+def test_a_stop_time_ends_the_split_at_the_first_record_after_it(env, cluster, topics, prefix):
+    topics.send_json(prefix, 0, orders([1, 2]), ts_ms=1_000_000)
+    topics.send_json(prefix, 0, orders([3]), ts_ms=3_000_000)
+    _, reader = reader_of(env, cluster, prefix)
+    reader.handle_splits_changes([PartitionSplit(prefix, 0, 0, stop_time_ms=2_000_000)], [])
+    try:
+        batches = read_until(reader, 2, finished=True)
+    finally:
+        reader.close()
+    assert [i for b in batches for i in b.records.column("id").to_pylist()] == [1, 2]
+    assert batches[-1].finished and batches[-1].end.position == 2
+
+
+@pytest.mark.parametrize("value", [None, b"{not json"])
+def test_a_record_without_a_good_value_is_a_bad_record_at_its_offset(env, cluster, topics, prefix, value):
+    topics.send_json(prefix, 0, orders([1]))
+    topics.send(prefix, 0, [value])
+    topics.send_json(prefix, 0, orders([3]))
+    source, reader = reader_of(env, cluster, prefix)
+    reader.handle_splits_changes([PartitionSplit(prefix, 0, 0)], [])
+    try:
+        batches = read_until(reader, 3)
+    finally:
+        reader.close()
+    bad = [r for b in batches for r in b.bad_records]
+    assert [r.position for r in bad] == [1] and bad[0].reason
+    assert source.format_position(bad[0].position) == "1"
+    assert [i for b in batches for i in b.records.column("id").to_pylist()] == [1, 3]
+
+
+def test_raw_values_are_kept_as_bytes_and_a_schema_is_inferred(env, cluster, topics, prefix):
+    topics.send(prefix, 2, [b"\x00\x01", b"plain"])
+    _, reader = reader_of(env, cluster, prefix, fmt={"type": "raw"})
+    reader.handle_splits_changes([PartitionSplit(prefix, 2, 0)], [])
+    try:
+        batches = read_until(reader, 2)
+    finally:
+        reader.close()
+    assert [v for b in batches for v in b.records.column("data").to_pylist()] == [b"\x00\x01", b"plain"]
+
+    topics.send_json(f"{prefix}j", 0, orders([7]))
+    table = {"bootstrap_servers": cluster.bootstrap, "topics": [f"{prefix}j"]}
+    inferring = KafkaSource.from_config(
+        KafkaSourceConfig.parse(table, env),
+        validate_format({"type": "json"}),
+        BuildContext(env=env, batch_size=10, flow_name="reader-test"),
+    )
+    assert set(inferring.infer_schema().names) == {"id", "customer"}
