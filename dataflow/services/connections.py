@@ -295,19 +295,24 @@ def _target_for_restricted(connection: Connection, *, field: str) -> str:
     if scheme in kind.local_schemes:
         raise ConfigError(field, f"connection {connection.name!r} is a local socket: for staff flows only")
     servers = []
-    for server in server_urls(url):
+    for server, written in server_urls(url):
         checked = url_address_check(server, field=field, default_port=kind.default_port)
-        servers.append(url_with_host(server, str(checked[0])) if scheme in kind.pinnable_schemes else server)
+        if scheme in kind.pinnable_schemes:
+            server = url_with_host(server, str(checked[0]))
+        servers.append(server if written else server.split("://", 1)[1])
     return ",".join(servers)
 
 
-def server_urls(url: str) -> list[str]:
+def server_urls(url: str) -> list[tuple[str, bool]]:
     """The servers of a comma-separated URL list (``nats://a:4222,nats://b:4222``; Kafka's
-    ``kafka://a:9092,b:9092``), each a URL of its own: one without a scheme takes the
-    first one's, so that each host is checked, and pinned, on its own."""
+    ``kafka://a:9092,b:9092``), each a URL of its own and whether its scheme was written:
+    one without takes the first one's, so that each host is checked, and pinned, on its
+    own (and is written back without it)."""
     first, *rest = [piece.strip() for piece in url.split(",") if piece.strip()] or [url]
     scheme = urlsplit(first).scheme
-    return [first] + [piece if "://" in piece else f"{scheme}://{piece}" for piece in rest]
+    return [(first, True)] + [
+        (piece, True) if "://" in piece else (f"{scheme}://{piece}", False) for piece in rest
+    ]
 
 
 def flow_connections_resolve(

@@ -432,3 +432,26 @@ def test_a_loopback_server_second_in_a_list_is_refused(alice, monkeypatch):
         client_of(alice).post("/api/flows/", nats_flow_of("nats-ext"), format="json"), "source.connection"
     )
     assert "127.0.0.1 is a loopback address" in reason
+
+
+def test_a_kafka_bootstrap_list_is_pinned_host_by_host_in_its_own_shape(alice, monkeypatch):
+    monkeypatch.setattr(
+        addresses, "getaddrinfo", HostResolver({"k1.example": "93.184.216.34", "k2.example": "93.184.216.35"})
+    )
+    ConnectionFactory(
+        name="kafka-ext",
+        type="kafka",
+        url="kafka://k1.example:9092,k2.example:9093",
+        key_patterns=["orders*"],
+        users=[alice],
+    )
+
+    targets = flow_connections_resolve(
+        source_type="kafka",
+        source_config={"connection": "kafka-ext", "topics": ["orders"]},
+        sink_type="parquet",
+        sink_config={"path": "out"},
+        owner=alice,
+    )
+
+    assert targets["kafka-ext"].url == "kafka://93.184.216.34:9092,93.184.216.35:9093"
