@@ -214,6 +214,7 @@ def test_a_prefix_outside_the_connections_key_patterns_is_refused_before_contact
     assert _read_ids(moto, "team-a/out") == [0, 1, 2]
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_the_server_going_away_mid_write_fails_the_attempt_and_keeps_the_old_output(moto, monkeypatch):
     place = S3Place(BUCKET, "out/outage")
     direct = aws_client(_target(moto), "s3")

@@ -20,6 +20,9 @@ from source_support.testing.suite import SourceConformanceSuite
 from tests.connectors.kafka.conftest import Topics
 from tests.kafka_cluster import MockKafkaCluster
 
+# The whole kit runs with the suite; the fast lane keeps this connector's unit tests.
+pytestmark = pytest.mark.slow
+
 FORMAT = FormatSpec("jsonl", {"schema": "id BIGINT, split BIGINT, text STRING"})
 FLOW = "conformance"
 PARTITIONS = 4  # what the mock cluster gives a topic

@@ -18,6 +18,9 @@ from source_support.testing.suite import SourceConformanceSuite
 from tests.connectors.kinesis.conftest import kinesis_server, source_table
 from tests.moto_server import PrivateMotoServer
 
+# The whole kit runs with the suite; the fast lane keeps this connector's unit tests.
+pytestmark = pytest.mark.slow
+
 FORMAT = FormatSpec("jsonl", {"schema": "id BIGINT, split BIGINT, text STRING"})
 
 

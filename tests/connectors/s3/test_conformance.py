@@ -19,6 +19,9 @@ from tests.connectors.s3.conftest import source_table
 from tests.connectors.s3.helpers import build_source
 from tests.moto_server import PrivateMotoServer
 
+# The whole kit runs with the suite; the fast lane keeps this connector's unit tests.
+pytestmark = pytest.mark.slow
+
 COLUMNS = ("id", "split", "text")
 FORMAT = {"type": "csv", "schema": "id BIGINT, split BIGINT, text STRING", "header": True}
 
@@ -84,7 +87,7 @@ class TestS3Conformance(SourceConformanceSuite):
         return S3Context(moto, bucket, env)
 
 
-@pytest.mark.slow  # about 15 s over the cases: the bounded class above runs in the fast lane
+@pytest.mark.slow  # about 15 s over the cases
 class TestWatchedS3Conformance(SourceConformanceSuite):
     """``watch = true``: an unbounded source, which also reads objects put while it runs."""
 

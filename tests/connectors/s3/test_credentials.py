@@ -94,6 +94,7 @@ def test_a_missing_bucket_is_refused_naming_the_bucket(moto, key, env):
     assert caught.value.reason == f"no bucket 'no-such-bucket' at {moto.endpoint_url}"
 
 
+@pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_an_endpoint_that_does_not_answer_is_refused_naming_it(key, env, quick_retries):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
