@@ -12,7 +12,12 @@ from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
 from source_support.lines import RecordBlockReader, line_number, open_records
+from source_support.parking import ParkedHandles
 from source_support.reader_base import SequentialSplitReader
+
+#: Open files of splits whose slice ended, for the next slice in this process (a gzip file
+#: reopened would be inflated again up to its checkpoint).
+PARKED_FILES: ParkedHandles[RecordBlockReader] = ParkedHandles(close=lambda reader: reader.close())
 
 
 class FileSplitReader(SequentialSplitReader[FileSplit]):
@@ -36,14 +41,19 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         if reader is None or reader.position != split.position:
             self.close_split(split.split_id)
             try:
-                reader = RecordBlockReader(
-                    split.path,
-                    self._file_format(split),
-                    start=split.start,
-                    end=split.end,
-                    position=split.position,
-                    compressed=split.compressed,
-                )
+                fmt = self._file_format(split)
+                reader = PARKED_FILES.take(_parking_key(split, split.position, fmt))
+                if reader is None:
+                    reader = RecordBlockReader(
+                        split.path,
+                        fmt,
+                        start=split.start,
+                        end=split.end,
+                        position=split.position,
+                        compressed=split.compressed,
+                    )
+                else:
+                    reader.fmt = fmt  # read the same way (the key says so), by this run's copy
             except FileNotFoundError:
                 return self._gone(split)
             self.open[split.split_id] = reader
@@ -131,6 +141,30 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             reader.close()
 
     def close(self) -> None:
+        """Parks the open files of the held splits (``PARKED_FILES``), closes the rest."""
+        for split_id, reader in list(self.open.items()):
+            split = self.splits.get(split_id)
+            if split is not None and split.group is None and not reader.file.closed:
+                del self.open[split_id]
+                PARKED_FILES.park(_parking_key(split, reader.position, reader.fmt), reader)
         super().close()
         for split_id in list(self.open):
             self.close_split(split_id)
+
+
+def _parking_key(split: FileSplit, position: int, fmt: RecordFormat) -> tuple[object, ...]:
+    """What a parked file is open on, where it stands, and what of the format its opening
+    read by (header, comments, preamble, encoding)."""
+    return (
+        split.split_id,
+        split.path,
+        split.start,
+        split.end,
+        split.compressed,
+        position,
+        type(fmt).__name__,
+        fmt.encoding,
+        fmt.has_header,
+        fmt.comment,
+        fmt.preamble_bytes,
+    )
