@@ -17,7 +17,38 @@ import gzip
 import queue
 import threading
 from types import TracebackType
-from typing import Self
+from typing import Protocol, Self
+
+
+class RawFile(Protocol):
+    """The compressed (or plain) bytes a record file is read from: a local file, or an
+    object of an object store read through ranged GETs."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readline(self, limit: int = -1, /) -> bytes: ...
+
+    def seek(self, position: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None: ...
+
 
 #: Uncompressed bytes per chunk, and how many chunks may wait for the reader.
 CHUNK = 4 << 20
@@ -30,8 +61,9 @@ class ReadAheadGzipFile:
     own, so the reader can ``fstat`` the file it reads. Errors of the file (truncated, not
     gzip) are raised by the ``read`` that reaches them."""
 
-    def __init__(self, path: str) -> None:
-        self.raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+    def __init__(self, path: str, raw: RawFile | None = None) -> None:
+        #: The compressed bytes: ``raw`` (an object store's object), else the file at ``path``.
+        self.raw: RawFile = raw if raw is not None else open(path, "rb")  # noqa: SIM115 - closed by close()
         self.gz = gzip.GzipFile(fileobj=self.raw, mode="rb")
         #: The uncompressed position of the next byte ``read`` returns.
         self.position: int = 0

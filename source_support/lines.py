@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import codecs
 import gzip
+from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self
 
 import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
-from source_support.gunzip import ReadAheadGzipFile
+from source_support.gunzip import RawFile, ReadAheadGzipFile
 
 UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
@@ -136,17 +137,51 @@ class DecodedFile:
         self.close()
 
 
+class OwningGzipFile(gzip.GzipFile):
+    """A gzip reader over a file object it closes when it is closed (``gzip.GzipFile``
+    leaves a file object it was given open)."""
+
+    def __init__(self, raw: RawFile) -> None:
+        super().__init__(fileobj=raw, mode="rb")
+        self.raw = raw
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.raw.close()
+
+
+#: Opens the raw (maybe compressed) bytes at a path: a local file, or an object store's object.
+RawOpener = Callable[[str], RawFile]
+
+
+def open_local(path: str) -> RawFile:
+    """The local file at ``path``, for reading bytes."""
+    return open(path, "rb")  # noqa: SIM115 - the caller closes it
+
+
 def open_records(
-    path: str, *, compressed: bool, encoding: str = "utf-8", read_ahead: bool = False
+    path: str,
+    *,
+    compressed: bool,
+    encoding: str = "utf-8",
+    read_ahead: bool = False,
+    open_raw: RawOpener = open_local,
 ) -> RecordFile:
     """The file's bytes as the formats read them: gunzipped, and decoded to UTF-8 when its
     encoding is another. ``read_ahead`` gunzips in a thread ahead of the reader (for reading a
-    whole file; a look at its head needs no thread)."""
+    whole file; a look at its head needs no thread). ``open_raw`` opens the stored bytes
+    (the S3 source reads objects through it)."""
     raw: RecordFile
     if compressed and read_ahead:
-        raw = ReadAheadGzipFile(path)
+        raw = ReadAheadGzipFile(path, open_raw(path))
+    elif compressed and open_raw is open_local:
+        raw = gzip.open(path, "rb")  # noqa: SIM115 - the caller closes it
+    elif compressed:
+        raw = OwningGzipFile(open_raw(path))
     else:
-        raw = gzip.open(path, "rb") if compressed else open(path, "rb")  # noqa: SIM115
+        raw = open_raw(path)
     if codecs.lookup(encoding).name == "utf-8":
         return raw
     return DecodedFile(raw, encoding, path)
@@ -168,12 +203,16 @@ class RecordBlockReader:
         end: int,
         position: int,
         compressed: bool,
+        open_raw: RawOpener = open_local,
     ) -> None:
         self.path = path
         self.compressed = compressed
         self.fmt = fmt
         self.end = end
-        self.file = open_records(path, compressed=compressed, encoding=fmt.encoding, read_ahead=True)
+        self.open_raw = open_raw
+        self.file = open_records(
+            path, compressed=compressed, encoding=fmt.encoding, read_ahead=True, open_raw=open_raw
+        )
         self.buffer = b""
         self.eof = False
         self.avg_record = 128.0
@@ -268,7 +307,11 @@ class RecordBlockReader:
         """The line where reading began: counted once, only when a line is asked for."""
         if self._line_at_open is None:
             self._line_at_open = line_number(
-                self.path, self._opened_at, compressed=self.compressed, encoding=self.fmt.encoding
+                self.path,
+                self._opened_at,
+                compressed=self.compressed,
+                encoding=self.fmt.encoding,
+                open_raw=self.open_raw,
             )
         return self._line_at_open
 
@@ -292,10 +335,17 @@ def _count_starting_before(ends: np.ndarray, limit: int) -> int:
     return 1 + int(np.count_nonzero(ends[:-1] < limit))
 
 
-def line_number(path: str, position: int, *, compressed: bool, encoding: str = "utf-8") -> int:
+def line_number(
+    path: str,
+    position: int,
+    *,
+    compressed: bool,
+    encoding: str = "utf-8",
+    open_raw: RawOpener = open_local,
+) -> int:
     """The 1-based line at byte ``position``, counted by streaming (used only in errors)."""
     count, done = 1, 0
-    f = open_records(path, compressed=compressed, encoding=encoding)
+    f = open_records(path, compressed=compressed, encoding=encoding, open_raw=open_raw)
     with f:
         while done < position:
             chunk = f.read(min(1 << 20, position - done))

@@ -110,6 +110,10 @@ class SourceConnector(Generic[ConfigT]):
     reads_entries: bool = False
     #: The columns a run lands for a format schema (e.g. metadata columns added).
     output_schema: Callable[[ConfigT, pa.Schema], pa.Schema] = _same_schema
+    #: The keys a stored config reads, where several options name them together (S3:
+    #: ``bucket/prefix*``): (the option a refusal names, one glob that a named connection's
+    #: key patterns must hold); None: only the ``scoped`` options, one by one.
+    scope: Callable[[dict[str, Any]], tuple[str, str]] | None = None
 
     def __post_init__(self) -> None:
         if self.boundedness == "unbounded" and self.unbounded is _never_unbounded:

@@ -13,6 +13,7 @@ from typing import Any
 from connectors.files.config import WatchOptions
 from connectors.files.split import WHOLE_FILE, FileSplit, FileStat, combined_split, discovered_split
 from source_support.api import SplitEnumerator, SplitEnumeratorContext, splits_per_request
+from source_support.backlog import BacklogEnumerator
 from source_support.registry import Environment, glob_static_prefix
 
 COMPRESSED_SUFFIXES = (".gz", ".gzip")
@@ -99,7 +100,7 @@ class StaticFileEnumerator(SplitEnumerator[FileSplit]):
 MAX_PENDING_SPLITS = 10_000
 
 
-class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
+class ContinuousFileEnumerator(BacklogEnumerator[FileSplit]):
     """Flink's ``ContinuousFileSplitEnumerator`` (``watch = true``): lists the files again
     every discovery interval and queues the splits of the new ones; a reader that asks
     when the queue is empty waits in the state and gets the next split found, unasked.
@@ -158,10 +159,10 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
         due = not self.discovered or now_ms >= self.next_discovery_ms or self._stop_time_due(now_ms)
         if due and (not self.closed or self.unsettled) and self.pending < MAX_PENDING_SPLITS:
             self._discover(now_ms)
-        self._serve_awaiting()
+        self.serve_awaiting()
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        given = self._assign(subtask)
+        given = self.assign_share(subtask)
         if not given and not self.is_exhausted():
             if subtask not in self.awaiting:
                 self.awaiting.append(subtask)
@@ -170,14 +171,6 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
             self.awaiting.remove(subtask)
         if not given:
             self.context.signal_no_more_splits(subtask)
-
-    def add_splits_back(self, splits: Sequence[FileSplit], subtask: int) -> None:
-        self.context.backlog().prepend(splits)
-        self.pending += len(splits)
-        self._serve_awaiting()
-
-    def add_reader(self, subtask: int) -> None:
-        """Readers ask for splits themselves; nothing is pushed on registration."""
 
     def snapshot_state(self) -> dict[str, Any]:
         return {
@@ -197,36 +190,6 @@ class ContinuousFileEnumerator(SplitEnumerator[FileSplit]):
 
     def pending_count(self) -> int:
         return self.pending
-
-    def _assign(self, subtask: int) -> bool:
-        """Gives ``subtask`` its share of the queue; False if the queue is empty."""
-        if not self.pending:
-            return False
-        count = splits_per_request(self.pending, self.context.current_parallelism)
-        given = self.context.backlog().take(count)
-        self.pending = self.pending - len(given) if given else 0  # 0: the backlog ran dry first
-        if given:
-            self.context.assign_splits({subtask: given})
-        return bool(given)
-
-    def _serve_awaiting(self) -> None:
-        """Hands queued splits to the readers that asked and still wait, in the order they
-        asked; tells them there are no more once a stop rule is reached. A reader that has
-        gone is forgotten (it asks again when it comes back)."""
-        if not self.awaiting:
-            return
-        registered = self.context.registered_readers()
-        waiting: list[int] = []
-        for subtask in self.awaiting:
-            if subtask not in registered:
-                continue
-            if self._assign(subtask):
-                continue
-            if self.is_exhausted():
-                self.context.signal_no_more_splits(subtask)
-            else:
-                waiting.append(subtask)
-        self.awaiting = waiting
 
     def _stop_time_due(self, now_ms: int) -> bool:
         """Whether the last discovery of a ``time`` stop is due: every file modified up to

@@ -11,7 +11,7 @@ from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
-from source_support.lines import RecordBlockReader, line_number, open_records
+from source_support.lines import RawOpener, RecordBlockReader, line_number, open_local, open_records
 from source_support.parking import ParkedHandles
 from source_support.reader_base import SequentialSplitReader
 
@@ -51,6 +51,7 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
                         end=split.end,
                         position=split.position,
                         compressed=split.compressed,
+                        open_raw=self.raw_opener(split),
                     )
                 else:
                     reader.fmt = fmt  # read the same way (the key says so), by this run's copy
@@ -86,7 +87,12 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         file's first bytes say."""
         if not self.fmt.chooses_by_head:
             return self.fmt
-        with open_records(split.path, compressed=split.compressed, encoding=self.fmt.encoding) as f:
+        with open_records(
+            split.path,
+            compressed=split.compressed,
+            encoding=self.fmt.encoding,
+            open_raw=self.raw_opener(split),
+        ) as f:
             return self.fmt.for_file(f.read(JSON_LAYOUT_SAMPLE))
 
     def _format_for(self, split: FileSplit, reader: RecordBlockReader) -> RecordFormat:
@@ -108,11 +114,20 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         if line is None:
             try:
                 line = line_number(
-                    split.path, position, compressed=split.compressed, encoding=self.fmt.encoding
+                    split.path,
+                    position,
+                    compressed=split.compressed,
+                    encoding=self.fmt.encoding,
+                    open_raw=self.raw_opener(split),
                 )
             except OSError:
                 return f"{split.path} at byte {position}"
         return f"{split.path} line {line} (byte {position})"
+
+    def raw_opener(self, split: FileSplit) -> RawOpener:
+        """How the split's stored bytes are opened: a local file here; an object of an
+        object store in the S3 source's reader."""
+        return open_local
 
     def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
         """Fails the split if the open file is not the one discovered (replaced, or its size
@@ -156,11 +171,7 @@ def _parking_key(split: FileSplit, position: int, fmt: RecordFormat) -> tuple[ob
     """What a parked file is open on, where it stands, and what of the format its opening
     read by (header, comments, preamble, encoding)."""
     return (
-        split.split_id,
-        split.path,
-        split.start,
-        split.end,
-        split.compressed,
+        split.at(0),  # every field of the split (an object's ETag too) but its position
         position,
         type(fmt).__name__,
         fmt.encoding,

