@@ -241,7 +241,8 @@ class Digest:
             ("temperature_milli", milli),
             ("sensor_bytes", pc.binary_length(table["sensor"])),
         ):
-            self.sums[name] += pc.sum(column).as_py() or 0
+            # Arrow's int64 sum wraps around: so does the checksum (modulo 2**64).
+            self.sums[name] = (self.sums[name] + (pc.sum(column).as_py() or 0)) % 2**64
         for entry in pc.value_counts(table["sensor"]).to_pylist():
             self.sensors[entry["values"]] = self.sensors.get(entry["values"], 0) + entry["counts"]
 

@@ -43,6 +43,9 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             try:
                 fmt = self._file_format(split)
                 reader = PARKED_FILES.take(_parking_key(split, split.position, fmt))
+                if reader is not None and not self._path_unchanged(split):
+                    reader.close()  # replaced since: opened anew, the split fails as it would
+                    reader = None
                 if reader is None:
                     reader = RecordBlockReader(
                         split.path,
@@ -128,6 +131,14 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         """How the split's stored bytes are opened: a local file here; an object of an
         object store in the S3 source's reader."""
         return open_local
+
+    def _path_unchanged(self, split: FileSplit) -> bool:
+        """Whether the split's path still names the discovered file (a parked open file
+        is taken back only then; a path that is not a local file never matches)."""
+        try:
+            return split.change_in(os.stat(split.path)) is None
+        except OSError:
+            return False
 
     def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
         """Fails the split if the open file is not the one discovered (replaced, or its size
