@@ -12,7 +12,7 @@ derived from the same ``Option`` declarations that the validators check against.
 from __future__ import annotations
 
 import glob
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
@@ -144,6 +144,28 @@ class SinkAppend(Protocol):
     ) -> bool: ...
 
 
+class SinkWriteLanded(Protocol):
+    """Writes a bounded run's landed Parquet files (``paths``, each of the run's ``schema``)
+    as its whole result, without Spark, publishing it through ``publish`` as ``SinkWrite``
+    does; whether it was published. Used only when the transform is the identity and the
+    sink's ``takes_landed(config)`` says yes."""
+
+    def __call__(
+        self,
+        paths: Sequence[str],
+        schema: pa.Schema,
+        config: dict[str, Any],
+        *,
+        attempt_key: str,
+        publish: Publish,
+        env: Environment,
+    ) -> bool: ...
+
+
+def _takes_no_landed(config: dict[str, Any]) -> bool:
+    return False
+
+
 @dataclass(frozen=True)
 class SinkConnector:
     """A sink type. Its writers are handed the stored dict of its ``config``
@@ -156,6 +178,11 @@ class SinkConnector:
     #: Adds one epoch of an unbounded run's streaming transform (None: the sink cannot
     #: take a stream).
     append: SinkAppend | None = None
+    #: Writes a bounded run's landed files as they are, with no Spark job, for a run whose
+    #: transform is ``SELECT * FROM source`` (None: the sink always goes through Spark).
+    write_landed: SinkWriteLanded | None = None
+    #: Whether ``write_landed`` can write a config's output (e.g. no ``partition_by``).
+    takes_landed: Callable[[dict[str, Any]], bool] = _takes_no_landed
 
     @property
     def options(self) -> tuple[Option, ...]:

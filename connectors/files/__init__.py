@@ -1,7 +1,10 @@
 """Files in a directory or matching a glob: a source (bounded, or watched for new files),
 and Parquet/CSV/JSON sinks."""
 
+from dataclasses import replace
+
 from connectors.files.config import FilesSourceConfig
+from connectors.files.landed import takes_landed, write_landed_parquet
 from connectors.files.sink import FILE_SINKS
 from connectors.files.source import FileSource
 from source_support.registry import SourceConnector, register_sink, register_source
@@ -21,4 +24,6 @@ def register() -> None:
         )
     )
     for sink in FILE_SINKS:
+        if sink.type == "parquet":  # a run whose transform is the identity needs no Spark
+            sink = replace(sink, write_landed=write_landed_parquet, takes_landed=takes_landed)
         register_sink(sink)

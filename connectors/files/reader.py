@@ -12,7 +12,12 @@ from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
 from source_support.lines import RawOpener, RecordBlockReader, line_number, open_local, open_records
+from source_support.parking import ParkedHandles
 from source_support.reader_base import SequentialSplitReader
+
+#: Open files of splits whose slice ended, for the next slice in this process (a gzip file
+#: reopened would be inflated again up to its checkpoint).
+PARKED_FILES: ParkedHandles[RecordBlockReader] = ParkedHandles(close=lambda reader: reader.close())
 
 
 class FileSplitReader(SequentialSplitReader[FileSplit]):
@@ -36,15 +41,23 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         if reader is None or reader.position != split.position:
             self.close_split(split.split_id)
             try:
-                reader = RecordBlockReader(
-                    split.path,
-                    self._file_format(split),
-                    start=split.start,
-                    end=split.end,
-                    position=split.position,
-                    compressed=split.compressed,
-                    open_raw=self.raw_opener(split),
-                )
+                fmt = self._file_format(split)
+                reader = PARKED_FILES.take(_parking_key(split, split.position, fmt))
+                if reader is not None and not self._path_unchanged(split):
+                    reader.close()  # replaced since: opened anew, the split fails as it would
+                    reader = None
+                if reader is None:
+                    reader = RecordBlockReader(
+                        split.path,
+                        fmt,
+                        start=split.start,
+                        end=split.end,
+                        position=split.position,
+                        compressed=split.compressed,
+                        open_raw=self.raw_opener(split),
+                    )
+                else:
+                    reader.fmt = fmt  # read the same way (the key says so), by this run's copy
             except FileNotFoundError:
                 return self._gone(split)
             self.open[split.split_id] = reader
@@ -119,6 +132,14 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         object store in the S3 source's reader."""
         return open_local
 
+    def _path_unchanged(self, split: FileSplit) -> bool:
+        """Whether the split's path still names the discovered file (a parked open file
+        is taken back only then; a path that is not a local file never matches)."""
+        try:
+            return split.change_in(os.stat(split.path)) is None
+        except OSError:
+            return False
+
     def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
         """Fails the split if the open file is not the one discovered (replaced, or its size
         or mtime differ): records of two versions of a file must not mix in one run."""
@@ -146,6 +167,26 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             reader.close()
 
     def close(self) -> None:
+        """Parks the open files of the held splits (``PARKED_FILES``), closes the rest."""
+        for split_id, reader in list(self.open.items()):
+            split = self.splits.get(split_id)
+            if split is not None and split.group is None and not reader.file.closed:
+                del self.open[split_id]
+                PARKED_FILES.park(_parking_key(split, reader.position, reader.fmt), reader)
         super().close()
         for split_id in list(self.open):
             self.close_split(split_id)
+
+
+def _parking_key(split: FileSplit, position: int, fmt: RecordFormat) -> tuple[object, ...]:
+    """What a parked file is open on, where it stands, and what of the format its opening
+    read by (header, comments, preamble, encoding)."""
+    return (
+        split.at(0),  # every field of the split (an object's ETag too) but its position
+        position,
+        type(fmt).__name__,
+        fmt.encoding,
+        fmt.has_header,
+        fmt.comment,
+        fmt.preamble_bytes,
+    )

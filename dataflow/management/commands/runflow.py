@@ -23,6 +23,7 @@ from dataflow.selectors.runs import RunProgress, run_progress, stream_progress
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release
+from dataflow.services.runs.landed import flow_needs_spark
 from dataflow.services.runs.tick import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up
 from source_support.errors import ConfigError
@@ -62,7 +63,15 @@ class Command(BaseCommand):
         # process at once with the run left reading and no reader.
         signal.signal(signal.SIGTERM, _raise_terminated)
         flow = flow_named(name)
-        warm_up()  # the JVM starts while the readers read
+        needs_spark = flow_needs_spark(
+            source_type=flow.source_type,
+            source_config=flow.source_config,
+            transform_sql=flow.transform_sql,
+            sink_type=flow.sink_type,
+            sink_config=flow.sink_config,
+        )
+        if needs_spark:
+            warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
         beat = threading.Thread(target=_beat, args=(flow, stop), name="beat", daemon=True)
         interrupted = None
@@ -93,7 +102,11 @@ class Command(BaseCommand):
                     )
                 beat.start()
                 progress = self._follow(
-                    run.pk, until_done=until_done, show=not no_progress, unbounded=run_is_unbounded(run)
+                    run.pk,
+                    until_done=until_done,
+                    show=not no_progress,
+                    unbounded=run_is_unbounded(run),
+                    spark=needs_spark,
                 )
                 milestone("followed")
                 _stop_now(worker)
@@ -156,10 +169,13 @@ class Command(BaseCommand):
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
 
-    def _follow(self, run_id: int, *, until_done: bool, show: bool, unbounded: bool) -> RunProgress:
+    def _follow(
+        self, run_id: int, *, until_done: bool, show: bool, unbounded: bool, spark: bool
+    ) -> RunProgress:
         """Draws the run's progress until it is done (with ``until_done``) or forever. Only a
         bounded run's reading has a percentage (of its splits); a stream's reading shows its
-        rate, lag and last epoch, and later phases show only where they are."""
+        rate, lag and last epoch, and later phases show only where they are. ``spark``: the
+        run's transform runs on Spark (its start is a phase of its own)."""
         bar = tqdm(
             total=0,
             unit="split",
@@ -173,7 +189,7 @@ class Command(BaseCommand):
             while True:
                 progress = _progress_riding_out_outages(run_id, bar)
                 phase = progress.status
-                if phase == RunStatus.TRANSFORMING and not session_started():
+                if phase == RunStatus.TRANSFORMING and spark and not session_started():
                     phase = "starting Spark"
                 stream = stream_progress(run_id=run_id).describe() if unbounded and not progress.done else ""
                 now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)

@@ -1,5 +1,7 @@
 """The bounded transform: the flow's Spark SQL over everything the run landed, published to
-the sink in numbered attempts that the database fences (see ``transform``)."""
+the sink in numbered attempts that the database fences (see ``transform``). A run whose
+transform is the identity into a sink that takes landed files as they are publishes them
+without Spark (``landed.landed_copy_applies``), through the same fence."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -14,6 +17,7 @@ from django.utils import timezone
 from dataflow.models import FlowRun, LandedBatch, RunStatus
 from dataflow.services.context import coordinator_for, run_environment, run_key
 from dataflow.services.runs.finish import run_finish
+from dataflow.services.runs.landed import landed_copy_applies
 from dataflow.services.runs.replay import ReplayOutput, is_replay
 from dataflow.services.runs.tick import request_tick, transform_in_backoff
 from dataflow.services.specs import transform_limits
@@ -33,6 +37,7 @@ from dataflow.spark.jobs import observe_rows, quiet_query_errors
 from dataflow.spark.session import application_id, session_recover, spark_job
 from source_support.coordination import Mark
 from source_support.registry import SINKS, Publish
+from source_support.schema import parse_ddl
 
 log = logging.getLogger("dataflow.services.runs")
 
@@ -76,7 +81,7 @@ def transform_check(*, run_id: int) -> None:
     transform that cannot fit the data fails the run at once, before the whole source is
     read. Also starts the Spark session that the transform will use."""
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
-    if run is None:
+    if run is None or landed_copy_applies(run.spec):  # the identity: nothing to analyze
         return
     problem = transform_analysis(run_id=run_id)
     if problem:
@@ -117,7 +122,10 @@ def transform(*, run_id: int) -> None:
         )
         try:
             with transforms_running_here():
-                _run_spark_job(run, attempt, watch, _output_for(run, attempt))
+                if landed_copy_applies(run.spec):
+                    _publish_landed(run, attempt, watch)
+                else:
+                    _run_spark_job(run, attempt, watch, _output_for(run, attempt))
         except TransformCancelled as exc:
             if worker_leaving():
                 _transform_given_back(run, attempt)
@@ -155,24 +163,65 @@ def _claim_transform_attempt(run_id: int) -> int | None:
         return run.transform_attempts
 
 
+def _nothing_matched(run: FlowRun, attempt: int) -> bool:
+    """Ends a run that found nothing to read (no schema could be fixed); True if so."""
+    if run.schema_ddl:
+        return False
+    run_finish(
+        run=run,
+        status=RunStatus.SUCCEEDED,
+        message="no input files matched; the sink was left as it was",
+        attempt=attempt,
+    )
+    return True
+
+
+def _landed_paths(run: FlowRun) -> list[str]:
+    return list(
+        LandedBatch.objects.filter(split__run=run)
+        .order_by("split_id", "start_position")
+        .values_list("path", flat=True)
+    )
+
+
+def _publish_landed(run: FlowRun, attempt: int, watch: TransformWatch) -> bool:
+    """The identity transform without Spark: the sink publishes the landed files as its
+    output (``SinkConnector.write_landed``) through the attempt's fence, if the staged
+    sink holds exactly the landed rows; returns whether it published."""
+    if _nothing_matched(run, attempt):
+        return False
+    spec = run.spec
+    paths = _landed_paths(run)
+    landed_rows = sum(pq.read_metadata(path).num_rows for path in paths)
+    check_output_rows(watch.limits, landed_rows)
+
+    def publish(staged_rows: int, swap) -> bool:
+        if staged_rows != landed_rows:
+            raise SinkRowsMismatch(
+                f"the staged sink holds {staged_rows} rows but {landed_rows} were landed; nothing was published"
+            )
+        return _publish(run, attempt, swap, rows=staged_rows, output=SinkReplace(run, attempt))
+
+    write_landed = SINKS[spec["sink_type"]].write_landed
+    assert write_landed is not None  # landed_copy_applies checked it
+    return write_landed(
+        paths,
+        parse_ddl(run.schema_ddl),
+        spec["sink_config"],
+        attempt_key=f"{run_key(run)}-{attempt}",
+        publish=publish,
+        env=run_environment(run),
+    )
+
+
 def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: TransformOutput) -> bool:
     """Stages the sink and publishes it through the attempt's fence, its Spark jobs in a job
     group of the attempt's own, under ``watch``; returns whether it published (False: a
     later attempt has taken over)."""
     spec = run.spec
-    if not run.schema_ddl:
-        run_finish(
-            run=run,
-            status=RunStatus.SUCCEEDED,
-            message="no input files matched; the sink was left as it was",
-            attempt=attempt,
-        )
+    if _nothing_matched(run, attempt):
         return False
-    paths = list(
-        LandedBatch.objects.filter(split__run=run)
-        .order_by("split_id", "start_position")
-        .values_list("path", flat=True)
-    )
+    paths = _landed_paths(run)
     # A session of its own: its view "source" is not another run's, and on a cluster the
     # application ends with the job (see dataflow/spark.py).
     group = f"adf-{run_key(run)}-{attempt}"
