@@ -9,6 +9,8 @@ import gzip
 
 import pytest
 
+from connectors.s3 import objects
+from connectors.s3 import reader as reader_module
 from connectors.s3.enumerator import object_splits
 from connectors.s3.reader import S3SplitReader
 from source_support.errors import SplitFailed
@@ -128,3 +130,53 @@ def test_the_server_going_away_mid_read_loses_and_repeats_nothing(moto, env, qui
         fetches += 1
 
     assert sorted(ids) == list(range(600_000))
+
+
+def next_slice_reader(source, split) -> S3SplitReader:
+    """A reader of a later time slice in the same process, holding ``split`` again."""
+    reader = S3SplitReader(source.fmt, lambda: source.client)
+    reader.handle_splits_changes([split], [])
+    return reader
+
+
+def test_a_gzip_object_is_not_inflated_again_at_each_slice(moto, s3, bucket, env, monkeypatch):
+    s3.put_object(Bucket=bucket, Key="orders.csv.gz", Body=gzip.compress(body(0, 20_000)))
+    source = build_source(source_table(moto, bucket), CSV, env)
+    (split,) = only_split(source)
+    opened = []
+    real_open = objects.open_object
+    monkeypatch.setattr(
+        reader_module, "open_object", lambda *a, **k: opened.append(a[2]) or real_open(*a, **k)
+    )
+    ids: list[int] = []
+
+    while True:
+        reader = next_slice_reader(source, split)
+        (batch,) = reader.fetch(5_000, 0)
+        reader.close()  # the slice ends: its open object is parked for the next one
+        ids += batch.records.column("id").to_pylist()
+        split = split.at(batch.end.position)
+        if batch.finished:
+            break
+
+    assert ids == list(range(20_000))
+    assert opened == ["orders.csv.gz"]  # opened once, taken back by each later slice
+
+
+def test_an_object_rewritten_while_parked_fails_its_split(moto, s3, bucket, env, monkeypatch):
+    monkeypatch.setattr(objects, "RANGE_BYTES", 64 << 10)
+    monkeypatch.setattr(objects, "FIRST_RANGE_BYTES", 64 << 10)
+    s3.put_object(Bucket=bucket, Key="orders.csv", Body=body(0, 200_000))
+    source = build_source(source_table(moto, bucket), CSV, env)
+    (split,) = only_split(source, split_size=1 << 30)
+    reader = next_slice_reader(source, split)
+    (first,) = reader.fetch(100, 0)
+    reader.close()
+    s3.put_object(Bucket=bucket, Key="orders.csv", Body=body(0, 10))
+
+    later = next_slice_reader(source, split.at(first.end.position))
+    with pytest.raises(SplitFailed) as failed:
+        while not later.fetch(50_000, 0)[0].finished:
+            pass
+
+    assert "changed while it was read" in str(failed.value)
