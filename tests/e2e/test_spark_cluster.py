@@ -171,7 +171,13 @@ def _sources(dirs) -> list[tuple]:
 
 
 def _flow(dirs) -> DataFlow:
-    return DataFlowFactory(parallelism=2, batch_size=100, sink_path=str(dirs.out / "sink"))
+    # Not the identity (SELECT *), which needs no Spark: these tests are about Spark.
+    return DataFlowFactory(
+        parallelism=2,
+        batch_size=100,
+        sink_path=str(dirs.out / "sink"),
+        sql="SELECT id, sensor, temperature FROM source",
+    )
 
 
 def test_master_down_when_the_job_starts_fails_the_attempt_and_a_retry_succeeds(worker, dirs, on_cluster):
