@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from typing import Any
 
 from django.db import connection
@@ -29,7 +30,9 @@ def runflow_needs_spark(argv: list[str]) -> bool:
     if not names:
         return True
     try:
-        with connection.cursor() as cursor:
+        with warnings.catch_warnings(), connection.cursor() as cursor:
+            # Deliberate: one plain query before the apps are set up (see the docstring).
+            warnings.filterwarnings("ignore", "Accessing the database during app initialization")
             cursor.execute(
                 "SELECT source_type, source_config, transform_sql, sink_type, sink_config "
                 "FROM dataflow_dataflow WHERE name = %s",
