@@ -38,6 +38,9 @@ METADATA_FIELDS = (
 CHECK_INTERVAL_S = 1.0
 #: The longest one consume call blocks, so ``wake_up`` is heard soon.
 CONSUME_SLICE_S = 0.25
+#: How often offsets the group has not confirmed are committed again (a commit sent while
+#: the brokers were away is lost, and a split with nothing new would never commit again).
+COMMIT_RETRY_S = 2.0
 #: The most messages one consume call takes.
 MAX_CONSUME = 50_000
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -98,11 +101,18 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
         self.held: dict[str, HeldPartition] = {}
         self._consumer: Consumer | None = None
         self._woken = threading.Event()
+        #: Offsets committed to the group whose commit it has not confirmed, by split id.
+        self._unconfirmed: dict[str, int] = {}
+        self._last_commit = float("-inf")
+        #: Whether a commit awaits librdkafka's answer.
+        self._in_flight = False
 
     @property
     def consumer(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = new_consumer(self.servers, group_id=group_name(self.flow))
+            self._consumer = new_consumer(
+                self.servers, group_id=group_name(self.flow), on_commit=self._commit_confirmed
+            )
         return self._consumer
 
     # The SplitReader interface
@@ -114,6 +124,8 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
         if assign:
             self.consumer.incremental_assign([s.partition for s in assign])
         gone = [self.held.pop(split_id) for split_id in removed if split_id in self.held]
+        for split_id in removed:  # its next reader commits it; an old offset must not win
+            self._unconfirmed.pop(split_id, None)
         if gone:
             self._unassign(gone)
 
@@ -121,6 +133,8 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
         self._woken.set()
 
     def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        if self._unconfirmed and (not self._in_flight or self.clock() - self._last_commit >= COMMIT_RETRY_S):
+            self._commit_unconfirmed()
         if not self.held:
             return []
         stopped = [s for s in self.held.values() if s.split.stopped]
@@ -137,12 +151,31 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
 
     def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
         """Commits each committed split's offset to the flow's consumer group, so
-        ``kafka-consumer-groups --describe`` shows the flow's lag; never read back."""
-        offsets = [_partition_of(split_id, position) for split_id, position in positions.items()]
+        ``kafka-consumer-groups --describe`` shows the flow's lag; never read back. An
+        offset the group does not confirm is committed again (``COMMIT_RETRY_S``)."""
+        self._unconfirmed.update(positions)
+        self._commit_unconfirmed()
+
+    def _commit_unconfirmed(self) -> None:
+        self._last_commit = self.clock()
+        self._in_flight = True
+        offsets = [_partition_of(split_id, position) for split_id, position in self._unconfirmed.items()]
+        if not offsets:
+            return
         try:
             self.consumer.commit(offsets=offsets, asynchronous=True)
         except TRANSIENT as exc:
-            log.warning("could not commit offsets to Kafka: %s (the next commit does)", error_reason(exc))
+            log.warning("could not commit offsets to Kafka: %s (committed again later)", error_reason(exc))
+
+    def _commit_confirmed(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's answer to a commit (served in ``consume``): what it confirms is done."""
+        self._in_flight = False
+        if error is not None:
+            return
+        for tp in partitions:
+            split_id = partition_split_id(tp.topic or "", tp.partition)
+            if tp.error is None and self._unconfirmed.get(split_id, -1) <= tp.offset:
+                self._unconfirmed.pop(split_id, None)
 
     def describe(self, split: PartitionSplit, position: int, *, line: int | None = None) -> str:
         return f"topic {split.topic} partition {split.partition} offset {position}"
