@@ -41,6 +41,10 @@ CONSUME_SLICE_S = 0.25
 #: How often offsets the group has not confirmed are committed again (a commit sent while
 #: the brokers were away is lost, and a split with nothing new would never commit again).
 COMMIT_RETRY_S = 2.0
+#: Offsets committed to a group and not yet confirmed, by (servers, group), then split id:
+#: kept across the reader instances of a process (a reader lives one time slice), so a
+#: commit lost while the brokers were away is sent again by the next slice's reader.
+_UNCONFIRMED: dict[tuple[str, str], dict[str, int]] = {}
 #: The most messages one consume call takes.
 MAX_CONSUME = 50_000
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]")
@@ -102,7 +106,7 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
         self._consumer: Consumer | None = None
         self._woken = threading.Event()
         #: Offsets committed to the group whose commit it has not confirmed, by split id.
-        self._unconfirmed: dict[str, int] = {}
+        self._unconfirmed = _UNCONFIRMED.setdefault((servers, group_name(flow)), {})
         self._last_commit = float("-inf")
         #: Whether a commit awaits librdkafka's answer.
         self._in_flight = False
@@ -159,7 +163,7 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
     def _commit_unconfirmed(self) -> None:
         self._last_commit = self.clock()
         self._in_flight = True
-        offsets = [_partition_of(split_id, position) for split_id, position in self._unconfirmed.items()]
+        offsets = [_partition_of(split_id, position) for split_id, position in list(self._unconfirmed.items())]
         if not offsets:
             return
         try:
