@@ -163,7 +163,9 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
     def _commit_unconfirmed(self) -> None:
         self._last_commit = self.clock()
         self._in_flight = True
-        offsets = [_partition_of(split_id, position) for split_id, position in list(self._unconfirmed.items())]
+        offsets = [
+            _partition_of(split_id, position) for split_id, position in list(self._unconfirmed.items())
+        ]
         if not offsets:
             return
         try:
