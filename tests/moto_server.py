@@ -9,7 +9,6 @@ Tests start it on a free loopback port and stop it by its pid.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,24 +17,23 @@ import urllib.request
 import boto3
 from botocore.config import Config
 
+from tests.server_process import ServerProcess
+
 #: The key pair every test client signs with (moto accepts any; these name no real account).
 ACCESS_KEY_ID = "testing-key-id"
 SECRET_ACCESS_KEY = "testing-secret-key"
 REGION = "us-east-1"
 
 
-class PrivateMotoServer:
+class PrivateMotoServer(ServerProcess):
     """``python -m moto.server`` on a free loopback port, in a process of its own."""
 
     def __init__(self, launcher: str | None = None) -> None:
         """``launcher``: a script to run instead of ``-m moto.server`` (same arguments), such
         as one that corrects a behaviour of moto first."""
         self.launcher = launcher
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        super().__init__()
         self.endpoint_url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
@@ -62,18 +60,6 @@ class PrivateMotoServer:
                     raise AssertionError(f"moto server exited with {self.proc.returncode}") from None
                 time.sleep(0.1)
         raise AssertionError(f"moto server did not answer on {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-            self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
 
     def reset(self) -> None:
         """Forgets every bucket, object and stream (moto's own reset call)."""

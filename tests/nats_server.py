@@ -9,20 +9,19 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.server_process import ServerProcess
+
 NATS_SERVER = shutil.which("nats-server") or "/usr/sbin/nats-server"
 
 
-class PrivateNatsServer:
+class PrivateNatsServer(ServerProcess):
     """A nats-server with JetStream file storage in ``store``, on a free loopback port,
     stopped and started again by its pid (the store, and so the streams, survive)."""
 
     def __init__(self, store: Path) -> None:
         self.store = store
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        super().__init__()
         self.url = f"nats://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
@@ -37,15 +36,3 @@ class PrivateNatsServer:
                     return
             time.sleep(0.05)
         raise AssertionError(f"nats-server did not listen on {self.port}")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-            self.proc = None
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
