@@ -2,22 +2,26 @@
 
 A gzip file cannot be cut into byte ranges, so one reader reads it. Decompressing in the
 reader's own thread would leave the parser idle while zlib inflates and zlib idle while the
-parser parses; here a thread inflates (zlib releases the GIL) up to ``AHEAD`` chunks ahead
+parser parses; here a thread inflates up to ``AHEAD`` chunks ahead
 of the position read, so decompression runs beside parsing and landing. Memory is those
 chunks, whatever the size of the file.
 
 ``rapidgzip`` (parallel decompression) was measured here and not taken: on 2 shared cores
 it was no faster than zlib in a thread and held 300-750 MB (its chunk cache) against 16 MB.
+``zlib-ng`` (``gzip_ng``) inflates instead of the standard library's ``gzip``: 2-3 times as
+fast here, and it holds the GIL for none of it, where ``gzip``'s reader loop held it so
+much that two files inflated in two threads took as long as one after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import queue
 import threading
 from types import TracebackType
 from typing import Protocol, Self
+
+from zlib_ng import gzip_ng
 
 
 class RawFile(Protocol):
@@ -50,6 +54,62 @@ class RawFile(Protocol):
     ) -> None: ...
 
 
+class GzipStream:
+    """The uncompressed bytes of the gzip file ``raw`` (``RecordFile``), inflated by zlib-ng;
+    closing it closes ``raw``. zlib-ng's reader cannot seek back (its rewind leaves the
+    compressed file where it was: "Not a gzipped file"), so a seek back starts a new reader
+    at the file's start and reads forward to the position, as ``gzip.GzipFile`` does."""
+
+    def __init__(self, raw: RawFile) -> None:
+        self.raw = raw
+        self.gz = self._reader()
+
+    def _reader(self) -> gzip_ng.GzipNGFile:
+        self.raw.seek(0)
+        # zlib-ng's stubs leave the parameters it shares with gzip.GzipFile untyped.
+        return gzip_ng.GzipNGFile(fileobj=self.raw, mode="rb")  # pyright: ignore[reportUnknownMemberType]
+
+    def read(self, size: int = -1, /) -> bytes:
+        return self.gz.read(size)
+
+    def readline(self, limit: int = -1, /) -> bytes:
+        return self.gz.readline(limit)
+
+    def tell(self) -> int:
+        return self.gz.tell()
+
+    def seek(self, position: int, /) -> int:
+        if position < self.gz.tell():
+            self.gz.close()
+            self.gz = self._reader()
+        return self.gz.seek(position)
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    def close(self) -> None:
+        try:
+            self.gz.close()
+        finally:
+            self.raw.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+
 #: Uncompressed bytes per chunk, and how many chunks may wait for the reader.
 CHUNK = 4 << 20
 AHEAD = 4
@@ -64,7 +124,7 @@ class ReadAheadGzipFile:
     def __init__(self, path: str, raw: RawFile | None = None) -> None:
         #: The compressed bytes: ``raw`` (an object store's object), else the file at ``path``.
         self.raw: RawFile = raw if raw is not None else open(path, "rb")  # noqa: SIM115 - closed by close()
-        self.gz = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.gz = GzipStream(self.raw)
         #: The uncompressed position of the next byte ``read`` returns.
         self.position: int = 0
         self.pending = b""
@@ -101,7 +161,7 @@ class ReadAheadGzipFile:
 
     def _fill(self, want: int, *, until_newline: bool = False) -> None:
         """Takes chunks until ``pending`` holds ``want`` bytes (or a newline), joined once."""
-        parts, have = [self.pending], len(self.pending)
+        parts, have = [self.pending] if self.pending else [], len(self.pending)
         newline = until_newline and b"\n" in self.pending
         try:
             while not self.eof and have < want and not newline:
@@ -116,6 +176,8 @@ class ReadAheadGzipFile:
         finally:
             if len(parts) > 1:
                 self.pending = b"".join(parts)
+            elif parts:
+                self.pending = parts[0]  # one chunk: handed on as it is, not copied
 
     def read(self, size: int = -1, /) -> bytes:
         self._fill(size if size >= 0 else 1 << 62)
@@ -151,7 +213,6 @@ class ReadAheadGzipFile:
         if not self.raw.closed:
             self._stop()
             self.gz.close()
-            self.raw.close()
 
     def __enter__(self) -> Self:
         return self

@@ -16,7 +16,6 @@ of its text as UTF-8, and it is read whole by one split.
 from __future__ import annotations
 
 import codecs
-import gzip
 from collections.abc import Callable
 from types import TracebackType
 from typing import Protocol, Self
@@ -24,7 +23,8 @@ from typing import Protocol, Self
 import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
-from source_support.gunzip import RawFile, ReadAheadGzipFile
+from source_support.formats.typed_arrow import Offsets
+from source_support.gunzip import CHUNK, GzipStream, RawFile, ReadAheadGzipFile
 
 UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
@@ -33,6 +33,9 @@ MAX_CHUNK = 64 << 20
 MAX_RECORD_BYTES = 64 << 20
 #: A block holds fewer records than asked once it is this long (at least one record).
 MAX_BLOCK_BYTES = 128 << 20
+#: The most bytes one read asks for when records end at newlines (a gunzipped chunk: taken
+#: as it comes, not copied).
+READ_BYTES = CHUNK
 
 
 class RecordTooLarge(ReadError):
@@ -137,21 +140,6 @@ class DecodedFile:
         self.close()
 
 
-class OwningGzipFile(gzip.GzipFile):
-    """A gzip reader over a file object it closes when it is closed (``gzip.GzipFile``
-    leaves a file object it was given open)."""
-
-    def __init__(self, raw: RawFile) -> None:
-        super().__init__(fileobj=raw, mode="rb")
-        self.raw = raw
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self.raw.close()
-
-
 #: Opens the raw (maybe compressed) bytes at a path: a local file, or an object store's object.
 RawOpener = Callable[[str], RawFile]
 
@@ -176,15 +164,94 @@ def open_records(
     raw: RecordFile
     if compressed and read_ahead:
         raw = ReadAheadGzipFile(path, open_raw(path))
-    elif compressed and open_raw is open_local:
-        raw = gzip.open(path, "rb")  # noqa: SIM115 - the caller closes it
     elif compressed:
-        raw = OwningGzipFile(open_raw(path))
+        raw = GzipStream(open_raw(path))
     else:
         raw = open_raw(path)
     if codecs.lookup(encoding).name == "utf-8":
         return raw
     return DecodedFile(raw, encoding, path)
+
+
+class Pieces:
+    """Bytes read ahead of a reader's position, kept as the pieces they were read in, with
+    the newlines of each counted once (``bytes.count``, a C loop): a block is cut from
+    them by joining its pieces once, and only the piece where it ends is searched."""
+
+    def __init__(self) -> None:
+        self.pieces: list[bytes] = []
+        self.counts: list[int] = []
+        self.size = 0
+        self.newlines = 0
+
+    def add(self, piece: bytes) -> None:
+        count = piece.count(b"\n")
+        self.pieces.append(piece)
+        self.counts.append(count)
+        self.size += len(piece)
+        self.newlines += count
+
+    def newlines_before(self, offset: int) -> int:
+        """How many newlines lie in the first ``offset`` bytes."""
+        if offset >= self.size:
+            return self.newlines
+        found, base = 0, 0
+        for piece, count in zip(self.pieces, self.counts, strict=True):
+            if offset <= base:
+                break
+            if offset >= base + len(piece):
+                found += count
+            else:
+                found += piece.count(b"\n", 0, offset - base)
+            base += len(piece)
+        return found
+
+    def end_of(self, record: int) -> int:
+        """The offset just past the ``record``-th newline (1-based; there are as many)."""
+        base = 0
+        for piece, count in zip(self.pieces, self.counts, strict=True):
+            if record <= count:
+                at = np.flatnonzero(np.frombuffer(piece, dtype=np.uint8) == NEWLINE)[record - 1]
+                return base + int(at) + 1
+            record -= count
+            base += len(piece)
+        raise ValueError("fewer newlines than asked for")
+
+    def head(self, size: int) -> bytes:
+        """The first ``size`` bytes (or all there are), left in place."""
+        parts: list[bytes] = []
+        for piece in self.pieces:
+            if size <= 0:
+                break
+            parts.append(piece[:size])
+            size -= len(piece)
+        return b"".join(parts)
+
+    def joined(self) -> bytes:
+        """All the bytes, as one piece from now on."""
+        if len(self.pieces) > 1:
+            whole = b"".join(self.pieces)
+            self.pieces, self.counts = [whole], [self.newlines]
+        return self.pieces[0] if self.pieces else b""
+
+    def take(self, size: int) -> bytes:
+        """Removes the first ``size`` bytes and returns them."""
+        taken: list[bytes] = []
+        while size > 0 and self.pieces:
+            piece, count = self.pieces[0], self.counts[0]
+            if len(piece) <= size:
+                taken.append(piece)
+                del self.pieces[0], self.counts[0]
+                self.newlines -= count
+            else:
+                part = piece[:size]
+                left = count - part.count(b"\n")
+                taken.append(part)
+                self.pieces[0], self.counts[0] = piece[size:], left
+                self.newlines -= count - left
+            self.size -= len(taken[-1])
+            size -= len(taken[-1])
+        return taken[0] if len(taken) == 1 else b"".join(taken)
 
 
 class RecordBlockReader:
@@ -213,7 +280,8 @@ class RecordBlockReader:
         self.file = open_records(
             path, compressed=compressed, encoding=fmt.encoding, read_ahead=True, open_raw=open_raw
         )
-        self.buffer = b""
+        #: What is read past ``position`` and not yet handed out.
+        self.pending = Pieces()
         self.eof = False
         self.avg_record = 128.0
         #: The file's first line when the format has a header, wherever the range starts
@@ -253,47 +321,97 @@ class RecordBlockReader:
 
     def read_block(self, max_records: int) -> tuple[int, bytes, bool]:
         """Returns (position of the block, the block, whether the range is finished)."""
-        limit = self.end - self.position
+        if self.fmt.ends_at_every_newline:
+            block, newlines = self._newline_block(max_records)
+        else:
+            block, newlines = self._scanned_block(max_records)
+        start = self.position
+        self.position += len(block)
+        self._newlines_to_block = self._newlines_to_position
+        self._newlines_to_position += newlines
+        finished = self.position >= self.end or (self.eof and not self.pending.size)
+        return start, block, finished
+
+    def _newline_block(self, max_records: int) -> tuple[bytes, int]:
+        """The next block of a format whose records each end at a newline, and its newlines:
+        the newlines are counted as the bytes come (a C loop each), and only the piece
+        where the block ends is searched for its place."""
+        pending, limit = self.pending, self.end - self.position
+        while not self.eof and limit > 0:
+            past_range = pending.newlines > pending.newlines_before(limit - 1)
+            if pending.newlines >= max_records or past_range:
+                break
+            if pending.newlines and pending.size >= MAX_BLOCK_BYTES:
+                break
+            if not pending.newlines and pending.size > MAX_RECORD_BYTES:
+                self._too_large(0)
+            wanted = self.avg_record * (max_records - pending.newlines) * 1.2
+            chunk = self.file.read(int(min(READ_BYTES, max(MIN_CHUNK, wanted))))
+            if chunk:
+                pending.add(chunk)
+            else:
+                self.eof = True
+        # Records starting before the range's end, whole ones only, at most max_records.
+        in_range = 1 + pending.newlines_before(limit - 1) if limit > 0 else 0
+        take = min(max_records, in_range, pending.newlines)
+        if take > 1 and pending.end_of(take) > MAX_BLOCK_BYTES:
+            take = max(1, pending.newlines_before(MAX_BLOCK_BYTES))
+        cut, newlines = (pending.end_of(take) if take else 0), take
+        if take < max_records and self.eof and take == pending.newlines and cut < min(pending.size, limit):
+            cut, take = pending.size, take + 1  # a last record without a trailing newline
+        if cut > MAX_RECORD_BYTES:
+            self._check_lengths(pending.head(cut), take)
+        if take:
+            self.avg_record = 0.8 * self.avg_record + 0.2 * (cut / take)
+        return pending.take(cut), newlines
+
+    def _scanned_block(self, max_records: int) -> tuple[bytes, int]:
+        """The next block of a format whose records are found by ``record_ends`` (a
+        newline inside a quoted value, JSON spanning lines), and its newlines."""
+        pending, limit = self.pending, self.end - self.position
         while True:
-            ends = self.fmt.record_ends(self.buffer)
+            buffer = pending.joined()
+            ends = self.fmt.record_ends(buffer)
             in_range = _count_starting_before(ends, limit)
             past_range = len(ends) > 0 and ends[-1] >= limit
-            full = in_range > 0 and len(self.buffer) >= MAX_BLOCK_BYTES
+            full = in_range > 0 and len(buffer) >= MAX_BLOCK_BYTES
             if in_range >= max_records or past_range or self.eof or limit <= 0 or full:
                 break
-            if not len(ends) and len(self.buffer) > MAX_RECORD_BYTES:
+            if not len(ends) and len(buffer) > MAX_RECORD_BYTES:
                 self._too_large(0)
             # at least what is buffered, so a long record costs a few reads, not one per MiB
-            want = int(min(MAX_CHUNK, max(MIN_CHUNK, self.avg_record * max_records * 1.2, len(self.buffer))))
+            want = int(min(MAX_CHUNK, max(MIN_CHUNK, self.avg_record * max_records * 1.2, len(buffer))))
             chunk = self.file.read(want)
             if chunk:
-                self.buffer += chunk
+                pending.add(chunk)
             else:
                 self.eof = True
         take = min(in_range, max_records)
         if take > 1:
             take = max(1, min(take, int(np.searchsorted(ends, MAX_BLOCK_BYTES, side="right"))))
         cut = int(ends[take - 1]) if take else 0
-        if take < max_records and self.eof and take == len(ends) and cut < min(len(self.buffer), limit):
-            cut, take = (
-                len(self.buffer),
-                take + 1,
-            )  # a last record without a trailing newline
+        if take < max_records and self.eof and take == len(ends) and cut < min(len(buffer), limit):
+            cut, take = len(buffer), take + 1  # a last record without a trailing newline
             ends = np.append(ends[: take - 1], cut)
         if take:
-            lengths = np.diff(ends[:take], prepend=0)
-            longest = int(np.argmax(lengths))
-            if lengths[longest] > MAX_RECORD_BYTES:
-                self._too_large(int(ends[longest - 1]) if longest else 0)
-        block, self.buffer = self.buffer[:cut], self.buffer[cut:]
-        start = self.position
-        self.position += cut
-        self._newlines_to_block = self._newlines_to_position
-        self._newlines_to_position += block.count(b"\n")
-        if take:
+            self._check_lengths(buffer[:cut], take, ends[:take])
             self.avg_record = 0.8 * self.avg_record + 0.2 * (cut / take)
-        finished = self.position >= self.end or (self.eof and not self.buffer)
-        return start, block, finished
+        block = pending.take(cut)
+        return block, block.count(b"\n")
+
+    def _check_lengths(self, block: bytes, records: int, ends: Offsets | None = None) -> None:
+        """Stops the split at the first of the block's ``records`` longer than
+        ``MAX_RECORD_BYTES`` (``ends``: where each ends, found here if not given)."""
+        if len(block) <= MAX_RECORD_BYTES:
+            return
+        if ends is None:
+            ends = self.fmt.record_ends(block)[:records]
+            if len(ends) < records:
+                ends = np.append(ends, len(block))
+        lengths = np.diff(ends, prepend=0)
+        longest = int(np.argmax(lengths))
+        if lengths[longest] > MAX_RECORD_BYTES:
+            self._too_large(int(ends[longest - 1]) if longest else 0)
 
     def lines_of(self, block: bytes, offsets: list[int]) -> list[int]:
         """The 1-based lines of records at ``offsets`` in the block last read."""
@@ -316,8 +434,8 @@ class RecordBlockReader:
         return self._line_at_open
 
     def _too_large(self, offset: int) -> None:
-        head = self.buffer[offset : offset + 60].decode("utf-8", errors="replace")
-        line = self._first_line() + self._newlines_to_position + self.buffer[:offset].count(b"\n")
+        head = self.pending.head(offset + 60)[offset:].decode("utf-8", errors="replace")
+        line = self._first_line() + self._newlines_to_position + self.pending.newlines_before(offset)
         raise RecordTooLarge(f"{self.path} line {line}: a record is longer than {_limit()}: {head!r}...")
 
     def close(self) -> None:

@@ -4,7 +4,6 @@ hold newlines), optionally after a header line that names the columns."""
 from __future__ import annotations
 
 import copy
-import io
 from collections.abc import Callable
 from typing import Any, Literal, Self
 
@@ -21,7 +20,7 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.typed_arrow import Offsets
+from source_support.formats.typed_arrow import Offsets, arrow_input
 from source_support.formats.values import (
     ARROW_ERRORS,
     ValueRules,
@@ -74,7 +73,7 @@ class CsvFormat(RecordFormat):
         """The column names of a header line, as the CSV options read it."""
         line = header_line.rstrip(b"\r\n") + b"\n"
         table = pa_csv.read_csv(
-            io.BytesIO(line),
+            arrow_input(line),
             read_options=self._read_options(line),
             parse_options=self._parse_options(),
         )
@@ -108,7 +107,7 @@ class CsvFormat(RecordFormat):
             quoted_strings_can_be_null=True,
         )
         table = pa_csv.read_csv(
-            io.BytesIO(sample),
+            arrow_input(sample),
             read_options=read,
             parse_options=self._parse_options(),
             convert_options=convert,
@@ -133,7 +132,7 @@ class CsvFormat(RecordFormat):
             return "skip"
 
         table = pa_csv.read_csv(
-            io.BytesIO(block),
+            arrow_input(block),
             read_options=self._read_options(block, column_names=self._names()),
             parse_options=self._parse_options(on_invalid_row),
             convert_options=pa_csv.ConvertOptions(
@@ -159,7 +158,7 @@ class CsvFormat(RecordFormat):
 
         try:
             text = pa_csv.read_csv(
-                io.BytesIO(block),
+                arrow_input(block),
                 read_options=self._read_options(block, column_names=names),
                 parse_options=self._parse_options(on_invalid_row),
                 convert_options=pa_csv.ConvertOptions(
@@ -216,6 +215,10 @@ class CsvFormat(RecordFormat):
         keep = first_column < 0
         table = pa.table({n: values[n].filter(keep) for n in schema.names})
         return table.cast(schema), bad
+
+    @property
+    def ends_at_every_newline(self) -> bool:
+        return not (self.multiline and self.quote)
 
     def record_ends(self, buffer: bytes) -> Offsets:
         ends = super().record_ends(buffer)

@@ -4,7 +4,6 @@ documents that span lines, chosen by the file's first character that is not whit
 from __future__ import annotations
 
 import bisect
-import io
 import json
 import re
 
@@ -22,7 +21,7 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.typed_arrow import Offsets, fields_of
+from source_support.formats.typed_arrow import Offsets, arrow_input, fields_of
 from source_support.formats.values import (
     ARROW_ERRORS,
     ValueRules,
@@ -55,7 +54,7 @@ class JsonLinesFormat(RecordFormat):
             sample = sample[: cut[-1]]
         try:
             table = pa_json.read_json(
-                io.BytesIO(sample),
+                arrow_input(sample),
                 read_options=pa_json.ReadOptions(
                     use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(sample) + 1)
                 ),
@@ -73,7 +72,7 @@ class JsonLinesFormat(RecordFormat):
         if _has_map(schema):
             return self._parse_python(block)
         table = pa_json.read_json(
-            io.BytesIO(block),
+            arrow_input(block),
             read_options=pa_json.ReadOptions(
                 use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(block) + 1)
             ),

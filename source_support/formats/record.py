@@ -91,6 +91,12 @@ class RecordFormat(SchemaHolder, ABC):
         data = np.frombuffer(buffer, dtype=np.uint8)
         return np.flatnonzero(data == NEWLINE) + 1
 
+    @property
+    def ends_at_every_newline(self) -> bool:
+        """Whether each newline ends a record (``record_ends`` finds every newline): a
+        reader then cuts blocks by counting newlines, without listing them."""
+        return not self.multiline
+
     #: Whether ``for_file`` needs the file's head (JSON chooses its layout by it).
     chooses_by_head: bool = False
 
@@ -113,7 +119,7 @@ class RecordFormat(SchemaHolder, ABC):
         """
         if self.comment is not None and self.comment in block:
             return self._parse_without_comments(block, position, first_only, self.comment)
-        if not block.strip():
+        if not block or block.isspace():  # (no stripped copy of a large block)
             return self.empty(), []
         try:
             return self._parse(block), []

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from source_support.formats import CsvFormat, JsonLinesFormat
-from source_support.lines import MIN_CHUNK, RecordBlockReader, line_number
+from source_support.lines import MIN_CHUNK, RecordBlockReader, RecordTooLarge, line_number
 from source_support.schema import parse_ddl
 
 WHOLE_FILE = 2**62  # what the files enumerator gives as the end of a file's last range
@@ -324,7 +324,7 @@ def test_reading_a_large_file_keeps_the_buffer_bounded(tmp_path):
         while not finished:
             _, block, finished = reader.read_block(10_000)
             total += len(block)
-            largest_buffer = max(largest_buffer, len(reader.buffer))
+            largest_buffer = max(largest_buffer, reader.pending.size)
             largest_block = max(largest_block, len(block))
     finally:
         reader.close()
@@ -360,3 +360,45 @@ def test_line_number_past_the_end_counts_every_line(tmp_path):
     path.write_bytes(b"a\nb\n")
 
     assert line_number(str(path), 1000, compressed=False) == 3
+
+
+class ScannedCsv(CsvFormat):
+    """The same CSV, cut into blocks by listing every record end (``record_ends``), the
+    path formats whose records may hold newlines take."""
+
+    @property
+    def ends_at_every_newline(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_counting_newlines_cuts_the_blocks_listing_record_ends_cuts(tmp_path, seed, monkeypatch):
+    # Small pieces, so that blocks, ranges and reads end inside pieces and across them.
+    monkeypatch.setattr("source_support.lines.MIN_CHUNK", 97)
+    monkeypatch.setattr("source_support.lines.READ_BYTES", 211)
+    rng = random.Random(seed)
+    records = make_records(rng.randint(1, 400), seed=seed)
+    if rng.random() < 0.3:
+        records[rng.randrange(len(records))] = b"\n"  # a blank line
+    data = b"".join(records)
+    if rng.random() < 0.5:
+        data = data.rstrip(b"\n")  # a last record without a newline
+    path = tmp_path / "data.csv"
+    path.write_bytes(data)
+    cuts = sorted({0, *(rng.randrange(1, len(data) + 1) for _ in range(rng.randint(0, 4)))}) + [WHOLE_FILE]
+    batch = rng.choice([1, 2, 7, 50, 10_000])
+
+    for start, end in zip(cuts, cuts[1:], strict=False):
+        counted = read_range(path, csv(), start=start, end=end, batch=batch)
+        listed = read_range(path, ScannedCsv(schema=SCHEMA, header=False), start=start, end=end, batch=batch)
+        assert counted == listed
+    assert b"".join(read_ranges(path, csv(), cuts, batch=batch)) == data
+
+
+def test_a_record_too_long_is_found_by_counting_newlines_too(tmp_path, monkeypatch):
+    monkeypatch.setattr("source_support.lines.MAX_RECORD_BYTES", 1000)
+    path = tmp_path / "data.csv"
+    path.write_bytes(b"1,a\n2," + b"x" * 2000 + b"\n3,c\n")
+
+    with pytest.raises(RecordTooLarge, match="line 2"):
+        read_range(path, csv(), start=0, end=WHOLE_FILE, batch=10)
