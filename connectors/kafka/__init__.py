@@ -4,7 +4,7 @@ only after our own commit (for monitoring)."""
 
 from connectors.kafka.config import CONNECTION_KIND, KafkaSourceConfig, validate_connection_url
 from connectors.kafka.connection import DEFAULT_PORT
-from connectors.kafka.source import KafkaSource, output_schema
+from connectors.kafka.source import KafkaSource
 from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SourceConnector, register_source
 
@@ -30,6 +30,6 @@ def register() -> None:
             "kept in the flow's checkpoints.",
             boundedness="unbounded",
             reads_entries=True,
-            output_schema=output_schema,
+            output_schema=KafkaSource.output_schema,
         )
     )

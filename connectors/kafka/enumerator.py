@@ -12,13 +12,13 @@ from typing import Any
 from connectors.kafka.brokers import TRANSIENT, KafkaMetadata
 from connectors.kafka.config import start_position, topic_matches
 from connectors.kafka.split import PartitionSplit, partition_split_id
-from source_support.api import SplitEnumerator, SplitEnumeratorContext
-from source_support.assignment import place_splits
+from source_support.api import SplitEnumeratorContext
+from source_support.streams.enumerator import KeyedSplitEnumerator
 
 log = logging.getLogger("connectors.kafka")
 
 
-class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
+class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     """Discovers the partitions at start and every ``discovery_interval_ms``: of the listed
     ``topics``, or of every topic matching ``topic_pattern`` (a partition or a matching topic
     added later becomes a new split, read from its first offset). Partitions of the first
@@ -50,24 +50,19 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
         allowed: Callable[[str], bool] = lambda topic: True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.context = context
+        # ``splits``: split id -> {"topic", "partition", "start", "stop": offset | None, "owner"}
+        super().__init__(
+            context, discovery_interval_ms=discovery_interval_ms, stop=stop, state=state, clock=clock
+        )
         self.brokers = brokers
         self.topics = topics
         self.topic_pattern = topic_pattern
         self.start_kind, self.start_ms = start_position(start)
         self.start_offsets = dict(start_offsets or {})
         self.stop_offsets = dict(stop_offsets or {})
-        self.discovery_interval_ms = discovery_interval_ms
-        self.stop = dict(stop or {})
         #: Whether the source's connection allows a topic (its patterns).
         self.allowed = allowed
-        self.clock = clock
-        state = state or {}
-        #: split id -> {"topic", "partition", "start", "stop": offset | None, "owner": subtask | None}
-        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
-        self.done: set[str] = set(state.get("done", []))
-        self.discovered: bool = state.get("discovered", False)
-        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
+        self.discovered: bool = (state or {}).get("discovered", False)
 
     # The SplitEnumerator interface
 
@@ -78,11 +73,6 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
             except TRANSIENT as exc:
                 log.warning("partition discovery failed (%s); tried again at the next tick", exc)
         self._rebalance()
-
-    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        self._rebalance()
-        if self.is_exhausted():
-            self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[PartitionSplit], subtask: int) -> None:
         for split in splits:
@@ -101,9 +91,6 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
             known["owner"] = None
         self._rebalance()
 
-    def add_reader(self, subtask: int) -> None:
-        self._rebalance()
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "splits": self.splits,
@@ -111,12 +98,6 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
             "discovered": self.discovered,
             "last_discovery_clock_ms": self.last_discovery_clock_ms,
         }
-
-    def is_exhausted(self) -> bool:
-        return self._no_new_split_qualifies() and self.pending_count() == 0
-
-    def pending_count(self) -> int:
-        return sum(1 for split in self.splits.values() if split["owner"] is None)
 
     # Discovery
 
@@ -135,12 +116,8 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
             return self.last_discovery_clock_ms > self.stop["time_ms"]
         return False
 
-    def _discovery_due(self) -> bool:
-        if not self.discovered:
-            return True
-        if self._no_new_split_qualifies():
-            return False
-        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+    def _discovery_ran(self) -> bool:
+        return self.discovered
 
     def _discover(self) -> None:
         clock_ms = int(self.clock() * 1000)
@@ -198,21 +175,6 @@ class PartitionEnumerator(SplitEnumerator[PartitionSplit]):
         return high if found is None else max(found, low)
 
     # Assignment
-
-    def _rebalance(self) -> None:
-        """Spreads the splits over the live readers (``balance``): new and returned splits
-        go to the least-loaded ones, and a reader that joined takes its share."""
-        placed, finished = place_splits(
-            self.context,
-            {k: s["owner"] for k, s in self.splits.items()},
-            new_split=self._new_split,
-            split_id=lambda k: k,
-        )
-        for key in finished:
-            del self.splits[key]
-            self.done.add(key)
-        for key, owner in placed.items():
-            self.splits[key]["owner"] = owner
 
     def _new_split(self, split_id: str) -> PartitionSplit:
         known = self.splits[split_id]

@@ -23,7 +23,7 @@ from connectors.kafka.split import PartitionSplit, partition_split_id
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats.messages import MessageDecoder
-from source_support.reader_base import SplitReader
+from source_support.streams.reader import Decoding, DecodingSplitReader
 
 log = logging.getLogger("connectors.kafka")
 
@@ -76,7 +76,7 @@ class HeldPartition:
         return TopicPartition(self.split.topic, self.split.partition, self.split.position)
 
 
-class KafkaPartitionReader(SplitReader[PartitionSplit]):
+class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
     """Reads the held partitions all at once: each ``fetch`` consumes what the brokers have
     for any of them (waiting up to its timeout for the first) and returns a batch per split.
 
@@ -84,23 +84,19 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
     (``incremental_assign``), a message before it (prefetched for an earlier assignment) is
     dropped, and offsets go to Kafka only after the commit of them."""
 
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
         servers: str,
-        decoder: MessageDecoder,
+        decoding: Decoding[MessageDecoder],
         *,
         flow: str,
-        metadata: bool = False,
-        output_schema: pa.Schema | None = None,
-        first_bad_record_only: Callable[[], bool] = lambda: False,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(decoding)
         self.servers = servers
-        self.decoder = decoder
         self.flow = flow
-        self.metadata = metadata
-        self.output_schema = output_schema
-        self.first_bad_record_only = first_bad_record_only
         self.clock = clock
         self.held: dict[str, HeldPartition] = {}
         self._consumer: Consumer | None = None
@@ -302,10 +298,7 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
                 ),
                 pa.array([_key_text(m.key()) for m in kept], pa.string()),
             ]
-            for f, column in zip(METADATA_FIELDS, columns, strict=True):
-                table = table.append_column(f, column.cast(f.type))
-            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
-                table = table.select(self.output_schema.names)
+            table = self._with_metadata(table, columns)
         return table, bad
 
     def _check(self, state: HeldPartition) -> RecordBatch | None:
@@ -337,12 +330,8 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
         return self._finish(state) if high <= split.position else None
 
     def _finish(self, state: HeldPartition, end: int | None = None) -> RecordBatch:
-        split = state.split
-        end = split.position if end is None else max(end, split.position)
         self._drop(state)
-        return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), self._empty(), [], True
-        )
+        return self._end_batch(state.split, end)
 
     def _drop(self, state: HeldPartition) -> None:
         if self.held.pop(state.split.split_id, None) is not None:
@@ -355,15 +344,6 @@ class KafkaPartitionReader(SplitReader[PartitionSplit]):
             )
         except TRANSIENT:
             log.debug("unassign failed", exc_info=True)
-
-    def _empty(self) -> pa.Table:
-        if self.output_schema is not None:
-            return self.output_schema.empty_table()
-        table = self.decoder.empty()
-        if self.metadata:
-            for f in METADATA_FIELDS:
-                table = table.append_column(f, pa.array([], f.type))
-        return table
 
 
 def _partition_of(split_id: str, position: int) -> TopicPartition:

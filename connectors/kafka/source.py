@@ -21,15 +21,15 @@ from connectors.kafka.connection import (
 from connectors.kafka.enumerator import PartitionEnumerator
 from connectors.kafka.reader import METADATA_FIELDS, KafkaPartitionReader
 from connectors.kafka.split import PartitionSplit, PartitionSplitSerializer
-from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.api import Boundedness, SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
-from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
-from source_support.formats.metadata import format_for_run
-from source_support.formats.metadata import with_metadata as schema_with_metadata
-from source_support.reader_base import SourceReaderBase
+from source_support.formats.metadata import message_schema
 from source_support.registry import BuildContext
+from source_support.streams.reader import Decoding
+from source_support.streams.source import StreamReading, StreamSource
 
 DEFAULT_FLOW = "adf"
 #: Records sampled to infer a schema.
@@ -40,47 +40,37 @@ SAMPLE_WAIT_S = 5.0
 CHECK_TIMEOUT_S = 5.0
 
 
-class KafkaSource(Source[PartitionSplit]):
+class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, MessageDecoder]):
+    metadata_fields = METADATA_FIELDS
+    #: ``stop_offsets`` bound a run too.
+    bounding_stops = ("latest", "time")
     #: How long ``check_input`` waits for the brokers.
     check_timeout_s = CHECK_TIMEOUT_S
 
     def __init__(
         self,
+        reading: StreamReading[RecordFormat | AvroFormat],
         *,
         servers: str,
         topics: list[str] | None,
         topic_pattern: str | None,
-        start: str,
         start_offsets: dict[str, int] | None,
         stop_offsets: dict[str, int] | None,
-        discovery_interval_ms: int,
-        metadata: bool,
-        fmt: RecordFormat | AvroFormat,
-        schema: pa.Schema | None,
-        batch_size: int,
         flow: str,
-        stop: dict[str, Any],
         topic_patterns: tuple[str, ...] = (),
         address_field: str = "source.bootstrap_servers",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(reading, clock=clock)
         self.servers = servers
         self.address_field = address_field
         #: The topics its connection allows (globs; empty: any).
         self.topic_patterns = topic_patterns
         self.topics = topics
         self.topic_pattern = topic_pattern
-        self.start = start
         self.start_offsets = start_offsets
         self.stop_offsets = stop_offsets
-        self.discovery_interval_ms = discovery_interval_ms
-        self.metadata = metadata
-        self.fmt = fmt
-        self.schema = schema
-        self.batch_size = batch_size
         self.flow = flow
-        self.stop = stop
-        self.clock = clock
 
     @classmethod
     def from_config(cls, config: KafkaSourceConfig, fmt: FormatSpec, context: BuildContext) -> KafkaSource:
@@ -99,37 +89,30 @@ class KafkaSource(Source[PartitionSplit]):
             )
         if stop and config.stop_offsets is not None:
             raise ConfigError("source.stop_offsets", "give source.stop_offsets or a [stop] rule, not both")
-        built, schema = format_for_run(
-            fmt, context.schema, METADATA_FIELDS if config.metadata else None, env=context.env
+        reading = cls.message_reading(
+            config,
+            fmt,
+            context,
+            one_record="a Kafka record's value is one record: use json, csv, avro or raw",
         )
-        if isinstance(built, FieldsFormat):
-            raise ConfigError(
-                "format.type", "a Kafka record's value is one record: use json, csv, avro or raw"
-            )
         servers, patterns = kafka_target(config.to_dict(), context.env)
         return cls(
+            reading,
             servers=servers,
             topic_patterns=patterns,
             address_field="source.connection" if config.connection else "source.bootstrap_servers",
             topics=config.topics,
             topic_pattern=config.topic_pattern,
-            start=config.start,
             start_offsets=config.start_offsets,
             stop_offsets=config.stop_offsets,
-            discovery_interval_ms=config.discovery_interval_ms,
-            metadata=config.metadata,
-            fmt=built,
-            schema=schema,
-            batch_size=context.batch_size,
             flow=context.flow_name or DEFAULT_FLOW,
-            stop=stop,
         )
 
     @property
     def boundedness(self) -> Boundedness:
-        if self.stop.get("kind") in ("latest", "time") or self.stop_offsets:
+        if self.stop_offsets:
             return Boundedness.BOUNDED
-        return Boundedness.CONTINUOUS_UNBOUNDED
+        return super().boundedness
 
     @property
     def split_serializer(self) -> PartitionSplitSerializer:
@@ -142,9 +125,6 @@ class KafkaSource(Source[PartitionSplit]):
     def allowed(self, topic: str) -> bool:
         """Whether the connection allows ``topic`` (a topic outside it is never read)."""
         return key_allowed(topic, self.topic_patterns)
-
-    def create_enumerator(self, context: SplitEnumeratorContext[PartitionSplit]) -> PartitionEnumerator:
-        return self.restore_enumerator(context, None)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[PartitionSplit], state: dict[str, Any] | None
@@ -164,19 +144,10 @@ class KafkaSource(Source[PartitionSplit]):
             clock=self.clock,
         )
 
-    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[PartitionSplit]:
-        if self.fmt.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        split_reader = KafkaPartitionReader(
-            self.servers,
-            self.decoder(),
-            flow=self.flow,
-            metadata=self.metadata,
-            output_schema=self.schema,
-            first_bad_record_only=lambda: context.bad_record_fails_split,
-            clock=self.clock,
-        )
-        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
+    def split_reader(
+        self, context: SourceReaderContext, decoding: Decoding[MessageDecoder]
+    ) -> KafkaPartitionReader:
+        return KafkaPartitionReader(self.servers, decoding, flow=self.flow, clock=self.clock)
 
     def decoder(self) -> MessageDecoder:
         return message_decoder(self.fmt, what="the record's value")
@@ -217,14 +188,7 @@ class KafkaSource(Source[PartitionSplit]):
     def infer_schema(self) -> pa.Schema | None:
         """The schema of up to ``SAMPLE_MESSAGES`` records from the partitions' starts; None
         if they hold none. Avro: the columns of ``format.writer_schema``, without sampling."""
-        if isinstance(self.fmt, AvroFormat):
-            return with_metadata(self.fmt.known_schema) if self.metadata else self.fmt.known_schema
-        bodies = self._sample()
-        if not bodies:
-            return None
-        sample = b"\n".join(b.replace(b"\n", b" ") for b in bodies if b.strip()) + b"\n"
-        inferred = self.fmt.infer_schema(sample)
-        return with_metadata(inferred) if self.metadata else inferred
+        return message_schema(self.fmt, self._sample, METADATA_FIELDS if self.metadata else None)
 
     def _sample(self) -> list[bytes]:
         brokers = self.brokers
@@ -250,14 +214,3 @@ class KafkaSource(Source[PartitionSplit]):
         finally:
             consumer.close()
         return bodies[:SAMPLE_MESSAGES]
-
-
-def with_metadata(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the metadata columns after its own."""
-    return schema_with_metadata(schema, METADATA_FIELDS)
-
-
-def output_schema(config: KafkaSourceConfig, schema: pa.Schema) -> pa.Schema:
-    """The schema a run of this source lands: the format's, plus the metadata columns
-    when ``metadata`` is set."""
-    return with_metadata(schema) if config.metadata else schema

@@ -6,14 +6,15 @@ replay from it reads the same records again, none lost and none twice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
-from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+from source_support.api import SplitSerializer
+from source_support.streams.split import PositionedSplit
 
 
 @dataclass(frozen=True)
-class PartitionSplit(SourceSplit):
+class PartitionSplit(PositionedSplit):
     """The records of ``topic`` partition ``partition`` from offset ``position``, up to (not
     including) ``stop_offset`` if set; ``stop_time_ms``: the records up to a ``[stop] at``
     time (the first record after it ends the split)."""
@@ -27,13 +28,6 @@ class PartitionSplit(SourceSplit):
     @property
     def split_id(self) -> str:
         return partition_split_id(self.topic, self.partition)
-
-    @property
-    def offset(self) -> OffsetEntry:
-        return OffsetEntry(key=self.split_id, position=self.position)
-
-    def at(self, position: int) -> Self:
-        return replace(self, position=position)
 
     @property
     def stopped(self) -> bool:

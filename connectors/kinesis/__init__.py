@@ -2,7 +2,7 @@
 reshard's children only after their parents are read to their end."""
 
 from connectors.kinesis.config import KinesisSourceConfig
-from connectors.kinesis.source import KinesisSource, output_schema
+from connectors.kinesis.source import KinesisSource
 from source_support.registry import SourceConnector, register_source
 
 __all__ = ["KinesisSource", "KinesisSourceConfig", "register"]
@@ -21,6 +21,6 @@ def register() -> None:
             ),
             boundedness="unbounded",
             reads_entries=True,
-            output_schema=output_schema,
+            output_schema=KinesisSource.output_schema,
         )
     )

@@ -13,8 +13,9 @@ from connectors.aws.session import AWS_ERRORS, aws_error_reason
 from connectors.kinesis.reader import SHARD_FINISHED, SHARD_PROGRESS, STOP_SLACK_MS
 from connectors.kinesis.shards import ShardInfo, list_shards
 from connectors.kinesis.split import AFTER_SEQUENCE_NUMBER, AT_TIMESTAMP, TRIM_HORIZON, Anchor, ShardSplit
-from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
+from source_support.api import SourceEvent, SplitEnumeratorContext
 from source_support.assignment import place_splits
+from source_support.streams.enumerator import DiscoveringEnumerator
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("connectors.kinesis")
 
 
-class ShardEnumerator(SplitEnumerator[ShardSplit]):
+class ShardEnumerator(DiscoveringEnumerator[ShardSplit]):
     """Discovers the shards at start and every ``discovery_interval_ms``.
 
     The shards of the first discovery start at ``start`` (LATEST is fixed then as
@@ -57,21 +58,19 @@ class ShardEnumerator(SplitEnumerator[ShardSplit]):
         state: dict[str, Any] | None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.context = context
+        super().__init__(context, discovery_interval_ms=discovery_interval_ms, stop=stop, clock=clock)
         self.client = client
         self.stream = stream
         self.start_kind = start
         self.start_timestamp_ms = start_timestamp_ms
-        self.discovery_interval_ms = discovery_interval_ms
-        self.stop = dict(stop or {})
-        self.clock = clock
         state = state or {}
         #: shard id -> {"parents", "owner", "anchor", "position", "closed_ms"}
         self.shards: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("shards", {}).items()}
         self.finished: set[str] = set(state.get("finished", []))
         #: The first discovery's time (ms), which names the run's origin of positions.
         self.first_discovery_ms: int | None = state.get("first_discovery_ms")
-        self.last_discovery_ms: int = state.get("last_discovery_ms", 0)
+        # ``last_discovery_clock_ms``, kept in the state as "last_discovery_ms".
+        self.last_discovery_clock_ms = state.get("last_discovery_ms", 0)
         self.stop_ms: int | None = state.get("stop_ms")
 
     # The SplitEnumerator interface
@@ -87,11 +86,6 @@ class ShardEnumerator(SplitEnumerator[ShardSplit]):
                     aws_error_reason(exc),
                 )
         self._rebalance()
-
-    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        self._rebalance()
-        if self.is_exhausted():
-            self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[ShardSplit], subtask: int) -> None:
         for split in splits:
@@ -117,37 +111,27 @@ class ShardEnumerator(SplitEnumerator[ShardSplit]):
                     AFTER_SEQUENCE_NUMBER, event.payload["seq"], event.payload["position"]
                 ).to_list()
 
-    def add_reader(self, subtask: int) -> None:
-        self._rebalance()
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "shards": self.shards,
             "finished": sorted(self.finished),
             "first_discovery_ms": self.first_discovery_ms,
-            "last_discovery_ms": self.last_discovery_ms,
+            "last_discovery_ms": self.last_discovery_clock_ms,
             "stop_ms": self.stop_ms,
         }
-
-    def is_exhausted(self) -> bool:
-        return self._past_stop() and self.pending_count() == 0
 
     def pending_count(self) -> int:
         return sum(1 for shard in self.shards.values() if shard["owner"] is None)
 
     # Discovery
 
-    def _past_stop(self) -> bool:
+    def _no_new_split_qualifies(self) -> bool:
         """Whether a discovery ran after the stop: any shard found later holds only
         records put after it."""
-        return self.stop_ms is not None and self.last_discovery_ms > self.stop_ms + STOP_SLACK_MS
+        return self.stop_ms is not None and self.last_discovery_clock_ms > self.stop_ms + STOP_SLACK_MS
 
-    def _discovery_due(self) -> bool:
-        if self.first_discovery_ms is None:
-            return True
-        if self._past_stop():
-            return False
-        return self.clock() * 1000 - self.last_discovery_ms >= self.discovery_interval_ms
+    def _discovery_ran(self) -> bool:
+        return self.first_discovery_ms is not None
 
     def _discover(self) -> None:
         now_ms = int(self.clock() * 1000)
@@ -173,7 +157,7 @@ class ShardEnumerator(SplitEnumerator[ShardSplit]):
             known = self.shards.get(shard.shard_id)
             if known is not None and shard.closed and known["closed_ms"] is None:
                 known["closed_ms"] = now_ms
-        self.last_discovery_ms = now_ms
+        self.last_discovery_clock_ms = now_ms
         if found and not first:
             log.info(
                 "stream %s: %d new shard(s): %s",

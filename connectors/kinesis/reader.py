@@ -26,7 +26,7 @@ from connectors.kinesis.split import AFTER_SEQUENCE_NUMBER, Anchor, ShardSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
 from source_support.formats.messages import MessageDecoder
-from source_support.reader_base import SplitReader
+from source_support.streams.reader import Decoding, DecodingSplitReader
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -98,7 +98,7 @@ class HeldShard:
     progress_sent: float = 0.0
 
 
-class KinesisSplitReader(SplitReader[ShardSplit]):
+class KinesisSplitReader(DecodingSplitReader[ShardSplit, MessageDecoder]):
     """Reads the held shards (Flink's ``PollingKinesisShardSplitReader``): each ``fetch``
     calls GetRecords once on every shard that is due, from where its iterator stands.
 
@@ -108,24 +108,20 @@ class KinesisSplitReader(SplitReader[ShardSplit]):
     is made again from the last record read. A shard whose GetRecords returns no next
     iterator is closed and read to its end: its last batch finishes the split."""
 
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
         client: Callable[[], KinesisClient],
-        decoder: MessageDecoder,
+        decoding: Decoding[MessageDecoder],
         *,
         endpoint: str,
-        metadata: bool = False,
-        output_schema: pa.Schema | None = None,
-        first_bad_record_only: Callable[[], bool] = lambda: False,
         send_event: Callable[[SourceEvent], None] = lambda event: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(decoding)
         self.client = client
-        self.decoder = decoder
         self.endpoint = endpoint
-        self.metadata = metadata
-        self.output_schema = output_schema
-        self.first_bad_record_only = first_bad_record_only
         self.send_event = send_event
         self.clock = clock
         self.held: dict[str, HeldShard] = {}
@@ -306,23 +302,11 @@ class KinesisSplitReader(SplitReader[ShardSplit]):
             columns = (
                 pa.array([split.shard_id] * len(kept), pa.string()),
                 pa.array([r["SequenceNumber"] for r in kept], pa.string()),
-                pa.array([_arrival_ms(r) * 1000 for r in kept], pa.int64()).cast(METADATA_FIELDS[2].type),
+                pa.array([_arrival_ms(r) * 1000 for r in kept], pa.int64()),
                 pa.array([r.get("PartitionKey", "") for r in kept], pa.string()),
             )
-            for field, column in zip(METADATA_FIELDS, columns, strict=True):
-                table = table.append_column(field, column)
-            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
-                table = table.select(self.output_schema.names)
+            table = self._with_metadata(table, columns)
         return table, bad
-
-    def _empty(self) -> pa.Table:
-        if self.output_schema is not None:
-            return self.output_schema.empty_table()
-        table = self.decoder.empty()
-        if self.metadata:
-            for field in METADATA_FIELDS:
-                table = table.append_column(field, pa.array([], field.type))
-        return table
 
 
 def _arrival_ms(record: RecordTypeDef) -> int:

@@ -22,15 +22,15 @@ from connectors.kinesis.shards import (
     shared_client,
 )
 from connectors.kinesis.split import TRIM_HORIZON, Anchor, ShardSplit, ShardSplitSerializer
-from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.api import SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
-from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
-from source_support.formats.metadata import format_for_run, message_schema
-from source_support.formats.metadata import with_metadata as schema_with_metadata
-from source_support.reader_base import SourceReaderBase
+from source_support.formats.metadata import message_schema
 from source_support.registry import BuildContext
+from source_support.streams.reader import Decoding
+from source_support.streams.source import StreamReading, StreamSource
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -39,33 +39,24 @@ if TYPE_CHECKING:
 SAMPLE_RECORDS = 1000
 
 
-class KinesisSource(Source[ShardSplit]):
+class KinesisSource(StreamSource[ShardSplit, RecordFormat | AvroFormat, MessageDecoder]):
+    metadata_fields = METADATA_FIELDS
+    #: A Kinesis stream has no position across its shards.
+    bounding_stops = ("latest", "time")
+
     def __init__(
         self,
+        reading: StreamReading[RecordFormat | AvroFormat],
         *,
         target: AwsTarget,
         stream: str,
-        start: str,
         start_timestamp_ms: int | None,
-        discovery_interval_ms: int,
-        metadata: bool,
-        fmt: RecordFormat | AvroFormat,
-        schema: pa.Schema | None,
-        batch_size: int,
-        stop: dict[str, Any],
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(reading, clock=clock)
         self.target = target
         self.stream = stream
-        self.start = start
         self.start_timestamp_ms = start_timestamp_ms
-        self.discovery_interval_ms = discovery_interval_ms
-        self.metadata = metadata
-        self.fmt = fmt
-        self.schema = schema
-        self.batch_size = batch_size
-        self.stop = stop
-        self.clock = clock
 
     @classmethod
     def from_config(
@@ -80,13 +71,12 @@ class KinesisSource(Source[ShardSplit]):
                 f"{stop['at']!r}: a Kinesis stream has no position across its shards; "
                 "give latest or an ISO-8601 time",
             )
-        built, schema = format_for_run(
-            fmt, context.schema, METADATA_FIELDS if config.metadata else None, env=context.env
+        reading = cls.message_reading(
+            config,
+            fmt,
+            context,
+            one_record="a Kinesis record is one record: use json, csv, avro or raw, not fields",
         )
-        if isinstance(built, FieldsFormat):
-            raise ConfigError(
-                "format.type", "a Kinesis record is one record: use json, csv, avro or raw, not fields"
-            )
         target = aws_target(config, context.env)
         if not key_allowed(config.stream_name, target.key_patterns):
             raise ConfigError(
@@ -94,25 +84,13 @@ class KinesisSource(Source[ShardSplit]):
                 f"{config.stream_name!r} is not among the streams connection {config.connection!r} allows",
             )
         return cls(
+            reading,
             target=target,
             stream=config.stream_name,
-            start=config.start,
             start_timestamp_ms=(
                 start_timestamp_ms(config.start_timestamp) if config.start_timestamp is not None else None
             ),
-            discovery_interval_ms=config.discovery_interval_ms,
-            metadata=config.metadata,
-            fmt=built,
-            schema=schema,
-            batch_size=context.batch_size,
-            stop=stop,
         )
-
-    @property
-    def boundedness(self) -> Boundedness:
-        if self.stop.get("kind") in ("latest", "time"):
-            return Boundedness.BOUNDED
-        return Boundedness.CONTINUOUS_UNBOUNDED
 
     @property
     def split_serializer(self) -> ShardSplitSerializer:
@@ -120,9 +98,6 @@ class KinesisSource(Source[ShardSplit]):
 
     def client(self) -> KinesisClient:
         return shared_client(self.target)
-
-    def create_enumerator(self, context: SplitEnumeratorContext[ShardSplit]) -> ShardEnumerator:
-        return self.restore_enumerator(context, None)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[ShardSplit], state: dict[str, Any] | None
@@ -139,20 +114,16 @@ class KinesisSource(Source[ShardSplit]):
             clock=self.clock,
         )
 
-    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[ShardSplit]:
-        if self.fmt.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        split_reader = KinesisSplitReader(
+    def split_reader(
+        self, context: SourceReaderContext, decoding: Decoding[MessageDecoder]
+    ) -> KinesisSplitReader:
+        return KinesisSplitReader(
             self.client,
-            self.decoder(),
+            decoding,
             endpoint=self.target.shown_endpoint,
-            metadata=self.metadata,
-            output_schema=self.schema,
-            first_bad_record_only=lambda: context.bad_record_fails_split,
             send_event=context.send_source_event_to_coordinator,
             clock=self.clock,
         )
-        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
     def decoder(self) -> MessageDecoder:
         return message_decoder(self.fmt, what="the record's data")
@@ -198,14 +169,3 @@ class KinesisSource(Source[ShardSplit]):
             if len(bodies) >= SAMPLE_RECORDS:
                 break
         return bodies
-
-
-def with_metadata(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the metadata columns after its own."""
-    return schema_with_metadata(schema, METADATA_FIELDS)
-
-
-def output_schema(config: KinesisSourceConfig, schema: pa.Schema) -> pa.Schema:
-    """The schema a run of this source lands: the format's, plus the metadata columns
-    when ``metadata`` is set."""
-    return with_metadata(schema) if config.metadata else schema

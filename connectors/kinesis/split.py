@@ -11,10 +11,11 @@ anchor up as readers report their progress, so that skip stays short.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
-from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+from source_support.api import SplitSerializer
+from source_support.streams.split import PositionedSplit
 
 TRIM_HORIZON = "TRIM_HORIZON"
 AT_TIMESTAMP = "AT_TIMESTAMP"
@@ -40,7 +41,7 @@ class Anchor:
 
 
 @dataclass(frozen=True)
-class ShardSplit(SourceSplit):
+class ShardSplit(PositionedSplit):
     """The records of shard ``shard_id`` of ``stream`` after ``position``; ``origin``
     names where its position 0 is (the run's start, fixed when the run first saw the
     shard); ``stop_ms``: a ``[stop]`` time (records that arrived after it are not read)."""
@@ -55,13 +56,6 @@ class ShardSplit(SourceSplit):
     @property
     def split_id(self) -> str:
         return self.shard_id
-
-    @property
-    def offset(self) -> OffsetEntry:
-        return OffsetEntry(key=self.split_id, position=self.position)
-
-    def at(self, position: int) -> Self:
-        return replace(self, position=position)
 
 
 class ShardSplitSerializer(SplitSerializer[ShardSplit]):

@@ -9,7 +9,7 @@ from connectors.nats.config import (
     validate_servers,
 )
 from connectors.nats.sink import NatsSink
-from connectors.nats.source import NatsJetStreamSource, output_schema
+from connectors.nats.source import NatsJetStreamSource
 from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
 
@@ -35,7 +35,7 @@ def register() -> None:
             boundedness="unbounded",
             reads_entries=True,
             sink_reads_back=sink_reads_back,
-            output_schema=output_schema,
+            output_schema=NatsJetStreamSource.output_schema,
         )
     )
     register_sink(

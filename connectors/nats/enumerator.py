@@ -13,13 +13,13 @@ from connectors.nats.connection import NatsClient
 from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_info
 from connectors.nats.reader import STOP_PLACED
 from connectors.nats.split import SubjectSplit, subject_split_id
-from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
-from source_support.assignment import place_splits
+from source_support.api import SourceEvent, SplitEnumeratorContext
+from source_support.streams.enumerator import KeyedSplitEnumerator
 
 log = logging.getLogger("connectors.nats")
 
 
-class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
+class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
     """Discovers the subject filters at start and every ``discovery_interval_ms``: the
     explicit ``subjects``, or the stream's own subjects (a subject added to the stream
     becomes a new split, read from its start). Filters of the first discovery start at
@@ -49,26 +49,22 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
         allowed: Callable[[str], bool] = lambda subject: True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.context = context
+        # ``splits``: subject -> {"start": position, "stop": position | None, "owner"}
+        super().__init__(
+            context, discovery_interval_ms=discovery_interval_ms, stop=stop, state=state, clock=clock
+        )
         self.client = client
         self.stream = stream
         self.subjects = subjects
         self.start_kind, self.start_at = start_position(start)
-        self.discovery_interval_ms = discovery_interval_ms
-        self.stop = dict(stop or {})
-        self.clock = clock
         #: Whether the source's connection allows a subject filter (its patterns).
         self.allowed = allowed
         state = state or {}
-        #: subject -> {"start": position, "stop": position | None, "owner": subtask | None}
-        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
-        self.done: set[str] = set(state.get("done", []))
         self.discovered: bool = state.get("discovered", False)
         #: The stop rule's stream sequence once known (None: no stop, or a time not placed yet).
         self.stop_seq: int | None = state.get("stop_seq")
         #: The stream's last sequence at the last discovery.
         self.last_seq: int = state.get("last_seq", 0)
-        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
 
     # The SplitEnumerator interface
 
@@ -81,11 +77,6 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
                     "stream %s: discovery failed (%s); tried again at the next tick", self.stream, exc
                 )
         self._rebalance()
-
-    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        self._rebalance()
-        if self.is_exhausted():
-            self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[SubjectSplit], subtask: int) -> None:
         for split in splits:
@@ -109,9 +100,6 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
         for reader in self.context.registered_readers():
             self.context.send_event_to_source_reader(reader, SourceEvent(STOP_PLACED, {"seq": seq}))
 
-    def add_reader(self, subtask: int) -> None:
-        self._rebalance()
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "splits": self.splits,
@@ -121,12 +109,6 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
             "last_seq": self.last_seq,
             "last_discovery_clock_ms": self.last_discovery_clock_ms,
         }
-
-    def is_exhausted(self) -> bool:
-        return self._no_new_split_qualifies() and self.pending_count() == 0
-
-    def pending_count(self) -> int:
-        return sum(1 for split in self.splits.values() if split["owner"] is None)
 
     # Discovery
 
@@ -140,12 +122,8 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
             return self.last_discovery_clock_ms > self.stop["time_ms"]
         return self.stop_seq is not None and self.last_seq >= self.stop_seq
 
-    def _discovery_due(self) -> bool:
-        if not self.discovered:
-            return True
-        if self._no_new_split_qualifies():
-            return False
-        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+    def _discovery_ran(self) -> bool:
+        return self.discovered
 
     def _discover(self) -> None:
         clock_ms = int(self.clock() * 1000)
@@ -187,20 +165,8 @@ class SubjectEnumerator(SplitEnumerator[SubjectSplit]):
 
     # Assignment
 
-    def _rebalance(self) -> None:
-        """Spreads the splits over the live readers (``balance``): new and returned splits
-        go to the least-loaded ones, and a reader that joined takes its share."""
-        placed, finished = place_splits(
-            self.context,
-            {k: s["owner"] for k, s in self.splits.items()},
-            new_split=self._new_split,
-            split_id=lambda k: subject_split_id(self.stream, k),
-        )
-        for key in finished:
-            del self.splits[key]
-            self.done.add(key)
-        for key, owner in placed.items():
-            self.splits[key]["owner"] = owner
+    def _split_id(self, key: str) -> str:
+        return subject_split_id(self.stream, key)
 
     def _new_split(self, subject: str) -> SubjectSplit:
         known = self.splits[subject]

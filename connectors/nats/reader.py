@@ -25,7 +25,7 @@ from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
 from source_support.formats.messages import MessageDecoder
-from source_support.reader_base import SplitReader
+from source_support.streams.reader import Decoding, DecodingSplitReader
 
 log = logging.getLogger("connectors.nats")
 
@@ -57,7 +57,7 @@ class HeldSplit:
     acks: dict[int, str] = field(default_factory=dict[int, str])
 
 
-class NatsSplitReader(SplitReader[SubjectSplit]):
+class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
     """Reads the held filters (Flink's ``KafkaPartitionSplitReader``): each held split's
     ``Puller`` keeps a pull request outstanding; each ``fetch`` returns a batch of what
     each has received, waiting up to its timeout for the first to receive anything.
@@ -66,24 +66,20 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
     split's position when the split is added (``consumer_after``), and acknowledged
     (AckAll) up to a position only after the commit of it."""
 
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
         client: NatsClient,
-        decoder: MessageDecoder,
+        decoding: Decoding[MessageDecoder],
         *,
         flow: str,
-        metadata: bool = False,
-        output_schema: pa.Schema | None = None,
-        first_bad_record_only: Callable[[], bool] = lambda: False,
         send_event: Callable[[SourceEvent], None] = lambda event: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(decoding)
         self.client = client
-        self.decoder = decoder
         self.flow = flow
-        self.metadata = metadata
-        self.output_schema = output_schema
-        self.first_bad_record_only = first_bad_record_only
         self.send_event = send_event
         self.clock = clock
         self.held: dict[str, HeldSplit] = {}
@@ -275,12 +271,10 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         if self.metadata and not (first_only and bad):
             kept = np.flatnonzero(~np.isin(np.arange(len(got)), list(reasons)))
             subjects = [got.messages[i].subject for i in kept]
-            table = table.append_column(METADATA_FIELDS[0], pa.array(subjects, pa.string()))
-            table = table.append_column(METADATA_FIELDS[1], pa.array(got.seqs[kept], pa.int64()))
-            stamps = pa.array(got.ts_ns[kept] // 1000, pa.int64()).cast(METADATA_FIELDS[2].type)
-            table = table.append_column(METADATA_FIELDS[2], stamps)
-            if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
-                table = table.select(self.output_schema.names)
+            stamps = pa.array(got.ts_ns[kept] // 1000, pa.int64())  # ns to the column's us
+            table = self._with_metadata(
+                table, [pa.array(subjects, pa.string()), pa.array(got.seqs[kept], pa.int64()), stamps]
+            )
         return table, bad
 
     def _check(self, state: HeldSplit) -> RecordBatch | None:
@@ -311,25 +305,13 @@ class NatsSplitReader(SplitReader[SubjectSplit]):
         return self._finish(state, split.stop_position)
 
     def _finish(self, state: HeldSplit, end: int | None = None) -> RecordBatch:
-        split = state.split
-        end = split.position if end is None else max(end, split.position)
-        state.split = split.at(end)
+        batch = self._end_batch(state.split, end)
+        state.split = state.split.at(batch.end.position)
         self._move_to_finished(state)
-        return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), self._empty(), [], True
-        )
+        return batch
 
     def _move_to_finished(self, state: HeldSplit) -> None:
         self.finished[state.split.split_id] = self.held.pop(state.split.split_id)
-
-    def _empty(self) -> pa.Table:
-        if self.output_schema is not None:
-            return self.output_schema.empty_table()
-        table = self.decoder.empty()
-        if self.metadata:
-            for f in METADATA_FIELDS:
-                table = table.append_column(f, pa.array([], f.type))
-        return table
 
 
 @dataclass(frozen=True)

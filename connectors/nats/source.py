@@ -23,15 +23,15 @@ from connectors.nats.enumerator import SubjectEnumerator
 from connectors.nats.jetstream import TRANSIENT, consumer_name, stream_info
 from connectors.nats.reader import METADATA_FIELDS, NatsSplitReader
 from connectors.nats.split import SubjectSplit, SubjectSplitSerializer
-from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.api import SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
-from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
-from source_support.formats.metadata import format_for_run, message_schema
-from source_support.formats.metadata import with_metadata as schema_with_metadata
-from source_support.reader_base import SourceReaderBase
+from source_support.formats.metadata import message_schema
 from source_support.registry import BuildContext
+from source_support.streams.reader import Decoding
+from source_support.streams.source import StreamReading, StreamSource
 
 METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
 DEFAULT_FLOW = "adf"
@@ -39,40 +39,29 @@ DEFAULT_FLOW = "adf"
 SAMPLE_MESSAGES = 1000
 
 
-class NatsJetStreamSource(Source[SubjectSplit]):
+class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, MessageDecoder]):
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
+        reading: StreamReading[RecordFormat | AvroFormat],
         *,
         servers: str,
         stream: str,
         subjects: list[str] | None,
-        start: str,
-        discovery_interval_ms: int,
-        metadata: bool,
-        fmt: RecordFormat | AvroFormat,
-        schema: pa.Schema | None,
-        batch_size: int,
         flow: str,
-        stop: dict[str, Any],
         subject_patterns: tuple[str, ...] = (),
         address_field: str = "source.servers",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(reading, clock=clock)
         self.servers = servers
         self.address_field = address_field
         #: The subjects its connection allows (empty: any).
         self.subject_patterns = subject_patterns
         self.stream = stream
         self.subjects = subjects
-        self.start = start
-        self.discovery_interval_ms = discovery_interval_ms
-        self.metadata = metadata
-        self.fmt = fmt
-        self.schema = schema
-        self.batch_size = batch_size
         self.flow = flow
-        self.stop = stop
-        self.clock = clock
 
     @classmethod
     def from_config(
@@ -87,35 +76,22 @@ class NatsJetStreamSource(Source[SubjectSplit]):
             raise ConfigError(
                 "stop.at", f"{stop['at']!r}: a NATS stream's position is a sequence number (42)"
             )
-        built, schema = format_for_run(
-            fmt, context.schema, METADATA_FIELDS if config.metadata else None, env=context.env
+        reading = cls.message_reading(
+            config,
+            fmt,
+            context,
+            one_record="a NATS message is one record: use json, csv, avro or raw, not fields",
         )
-        if isinstance(built, FieldsFormat):
-            raise ConfigError(
-                "format.type", "a NATS message is one record: use json, csv, avro or raw, not fields"
-            )
         servers, patterns = nats_target(config.to_dict(), context.env, "source")
         return cls(
+            reading,
             servers=servers,
             subject_patterns=patterns,
             address_field="source.connection" if config.connection else "source.servers",
             stream=config.stream,
             subjects=config.subjects,
-            start=config.start,
-            discovery_interval_ms=config.discovery_interval_ms,
-            metadata=config.metadata,
-            fmt=built,
-            schema=schema,
-            batch_size=context.batch_size,
             flow=context.flow_name or DEFAULT_FLOW,
-            stop=stop,
         )
-
-    @property
-    def boundedness(self) -> Boundedness:
-        if self.stop.get("kind") in ("latest", "time", "position"):
-            return Boundedness.BOUNDED
-        return Boundedness.CONTINUOUS_UNBOUNDED
 
     @property
     def split_serializer(self) -> SubjectSplitSerializer:
@@ -124,9 +100,6 @@ class NatsJetStreamSource(Source[SubjectSplit]):
     @property
     def client(self) -> NatsClient:
         return shared_client(self.servers)
-
-    def create_enumerator(self, context: SplitEnumeratorContext[SubjectSplit]) -> SubjectEnumerator:
-        return self.restore_enumerator(context, None)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[SubjectSplit], state: dict[str, Any] | None
@@ -144,20 +117,16 @@ class NatsJetStreamSource(Source[SubjectSplit]):
             clock=self.clock,
         )
 
-    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[SubjectSplit]:
-        if self.fmt.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        split_reader = NatsSplitReader(
+    def split_reader(
+        self, context: SourceReaderContext, decoding: Decoding[MessageDecoder]
+    ) -> NatsSplitReader:
+        return NatsSplitReader(
             self.client,
-            self.decoder(),
+            decoding,
             flow=self.flow,
-            metadata=self.metadata,
-            output_schema=self.schema,
-            first_bad_record_only=lambda: context.bad_record_fails_split,
             send_event=context.send_source_event_to_coordinator,
             clock=self.clock,
         )
-        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
     def decoder(self) -> MessageDecoder:
         return message_decoder(self.fmt, what="the message body")
@@ -224,14 +193,3 @@ class NatsJetStreamSource(Source[SubjectSplit]):
 
 def _sample_config() -> ConsumerConfig:
     return ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0)
-
-
-def with_metadata(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the metadata columns ``_subject``, ``_seq`` and ``_ts`` after its own."""
-    return schema_with_metadata(schema, METADATA_FIELDS)
-
-
-def output_schema(config: NatsSourceConfig, schema: pa.Schema) -> pa.Schema:
-    """The schema a run of this source lands: the format's, plus the metadata columns
-    when ``metadata`` is set."""
-    return with_metadata(schema) if config.metadata else schema

@@ -6,14 +6,15 @@ on with the next message of the filter after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
-from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+from source_support.api import SplitSerializer
+from source_support.streams.split import PositionedSplit
 
 
 @dataclass(frozen=True)
-class SubjectSplit(SourceSplit):
+class SubjectSplit(PositionedSplit):
     """The messages of ``stream`` on ``subject`` (a filter) after ``position``, up to
     ``stop_position`` if set. ``stop_time_ms``: a ``[stop] at`` time not yet placed on a
     sequence (the first message after it places it, for every split)."""
@@ -27,13 +28,6 @@ class SubjectSplit(SourceSplit):
     @property
     def split_id(self) -> str:
         return subject_split_id(self.stream, self.subject)
-
-    @property
-    def offset(self) -> OffsetEntry:
-        return OffsetEntry(key=self.split_id, position=self.position)
-
-    def at(self, position: int) -> Self:
-        return replace(self, position=position)
 
     @property
     def stopped(self) -> bool:

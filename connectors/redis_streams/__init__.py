@@ -9,7 +9,7 @@ from connectors.redis_streams.config import (
     validate_url,
 )
 from connectors.redis_streams.sink import RedisStreamSink
-from connectors.redis_streams.source import RedisStreamsSource, output_schema
+from connectors.redis_streams.source import RedisStreamsSource
 from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
 
@@ -36,7 +36,7 @@ def register() -> None:
             boundedness="unbounded",
             reads_entries=True,
             sink_reads_back=sink_reads_back,
-            output_schema=output_schema,
+            output_schema=RedisStreamsSource.output_schema,
         )
     )
     register_sink(

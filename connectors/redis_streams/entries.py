@@ -83,6 +83,9 @@ class FieldsDecoder:
     def __init__(self, fmt: FieldsFormat) -> None:
         self.fmt = fmt
 
+    def empty(self) -> pa.Table:
+        return self.fmt.empty()
+
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
         """The records of ``entries`` with the bad ones left out, and why each bad entry
         (by index) is bad; with ``first_only``, only the first bad one and no records."""
@@ -105,6 +108,9 @@ class RecordFieldDecoder:
         self.bodies = message_decoder(
             fmt, what=f"field {self.field!r}", missing=f"the entry has no field {self.field!r}"
         )
+
+    def empty(self) -> pa.Table:
+        return self.fmt.empty()
 
     def values(self, entries: Sequence[Entry]) -> pa.Array[Any]:
         return field_columns(entries, [self.field])[self.field]

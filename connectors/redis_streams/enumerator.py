@@ -19,9 +19,9 @@ from connectors.redis_streams.split import (
     last_position_of_ms,
     position_ms,
 )
-from source_support.api import SourceEvent, SplitEnumerator, SplitEnumeratorContext
-from source_support.assignment import place_splits
+from source_support.api import SourceEvent, SplitEnumeratorContext
 from source_support.connections import key_allowed
+from source_support.streams.enumerator import KeyedSplitEnumerator
 from source_support.typed_redis import execute, pipeline, scan_keys, server_time_ms
 
 log = logging.getLogger("connectors.redis_streams")
@@ -32,7 +32,7 @@ MAX_KEY_CHARS = 1000
 SCAN_COUNT = 1000
 
 
-class StreamEnumerator(SplitEnumerator[StreamSplit]):
+class StreamEnumerator(KeyedSplitEnumerator[StreamSplit]):
     """Discovers the streams matching ``streams`` at start and every ``discovery_interval_ms``
     and assigns each to one live reader (``source_support.assignment.balance``).
 
@@ -66,26 +66,22 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         key_patterns: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.context = context
+        # ``splits``: key -> {"start": position, "stop": position | None, "owner",
+        # "generation": n (left out for the first)}
+        super().__init__(
+            context, discovery_interval_ms=discovery_interval_ms, stop=stop, state=state, clock=clock
+        )
         #: The keys the source's connection allows (empty: any); the ``streams`` glob was
         #: checked against them when the flow was saved, and each key found is here again.
         self.key_patterns = tuple(key_patterns)
-        self.clock = clock
         self.client = client
         self.streams = streams
         self.start_kind, self.start_at = start_position(start)
-        self.discovery_interval_ms = discovery_interval_ms
-        self.stop = dict(stop or {})
         state = state or {}
-        #: key -> {"start": position, "stop": position | None, "owner": subtask | None,
-        #: "generation": n (left out for the first)}
-        self.splits: dict[str, dict[str, Any]] = {k: dict(v) for k, v in state.get("splits", {}).items()}
-        self.done: set[str] = set(state.get("done", []))
         #: key -> the generation its stream is read as when it appears again
         self.gone: dict[str, int] = dict(state.get("gone", {}))
         self.first_discovery_ms: int | None = state.get("first_discovery_ms")
         self.last_discovery_ms: int | None = state.get("last_discovery_ms")
-        self.last_discovery_clock_ms: int = state.get("last_discovery_clock_ms", 0)
 
     # The SplitEnumerator interface
 
@@ -93,12 +89,6 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
         if self._discovery_due():
             self._discover()
         self._rebalance()
-
-    def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
-        self._rebalance()
-        if self.is_exhausted():
-            # A reader adopts what it was assigned before it takes this as its end.
-            self.context.signal_no_more_splits(subtask)
 
     def add_splits_back(self, splits: Sequence[StreamSplit], subtask: int) -> None:
         for split in splits:
@@ -131,9 +121,6 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
             self.gone[key] = generation + 1
         self._rebalance()
 
-    def add_reader(self, subtask: int) -> None:
-        self._rebalance()
-
     def snapshot_state(self) -> dict[str, Any]:
         return {
             "splits": self.splits,
@@ -143,14 +130,6 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
             "last_discovery_ms": self.last_discovery_ms,
             "last_discovery_clock_ms": self.last_discovery_clock_ms,
         }
-
-    def is_exhausted(self) -> bool:
-        """True with a stop at a place, once a discovery ran after no new stream could
-        qualify and every split has been assigned."""
-        return self._no_new_stream_qualifies() and self.pending_count() == 0
-
-    def pending_count(self) -> int:
-        return sum(1 for split in self.splits.values() if split["owner"] is None)
 
     # Discovery
 
@@ -166,16 +145,14 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
             return self.first_discovery_ms - 1
         return None
 
-    def _no_new_stream_qualifies(self) -> bool:
+    def _no_new_split_qualifies(self) -> bool:
+        """True with a stop at a place, once a discovery ran after no new stream could
+        qualify."""
         bound = self._stop_bound_ms()
         return bound is not None and self.last_discovery_ms is not None and self.last_discovery_ms > bound
 
-    def _discovery_due(self) -> bool:
-        if self.last_discovery_ms is None:
-            return True
-        if self._no_new_stream_qualifies():
-            return False
-        return self.clock() * 1000 - self.last_discovery_clock_ms >= self.discovery_interval_ms
+    def _discovery_ran(self) -> bool:
+        return self.last_discovery_ms is not None
 
     def _discover(self) -> None:
         now_ms = server_time_ms(self.client)  # before the scan: later streams have later ids
@@ -255,25 +232,7 @@ class StreamEnumerator(SplitEnumerator[StreamSplit]):
 
     # Assignment
 
-    def _rebalance(self) -> None:
-        """Spreads the splits over the live readers: new and returned splits go to the
-        least-loaded ones, and a reader that joined takes its share from the others.
-        Splits of a reader that is gone wait until the runtime gives them back."""
-        placed, finished = place_splits(
-            self.context,
-            {k: s["owner"] for k, s in self.splits.items()},
-            new_split=self._new_split,
-            split_id=self._split_id,
-        )
-        for key in finished:
-            del self.splits[key]
-            self.done.add(key)
-        for key, owner in placed.items():
-            self.splits[key]["owner"] = owner
-
     def _new_split(self, key: str) -> StreamSplit:
-        """The split of ``key`` from its start (a split read before resumes from its
-        checkpoint, which the runtime keeps)."""
         split = self.splits[key]
         return StreamSplit(key, split["start"], split["stop"], generation=split.get("generation", 0))
 

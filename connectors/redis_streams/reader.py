@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import redis
@@ -45,7 +44,7 @@ from connectors.redis_streams.split import (
 )
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
-from source_support.reader_base import SplitReader
+from source_support.streams.reader import Decoding, DecodingSplitReader
 from source_support.typed_redis import Arg, execute, execute_command, pipeline, time_ms
 
 log = logging.getLogger("connectors.redis_streams")
@@ -77,7 +76,7 @@ class StreamState:
     event: SourceEvent | None = None
 
 
-class StreamSplitReader(SplitReader[StreamSplit]):
+class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
     """Reads the held streams (Flink's ``KafkaPartitionSplitReader``): each ``fetch`` is
     one ``XREAD`` over all of them from their positions, blocking when all are caught up.
 
@@ -86,23 +85,19 @@ class StreamSplitReader(SplitReader[StreamSplit]):
     positions (``XGROUP SETID`` in ``notify_checkpoint_complete``) for Redis tools.
     """
 
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
         client: redis.Redis,
-        decoder: EntryDecoder,
+        decoding: Decoding[EntryDecoder],
         *,
         group: str,
-        metadata: bool = False,
-        output_schema: pa.Schema | None = None,
-        first_bad_record_only: Callable[[], bool] = lambda: False,
         send_event: Callable[[SourceEvent], None] = lambda event: None,
     ) -> None:
+        super().__init__(decoding)
         self.client = client
-        self.decoder = decoder
         self.group = group
-        self.metadata = metadata
-        self.output_schema = output_schema
-        self.first_bad_record_only = first_bad_record_only
         self.send_event = send_event
         #: Held streams by split id (the key, or the key and its generation).
         self.streams: dict[str, StreamState] = {}
@@ -238,18 +233,9 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             BadRecord(encode_id(entries[i][0]), entry_json(entries[i]), reasons[i]) for i in sorted(reasons)
         ]
         if self.metadata and not (first_only and bad):
-            table = self._with_metadata(table, split.key, entries, good_indices(len(entries), reasons))
+            ids = pa.array([entries[i][0] for i in good_indices(len(entries), reasons)], pa.binary())
+            table = self._with_metadata(table, [pa.array([split.key] * len(ids), pa.string()), ids])
         return table, bad
-
-    def _with_metadata(
-        self, table: pa.Table, key: str, entries: list[Entry], rows: npt.NDArray[np.intp]
-    ) -> pa.Table:
-        ids = pa.array([entries[i][0] for i in rows], pa.binary()).cast(pa.string())
-        table = table.append_column(METADATA_FIELDS[0], pa.array([key] * len(ids), pa.string()))
-        table = table.append_column(METADATA_FIELDS[1], ids)
-        if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
-            table = table.select(self.output_schema.names)
-        return table
 
     def _advance(self, state: StreamState, end: int, count: int) -> None:
         split = state.split
@@ -390,15 +376,6 @@ class StreamSplitReader(SplitReader[StreamSplit]):
         ]
         end = OffsetEntry(split.key, lost.last_position)
         return RecordBatch(split.split_id, split.offset, end, self._empty(), bad)
-
-    def _empty(self) -> pa.Table:
-        if self.output_schema is not None:
-            return self.output_schema.empty_table()
-        table = self.decoder.fmt.empty()
-        if self.metadata:
-            for f in METADATA_FIELDS:
-                table = table.append_column(f, pa.array([], f.type))
-        return table
 
     # The consumer group
 

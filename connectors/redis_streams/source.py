@@ -36,14 +36,14 @@ from connectors.redis_streams.split import (
     encode_id,
     position_ms,
 )
-from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.api import SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
-from source_support.formats.metadata import format_for_run
-from source_support.formats.metadata import with_metadata as schema_with_metadata
-from source_support.reader_base import SourceReaderBase
+from source_support.formats.metadata import with_metadata
 from source_support.registry import BuildContext
+from source_support.streams.reader import Decoding
+from source_support.streams.source import StreamReading, StreamSource
 from source_support.typed_redis import execute_command, ping, scan_keys
 
 #: Entries sampled to infer a schema, and streams looked at for them.
@@ -53,78 +53,47 @@ DEFAULT_GROUP = "adf"
 METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
 
 
-class RedisStreamsSource(Source[StreamSplit]):
+class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat | AvroFormat, EntryDecoder]):
+    metadata_fields = METADATA_FIELDS
+
     def __init__(
         self,
+        reading: StreamReading[FieldsFormat | RecordFormat | AvroFormat],
         *,
         url: str,
         streams: str,
-        start: str,
-        discovery_interval_ms: int,
-        metadata: bool,
-        fmt: FieldsFormat | RecordFormat | AvroFormat,
-        schema: pa.Schema | None,
-        batch_size: int,
         group: str,
-        stop: dict[str, Any],
         key_patterns: tuple[str, ...] = (),
         address_field: str = "source.url",
         clock: Callable[[], float] = time.time,
     ) -> None:
+        super().__init__(reading, clock=clock)
         self.url = url
         #: The field an unreachable server is reported on (the url, or the connection).
         self.address_field = address_field
         #: The keys its connection allows (empty: any): a stream outside them is never read.
         self.key_patterns = key_patterns
         self.streams = streams
-        self.start = start
-        self.discovery_interval_ms = discovery_interval_ms
-        self.metadata = metadata
-        self.fmt = fmt
-        #: The run's schema (the format's, plus the metadata columns where asked).
-        self.schema = schema
-        self.batch_size = batch_size
         self.group = group
-        self.stop = stop
-        #: What the enumerator's discovery interval is measured with (a test moves it).
-        self.clock = clock
 
     @classmethod
     def from_config(
         cls, config: RedisStreamsSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> RedisStreamsSource:
-        metadata = config.metadata
-        record_format, schema = format_for_run(
-            fmt, context.schema, METADATA_FIELDS if metadata else None, env=context.env
-        )
+        reading = cls.reading(config, fmt, context)
         url, key_patterns = redis_target(config.to_dict(), context.env, "source")
         return cls(
+            reading,
             url=url,
             key_patterns=key_patterns,
             address_field="source.connection" if config.connection else "source.url",
             streams=config.streams,
-            start=config.start,
-            discovery_interval_ms=config.discovery_interval_ms,
-            metadata=metadata,
-            fmt=record_format,
-            schema=schema,
-            batch_size=context.batch_size,
             group=context.flow_name or DEFAULT_GROUP,
-            stop=dict(context.stop or {}),
         )
-
-    @property
-    def boundedness(self) -> Boundedness:
-        if self.stop.get("kind") in ("latest", "time", "position"):
-            return Boundedness.BOUNDED
-        return Boundedness.CONTINUOUS_UNBOUNDED
 
     @property
     def split_serializer(self) -> StreamSplitSerializer:
         return StreamSplitSerializer()
-
-    def create_enumerator(self, context: SplitEnumeratorContext[StreamSplit]) -> StreamEnumerator:
-        return self.restore_enumerator(context, None)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[StreamSplit], state: dict[str, Any] | None
@@ -141,19 +110,12 @@ class RedisStreamsSource(Source[StreamSplit]):
             clock=self.clock,
         )
 
-    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[StreamSplit]:
-        if self.fmt.schema is None:
-            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        split_reader = StreamSplitReader(
-            connect(self.url),
-            self.decoder(),
-            group=self.group,
-            metadata=self.metadata,
-            output_schema=self.schema,
-            first_bad_record_only=lambda: context.bad_record_fails_split,
-            send_event=context.send_source_event_to_coordinator,
+    def split_reader(
+        self, context: SourceReaderContext, decoding: Decoding[EntryDecoder]
+    ) -> StreamSplitReader:
+        return StreamSplitReader(
+            connect(self.url), decoding, group=self.group, send_event=context.send_source_event_to_coordinator
         )
-        return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
     def format_position(self, position: int) -> str:
         """The entry id the split was read up to (``0-0``: nothing yet)."""
@@ -209,18 +171,19 @@ class RedisStreamsSource(Source[StreamSplit]):
         """The schema of up to ``SAMPLE_ENTRIES`` entries of the matching streams; None if
         none has entries. Avro: the columns of ``format.writer_schema``, without sampling."""
         if isinstance(self.fmt, AvroFormat):
-            return with_metadata(self.fmt.known_schema) if self.metadata else self.fmt.known_schema
-        entries = self._sample()
-        if not entries:
-            return None
-        if isinstance(self.fmt, FieldsFormat):
-            names = field_names(entries)
-            inferred = self.fmt.infer_schema(field_columns(entries, names))
+            inferred = self.fmt.known_schema
         else:
-            values = RecordFieldDecoder(self.fmt).values(entries).to_pylist()
-            sample = b"\n".join(v for v in values if v and v.strip()) + b"\n"
-            inferred = self.fmt.infer_schema(sample)
-        return with_metadata(inferred) if self.metadata else inferred
+            entries = self._sample()
+            if not entries:
+                return None
+            if isinstance(self.fmt, FieldsFormat):
+                names = field_names(entries)
+                inferred = self.fmt.infer_schema(field_columns(entries, names))
+            else:
+                values = RecordFieldDecoder(self.fmt).values(entries).to_pylist()
+                sample = b"\n".join(v for v in values if v and v.strip()) + b"\n"
+                inferred = self.fmt.infer_schema(sample)
+        return with_metadata(inferred, METADATA_FIELDS) if self.metadata else inferred
 
     def _sample(self) -> list[Entry]:
         client = shared_client(self.url)
@@ -244,17 +207,6 @@ class RedisStreamsSource(Source[StreamSplit]):
             for _, read in reply or []:
                 entries.extend(read)
         return entries
-
-
-def with_metadata(schema: pa.Schema) -> pa.Schema:
-    """``schema`` with the metadata columns ``_stream`` and ``_id`` after its own."""
-    return schema_with_metadata(schema, METADATA_FIELDS)
-
-
-def output_schema(config: RedisStreamsSourceConfig, schema: pa.Schema) -> pa.Schema:
-    """The schema a run of this source lands: the format's, plus ``_stream`` and ``_id``
-    when ``metadata`` is set (what the run's schema and the transform's columns must be)."""
-    return with_metadata(schema) if config.metadata else schema
 
 
 def _text(value: Any) -> str:

@@ -7,11 +7,12 @@ A position is the last entry id read (reading goes on with the entries after it)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Self
+from dataclasses import dataclass
+from typing import Any
 
-from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
+from source_support.api import OffsetEntry, SplitSerializer
 from source_support.errors import SplitFailed
+from source_support.streams.split import PositionedSplit
 
 SEQ_BITS = 20
 SEQ_LIMIT = 1 << SEQ_BITS
@@ -62,7 +63,7 @@ def last_position_of_ms(ms: int) -> int:
 
 
 @dataclass(frozen=True)
-class StreamSplit(SourceSplit):
+class StreamSplit(PositionedSplit):
     """The entries of stream ``key`` after ``position``, up to ``stop_position`` if set.
 
     ``generation`` counts the streams that held ``key`` while the run read it: a stream
@@ -94,10 +95,8 @@ class StreamSplit(SourceSplit):
 
     @property
     def offset(self) -> OffsetEntry:
+        """Kept under the stream's key, whatever its generation (the split id names that)."""
         return OffsetEntry(key=self.key, position=self.position)
-
-    def at(self, position: int) -> Self:
-        return replace(self, position=position)
 
     @property
     def stopped(self) -> bool:

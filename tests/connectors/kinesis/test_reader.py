@@ -19,6 +19,7 @@ from source_support.api import SourceEvent
 from source_support.errors import SplitFailed
 from source_support.formats import validate_format
 from source_support.registry import BuildContext
+from source_support.streams.reader import Decoding
 from tests.connectors.kinesis.conftest import put_json, shard_ids, source_table
 
 
@@ -49,9 +50,8 @@ class Flaky:
 def reader_of(source: KinesisSource, *, client=None, events=None, metadata=False) -> KinesisSplitReader:
     return KinesisSplitReader(
         (lambda: client) if client is not None else source.client,
-        source.decoder(),
+        Decoding(source.decoder(), metadata=metadata),
         endpoint=f"{source.target.shown_endpoint} {id(source)}",  # no resume point of another test
-        metadata=metadata,
         send_event=(events.append if events is not None else lambda event: None),
     )
 

@@ -1,0 +1,177 @@
+"""The sources of stream connectors: the run's format and columns (the connector's metadata
+columns after the format's), the ``[stop]`` rules that bound a run, and a reader around the
+connector's split reader."""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
+
+import pyarrow as pa
+
+from source_support.api import (
+    Boundedness,
+    Source,
+    SourceReaderContext,
+    SplitEnumerator,
+    SplitEnumeratorContext,
+    SplitT,
+)
+from source_support.errors import ConfigError
+from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
+from source_support.formats.metadata import format_for_run, with_metadata
+from source_support.reader_base import SourceReaderBase, SplitReader
+from source_support.registry import BuildContext
+from source_support.streams.reader import DecoderT, Decoding
+
+FormatT = TypeVar("FormatT", bound=RecordFormat | FieldsFormat | AvroFormat)
+
+
+class StreamOptions(Protocol):
+    """The options of every stream source's ``[source]`` table that say how a run reads:
+    where its splits start, how often new ones are looked for, and whether records carry
+    the connector's metadata columns."""
+
+    @property
+    def start(self) -> str: ...
+
+    @property
+    def discovery_interval_ms(self) -> int: ...
+
+    @property
+    def metadata(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StreamReading(Generic[FormatT]):
+    """How a run reads a stream source, whatever the system: its format (``fmt``) and
+    columns (``schema``; None: inferred later), whether the connector's metadata columns
+    are among them (``metadata``), where the first splits start (``start``, in the
+    connector's words), how often new splits are looked for (``discovery_interval_ms``),
+    the most records a batch holds (``batch_size``) and the ``[stop]`` rule (``stop``;
+    empty: read until stopped)."""
+
+    fmt: FormatT
+    schema: pa.Schema | None
+    metadata: bool
+    start: str
+    discovery_interval_ms: int
+    batch_size: int
+    stop: dict[str, Any]
+
+
+class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
+    """What the sources of stream connectors share.
+
+    Built with a ``StreamReading``, kept as attributes of the same names: ``fmt``,
+    ``schema`` (the connector's ``metadata_fields`` after the format's columns when
+    ``metadata`` is set), ``start``, ``discovery_interval_ms``, ``batch_size`` and
+    ``stop`` (the run is bounded when its kind is one of ``bounding_stops``); ``clock``
+    is what the enumerator times its discoveries with (a test moves it).
+
+    A connector gives the decoder of its format (``decoder``), its enumerator
+    (``restore_enumerator``, also for a new run with no state) and its split reader
+    (``split_reader``), which a reader drives once the format knows its columns.
+    """
+
+    #: The metadata columns the connector adds (``source.metadata``), in their order.
+    metadata_fields: ClassVar[Sequence[pa.Field[pa.DataType]]]
+    #: The kinds of ``[stop]`` rule that end a run: places the connector finds in every split.
+    bounding_stops: ClassVar[tuple[str, ...]] = ("latest", "time", "position")
+
+    def __init__(self, reading: StreamReading[FormatT], *, clock: Callable[[], float] = time.time) -> None:
+        self.fmt = reading.fmt
+        #: The run's schema (the format's, plus the metadata columns where asked).
+        self.schema = reading.schema
+        self.metadata = reading.metadata
+        self.start = reading.start
+        self.discovery_interval_ms = reading.discovery_interval_ms
+        self.batch_size = reading.batch_size
+        self.stop = reading.stop
+        self.clock = clock
+
+    @classmethod
+    def reading(
+        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext
+    ) -> StreamReading[RecordFormat | FieldsFormat | AvroFormat]:
+        """How a run of this source reads: its ``config``, the ``[format]`` built with
+        the run's columns (``format_for_run``, with the connector's metadata columns if
+        ``config.metadata`` is set) and the build's ``context``."""
+        built, schema = cls._run_format(config, fmt, context)
+        return _reading_of(config, built, schema, context)
+
+    @classmethod
+    def message_reading(
+        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext, *, one_record: str
+    ) -> StreamReading[RecordFormat | AvroFormat]:
+        """``reading`` for a connector whose messages each hold one record: a format of
+        field/value pairs is refused, naming ``format.type``, with ``one_record``."""
+        built, schema = cls._run_format(config, fmt, context)
+        if isinstance(built, FieldsFormat):
+            raise ConfigError("format.type", one_record)
+        return _reading_of(config, built, schema, context)
+
+    @classmethod
+    def _run_format(
+        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext
+    ) -> tuple[RecordFormat | FieldsFormat | AvroFormat, pa.Schema | None]:
+        metadata = cls.metadata_fields if config.metadata else None
+        return format_for_run(fmt, context.schema, metadata, env=context.env)
+
+    @classmethod
+    def output_schema(cls, config: StreamOptions, schema: pa.Schema) -> pa.Schema:
+        """The schema a run of this source lands for the format's ``schema``: the metadata
+        columns after it when ``metadata`` is set (what the run's schema and the
+        transform's columns must be)."""
+        return with_metadata(schema, cls.metadata_fields) if config.metadata else schema
+
+    @property
+    def boundedness(self) -> Boundedness:
+        if self.stop.get("kind") in self.bounding_stops:
+            return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED
+
+    def create_enumerator(self, context: SplitEnumeratorContext[SplitT]) -> SplitEnumerator[SplitT]:
+        return self.restore_enumerator(context, None)
+
+    @abstractmethod
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[SplitT], state: dict[str, Any] | None
+    ) -> SplitEnumerator[SplitT]:
+        """The enumerator of the run from its state (None: a new run)."""
+
+    @abstractmethod
+    def decoder(self) -> DecoderT:
+        """What decodes the messages (or entries) of the run's format into records."""
+
+    @abstractmethod
+    def split_reader(self, context: SourceReaderContext, decoding: Decoding[DecoderT]) -> SplitReader[SplitT]:
+        """The connector's reader of the splits one reader holds, decoding as ``decoding`` says."""
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[SplitT]:
+        if self.fmt.schema is None:
+            raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
+        decoding = Decoding(
+            self.decoder(),
+            metadata=self.metadata,
+            output_schema=self.schema,
+            first_bad_record_only=lambda: context.bad_record_fails_split,
+        )
+        return SourceReaderBase(context, self.split_reader(context, decoding), batch_size=self.batch_size)
+
+
+def _reading_of(
+    config: StreamOptions, fmt: FormatT, schema: pa.Schema | None, context: BuildContext
+) -> StreamReading[FormatT]:
+    return StreamReading(
+        fmt=fmt,
+        schema=schema,
+        metadata=config.metadata,
+        start=config.start,
+        discovery_interval_ms=config.discovery_interval_ms,
+        batch_size=context.batch_size,
+        stop=dict(context.stop or {}),
+    )
