@@ -188,6 +188,10 @@ class ReadAheadGzipFile:
         self.position += len(out)
         return out
 
+    def read_chunk(self) -> bytes:
+        """The next bytes as inflated (up to a chunk), not cut or copied; b"" at the end."""
+        return self.read(len(self.pending) or CHUNK)
+
     def readline(self, limit: int = -1, /) -> bytes:
         limit = limit if limit >= 0 else 1 << 62
         self._fill(limit, until_newline=True)

@@ -33,8 +33,8 @@ MAX_CHUNK = 64 << 20
 MAX_RECORD_BYTES = 64 << 20
 #: A block holds fewer records than asked once it is this long (at least one record).
 MAX_BLOCK_BYTES = 128 << 20
-#: The most bytes one read asks for when records end at newlines (a gunzipped chunk: taken
-#: as it comes, not copied).
+#: The most bytes one read of a plain file asks for when records end at newlines (a gzip
+#: file's reads take each chunk as it was inflated).
 READ_BYTES = CHUNK
 
 
@@ -173,9 +173,14 @@ def open_records(
     return DecodedFile(raw, encoding, path)
 
 
+def _newlines(data: bytes) -> int:
+    """How many newlines ``data`` holds (numpy: several times ``bytes.count``'s speed)."""
+    return int(np.count_nonzero(np.frombuffer(data, dtype=np.uint8) == NEWLINE))
+
+
 class Pieces:
     """Bytes read ahead of a reader's position, kept as the pieces they were read in, with
-    the newlines of each counted once (``bytes.count``, a C loop): a block is cut from
+    the newlines of each counted once: a block is cut from
     them by joining its pieces once, and only the piece where it ends is searched."""
 
     def __init__(self) -> None:
@@ -185,7 +190,7 @@ class Pieces:
         self.newlines = 0
 
     def add(self, piece: bytes) -> None:
-        count = piece.count(b"\n")
+        count = _newlines(piece)
         self.pieces.append(piece)
         self.counts.append(count)
         self.size += len(piece)
@@ -245,7 +250,7 @@ class Pieces:
                 self.newlines -= count
             else:
                 part = piece[:size]
-                left = count - part.count(b"\n")
+                left = count - _newlines(part)
                 taken.append(part)
                 self.pieces[0], self.counts[0] = piece[size:], left
                 self.newlines -= count - left
@@ -345,8 +350,11 @@ class RecordBlockReader:
                 break
             if not pending.newlines and pending.size > MAX_RECORD_BYTES:
                 self._too_large(0)
-            wanted = self.avg_record * (max_records - pending.newlines) * 1.2
-            chunk = self.file.read(int(min(READ_BYTES, max(MIN_CHUNK, wanted))))
+            if isinstance(self.file, ReadAheadGzipFile):
+                chunk = self.file.read_chunk()  # inflated already: taken whole
+            else:
+                wanted = self.avg_record * (max_records - pending.newlines) * 1.2
+                chunk = self.file.read(int(min(READ_BYTES, max(MIN_CHUNK, wanted))))
             if chunk:
                 pending.add(chunk)
             else:

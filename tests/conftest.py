@@ -7,12 +7,14 @@ Redis server); the embedded defaults are under test only in tests/e2e/test_quick
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
+from celery.worker import state as worker_state
 from django.conf import settings
 from kombu.asynchronous import set_event_loop
 
@@ -26,6 +28,8 @@ pytest_plugins = ["tests.missing_tool", "tests.plugin_install"]
 TESTS = Path(__file__).resolve().parent
 #: The marker every test under a directory of tests/ carries, set here from the test's path
 #: so that a new file there cannot be left unmarked (see pyproject.toml for the markers).
+#: The most a test's teardown waits for the tasks it left running (``worker``).
+WORKER_DRAIN_S = 20
 DIRECTORY_MARKERS = {"e2e": pytest.mark.e2e, "browser": pytest.mark.browser}
 
 
@@ -123,8 +127,15 @@ def celery_worker_module(django_db_setup, django_db_blocker):
 
 @pytest.fixture()
 def worker(celery_worker_module, transactional_db, dirs):
-    """A running worker for a test whose rows must be visible to the worker's threads."""
-    return celery_worker_module
+    """A running worker for a test whose rows must be visible to the worker's threads.
+
+    After the test, the tasks it left running are given a while to end before the tables
+    are emptied: a task's query and the flush's TRUNCATE, taking their locks in opposite
+    orders, deadlocked, and PostgreSQL aborted the flush (a test's teardown erred)."""
+    yield celery_worker_module
+    deadline = time.monotonic() + WORKER_DRAIN_S
+    while worker_state.active_requests and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @pytest.fixture()

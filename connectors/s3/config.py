@@ -41,6 +41,11 @@ class S3SourceConfig(AwsAddress):
         default="**",
         example="**/*.csv.gz",
     )
+    allow_empty: bool = option(
+        "Whether a prefix and pattern that match no object, or only objects without a record, give "
+        "an empty result instead of failing the run.",
+        default=False,
+    )
     watch: bool = option(
         "Whether objects put later are read too, as they come (the flow then runs until stopped or "
         "its stop rule).",

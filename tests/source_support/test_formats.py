@@ -681,3 +681,18 @@ def test_fields_schema_inference_takes_the_narrowest_type_of_each_field():
     schema = FieldsFormat(None).infer_schema(texts)
 
     assert schema == parse_ddl("id BIGINT, amount DOUBLE, ok BOOLEAN, at TIMESTAMP, name STRING")
+
+
+def test_csv_parses_a_record_longer_than_arrows_threaded_pieces(monkeypatch):
+    # Arrow refuses a record longer than the piece its threads parse ("straddles two
+    # block boundaries"); the block is then read whole, losing nothing.
+    monkeypatch.setattr("source_support.formats.csv.THREADED_BLOCK_BYTES", 1 << 10)
+    long_name = "x" * 5000
+    block = b"".join(f"{i},{long_name if i == 7 else 'n'},{i}.5\n".encode() for i in range(2000))
+
+    table, bad = csv().parse(block, 0)
+
+    assert bad == []
+    assert table["id"].to_pylist() == list(range(2000))
+    assert table["name"][7].as_py() == long_name
+    assert table["temperature"][1999].as_py() == 1999.5

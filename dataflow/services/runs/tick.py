@@ -165,8 +165,17 @@ def _empty_source_message(run: FlowRun) -> str:
         return ""
     if Split.objects.filter(run=run, records_read__gt=0).exists():
         return ""
-    where = f"source.path {config['path']!r}" if "path" in config else "the source"
-    found = "matched no file" if not Split.objects.filter(run=run).exists() else "holds no record"
+    if "path" in config:
+        where, nothing = f"source.path {config['path']!r}", "matched no file"
+    elif "bucket" in config:
+        url = f"s3://{config['bucket']}/{config.get('prefix', '')}"
+        where, nothing = (
+            f"source.prefix and source.pattern ({url}, {config.get('pattern', '**')})",
+            "matched no object",
+        )
+    else:
+        where, nothing = "the source", "gave no split"
+    found = nothing if not Split.objects.filter(run=run).exists() else "holds no record"
     return (
         f"{where} {found}; the sink was left as it was "
         "(set allow_empty = true in [source] to accept an empty result)"

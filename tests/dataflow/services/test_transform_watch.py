@@ -212,6 +212,9 @@ STREAM_RUNAWAY_SQL = (
     "CROSS JOIN source d WHERE a.id + b.id + c.id + d.id < 0"  # on every combination: no shortcut
 )
 #: About 20 ms a row: an epoch of 600 rows runs for seconds, and then ends by itself.
+#: Rows of the slow query's epoch: enough that its job still runs when the test acts on it
+#: (each row costs Spark a sum over 2M numbers), few enough that running it again is short.
+SLOW_ROWS = 200
 STREAM_SLOW_SQL = (
     "SELECT id, customer, amount, ts FROM source "
     "WHERE aggregate(sequence(1, 2000000), 0L, (total, x) -> total + x) > 0"
@@ -258,7 +261,7 @@ def _slice_running(stream: Stream) -> Iterator[tuple[threading.Thread, list[bool
 @pytest.mark.slow
 def test_pausing_a_stream_cancels_its_running_epoch_which_runs_again_once_resumed(dirs):
     stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
-    rows = stream.land("s0", [float(i) for i in range(600)])
+    rows = stream.land("s0", [float(i) for i in range(SLOW_ROWS)])
 
     with _slice_running(stream):
         flow_pause(flow=stream.run.flow)
@@ -284,7 +287,7 @@ def worker_stays():
 @pytest.mark.slow
 def test_a_leaving_worker_gives_a_running_epoch_back_without_a_failure(dirs, worker_stays):
     stream = Stream(dirs, STREAM_SLOW_SQL, transform={"trigger_ms": 200})
-    rows = stream.land("s0", [float(i) for i in range(600)])
+    rows = stream.land("s0", [float(i) for i in range(SLOW_ROWS)])
 
     with _slice_running(stream) as (slice_, outcome):
         transforms_give_back()  # what a worker's SIGTERM runs: returns once no epoch runs
