@@ -19,7 +19,7 @@ import contextlib
 import queue
 import threading
 from types import TracebackType
-from typing import Protocol, Self
+from typing import Generic, Protocol, Self, TypeVar
 
 from zlib_ng import gzip_ng
 
@@ -54,7 +54,50 @@ class RawFile(Protocol):
     ) -> None: ...
 
 
-class GzipStream:
+class Closable(Protocol):
+    """What ``FileOver`` uses of the file it reads through."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def fileno(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+UnderT = TypeVar("UnderT", bound=Closable)
+
+
+class FileOver(Generic[UnderT]):
+    """A file read through another, ``raw`` (the stored bytes): its file number, whether it
+    is closed and ``with`` are ``raw``'s; ``close`` closes ``raw``."""
+
+    raw: UnderT
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+        /,
+    ) -> None:
+        self.close()
+
+
+class GzipStream(FileOver[RawFile]):
     """The uncompressed bytes of the gzip file ``raw`` (``RecordFile``), inflated by zlib-ng;
     closing it closes ``raw``. zlib-ng's reader cannot seek back (its rewind leaves the
     compressed file where it was: "Not a gzipped file"), so a seek back starts a new reader
@@ -84,30 +127,11 @@ class GzipStream:
             self.gz = self._reader()
         return self.gz.seek(position)
 
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    @property
-    def closed(self) -> bool:
-        return self.raw.closed
-
     def close(self) -> None:
         try:
             self.gz.close()
         finally:
             self.raw.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()
 
 
 #: Uncompressed bytes per chunk, and how many chunks may wait for the reader.
@@ -116,7 +140,7 @@ AHEAD = 4
 _PUT_WAIT_S = 0.1
 
 
-class ReadAheadGzipFile:
+class ReadAheadGzipFile(FileOver[RawFile]):
     """The uncompressed bytes of a gzip file (``RecordFile``); ``fileno`` is the gzip file's
     own, so the reader can ``fstat`` the file it reads. Errors of the file (truncated, not
     gzip) are raised by the ``read`` that reaches them."""
@@ -206,26 +230,7 @@ class ReadAheadGzipFile:
             self._start()
         return self.position
 
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    @property
-    def closed(self) -> bool:
-        return self.raw.closed
-
     def close(self) -> None:
         if not self.raw.closed:
             self._stop()
             self.gz.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-        /,
-    ) -> None:
-        self.close()

@@ -24,7 +24,7 @@ import numpy as np
 
 from source_support.formats import NEWLINE, ReadError, RecordFormat
 from source_support.formats.typed_arrow import Offsets
-from source_support.gunzip import CHUNK, GzipStream, RawFile, ReadAheadGzipFile
+from source_support.gunzip import CHUNK, FileOver, GzipStream, RawFile, ReadAheadGzipFile
 
 UTF8_BOM = b"\xef\xbb\xbf"
 MIN_CHUNK = 1 << 20
@@ -70,7 +70,7 @@ class RecordFile(Protocol):
     ) -> None: ...
 
 
-class DecodedFile:
+class DecodedFile(FileOver[RecordFile]):
     """A binary file in ``encoding`` read as its text's UTF-8 bytes (a BOM is read and
     dropped). Seeking goes forward by reading (or from the start again), as in gzip."""
 
@@ -122,22 +122,6 @@ class DecodedFile:
             if not self.read(min(1 << 20, position - self.position)):
                 break
         return self.position
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    @property
-    def closed(self) -> bool:
-        return self.raw.closed
-
-    def close(self) -> None:
-        self.raw.close()
-
-    def __enter__(self) -> DecodedFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 #: Opens the raw (maybe compressed) bytes at a path: a local file, or an object store's object.

@@ -25,6 +25,8 @@ ISSUE_FIELDS = {
     "split_size_mb",
     "connection",
 }
+#: Fields added to the issue's, as the files source has them.
+ADDED_FIELDS = {"allow_empty"}
 
 
 def s3_flow(name: str, **source) -> dict:
@@ -70,7 +72,7 @@ def test_the_catalog_lists_the_s3_source_with_the_issues_fields():
     catalog = client_of(staff).get("/api/connectors/").json()
 
     source = next(s for s in catalog["sources"] if s["type"] == "s3")
-    assert set(source["schema"]["properties"]) == ISSUE_FIELDS | {"type"}
+    assert set(source["schema"]["properties"]) == ISSUE_FIELDS | ADDED_FIELDS | {"type"}
     assert source["schema"]["required"] == ["type", "bucket"]
 
 
