@@ -164,8 +164,8 @@ def _newlines(data: bytes) -> int:
 
 class Pieces:
     """Bytes read ahead of a reader's position, kept as the pieces they were read in, with
-    the newlines of each counted once: a block is cut from
-    them by joining its pieces once, and only the piece where it ends is searched."""
+    the newlines of each counted once: a block is cut from them by joining its pieces
+    once, and only the piece where it ends is searched for its place."""
 
     def __init__(self) -> None:
         self.pieces: list[bytes] = []
