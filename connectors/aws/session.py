@@ -33,20 +33,21 @@ CREDENTIAL_CODES = frozenset(
 
 
 @overload
-def aws_client(
-    target: AwsTarget, service: Literal["s3"], *, max_attempts: int = MAX_ATTEMPTS
-) -> S3Client: ...
+def aws_client(target: AwsTarget, service: Literal["s3"], *, max_attempts: int | None = None) -> S3Client: ...
 @overload
 def aws_client(
-    target: AwsTarget, service: Literal["kinesis"], *, max_attempts: int = MAX_ATTEMPTS
+    target: AwsTarget, service: Literal["kinesis"], *, max_attempts: int | None = None
 ) -> KinesisClient: ...
 def aws_client(
-    target: AwsTarget, service: Literal["s3", "kinesis"], *, max_attempts: int = MAX_ATTEMPTS
+    target: AwsTarget, service: Literal["s3", "kinesis"], *, max_attempts: int | None = None
 ) -> S3Client | KinesisClient:
     """A client of ``service`` at the target's endpoint with its key pair (the process's
     standard AWS credentials when it has none). An S3 client at a custom endpoint addresses
     buckets by path (http://host:9000/bucket/key), which every S3-compatible server takes.
-    ``max_attempts``: botocore's tries of a call (1: a caller that backs off by itself)."""
+    ``max_attempts``: botocore's tries of a call (1: a caller that backs off by itself;
+    None: ``MAX_ATTEMPTS``, read at each call)."""
+    if max_attempts is None:
+        max_attempts = MAX_ATTEMPTS
     config = Config(
         connect_timeout=CONNECT_TIMEOUT_S,
         read_timeout=READ_TIMEOUT_S,
