@@ -309,6 +309,16 @@ DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = float(
 # A site-wide ceiling on the rows one transform (a stream's epoch) may write; it also bounds
 # flows that set no [transform] max_output_rows. 0: no ceiling.
 DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS", "0"))
+# What validating a transform's SQL may cost the web tier (dataflow/transform_policy.py). The
+# allow-list parses the query with sqlglot, whose cost grows with the tokens: measured here
+# (2 shared cores, under load) the whole validation (allow-list, column check, stream check)
+# took 66 ms for 531 tokens (2.1 KB), 132 ms for 1,056 (4.2 KB), 288 ms for 2,106 (8.4 KB) and
+# 3.7 s for 12,606 (52 KB, the query of issue 25), while tokenizing alone costs about 0.3 ms
+# per KB (17 ms for 60 KB). So the bytes bound the tokenizer and the tokens the parser: 16 KiB
+# and 1,000 tokens keep one validation near 50-100 ms at worst (a 40-column SELECT with a CASE
+# each is about 850 tokens). A query over either is refused before it is parsed.
+DATAFLOW_TRANSFORM_MAX_SQL_BYTES = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_SQL_BYTES", str(16 * 1024)))
+DATAFLOW_TRANSFORM_MAX_SQL_TOKENS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_SQL_TOKENS", "1000"))
 # A cancelled transform whose Spark tasks still run this long after the cancel (a tight loop
 # Spark cannot interrupt) has its worker's local Spark JVM killed, if it runs nothing else.
 DATAFLOW_TRANSFORM_KILL_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_KILL_SECONDS", "10"))

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 import sqlglot
+from django.conf import settings
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
@@ -224,7 +225,9 @@ def transform_policy_check(sql: str) -> exp.Expression:
     """
     if "${" in sql:
         _refuse("uses ${...}: variable substitution is not allowed (it can read the environment)")
+    _check_size(sql)
     tokens = _tokens(sql)
+    _check_tokens(tokens)
     _check_nesting(tokens)
     try:
         statements = [s for s in sqlglot.parse(_for_parsing(sql, tokens), read="spark") if s is not None]
@@ -251,6 +254,28 @@ def _tokens(sql: str) -> list:
         return sqlglot.tokenize(sql, read="spark")
     except (TokenError, ParseError) as exc:
         _refuse(f"does not parse: {_first_line(exc)}")
+
+
+def _check_size(sql: str) -> None:
+    """Refuses a query whose check would cost the web tier too much CPU, before it is
+    tokenized: more bytes than ``DATAFLOW_TRANSFORM_MAX_SQL_BYTES`` (the figures that set the
+    limits are in dataflow/settings.py)."""
+    size, limit = len(sql.encode()), settings.DATAFLOW_TRANSFORM_MAX_SQL_BYTES
+    if size > limit:
+        _refuse(
+            f"is {size:,} bytes, more than DATAFLOW_TRANSFORM_MAX_SQL_BYTES = {limit:,}; shorten the query"
+        )
+
+
+def _check_tokens(tokens: list) -> None:
+    """Refuses a query of more tokens than ``DATAFLOW_TRANSFORM_MAX_SQL_TOKENS`` before it is
+    parsed: the parse costs about 50-130 microseconds a token."""
+    limit = settings.DATAFLOW_TRANSFORM_MAX_SQL_TOKENS
+    if len(tokens) > limit:
+        _refuse(
+            f"has {len(tokens):,} tokens, more than DATAFLOW_TRANSFORM_MAX_SQL_TOKENS = {limit:,}; "
+            "shorten the query"
+        )
 
 
 def _check_nesting(tokens: list) -> None:

@@ -138,7 +138,35 @@ def test_an_ordinary_transform_is_allowed(sql):
 def test_sql_nested_deeper_than_the_limit_is_refused_before_parsing():
     transform_policy_check("SELECT " + "(" * MAX_NESTING + "1" + ")" * MAX_NESTING + " FROM source")
 
-    assert "nested too deeply" in _refusal("SELECT " + "(" * 100_000 + "1" + ")" * 100_000 + " FROM source")
+    # 400 levels: past the parser's recursion (about 45), within the size and token limits.
+    assert "nested too deeply" in _refusal("SELECT " + "(" * 400 + "1" + ")" * 400 + " FROM source")
+
+
+def _wide_select(columns: int) -> str:
+    """A SELECT of ``columns`` CASE expressions: 16 tokens and about 60 bytes a column."""
+    cases = ", ".join(
+        f"CASE WHEN id > {i} THEN upper(sensor) ELSE sensor END AS c{i}" for i in range(columns)
+    )
+    return f"SELECT {cases} FROM source"
+
+
+def test_a_query_over_the_byte_limit_is_refused_before_it_is_tokenized(settings):
+    transform_policy_check(_wide_select(60))  # 962 tokens, 3.6 KB: an ordinary wide transform
+    settings.DATAFLOW_TRANSFORM_MAX_SQL_BYTES = 2_000
+    reason = _refusal(_wide_select(40))
+
+    assert reason.startswith("is 2,437 bytes, more than DATAFLOW_TRANSFORM_MAX_SQL_BYTES = 2,000")
+
+
+def test_a_query_of_more_tokens_than_the_limit_is_refused_before_it_is_parsed():
+    # 56 KB, as in issue 25 (3 s of web CPU a validation), is refused by its size; a query
+    # under the byte limit with more tokens than allowed, by its tokens.
+    assert "DATAFLOW_TRANSFORM_MAX_SQL_BYTES" in _refusal(_wide_select(660))
+    in_list = "SELECT id FROM source WHERE id IN (" + ",".join(str(i) for i in range(600)) + ")"
+    reason = _refusal(in_list)
+
+    assert "DATAFLOW_TRANSFORM_MAX_SQL_TOKENS = 1,000" in reason
+    assert reason.startswith("has 1,208 tokens")
 
 
 def test_function_nodes_are_what_the_allowed_functions_parse_to():

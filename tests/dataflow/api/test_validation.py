@@ -180,3 +180,15 @@ def test_a_path_that_is_no_endpoint_is_a_json_404(api):
 
     assert response.status_code == 404
     assert response.json()["detail"].startswith("no endpoint at /api/runs/abc/")
+
+
+def test_a_transform_too_costly_to_check_is_a_400_naming_the_limit(api, body):
+    # Issue 25: a 56 KB query cost 3 s of web CPU per validation; it is refused unparsed.
+    columns = ", ".join(f"upper(sensor) AS c{i}" for i in range(2_500))
+    response = post(
+        api, {**body, "transform": {"sql": f"SELECT {columns} FROM source"}}, "/api/flows/validate/"
+    )
+
+    assert response.status_code == 400
+    (reason,) = response.json()["transform.sql"]
+    assert "more than DATAFLOW_TRANSFORM_MAX_SQL_BYTES = 16,384" in reason
