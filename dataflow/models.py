@@ -353,6 +353,10 @@ class MetricSample(models.Model):
 
     class Meta:
         ordering = ["at"]
+        # A split's latest sample (its lag on a status page) in one index step: without it
+        # each listed split scanned every sample of its run (77 s for a status of 1,000 of
+        # 10,000 splits sampled ten times).
+        indexes = [models.Index(fields=["run", "split_id", "-at"], name="metricsample_run_split_at")]
 
 
 class DeadLetter(models.Model):
@@ -440,3 +444,49 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class UserLimits(models.Model):
+    """What one user may use where it differs from the site's defaults (the settings
+    ``dataflow.limits.LIMIT_SETTINGS`` names); a field left empty takes the default. Read
+    through ``dataflow.limits.user_limit``."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dataflow_limits"
+    )
+    max_splits_per_flow = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The most splits one run of this user's flows may have (empty: DATAFLOW_MAX_SPLITS_PER_FLOW).",
+    )
+
+    class Meta:
+        verbose_name = "user limits"
+        verbose_name_plural = "user limits"
+
+    def __str__(self) -> str:
+        return f"limits of {self.user}"
+
+
+class SinkPathClaim(models.Model):
+    """A sink directory kept as its owner's after the flow that wrote it was deleted with
+    its output left in place: no other user's flow may read or write there (the path rules
+    of ``services.specs.flow_paths_check``), as while the flow existed. ``owner`` None: the
+    operator's. Deleting the claim (admin) gives the path free."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="sink_claims"
+    )
+    #: The directory after symlinks (``realpath``), as the path rules compare them.
+    path = models.CharField(max_length=4096)
+    flow_name = models.CharField(max_length=100, help_text="The deleted flow that wrote it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    if TYPE_CHECKING:
+        owner_id: int | None
+
+    class Meta:
+        ordering = ["path"]
+
+    def __str__(self) -> str:
+        return self.path

@@ -309,6 +309,12 @@ DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = float(
 # A site-wide ceiling on the rows one transform (a stream's epoch) may write; it also bounds
 # flows that set no [transform] max_output_rows. 0: no ceiling.
 DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS", "0"))
+# The most splits one run of a flow may have (a UserLimits row may set another for one
+# user). Every split is a row its run's ticks, status pages and checkpoints handle: a stream
+# flow over 10,000 streams took a status page 77 s before it was paged. The files source cuts
+# files into ranges of split_size_mb (64 MB by default) and packs small files together, so
+# 10,000 splits hold about 640 GB of files; past it the run fails, naming the limit.
+DATAFLOW_MAX_SPLITS_PER_FLOW = int(os.environ.get("DATAFLOW_MAX_SPLITS_PER_FLOW", "10000"))
 # What validating a transform's SQL may cost the web tier (dataflow/transform_policy.py). The
 # allow-list parses the query with sqlglot, whose cost grows with the tokens: measured here
 # (2 shared cores, under load) the whole validation (allow-list, column check, stream check)

@@ -17,9 +17,11 @@ from django.db import connection, transaction
 from django.db.models import Max, Min, OuterRef, Subquery, Sum
 from django.utils import timezone
 
+from dataflow.limits import Limit, SplitCeilingReached, user_limit
 from dataflow.models import (
     Assignment,
     AssignmentOutcome,
+    DataFlow,
     DeadLetter,
     FlowRun,
     LandedBatch,
@@ -37,6 +39,26 @@ log = logging.getLogger(__name__)
 class DjangoRunStore:
     def __init__(self, run: FlowRun) -> None:
         self.run = run
+        self._split_ceiling: Limit | None = None
+
+    def split_ceiling(self) -> Limit:
+        """The most splits the run may have: its owner's ``max_splits_per_flow``."""
+        if self._split_ceiling is None:
+            owner_id = DataFlow.objects.filter(pk=self.run.flow_id).values_list("owner_id", flat=True).first()
+            self._split_ceiling = user_limit(user_id=owner_id, name="max_splits_per_flow")
+        return self._split_ceiling
+
+    def _check_split_ceiling(self, adding: int) -> None:
+        """Raises ``SplitCeilingReached`` (the tick's transaction then keeps none of the
+        pass) if the run's splits, held and pending, with ``adding`` more, pass the ceiling."""
+        ceiling = self.split_ceiling()
+        known = Split.objects.filter(run=self.run).count() + PendingSplit.objects.filter(run=self.run).count()
+        if known + adding > ceiling.value:
+            raise SplitCeilingReached(
+                f"the source has more than {ceiling.value:,} splits ({known + adding:,} found so far), "
+                f"the most one flow may have ({ceiling.source}); discovery stopped. Narrow the source "
+                "(fewer streams or files, a larger split_size_mb) or ask an operator to raise the limit"
+            )
 
     def record_assignments(
         self,
@@ -71,6 +93,8 @@ class DjangoRunStore:
                 [self.run.pk, now, rows],
             )
             assigned = cursor.fetchall()
+            if assigned:
+                self._check_split_ceiling(0)  # the new rows are counted already
             # ... and taken back only if it came back from a reader (UNASSIGNED).
             if len(assigned) < len(wanted):
                 cursor.execute(
@@ -138,6 +162,8 @@ class DjangoRunStore:
     def backlog_add(self, payloads: Sequence[dict[str, Any]], *, front: bool) -> None:
         if not payloads:
             return
+        if not front:  # new splits (at the head: splits given back, counted already)
+            self._check_split_ceiling(len(payloads))
         ends = PendingSplit.objects.filter(run=self.run).aggregate(first=Min("seq"), last=Max("seq"))
         if front:
             start = (ends["first"] if ends["first"] is not None else 0) - len(payloads)

@@ -326,6 +326,20 @@ class SplitFactory(DjangoModelFactory):
     status = SplitStatus.ASSIGNED
 
 
+def splits_bulk(run, count: int, *, start: int = 0) -> list[Split]:
+    """``count`` splits of ``run`` (``SplitFactory``'s, numbered from ``start``: ids
+    ``part-00000.csv@0``, ... that sort as numbered), each with a lag sample, in two bulk
+    statements: a run of thousands of splits in well under a second."""
+    splits = Split.objects.bulk_create(
+        SplitFactory.build(run=run, path=f"/srv/data/orders/part-{i:05d}.csv")
+        for i in range(start, start + count)
+    )
+    MetricSample.objects.bulk_create(
+        MetricSample(run=run, split_id=split.split_id, at=timezone.now(), lag=10) for split in splits
+    )
+    return splits
+
+
 class AssignmentFactory(DjangoModelFactory):
     """The lease of a split by the reader that holds it now."""
 

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from rest_framework.reverse import reverse
 
 from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatus
+from dataflow.selectors.flows import STATUS_SPLITS_PAGE_MAX, STATUS_SPLITS_PAGE_SIZE
 from dataflow.selectors.runs import flow_latest_run, run_progress
 from dataflow.services.connections import connection_masked
 from dataflow.services.notify import notify_masked
@@ -278,9 +279,32 @@ class FlowStatusSerializer(ValuesSerializer):
     flow = serializers.CharField()
     status = serializers.ChoiceField(choices=FlowStatus.choices)
     run = StatusRunSerializer(allow_null=True, help_text="The latest run, with live counters.")
-    splits = SplitStateSerializer(many=True)
-    splits_listed = serializers.IntegerField(help_text="Splits listed (at most 1000; counts cover all).")
+    splits = SplitStateSerializer(many=True, help_text="One page of the run's splits, by id.")
+    splits_listed = serializers.IntegerField(help_text="Splits on this page.")
+    splits_by_state = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="How many of the run's splits are in each state (all of them).",
+    )
+    splits_page = serializers.IntegerField(help_text="The page listed (from 1).")
+    splits_pages = serializers.IntegerField(help_text="How many pages the run's splits fill.")
     last_error = serializers.CharField(allow_null=True)
+
+
+class FlowDeleteQuerySerializer(serializers.Serializer):
+    delete_output = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Remove the flow's sink directory too (else it is kept, and stays its owner's).",
+    )
+
+
+class StatusQuerySerializer(serializers.Serializer):
+    """Which page of the run's splits a status lists."""
+
+    splits_page = serializers.IntegerField(required=False, min_value=1, max_value=10**9, default=1)
+    splits_page_size = serializers.IntegerField(
+        required=False, min_value=1, max_value=STATUS_SPLITS_PAGE_MAX, default=STATUS_SPLITS_PAGE_SIZE
+    )
 
 
 class DeadLetterSerializer(ValuesSerializer):

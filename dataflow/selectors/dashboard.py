@@ -97,7 +97,7 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
     still the latest run (a page that polls), else the whole series (``series_reset``);
     ``latest_sample`` is the run's latest sample either way. The run carries its
     ``records_per_s`` (``run_records_per_s``) and whether it has ``ended``."""
-    status = flow_status(flow=flow, splits_max=DASHBOARD_SPLITS)
+    status = flow_status(flow=flow, splits_page_size=DASHBOARD_SPLITS)
     run = flow_latest_run(flow=flow)
     keep = run is not None and run_id == run.pk and since is not None
     status["flow"] = {**_flow_card(flow), "parallelism": flow.parallelism}

@@ -15,10 +15,11 @@ from dataflow.services.context import source_for
 _OPEN_END = 2**62
 
 
-def split_rows(*, run: FlowRun, limit: int) -> list[dict]:
-    """The run's first ``limit`` splits by id: state, active reader, position (also in the
-    source's words, ``offset``), counters, the lag of its latest sample, and last error."""
-    splits = list(run.splits.order_by("split_id")[:limit])
+def split_rows(*, run: FlowRun, limit: int, offset: int = 0) -> list[dict]:
+    """``limit`` of the run's splits by id from ``offset``: state, active reader, position
+    (also in the source's words, ``offset``), counters, the lag of its latest sample, and
+    last error."""
+    splits = list(run.splits.order_by("split_id")[offset : offset + limit])
     readers = {
         a.split_id: a
         for a in Assignment.objects.filter(split__in=splits, outcome=AssignmentOutcome.ACTIVE).only(

@@ -7,7 +7,11 @@ keeping the stored ones.
 
 from __future__ import annotations
 
+import glob
 import logging
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 from django.db import transaction
@@ -27,6 +31,7 @@ from dataflow.services.checkpoints import seed_run_from_checkpoint
 from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
+from dataflow.services.environment import environment
 from dataflow.services.errors import FlowExistsError, FlowStateError
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
@@ -34,7 +39,13 @@ from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
 from dataflow.services.runs.tick import request_tick
 from dataflow.services.schedules import schedule_remove, schedule_remove_orphan, schedule_sync
-from dataflow.services.specs import PARALLELISM_BOUNDS, flow_paths_check, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import (
+    PARALLELISM_BOUNDS,
+    flow_paths_check,
+    flow_spec_of,
+    flow_spec_validate,
+    sink_path_claim,
+)
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
 from source_support.errors import ConfigError
 from source_support.registry import unmask_section
@@ -171,17 +182,21 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     except ConfigError as exc:
         _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
-    with transaction.atomic():
-        flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
-        if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
-            raise FlowStateError(f"flow {flow.name!r} is already running")
-        run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
-        if restore is not None:
-            seed_run_from_checkpoint(run=run, checkpoint=restore)
-        run_prepare(run)
-        flow.status = FlowStatus.RUNNING
-        flow.save(update_fields=["status", "updated_at"])
-        flow_ticks_set(flow=flow, enabled=True)
+    try:
+        with transaction.atomic():
+            flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
+            if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
+                raise FlowStateError(f"flow {flow.name!r} is already running")
+            run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
+            if restore is not None:
+                seed_run_from_checkpoint(run=run, checkpoint=restore)
+            run_prepare(run)
+            flow.status = FlowStatus.RUNNING
+            flow.save(update_fields=["status", "updated_at"])
+            flow_ticks_set(flow=flow, enabled=True)
+    except ConfigError as exc:  # what discovery found as the run started (too many splits)
+        _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
+        raise
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run
@@ -380,21 +395,56 @@ def flow_rescale(*, flow: DataFlow, parallelism: int) -> FlowRun | None:
     return run
 
 
-def flow_delete(*, flow: DataFlow) -> None:
+def flow_delete(*, flow: DataFlow, delete_output: bool = False) -> None:
     """Deletes the flow with its runs, splits and dead letters: its active run is stopped
     first (readers leave, its Redis keys are purged), its periodic tick and its schedule are
-    removed so beat sends nothing more, and the landed files of its runs are removed (its sink is kept)."""
+    removed so beat sends nothing more, and the landed files of its runs are removed.
+
+    Its sink directory is removed too with ``delete_output``; else it is kept, and stays its
+    owner's (a ``SinkPathClaim``): no other user's flow may read or write it, as while the
+    flow existed. ``delete_output`` on a sink that is no directory of this server's file
+    system is refused (ConfigError naming ``delete_output``) before anything is deleted."""
+    sink_dir = _sink_directory(flow)
+    if delete_output and sink_dir is None:
+        raise ConfigError(
+            "delete_output",
+            f"the {flow.sink_type} sink of flow {flow.name!r} is not a directory of this server; "
+            "only such an output can be deleted with its flow",
+        )
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
     with transaction.atomic():
         flow_ticks_remove(flow=flow)
         schedule_remove(flow=flow)
+        if sink_dir is not None and not delete_output:
+            sink_path_claim(owner=flow.owner, path=sink_dir, flow_name=flow.name)
         flow.delete()
     for run in runs:
         try:
             run_landing_dir_remove(run=run)
         except UnsafeLandingDir as exc:
             log.warning("flow %s deleted; the landed files of run %s were kept: %s", flow.name, run.pk, exc)
+    if delete_output and sink_dir is not None:
+        _output_remove(flow, sink_dir)
+
+
+def _sink_directory(flow: DataFlow) -> Path | None:
+    """The flow's sink directory after symlinks, if its sink writes one on this server."""
+    path = (flow.sink_config or {}).get("path")
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return None  # no file-system path (a table, a stream, s3://)
+    return Path(os.path.realpath(path))
+
+
+def _output_remove(flow: DataFlow, sink_dir: Path) -> None:
+    """Removes the deleted flow's sink directory and what its attempts left beside it, if
+    it is still under an allowed root (``check_destructive_target``)."""
+    configured = Path(flow.sink_config["path"])
+    environment().check_destructive_target(configured)
+    shutil.rmtree(sink_dir, ignore_errors=True)
+    for debris in sink_dir.parent.glob(f".{glob.escape(sink_dir.name)}.*"):
+        shutil.rmtree(debris, ignore_errors=True)
+    log.info("flow %s deleted with its output %s", flow.name, sink_dir)
 
 
 def flow_restore(*, flow: DataFlow, checkpoint_id: int | None = None) -> FlowRun:

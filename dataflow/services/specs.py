@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from dataflow.models import DataFlow
+from dataflow.models import DataFlow, SinkPathClaim
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.environment import environment
 from dataflow.services.notify import notify_masked, notify_validate
@@ -351,7 +351,10 @@ def flow_paths_check(
     if source_pattern is None and sink_dir is None and format_file is None:
         return
     others = DataFlow.objects.exclude(owner_id=owner.pk)  # with the operator's (owner NULL)
-    for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
+    # A deleted flow's output kept in place stays its owner's, as a flow's sink.
+    claimed = SinkPathClaim.objects.exclude(owner_id=owner.pk).values_list("path", flat=True)
+
+    def check(other_source: dict[str, Any], other_sink: dict[str, Any]) -> None:
         other_pattern = _file_path((other_source or {}).get("path"))
         other_sink_dir = _file_dir((other_sink or {}).get("path"))
         if sink_dir is not None:
@@ -375,6 +378,21 @@ def flow_paths_check(
                 f"{source_config['path']} reads the sink directory of another user's flow; "
                 "a flow reads only what is not another user's flow's output",
             )
+
+    for path in claimed:
+        check({}, {"path": path})
+    for other_source, other_sink in others.values_list("source_config", "sink_config").iterator():
+        check(other_source, other_sink)
+
+
+def sink_path_claim(*, owner: Any, path: Path, flow_name: str) -> SinkPathClaim:
+    """Keeps ``path``, the sink directory of ``owner``'s flow ``flow_name`` that is being
+    deleted with its output left in place, as ``owner``'s: ``flow_paths_check`` refuses it
+    to every other owner's flow as it did the flow's sink. One claim per owner and path."""
+    claim, _ = SinkPathClaim.objects.update_or_create(
+        owner=owner, path=str(path), defaults={"flow_name": flow_name}
+    )
+    return claim
 
 
 def _refuse_sink(sink_dir: Path, what: str) -> None:

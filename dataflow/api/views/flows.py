@@ -12,7 +12,12 @@ from rest_framework.reverse import reverse
 
 from dataflow.api.filters import FlowFilter
 from dataflow.api.schema import errors
-from dataflow.api.serializers import FlowReplaceSerializer, FlowSerializer, ValidSerializer
+from dataflow.api.serializers import (
+    FlowDeleteQuerySerializer,
+    FlowReplaceSerializer,
+    FlowSerializer,
+    ValidSerializer,
+)
 from dataflow.api.views.base import FLOW_NAME_RE, WRITE_SCOPE
 from dataflow.selectors.runs import latest_runs_of
 from dataflow.selectors.visibility import flows_visible
@@ -52,7 +57,10 @@ FLOW_BODY = (
     ),
     destroy=extend_schema(
         summary="Delete a flow (its active run is stopped first)",
-        responses={204: None, **errors(403, 404, 429)},
+        description="Its sink directory is kept and stays yours (no other user's flow may read or write "
+        "it) unless ?delete_output=true removes it with the flow (400 for a sink that is no directory).",
+        parameters=[FlowDeleteQuerySerializer],
+        responses={204: None, **errors(400, 403, 404, 429)},
     ),
 )
 class FlowViewSet(viewsets.GenericViewSet):
@@ -116,7 +124,10 @@ class FlowViewSet(viewsets.GenericViewSet):
         return Response(self.get_serializer(flow).data)
 
     def destroy(self, request, name: str):
-        flow_delete(flow=self.get_object())
+        flow = self.get_object()
+        query = FlowDeleteQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        flow_delete(flow=flow, delete_output=query.validated_data["delete_output"])
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     def get_serializer(self, *args, context_name: str | None = None, **kwargs):

@@ -13,6 +13,7 @@ from dataflow.api.serializers import (
     MetricsQuerySerializer,
     MetricsSerializer,
     RunSerializer,
+    StatusQuerySerializer,
 )
 from dataflow.api.views.base import FlowScopedView
 from dataflow.models import FlowRun
@@ -44,14 +45,19 @@ class RunDetailView(RetrieveAPIView):
 
 
 @extend_schema(
-    summary="Where the flow is: its state, latest run, and per split its state, reader, position, records, lag, error",
-    responses={200: FlowStatusSerializer, **errors(404)},
+    summary="Where the flow is: its state, latest run, its splits counted by state, and a page "
+    "of its splits (?splits_page, ?splits_page_size), each with its state, reader, position, records, lag, error",
+    parameters=[StatusQuerySerializer],
+    responses={200: FlowStatusSerializer, **errors(400, 404)},
 )
 class FlowStatusView(FlowScopedView):
     serializer_class = FlowStatusSerializer
 
     def get(self, request, name: str):
-        return Response(FlowStatusSerializer(flow_status_report(flow=self.get_flow())).data)
+        flow = self.get_flow()
+        query = StatusQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(FlowStatusSerializer(flow_status_report(flow=flow, **query.validated_data)).data)
 
 
 @extend_schema(

@@ -14,6 +14,7 @@ from dataflow.selectors.flows import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (
+    flow_delete,
     flow_input_check,
     flow_pause,
     flow_rescale,
@@ -43,6 +44,7 @@ ACTIONS = (
     "offsets",
     "checkpoints",
     "restore",
+    "delete",
 )
 #: Columns of ``status``'s split table, in the order shown.
 SPLIT_COLUMNS = ("split_id", "state", "reader", "offset", "records_read", "errors_count", "lag", "error")
@@ -55,7 +57,8 @@ class Command(BaseCommand):
         "failed splits), status, runs (newest first), validate (NAME: a TOML file or a flow; exit "
         "code 1 if invalid), export (the flow as TOML for applyflows), rescale N (readers of a "
         "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
-        "restore [--checkpoint ID] (a new run from a checkpoint). --json prints JSON for scripts."
+        "restore [--checkpoint ID] (a new run from a checkpoint), delete [--delete-output] (the flow; its "
+        "sink directory stays its owner's unless --delete-output removes it). --json prints JSON for scripts."
     )
 
     def add_arguments(self, parser):
@@ -75,6 +78,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--reset", action="store_true", help="offsets: read from source.start again")
         parser.add_argument("--checkpoint", type=int, help="restore: the checkpoint id (default: the newest)")
+        parser.add_argument(
+            "--delete-output",
+            action="store_true",
+            help="delete: remove the flow's sink directory too (else it is kept, and stays the owner's)",
+        )
 
     def handle(self, *args, action: str, name: str, **options):
         try:
@@ -112,6 +120,10 @@ class Command(BaseCommand):
     def _restart(self, flow, options) -> dict[str, Any]:
         run = flow_restart(flow=flow, only_failed=options["only_failed"])
         return {"flow": flow.name, "run": run.pk, "status": run.status, "only_failed": options["only_failed"]}
+
+    def _delete(self, flow, options) -> dict[str, Any]:
+        flow_delete(flow=flow, delete_output=options["delete_output"])
+        return {"flow": flow.name, "deleted": True, "output_deleted": options["delete_output"]}
 
     def _status(self, flow, options) -> dict[str, Any]:
         flow.refresh_from_db()

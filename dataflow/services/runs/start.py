@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dataflow.limits import SplitCeilingReached
 from dataflow.models import FlowRun
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.environment import flow_environment
@@ -51,10 +52,14 @@ def run_schema_resolve(values: dict[str, Any], *, owner) -> str:
 
 
 def run_prepare(run: FlowRun) -> None:
-    """Discovers the run's splits as it starts (inside the transaction that creates it)."""
-    enumerator_start(
-        source=source_for(run),
-        coordinator=coordinator_for(run),
-        store=DjangoRunStore(run),
-        parallelism=run.spec["parallelism"],
-    )
+    """Discovers the run's splits as it starts (inside the transaction that creates it).
+    ConfigError on ``source`` if it finds more than the flow may have."""
+    try:
+        enumerator_start(
+            source=source_for(run),
+            coordinator=coordinator_for(run),
+            store=DjangoRunStore(run),
+            parallelism=run.spec["parallelism"],
+        )
+    except SplitCeilingReached as exc:
+        raise ConfigError("source", str(exc)) from None

@@ -4,6 +4,7 @@ split is read (or its stop rule is met)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from django.conf import settings
@@ -11,6 +12,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from dataflow.limits import SplitCeilingReached
 from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.metrics import metrics_sample
@@ -25,6 +27,8 @@ from source_support.api import Source
 from source_support.coordination import Mark, RedisRunCoordinator
 from source_support.registry import source_is_unbounded
 from source_support.runtime import TickResult, enumerator_tick
+
+log = logging.getLogger("dataflow.services.runs")
 
 #: How long a tick may go on serving requests that keep arriving: a queued (Celery) tick,
 #: and one run inline by a reader that asked for splits.
@@ -183,14 +187,21 @@ def _empty_source_message(run: FlowRun) -> str:
 
 
 def _enumerate(run: FlowRun, source: Source, *, budget_s: float) -> TickResult | None:
-    return enumerator_tick(
-        source=source,
-        coordinator=coordinator_for(run),
-        store=DjangoRunStore(run),
-        parallelism=run.spec["parallelism"],
-        atomic=transaction.atomic,
-        budget_s=budget_s,
-    )
+    """One ``enumerator_tick``; a source past its flow's split ceiling fails the run (the
+    pass that found too many is rolled back) and returns None."""
+    try:
+        return enumerator_tick(
+            source=source,
+            coordinator=coordinator_for(run),
+            store=DjangoRunStore(run),
+            parallelism=run.spec["parallelism"],
+            atomic=transaction.atomic,
+            budget_s=budget_s,
+        )
+    except SplitCeilingReached as exc:
+        log.warning("run %s: %s", run.pk, exc)
+        run_finish(run=run, status=RunStatus.FAILED, message=str(exc))
+        return None
 
 
 def serve_split_requests(run: FlowRun, source: Source) -> None:

@@ -168,6 +168,9 @@ def test_status_of_a_flow_never_run(api, flow):
         "run": None,
         "splits": [],
         "splits_listed": 0,
+        "splits_by_state": {},
+        "splits_page": 1,
+        "splits_pages": 0,
         "last_error": None,
     }
 

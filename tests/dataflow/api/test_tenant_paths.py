@@ -182,3 +182,59 @@ def test_alice_cannot_read_bobs_output_as_an_avro_writer_schema(dirs, alice, bob
     result.write_text('{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}')
     reason = refused(api.post("/api/flows/", doc, format="json"), "format.writer_schema")
     assert "another user's flow" in reason
+
+
+# Issue 25, 2.7: a deleted flow's output kept in place stays its owner's.
+
+
+def _delete(api, name: str, query: str = ""):
+    response = api.delete(f"/api/flows/{name}/{query}")
+    assert response.status_code == 204, response.content
+    assert not DataFlow.objects.filter(name=name).exists()
+
+
+def test_a_deleted_flows_output_stays_its_owners(dirs, alice, bob, bobs_flow, alices_input):
+    alice_api, bob_api = client_of(alice), client_of(bob)
+    _delete(bob_api, "bob-flow")
+
+    assert (dirs.out / "bob-flow" / "part-0.csv").exists()  # kept, as bob asked nothing else
+    read = alice_api.post(
+        "/api/flows/",
+        body("alice-read", str(dirs.out / "bob-flow" / "*.csv"), str(dirs.out / "alice-read")),
+        format="json",
+    )
+    assert "another user's flow" in refused(read, "source.path")
+    write = alice_api.post(
+        "/api/flows/", body("alice-write", alices_input, str(dirs.out / "bob-flow")), format="json"
+    )
+    assert "another user's flow" in refused(write, "sink.path")
+    # Bob still may: the output is his.
+    again = bob_api.post(
+        "/api/flows/",
+        body("bob-again", str(dirs.out / "bob-flow" / "*.csv"), str(dirs.out / "bob-again")),
+        format="json",
+    )
+    assert again.status_code == 201, again.content
+
+
+def test_a_flow_deleted_with_its_output_leaves_the_path_free(dirs, alice, bob, bobs_flow, alices_input):
+    (dirs.out / ".bob-flow.previous-x-1").mkdir()  # what an attempt left beside the sink
+
+    _delete(client_of(bob), "bob-flow", "?delete_output=true")
+
+    assert not (dirs.out / "bob-flow").exists()
+    assert not (dirs.out / ".bob-flow.previous-x-1").exists()
+    assert (dirs.data / "bob" / "b.csv").exists()  # the source is not the output
+    response = client_of(alice).post(
+        "/api/flows/", body("alice-write", alices_input, str(dirs.out / "bob-flow")), format="json"
+    )
+    assert response.status_code == 201, response.content
+
+
+def test_delete_output_is_refused_for_a_sink_that_is_no_directory(dirs, bob, bobs_flow):
+    DataFlow.objects.filter(pk=bobs_flow.pk).update(sink_config={"path": "s3://bucket/out"})
+
+    response = client_of(bob).delete("/api/flows/bob-flow/?delete_output=true")
+
+    assert "only such an output can be deleted" in refused(response, "delete_output")
+    assert DataFlow.objects.filter(name="bob-flow").exists()  # nothing deleted

@@ -6,6 +6,8 @@ import re
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dataflow.models import FlowStatus, SplitStatus
@@ -17,6 +19,7 @@ from tests.factories import (
     SplitFactory,
     UserFactory,
     dashboard_flow,
+    splits_bulk,
 )
 
 pytestmark = pytest.mark.django_db
@@ -285,3 +288,21 @@ def test_favicon_is_served_so_no_page_logs_a_404(client):
     assert b"".join(response.streaming_content)[:4] == b"\0\0\1\0"  # an ICO file's header
     assert '<link rel="icon" href="/favicon.ico">' in client.get("/login/").content.decode()
     assert '<link rel="icon" href="/favicon.ico">' in client.get("/admin/login/").content.decode()
+
+
+def test_flow_page_makes_as_many_queries_for_3000_splits_as_for_10(
+    client, owner, django_assert_max_num_queries
+):
+    # Issue 25, 2.2: a page's cost must not grow with the run's splits.
+    run = FlowRunFactory(flow=DataFlowFactory(name="ada-wide", owner=owner), running=True)
+    splits_bulk(run, 10)
+    with CaptureQueriesContext(connection) as few:
+        assert client.get("/flows/ada-wide/live.json").status_code == 200
+    splits_bulk(run, 2_990, start=10)
+
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        data = client.get("/flows/ada-wide/live.json").json()
+    with django_assert_max_num_queries(len(few.captured_queries) + 2):  # the page: its session and user
+        assert client.get("/flows/ada-wide/").status_code == 200
+
+    assert len(data["splits"]) == 200 and data["splits_by_state"] == {"assigned": 3_000}

@@ -10,10 +10,11 @@ import time
 import pytest
 
 from dataflow.celery import app as celery_app
-from dataflow.models import FlowRun
+from dataflow.models import FlowRun, PendingSplit, Split, UserLimits
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_start
 from dataflow.services.runs.tick import run_tick
+from source_support.errors import ConfigError
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.factories import DataFlowFactory, UserFactory
 from tests.helpers import write_csv
@@ -96,3 +97,75 @@ def test_a_run_with_a_live_reader_is_not_said_to_stall(transactional_db, dirs, s
     for name, shown in views.items():
         assert "no reader has run" not in shown, f"{name}: {shown[-2000:]}"
     celery_app.control.purge()
+
+
+# Issue 25, 2.2: a flow's split count has a ceiling, per user.
+
+
+def _files_flow(dirs, name: str, files: int, *, watch: bool = False, **fields):
+    """A flow over ``files`` small CSV files of its own, each a split (open_cost_kb 0);
+    ``watch``: it lists its directory again every 100 ms for new files."""
+    folder = dirs.data / name
+    folder.mkdir()
+    _add_files(folder, range(files))
+    source = {"type": "files", "path": str(folder), "open_cost_kb": 0}
+    if watch:
+        source.update(watch=True, discovery_interval_ms=100, settle_ms=0)
+    return DataFlowFactory(name=name, source=source, **fields)
+
+
+def _add_files(folder, numbers) -> None:
+    for i in numbers:
+        write_csv(folder / f"part-{i}.csv", range(3))
+
+
+def test_a_source_past_the_split_ceiling_at_start_fails_its_run_naming_the_limit(
+    transactional_db, dirs, settings
+):
+    settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
+    flow = _files_flow(dirs, "too-many", 8)
+
+    with pytest.raises(ConfigError) as refused:
+        flow_start(flow=flow)
+
+    assert refused.value.field == "source"
+    assert refused.value.reason.startswith(
+        "the source has more than 5 splits (8 found so far), the most one flow may have "
+        "(DATAFLOW_MAX_SPLITS_PER_FLOW); discovery stopped"
+    ), refused.value.reason
+    run = flow.runs.get()  # recorded, as a run that could not start
+    assert run.status == "failed" and "DATAFLOW_MAX_SPLITS_PER_FLOW" in run.message
+    assert not Split.objects.exists() and not PendingSplit.objects.exists()
+
+
+def test_splits_discovered_past_the_ceiling_fail_the_run_at_the_tick(transactional_db, dirs, settings):
+    settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
+    flow = _files_flow(dirs, "growing", 3, watch=True)
+    run = flow_start(flow=flow)
+    _add_files(dirs.data / "growing", range(3, 7))
+    time.sleep(0.2)  # the next listing is due (discovery_interval_ms)
+
+    run_tick(run_id=run.pk)
+    celery_app.control.purge()  # the readers' tasks must not run in a later test's worker
+
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.message.startswith("the source has more than 5 splits (7 found so far)"), run.message
+    assert run.backlog.count() + run.splits.count() == 3  # the pass that found too many was rolled back
+
+
+def test_a_users_own_split_ceiling_overrides_the_sites(transactional_db, dirs, settings):
+    settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
+    roomy, tight = UserFactory(username="roomy"), UserFactory(username="tight")
+    UserLimits.objects.create(user=roomy, max_splits_per_flow=8)
+    UserLimits.objects.create(user=tight, max_splits_per_flow=2)
+
+    allowed = flow_start(flow=_files_flow(dirs, "roomy-flow", 8, owner=roomy))
+    celery_app.control.purge()
+    with pytest.raises(ConfigError) as refused:
+        flow_start(flow=_files_flow(dirs, "tight-flow", 3, owner=tight))
+
+    assert allowed.status == "reading", allowed.message
+    assert allowed.backlog.count() == 8
+    assert "more than 2 splits (3 found so far)" in refused.value.reason
+    assert "(max_splits_per_flow of user tight)" in refused.value.reason
