@@ -307,8 +307,18 @@ DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = float(
     os.environ.get("DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS", "86400")
 )
 # A site-wide ceiling on the rows one transform (a stream's epoch) may write; it also bounds
-# flows that set no [transform] max_output_rows. 0: no ceiling.
-DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS", "0"))
+# flows that set no [transform] max_output_rows (0: none). A transform stops writing at one row
+# past it and fails its run. 100 million rows: a hundred times the largest runs the benches
+# and docs make (1 million rows), about 10 GB at 100 bytes a row; a 10^9-row transform of an
+# ordinary user filled staging at 130 MB a minute for its whole hour when this had no default.
+DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS", "100000000"))
+# The most bytes one transform attempt may write into its sink's staging directory (a
+# directory sink on this server), watched while it writes: past it the attempt's Spark jobs
+# are cancelled and the run fails (0: no bound). 20 GiB: twice the rows' ceiling above at
+# 100 bytes a row, so the row bound is met first by ordinary rows.
+DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = int(
+    os.environ.get("DATAFLOW_TRANSFORM_MAX_STAGING_BYTES", str(20 * 1024**3))
+)
 # The most splits one run of a flow may have (a UserLimits row may set another for one
 # user). Every split is a row its run's ticks, status pages and checkpoints handle: a stream
 # flow over 10,000 streams took a status page 77 s before it was paged. The files source cuts

@@ -183,6 +183,9 @@ class SinkConnector:
     write_landed: SinkWriteLanded | None = None
     #: Whether ``write_landed`` can write a config's output (e.g. no ``partition_by``).
     takes_landed: Callable[[dict[str, Any]], bool] = _takes_no_landed
+    #: The bytes a bounded write (``write``) with ``attempt_key`` holds in its staging so
+    #: far, for a config; None where it cannot tell (the service then bounds only rows).
+    staging_bytes: Callable[[dict[str, Any], str], int | None] | None = None
 
     @property
     def options(self) -> tuple[Option, ...]:

@@ -165,6 +165,26 @@ def _store(config: dict[str, Any], env: Environment) -> tuple[S3Client, S3Place]
     return open_place(place, aws_target(typed, env)), place
 
 
+def staging_directory(target: Path, attempt_key: str) -> Path:
+    """Where the bounded write ``attempt_key`` stages the sink ``target`` (``commit_directory``)."""
+    return target.with_name(f".{target.name}.staging-{attempt_key}")
+
+
+def _staging_bytes(config: dict[str, Any], attempt_key: str) -> int | None:
+    """The bytes of the files the write ``attempt_key`` has staged so far (Spark's task
+    files included, as they grow); None for an ``s3://`` sink, whose staging is objects."""
+    if is_s3_path(config["path"]):
+        return None
+    total = 0
+    for folder, _, names in os.walk(staging_directory(Path(config["path"]), attempt_key)):
+        for name in names:
+            try:
+                total += os.stat(os.path.join(folder, name), follow_symlinks=False).st_size
+            except FileNotFoundError:
+                continue  # a task file renamed as it committed: counted under its new name
+    return total
+
+
 def _writer(kind: str) -> SinkWrite:
     def write(
         df: DataFrame, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment
@@ -241,7 +261,7 @@ def commit_directory(
     if target.exists() and not target.is_dir():
         raise NotADirectoryError(f"the sink path {target} is a file, not a directory")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.staging-{attempt_key}")
+    staging = staging_directory(target, attempt_key)
     previous = target.with_name(f".{target.name}.previous-{attempt_key}")
     check()
     shutil.rmtree(staging, ignore_errors=True)
@@ -371,6 +391,7 @@ def _file_sink(kind: str, config: type[DirectorySinkConfig], description: str) -
         write=_writer(kind),
         append=_appender(kind),
         description=description,
+        staging_bytes=_staging_bytes,
     )
 
 

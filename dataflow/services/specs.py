@@ -254,6 +254,10 @@ class TransformLimits:
     timeout_s: float
     #: Rows it may write at most; 0: no bound.
     max_output_rows: int
+    #: What sets ``max_output_rows``: the flow's option or the site's ceiling.
+    max_output_rows_by: str = "transform.max_output_rows"
+    #: Bytes its sink's staging directory may hold at most; 0: no bound.
+    max_staging_bytes: int = 0
 
 
 def transform_limits(spec: dict[str, Any]) -> TransformLimits:
@@ -263,9 +267,15 @@ def transform_limits(spec: dict[str, Any]) -> TransformLimits:
     timeout_s = parse_duration_ms(options.get("timeout", TRANSFORM_FIELDS["timeout"][1])) / 1000
     timeout_s = min(timeout_s, settings.DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS)
     rows, ceiling = options.get("max_output_rows", 0), settings.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS
-    if ceiling:
-        rows = min(rows, ceiling) if rows else ceiling
-    return TransformLimits(timeout_s=timeout_s, max_output_rows=rows)
+    by = "transform.max_output_rows"
+    if ceiling and (not rows or ceiling < rows):
+        rows, by = ceiling, "DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS"
+    return TransformLimits(
+        timeout_s=timeout_s,
+        max_output_rows=rows,
+        max_output_rows_by=by,
+        max_staging_bytes=settings.DATAFLOW_TRANSFORM_MAX_STAGING_BYTES,
+    )
 
 
 def _validate_stop(table: dict[str, Any], *, unbounded: bool) -> dict[str, Any]:

@@ -17,8 +17,11 @@ A worker that leaves (SIGTERM, a warm shutdown) cancels the jobs of every attemp
 its process and gives their runs back at once (``transforms_give_back``), so another worker
 takes them up without waiting for the lease to lapse.
 
-``[transform] max_output_rows`` is checked on the rows the job wrote to its staging
-directory, before the publishing step: a result over the bound is never published and the
+``[transform] max_output_rows`` (or the site's ``DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS``) bounds
+the job while it writes: its result is limited to one row past the bound
+(``bounded_output``), and a job that wrote that row fails its run before the publishing
+step. A watch given its staging's size also cancels the job once the staging directory holds
+more than ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``. Either way nothing is published and the
 sink stays as it was.
 """
 
@@ -27,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import Enum
 
@@ -52,6 +55,7 @@ class CancelReason(Enum):
     SUPERSEDED = "a later transform attempt took over"
     LEASE_LOST = "its transform lease was lost"
     TIMEOUT = "timeout"
+    STAGING_FULL = "its staging directory is full"
     WORKER_LEAVING = "its worker is shutting down"
 
 
@@ -67,20 +71,45 @@ class OutputRowsExceeded(Exception):
     """The transform wrote more rows than ``[transform] max_output_rows`` allows."""
 
 
+def bounded_output(frame, limits: TransformLimits):
+    """``frame`` limited to one row past the run's bound (if it has one): a job over the
+    bound stops writing there, and ``check_output_rows`` then fails it."""
+    return frame.limit(limits.max_output_rows + 1) if limits.max_output_rows else frame
+
+
 def check_output_rows(limits: TransformLimits, rows: int, *, what: str = "the transform") -> None:
     """Raises ``OutputRowsExceeded`` when ``rows`` is over the run's bound (if it has one)."""
     if limits.max_output_rows and rows > limits.max_output_rows:
         raise OutputRowsExceeded(
-            f"{what} wrote {rows:,} rows, more than transform.max_output_rows = {limits.max_output_rows:,}; "
+            f"{what} wrote {rows:,} rows, more than {limits.max_output_rows_by} = {limits.max_output_rows:,}; "
             "nothing was published and the sink was left as it was"
         )
+
+
+class StagingFull(Exception):
+    """The transform's staging directory holds more than ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``."""
+
+
+def check_staging_bytes(limits: TransformLimits, size: int | None) -> None:
+    """Raises ``StagingFull`` when ``size`` (None: not measured) is over the site's bound."""
+    if limits.max_staging_bytes and size is not None and size > limits.max_staging_bytes:
+        raise StagingFull(staging_full_message(limits, size))
+
+
+def staging_full_message(limits: TransformLimits, size: int) -> str:
+    return (
+        f"the transform wrote {size:,} bytes into its staging directory, more than "
+        f"DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = {limits.max_staging_bytes:,}; it was stopped, "
+        "nothing was published and the sink was left as it was"
+    )
 
 
 class TransformWatch:
     """Watches one transform attempt (or one epoch of a stream) of a run from a thread of
     its own while ``watching`` runs, and cancels its Spark job group when the run no longer
     wants it. ``attempt``: the bounded transform's attempt number (None for a stream, whose
-    epochs are fenced otherwise); ``lease_lost``: set once another process took the lease."""
+    epochs are fenced otherwise); ``lease_lost``: set once another process took the lease;
+    ``staging_bytes``: what its sink's staging directory holds now (None: not measured)."""
 
     def __init__(
         self,
@@ -89,12 +118,15 @@ class TransformWatch:
         limits: TransformLimits,
         attempt: int | None = None,
         lease_lost: threading.Event | None = None,
+        staging_bytes: Callable[[], int | None] | None = None,
         interval_s: float = WATCH_INTERVAL_S,
     ) -> None:
         self.run_id = run_id
         self.limits = limits
         self.attempt = attempt
         self.lease_lost = lease_lost
+        self.staging_bytes = staging_bytes
+        self.staged_seen = 0
         self.interval_s = interval_s
         #: Why the jobs were cancelled; set before the first cancel, so the attempt's thread
         #: finds it once its job fails.
@@ -126,6 +158,8 @@ class TransformWatch:
         """What the run says about the cancel."""
         if self.reason == CancelReason.TIMEOUT:
             return f"transform exceeded [transform] timeout of {self.limits.timeout_s:g} s"
+        if self.reason == CancelReason.STAGING_FULL:
+            return "transform failed: " + staging_full_message(self.limits, self.staged_seen)
         return f"transform cancelled: {self.reason.value if self.reason else 'no reason'}"
 
     def _watch(self, group: JobGroup, stop: threading.Event, started: float) -> None:
@@ -168,6 +202,8 @@ class TransformWatch:
             return CancelReason.TIMEOUT
         if self.lease_lost is not None and self.lease_lost.is_set():
             return CancelReason.LEASE_LOST
+        if self._staging_full():
+            return CancelReason.STAGING_FULL
         try:
             close_old_connections()
             row = (
@@ -191,6 +227,19 @@ class TransformWatch:
             return CancelReason.PAUSED
         return None
 
+    def _staging_full(self) -> bool:
+        if self.staging_bytes is None or not self.limits.max_staging_bytes:
+            return False
+        try:
+            size = self.staging_bytes()
+        except OSError as exc:  # a file renamed under the walk: the next round sees it
+            log.debug("run %s: measuring the staging directory: %s", self.run_id, exc)
+            return False
+        if size is None:
+            return False
+        self.staged_seen = max(self.staged_seen, size)
+        return size > self.limits.max_staging_bytes
+
 
 class SinkRowsMismatch(RuntimeError):
     """The staged sink does not hold the rows the Spark job wrote."""
@@ -200,7 +249,7 @@ def transform_is_deterministic(exc: BaseException) -> bool:
     """Whether a retry from the same landed files would fail the same way."""
     if isinstance(exc, SinkRowsMismatch):
         return False
-    if isinstance(exc, OutputRowsExceeded):
+    if isinstance(exc, OutputRowsExceeded | StagingFull):
         return True
     return is_deterministic(exc)
 

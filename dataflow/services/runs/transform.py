@@ -27,7 +27,9 @@ from dataflow.services.transform_watch import (
     SinkRowsMismatch,
     TransformCancelled,
     TransformWatch,
+    bounded_output,
     check_output_rows,
+    check_staging_bytes,
     transform_is_deterministic,
     transforms_running_here,
     worker_leaving,
@@ -118,7 +120,11 @@ def transform(*, run_id: int) -> None:
             return
         run = FlowRun.objects.select_related("flow").get(pk=run.pk)
         watch = TransformWatch(
-            run_id=run.pk, limits=transform_limits(run.spec), attempt=attempt, lease_lost=held.lost
+            run_id=run.pk,
+            limits=transform_limits(run.spec),
+            attempt=attempt,
+            lease_lost=held.lost,
+            staging_bytes=_staging_meter(run, attempt),
         )
         try:
             with transforms_running_here():
@@ -138,6 +144,18 @@ def transform(*, run_id: int) -> None:
                 _transform_failed(run, attempt, exc)
     if worker_leaving():
         request_tick(run_id=run.pk)  # the lease is free: the next worker starts at once
+
+
+def _staging_meter(run: FlowRun, attempt: int) -> Callable[[], int | None] | None:
+    """What the attempt's sink holds in its staging so far, if the sink can tell."""
+    if is_replay(run):
+        return None
+    sink = SINKS[run.spec["sink_type"]]
+    measure = sink.staging_bytes
+    if measure is None:
+        return None
+    config, key = run.spec["sink_config"], f"{run_key(run)}-{attempt}"
+    return lambda: measure(config, key)
 
 
 def _transform_given_back(run: FlowRun, attempt: int) -> None:
@@ -236,7 +254,9 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: Tr
         else:
             frame = spark.createDataFrame([], run.schema_ddl)
         frame.createOrReplaceTempView("source")
-        result, job_rows_written = observe_rows(spark.sql(spec["transform_sql"]), "sink_rows")
+        # Stops writing one row past the run's bound; that row fails the run below.
+        result = bounded_output(spark.sql(spec["transform_sql"]), watch.limits)
+        result, job_rows_written = observe_rows(result, "sink_rows")
 
         def publish(staged_rows: int, swap) -> bool:
             job_rows = job_rows_written()
@@ -246,6 +266,8 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: Tr
                     "nothing was published"
                 )
             check_output_rows(watch.limits, staged_rows)
+            if watch.staging_bytes is not None:  # a write quicker than the watch's round
+                check_staging_bytes(watch.limits, watch.staging_bytes())
             return _publish(run, attempt, swap, rows=staged_rows, output=output)
 
         return output.write(result, publish)
@@ -272,9 +294,9 @@ def _publish(
 
 
 def _transform_cancelled(run: FlowRun, attempt: int, exc: TransformCancelled) -> None:
-    """A timeout fails the run; any other cancel was for a run that ended or an attempt that
-    is no longer the run's, which has nothing more to say."""
-    if exc.reason == CancelReason.TIMEOUT:
+    """A timeout or a full staging directory fails the run; any other cancel was for a run
+    that ended or an attempt that is no longer the run's, which has nothing more to say."""
+    if exc.reason in (CancelReason.TIMEOUT, CancelReason.STAGING_FULL):
         run_finish(run=run, status=RunStatus.FAILED, message=str(exc), attempt=attempt)
     else:
         log.info("run %s: transform attempt %s cancelled: %s", run.pk, attempt, exc.reason.value)

@@ -24,6 +24,7 @@ from dataflow.redis_client import get_redis
 from dataflow.services import transform_watch
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
+from dataflow.services.specs import transform_limits
 from dataflow.services.streams.epochs import StreamState
 from dataflow.services.transform_watch import transforms_give_back
 from dataflow.spark.session import get_spark, session_started, spark_kill
@@ -167,8 +168,45 @@ def test_the_sites_ceiling_bounds_a_flow_that_sets_no_max_output_rows(worker, di
         run = wait_for_run(flow_start(flow=flow), timeout=120)
 
     assert run.status == RunStatus.FAILED
-    assert "wrote 1,000 rows, more than transform.max_output_rows = 500" in run.message
+    assert "wrote 501 rows, more than DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = 500" in run.message
     assert not (dirs.out / "sink").exists()
+
+
+def test_a_transform_far_over_its_bound_stops_writing_one_row_past_it(worker, dirs):
+    # Issue 25, 2.6: the bound holds while the job writes, not after every row is written.
+    write_csv(dirs.data / "part-0.csv", range(10))
+    doc = _explode_spec(dirs, "runaway-output", max_output_rows=10)
+    doc["transform"]["sql"] = "SELECT id, explode(sequence(1, 1000)) AS k FROM source"  # 10,000 rows
+
+    run = run_flow(doc)
+
+    assert run.status == RunStatus.FAILED
+    assert run.message.startswith(
+        "transform failed: the transform wrote 11 rows, more than transform.max_output_rows = 10; "
+    ), run.message
+    assert not (dirs.out / "sink").exists()
+    assert sorted(p.name for p in dirs.out.iterdir()) == [], "no staging directory is left"
+
+
+def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run(worker, dirs, settings):
+    settings.DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = 100  # less than one Parquet file's footer
+    write_csv(dirs.data / "part-0.csv", range(10))
+
+    run = run_flow(_explode_spec(dirs, "staging-full"))
+
+    assert run.status == RunStatus.FAILED
+    assert "bytes into its staging directory, more than DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = 100" in (
+        run.message
+    ), run.message
+    assert run.transform_attempts == 1, "a staging over its bound is not retried"
+    assert sorted(p.name for p in dirs.out.iterdir()) == [], "nothing published, no staging left"
+
+
+def test_the_site_bounds_every_transforms_output_by_default():
+    from django.conf import settings as site  # noqa: PLC0415 - the shipped values, not a test's
+
+    assert transform_limits({}).max_output_rows == site.DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS == 100_000_000
+    assert transform_limits({}).max_staging_bytes == 20 * 1024**3
 
 
 def test_a_result_within_max_output_rows_is_published(worker, dirs):
