@@ -32,9 +32,8 @@ def user_limit(*, user_id: int | None, name: str) -> Limit:
     setting = LIMIT_SETTINGS[name]
     if user_id is not None:
         row = UserLimits.objects.filter(user_id=user_id).select_related("user").first()
-        value = None if row is None else getattr(row, name)
-        if value is not None:
-            return Limit(value, f"{name} of user {row.user.get_username()}")
+        if row is not None and getattr(row, name) is not None:
+            return Limit(getattr(row, name), f"{name} of user {row.user.get_username()}")
     return Limit(getattr(settings, setting), setting)
 
 

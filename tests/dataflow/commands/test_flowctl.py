@@ -16,7 +16,7 @@ import tomllib
 import pytest
 from django.core.management import CommandError, call_command
 
-from dataflow.models import DataFlow, FlowRun, RunStatus, Split, SplitStatus
+from dataflow.models import DataFlow, FlowRun, RunStatus, SinkPathClaim, Split, SplitStatus
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.specs import flow_spec_of
 from tests.e2e.fleet import ROOT, fleet_env
@@ -282,3 +282,23 @@ def test_validate_exits_non_zero_on_an_invalid_file_only(dirs, tmp_path, flow):
     assert (ok.returncode, ok.stdout.strip()) == (0, f"OK: {good} (flow meters)"), ok.stderr
     assert refused.returncode == 1
     assert "sink.type" in refused.stderr and "excel" in refused.stderr
+
+
+def test_delete_keeps_the_output_as_the_owners_unless_told_to_delete_it(dirs):
+    # Issue 25, 2.7: the user chooses, as through the API and the admin.
+    owner = UserFactory(username="meg")
+    kept = DataFlowFactory(name="kept", owner=owner)
+    gone = DataFlowFactory(name="gone", owner=owner)
+    for flow in (kept, gone):
+        (dirs.out / flow.name).mkdir()
+        (dirs.out / flow.name / "part-0.csv").write_text("id\n1\n")
+
+    assert _json("delete", "kept") == {"flow": "kept", "deleted": True, "output_deleted": False}
+    assert _json("delete", "gone", "--delete-output")["output_deleted"] is True
+
+    assert (dirs.out / "kept" / "part-0.csv").exists()
+    assert not (dirs.out / "gone").exists()
+    assert list(SinkPathClaim.objects.values_list("path", "owner__username", "flow_name")) == [
+        (str((dirs.out / "kept").resolve()), "meg", "kept")
+    ]
+    assert not DataFlow.objects.filter(name__in=["kept", "gone"]).exists()
