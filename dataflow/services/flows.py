@@ -411,12 +411,14 @@ def flow_delete(*, flow: DataFlow, delete_output: bool = False) -> None:
             f"the {flow.sink_type} sink of flow {flow.name!r} is not a directory of this server; "
             "only such an output can be deleted with its flow",
         )
+    if delete_output:  # refused before anything is deleted if it left the allowed roots
+        environment().check_destructive_target(Path(flow.sink_config["path"]))
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
     with transaction.atomic():
         flow_ticks_remove(flow=flow)
         schedule_remove(flow=flow)
-        if sink_dir is not None and not delete_output:
+        if sink_dir is not None and sink_dir.exists() and not delete_output:
             sink_path_claim(owner=flow.owner, path=sink_dir, flow_name=flow.name)
         flow.delete()
     for run in runs:
