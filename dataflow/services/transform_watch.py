@@ -18,9 +18,10 @@ its process and gives their runs back at once (``transforms_give_back``), so ano
 takes them up without waiting for the lease to lapse.
 
 ``[transform] max_output_rows`` (or the site's ``DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS``) bounds
-the job while it writes: its result is limited to one row past the bound
+a bounded run's job while it writes: its result is limited to one row past the bound
 (``bounded_output``), and a job that wrote that row fails its run before the publishing
-step. A watch given its staging's size also cancels the job once the staging directory holds
+step. A stream's epoch is checked on the rows it staged (a limit would add a shuffle to
+every epoch, and an epoch reads one trigger's landed batches). A watch given its staging's size also cancels the job once the staging directory holds
 more than ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``. Either way nothing is published and the
 sink stays as it was.
 """

@@ -244,7 +244,7 @@ def _conf() -> dict[str, str]:
         "spark.sql.variable.substitute": "false",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.sources.partitionOverwriteMode": "static",
-        # A transform's result is limited to one row past its row bound (``bounded_output``):
+        # A bounded transform's result is limited to one row past its row bound (``bounded_output``):
         # an ORDER BY under so large a LIMIT must sort (spilling) rather than keep a top-K
         # heap of up to that many rows in memory.
         "spark.sql.execution.topKSortFallbackThreshold": "100000",
