@@ -153,3 +153,23 @@ def test_messages_discarded_while_no_reader_read_fail_a_split_that_skips_no_erro
     assert "messages 11 to 60" in lost.reason and "(50)" in lost.reason
     assert "set skip_errors to go on past lost messages" in lost.reason
     reader.close()
+
+
+def test_discarded_messages_of_a_stream_of_several_subjects_are_a_note_not_a_failure(env, stream):
+    stream.run(stream.js.delete_stream(stream.name))
+    stream.create(max_msgs=50)  # subjects a and b
+    stream.orders("a", range(10))
+    first = created(stream)
+    stream.orders("b", range(100, 200))  # sequences 11 to 110
+    stream.orders("a", range(10, 12))  # 111 and 112: the stream keeps 63 to 112
+
+    reader = reader_of(env, stream, fails_split=True)
+    reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 10, created=first)], [])
+    batches = fetch_until(reader, lambda b: 11 in rows(b))
+
+    assert not [bad for b in batches for bad in b.bad_records]
+    [note] = [b.note for b in batches if b.note]
+    assert f"messages 11 to 62 of stream {stream.name} were discarded" in note
+    assert f"those on {stream.subject('a')} among them are lost" in note
+    assert rows(batches) == [10, 11]
+    reader.close()
