@@ -92,11 +92,12 @@ def reader_of(
     return source.create_reader(RecordingReaderContext(fails_split=fails_split)).split_reader
 
 
-def fetch_until(reader, predicate, rounds: int = 50) -> list:
-    """Batches of ``reader`` until ``predicate(batches)`` holds (each fetch waits for data)."""
+def fetch_until(reader, predicate, rounds: int = 50, *, max_records: int = 100) -> list:
+    """Batches of ``reader`` until ``predicate(batches)`` holds (each fetch waits for data;
+    the consumer is asked for ``max_records`` at a time, so the rest stays on the server)."""
     batches: list = []
     for _ in range(rounds):
-        batches += reader.fetch(100, 0.2)
+        batches += reader.fetch(max_records, 0.2)
         if predicate(batches):
             return batches
     raise AssertionError(f"not reached after {rounds} fetches: {batches}")

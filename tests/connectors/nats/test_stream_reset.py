@@ -100,17 +100,6 @@ def test_a_server_restarted_on_fresh_storage_under_a_reading_split_fails_it(env,
         server.kill()
 
 
-def fetch_small(reader, predicate, rounds: int = 100) -> list:
-    """Batches of at most 5 messages (the consumer is asked for 5 at a time, so what the
-    reader has not asked for stays on the server) until ``predicate(batches)`` holds."""
-    batches: list = []
-    for _ in range(rounds):
-        batches += reader.fetch(5, 0.2)
-        if predicate(batches):
-            return batches
-    raise AssertionError(f"not reached after {rounds} fetches: {batches}")
-
-
 def test_messages_discarded_by_max_msgs_before_they_were_read_are_a_loss_at_their_range(env, stream):
     stream.run(stream.js.delete_stream(stream.name))
     stream.create(subjects=("a",), max_msgs=50)
@@ -119,10 +108,10 @@ def test_messages_discarded_by_max_msgs_before_they_were_read_are_a_loss_at_thei
     reader.handle_splits_changes(
         [SubjectSplit(stream.name, stream.subject("a"), 0, created=created(stream))], []
     )
-    batches = fetch_small(reader, lambda b: len(rows(b)) >= 10)
+    batches = fetch_until(reader, lambda b: len(rows(b)) >= 10, 100, max_records=5)
 
     stream.orders("a", range(100, 200))  # sequences 11 to 110: the stream keeps 61 to 110
-    batches += fetch_small(reader, lambda b: 199 in rows(b))
+    batches += fetch_until(reader, lambda b: 199 in rows(b), 100, max_records=5)
 
     [lost] = [bad for b in batches for bad in b.bad_records]
     read = rows(batches)
