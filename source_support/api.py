@@ -345,6 +345,12 @@ class Source(ABC, Generic[SplitT]):
         read again safely. The default reads it as it was."""
         return split
 
+    def missing_inputs(self, splits: Sequence[SplitT]) -> list[str]:
+        """Of ``splits`` (not read to their end), the inputs that no longer exist, each
+        named once (an object or file deleted since it was listed), so that a run that
+        fails on one names every other it would fail on; the default knows of none."""
+        return []
+
     def check_input(self) -> None:
         """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
         header without a schema column), raising ``ConfigError``; the default checks nothing."""

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import nats
 from nats.aio.client import Client
@@ -24,6 +25,8 @@ from source_support.options import mask_url_credentials
 T = TypeVar("T")
 URL_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 CONNECT_TIMEOUT_S = 5
+#: The port of a server URL that names none, by scheme.
+DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "ws": 80, "wss": 443}
 #: How long a call waits for the server before it fails (the client reconnects meanwhile).
 REQUEST_TIMEOUT_S = 10.0
 
@@ -80,6 +83,9 @@ class NatsClient:
         return self.nc.jetstream(timeout=REQUEST_TIMEOUT_S)  # pyright: ignore[reportUnknownMemberType]
 
     async def _connect(self) -> Client:
+        # nats-py's first connect, told to reconnect for ever, tries for ever: a server that
+        # is not there must fail the caller at once (a run that cannot start says why).
+        await _any_server_listens(self.servers)
         return await nats.connect(  # pyright: ignore[reportUnknownMemberType]
             servers=server_list(self.servers),
             connect_timeout=CONNECT_TIMEOUT_S,
@@ -100,6 +106,26 @@ class NatsClient:
             with contextlib.suppress(Exception):  # closing a connection that is gone
                 self.run(nc.close(), REQUEST_TIMEOUT_S)
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+async def _any_server_listens(servers: str) -> None:
+    """Returns once one of ``servers`` accepts a TCP connection (closed at once); raises
+    ``ConnectionError`` naming each, masked, with why it did not, otherwise."""
+    reasons: list[str] = []
+    for url in server_list(servers):
+        parsed = urlsplit(url)
+        host = parsed.hostname or ""
+        try:
+            port = parsed.port or DEFAULT_PORTS.get(parsed.scheme, 4222)
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
+        except (OSError, ValueError, TimeoutError) as exc:
+            reasons.append(f"{mask_url_credentials(url)}: {connection_reason(exc)}")
+            continue
+        writer.close()
+        return
+    if len(reasons) == 1:
+        raise ConnectionError(reasons[0].split(": ", 1)[1])
+    raise ConnectionError("; ".join(reasons))
 
 
 async def _quiet(exc: Exception) -> None:

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from connectors.nats.config import start_position
-from connectors.nats.connection import NatsClient
-from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_info
+from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
+from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_seen
 from connectors.nats.reader import STOP_PLACED
 from connectors.nats.split import SubjectSplit, subject_split_id
 from source_support.api import SourceEvent, SplitEnumeratorContext
@@ -49,7 +49,8 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
         allowed: Callable[[str], bool] = lambda subject: True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        # ``splits``: subject -> {"start": position, "stop": position | None, "owner"}
+        # ``splits``: subject -> {"start": position, "stop": position | None, "owner",
+        # "created": the stream's creation time when the split was found}
         super().__init__(
             context, discovery_interval_ms=discovery_interval_ms, stop=stop, state=state, clock=clock
         )
@@ -82,7 +83,13 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
         for split in splits:
             self.done.discard(split.subject)
             known = self.splits.setdefault(
-                split.subject, {"start": split.position, "stop": split.stop_position, "owner": None}
+                split.subject,
+                {
+                    "start": split.position,
+                    "stop": split.stop_position,
+                    "owner": None,
+                    "created": split.created,
+                },
             )
             known["owner"] = None
         self._rebalance()
@@ -127,10 +134,11 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
 
     def _discover(self) -> None:
         clock_ms = int(self.clock() * 1000)
-        info = self.client.run(stream_info(self.client.js, self.stream))
-        if info is None:
+        seen = self.client.run(stream_seen(self.client.nc, self.stream, REQUEST_TIMEOUT_S))
+        if seen is None:
             log.info("stream %s does not exist yet", self.stream)
             return
+        info = seen.info
         last_seq = info.state.last_seq
         listed = self.subjects if self.subjects is not None else list(info.config.subjects or [])
         filters = [s for s in listed if self.allowed(s)]
@@ -147,7 +155,13 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
             if self.stop_seq is not None and start >= self.stop_seq:
                 self.done.add(subject)
                 continue
-            self.splits[subject] = {"start": start, "stop": self.stop_seq, "owner": None}
+            # The stream's creation time: the split's checkpoint is of this stream only.
+            self.splits[subject] = {
+                "start": start,
+                "stop": self.stop_seq,
+                "owner": None,
+                "created": seen.created,
+            }
         self.discovered = True
         self.last_seq = last_seq
         self.last_discovery_clock_ms = clock_ms
@@ -173,4 +187,6 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
         stop_time = (
             self.stop.get("time_ms") if self.stop.get("kind") == "time" and known["stop"] is None else None
         )
-        return SubjectSplit(self.stream, subject, known["start"], known["stop"], stop_time)
+        return SubjectSplit(
+            self.stream, subject, known["start"], known["stop"], stop_time, known.get("created")
+        )

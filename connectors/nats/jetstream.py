@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, StreamInfo
 
@@ -32,6 +34,8 @@ TRANSIENT = (
     OSError,
 )
 _NAME_CHARS = re.compile(r"[^A-Za-z0-9_-]")
+#: The subject prefix of JetStream's API (no domain: the client's JetStream is made without one).
+API_PREFIX = "$JS.API"
 
 
 def consumer_name(flow: str, subject: str) -> str:
@@ -46,6 +50,35 @@ async def stream_info(js: JetStreamContext, stream: str) -> StreamInfo | None:
         return await js.stream_info(stream)
     except nats.js.errors.NotFoundError:
         return None
+
+
+@dataclass(frozen=True)
+class StreamSeen:
+    """A stream as one look saw it: its config and state, and when it was created (which
+    tells one stream of a name from the next: nats-py's ``StreamInfo`` drops it)."""
+
+    info: StreamInfo
+    created: str
+
+    @property
+    def first_seq(self) -> int:
+        return self.info.state.first_seq
+
+    @property
+    def last_seq(self) -> int:
+        return self.info.state.last_seq
+
+
+async def stream_seen(nc: Client, stream: str, timeout_s: float) -> StreamSeen | None:
+    """The stream's info and creation time; None if there is no such stream."""
+    reply = await nc.request(f"{API_PREFIX}.STREAM.INFO.{stream}", b"", timeout=timeout_s)
+    data = json.loads(reply.data)
+    error = data.get("error")
+    if error is not None:
+        if error.get("code") == 404:
+            return None
+        nats.js.errors.APIError.from_error(error)  # raises the error's class
+    return StreamSeen(StreamInfo.from_response(data), str(data.get("created", "")))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import nats.js.errors
 import numpy as np
@@ -18,8 +18,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from connectors.nats.checks import Discarded, discarded, reset_failure, reset_reason
 from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient, connection_reason, mask_servers
-from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer
+from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer, stream_seen
 from connectors.nats.puller import Puller
 from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
@@ -55,6 +56,12 @@ class HeldSplit:
     next_check: float = 0.0
     #: The ack subject of the last message of each batch not yet acknowledged.
     acks: dict[int, str] = field(default_factory=dict[int, str])
+    #: The stream sequence up to which the consumer is known to have delivered every
+    #: message of the filter (it looked past the position and found no more).
+    scanned: int = 0
+    #: Messages discarded before they were read, found as the consumer was set up: said
+    #: with the split's next batch.
+    discarded: Discarded | None = None
 
 
 class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
@@ -103,7 +110,7 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         for state in self.held.values():
             split = state.split
             if split.stop_position is None or split.stop_position > seq:
-                state.split = SubjectSplit(split.stream, split.subject, split.position, seq, None)
+                state.split = replace(split, stop_position=seq, stop_time_ms=None)
                 state.next_check = 0.0
 
     def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
@@ -125,6 +132,8 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
             state = self.held.get(split_id)
             if state is None:
                 continue
+            if state.discarded is not None:
+                batches.append(self._lost(state, state.discarded))
             batch = self._batch(state, messages) if messages else self._check(state)
             if batch is not None:
                 batches.append(batch)
@@ -188,9 +197,21 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         }
 
     async def _set_up(self, nc: Client, js: JetStreamContext, state: HeldSplit, batch: int) -> None:
+        """Sets the split's consumer up at its position, once the stream is known to be
+        the one its checkpoint belongs to (else the split fails), noting the messages
+        after the position the stream discarded before they were read."""
         split = state.split
         name = consumer_name(self.flow, split.subject)
         try:
+            seen = await stream_seen(nc, split.stream, REQUEST_TIMEOUT_S)
+            if seen is None:
+                raise nats.js.errors.NotFoundError
+            why = reset_reason(split, seen)
+            if why:
+                raise SplitFailed(reset_failure(split, seen, why), split_id=split.split_id)
+            if split.created is None:  # stored before splits kept it: this stream from now on
+                split = state.split = replace(split, created=seen.created)
+            state.discarded = discarded(split, state.scanned, seen)
             consumer = await consumer_after(js, split.stream, name, split.subject, split.position)
             puller = Puller(nc, split.stream, name, batch=batch, wait_s=PULL_WAIT_S)
             await puller.start()
@@ -238,13 +259,15 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
             self._release(state)
             return None
         state.next_delivery = int(got.deliveries[-1]) + 1
+        lost = self._discarded_before(state, int(got.seqs[0]))
+        split = state.split
         finished = False
         if split.stop_time_ms is not None:
             late = np.flatnonzero(got.ts_ns // 1_000_000 > split.stop_time_ms)
             if len(late):
                 stop = int(got.seqs[late[0]]) - 1
                 self.send_event(SourceEvent(STOP_PLACED, {"seq": stop}))
-                split = state.split = SubjectSplit(split.stream, split.subject, split.position, stop, None)
+                split = state.split = replace(split, stop_position=stop, stop_time_ms=None)
         if split.stop_position is not None and got.seqs[-1] >= split.stop_position:
             got = got.head(int(np.searchsorted(got.seqs, split.stop_position, side="right")))
             finished = True
@@ -252,13 +275,17 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         if finished and split.stop_position is not None:
             end = max(split.stop_position, split.position)
         records, bad = self._records(got)
+        note = ""
+        if lost is not None:
+            said, note = self._said(state, lost)
+            bad = said + bad
         if len(got):
             state.acks[int(got.seqs[-1])] = got.messages[-1].reply
         state.split = split.at(end)
         if finished:
             self._move_to_finished(state)
         return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
+            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished, note
         )
 
     def _records(self, got: Deliveries) -> tuple[pa.Table, list[BadRecord]]:
@@ -282,8 +309,6 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         and delivered nothing this reader has not taken (whatever comes later is past the
         stop)."""
         split = state.split
-        if split.stop_position is None and split.stop_time_ms is None:
-            return None
         now = time.monotonic()
         if state.next_check > now or state.puller is None:
             return None
@@ -292,17 +317,74 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         name = consumer_name(self.flow, split.subject)
         try:
             info = client.run(client.js.consumer_info(split.stream, name))
+            seen = client.run(stream_seen(client.nc, split.stream, REQUEST_TIMEOUT_S))
+        except nats.js.errors.NotFoundError:
+            # The consumer (or its stream) is gone, say with a server that restarted on
+            # fresh storage: set up again, which checks the stream first.
+            log.info("split %s: its consumer is gone; it is set up again", split.split_id)
+            self._release(state)
+            return None
         except (*TRANSIENT, nats.js.errors.Error):
             return None
+        if seen is None:
+            self._release(state)
+            return None
+        lost = discarded(split, state.scanned, seen)
+        if lost is not None:
+            return self._lost(state, lost)
         delivered = info.delivered.consumer_seq if info.delivered else 0
         if info.num_pending or delivered >= state.next_delivery:
             return None  # messages wait on the server, or are on their way to this reader
+        if info.delivered is not None:
+            # Nothing was discarded past what the split read (the stream's first message is
+            # after that, looked at after the consumer), so the consumer went past the
+            # position only over other subjects' messages.
+            state.scanned = max(state.scanned, info.delivered.stream_seq)
+        if split.stop_position is None and split.stop_time_ms is None:
+            return None
         if split.stop_position is None:
             stop_ms = split.stop_time_ms or 0
             if self.clock() * 1000 <= stop_ms:
                 return None
             return self._finish(state)
         return self._finish(state, split.stop_position)
+
+    def _discarded_before(self, state: HeldSplit, first_seq: int) -> Discarded | None:
+        """Messages between the split's position and ``first_seq``, the first one its
+        consumer delivered, that the stream discarded before they were read (the stream is
+        asked only when the consumer went past the next sequence)."""
+        split = state.split
+        if first_seq <= max(split.position, state.scanned) + 1 or not split.position:
+            return None
+        client = self.client
+        try:
+            seen = client.run(stream_seen(client.nc, split.stream, REQUEST_TIMEOUT_S))
+        except (*TRANSIENT, nats.js.errors.Error):
+            return None  # cannot tell now; a gap after this batch is looked at again
+        lost = None if seen is None else discarded(split, state.scanned, seen)
+        return None if lost is None else replace(lost, last=min(lost.last, first_seq - 1))
+
+    def _lost(self, state: HeldSplit, lost: Discarded) -> RecordBatch:
+        """A batch of no records that moves the split past messages the stream discarded
+        before they were read (``_said``)."""
+        state.discarded = None
+        split = state.split
+        state.split = split.at(max(split.position, lost.last))
+        bad, note = self._said(state, lost)
+        return RecordBatch(split.split_id, split.offset, state.split.offset, self._empty(), bad, note=note)
+
+    def _said(self, state: HeldSplit, lost: Discarded) -> tuple[list[BadRecord], str]:
+        """How a loss is told: messages that were the split's (its filter is the stream's
+        only subject) are a bad record at the first of them, so the split fails unless the
+        flow skips errors (then a dead letter); where other subjects' messages were among
+        them, a note on the split and the run (whether any was the split's is not known)."""
+        reason = lost.describe(state.split)
+        log.warning("split %s: %s", state.split.split_id, reason)
+        if not lost.certain:
+            return [], reason
+        if self.first_bad_record_only():
+            reason += "; set skip_errors to go on past lost messages"
+        return [BadRecord(lost.first, "", reason)], ""
 
     def _finish(self, state: HeldSplit, end: int | None = None) -> RecordBatch:
         batch = self._end_batch(state.split, end)

@@ -17,13 +17,19 @@ from source_support.streams.split import PositionedSplit
 class SubjectSplit(PositionedSplit):
     """The messages of ``stream`` on ``subject`` (a filter) after ``position``, up to
     ``stop_position`` if set. ``stop_time_ms``: a ``[stop] at`` time not yet placed on a
-    sequence (the first message after it places it, for every split)."""
+    sequence (the first message after it places it, for every split).
+
+    ``created``: when the stream the split reads was created (JetStream's ``created``), so
+    that a checkpoint is never applied to another stream of the same name (deleted and
+    created again, or lost with its server's storage), whose sequences start over; None
+    for a split stored before it was kept (its reader learns it at its first look)."""
 
     stream: str
     subject: str
     position: int
     stop_position: int | None = None
     stop_time_ms: int | None = None
+    created: str | None = None
 
     @property
     def split_id(self) -> str:
@@ -48,6 +54,8 @@ class SubjectSplitSerializer(SplitSerializer[SubjectSplit]):
         }
         if split.stop_time_ms is not None:
             data["stop_time_ms"] = split.stop_time_ms
+        if split.created is not None:
+            data["created"] = split.created
         return data
 
     def deserialize(self, data: dict[str, Any]) -> SubjectSplit:
@@ -57,4 +65,5 @@ class SubjectSplitSerializer(SplitSerializer[SubjectSplit]):
             data["position"],
             data.get("stop_position"),
             data.get("stop_time_ms"),
+            data.get("created"),
         )

@@ -46,6 +46,8 @@ BACKOFF_S = 0.2
 MAX_BACKOFF_S = 2.0
 #: Errors of a GET's answer that say the server is away or overloaded (tried again).
 RETRIED_CODES = frozenset({"500", "502", "503", "504", "InternalError", "ServiceUnavailable", "SlowDown"})
+#: Errors that say the object is not there (a HEAD's 404 has no code of its own).
+MISSING_CODES = frozenset({"NoSuchKey", "404"})
 #: What reading a GET's body raises when the connection breaks.
 STREAM_ERRORS: tuple[type[BaseException], ...] = (
     botocore.exceptions.BotoCoreError,
@@ -178,10 +180,8 @@ class S3ObjectRaw(io.RawIOBase):
             answer = self.client.get_object(**arguments)
         except botocore.exceptions.ClientError as exc:
             code = error_code(exc)
-            if code in ("NoSuchKey", "404"):
-                raise FileNotFoundError(
-                    f"{self.url}: the object was deleted after it was discovered"
-                ) from None
+            if code in MISSING_CODES:
+                raise FileNotFoundError(self._deleted()) from None
             if code in ("PreconditionFailed", "412"):
                 raise ObjectChanged(self._change()) from None
             if code in ("InvalidRange", "416"):
@@ -211,8 +211,16 @@ class S3ObjectRaw(io.RawIOBase):
 
     def _size(self) -> int:
         if self.size is None:
-            self.size = self.client.head_object(Bucket=self.bucket, Key=self.key)["ContentLength"]
+            try:
+                self.size = self.client.head_object(Bucket=self.bucket, Key=self.key)["ContentLength"]
+            except botocore.exceptions.ClientError as exc:
+                if error_code(exc) in MISSING_CODES:
+                    raise FileNotFoundError(self._deleted()) from None
+                raise
         return self.size
+
+    def _deleted(self) -> str:
+        return f"{self.url}: the object was deleted after it was discovered"
 
     def _drop_body(self) -> None:
         if self.body is not None:

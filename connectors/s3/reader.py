@@ -30,7 +30,9 @@ class S3SplitReader(FileSplitReader):
     The server gone for longer than an object's own retries (``ObjectUnavailable``):
     the split's open object is dropped and nothing is returned now; the next ``fetch``
     opens it again at the split's position, the last one handed out, so no record is
-    lost or read twice. An object rewritten under its key fails its split."""
+    lost or read twice. An object rewritten under its key, or deleted once it was opened,
+    fails its split at once (one deleted before it was opened is a bad record, as a
+    deleted file is)."""
 
     def __init__(
         self, fmt: RecordFormat, client: Callable[[], S3Client], *, first_bad_record_only: bool = False
@@ -53,7 +55,8 @@ class S3SplitReader(FileSplitReader):
         split_id = next(iter(self.splits), "")
         try:
             return super().fetch(max_records, timeout_s)
-        except ObjectChanged as exc:
+        except (ObjectChanged, FileNotFoundError) as exc:
+            # Deleted while read (a 404 is not transient: never tried again), or rewritten.
             self.close_split(split_id)
             raise SplitFailed(str(exc), split_id=split_id) from None
         except ObjectUnavailable as exc:

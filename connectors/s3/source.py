@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors.aws.config import aws_target
@@ -15,7 +15,7 @@ from connectors.files.source import FileSource
 from connectors.files.split import WHOLE_FILE, FileSplit
 from connectors.s3.config import S3SourceConfig, key_regex
 from connectors.s3.enumerator import Listing, S3Enumerator
-from connectors.s3.objects import object_url, open_object, parse_object_url
+from connectors.s3.objects import MISSING_CODES, object_url, open_object, parse_object_url
 from connectors.s3.reader import S3SplitReader
 from connectors.s3.split import S3Split, S3SplitSerializer
 from source_support.api import Boundedness, SourceReaderContext, SplitEnumeratorContext
@@ -165,6 +165,19 @@ class S3Source(FileSource):
         if code:
             return "source.bucket", reason
         return target.field, f"{target.shown_endpoint}: {reason}"
+
+    def missing_inputs(self, splits: Sequence[FileSplit]) -> list[str]:
+        """The objects of ``splits`` that are gone (a HEAD answered 404), each once; one
+        the server does not answer for is not called missing."""
+        missing: list[str] = []
+        for path in dict.fromkeys(split.path for split in splits):
+            bucket, key = parse_object_url(path)
+            try:
+                self.client.head_object(Bucket=bucket, Key=key)
+            except AWS_ERRORS as exc:
+                if error_code(exc) in MISSING_CODES:
+                    missing.append(path)
+        return missing
 
     def split_to_retry(self, split: FileSplit) -> FileSplit:
         """The split over the object as it is now: a whole object (gzip, or one range over

@@ -48,7 +48,7 @@ log = logging.getLogger("dataflow.spark")
 
 _lock = threading.Lock()
 _session = None
-#: JVM options of this process's driver besides Spark's (see ``warm_up_before_django``).
+#: JVM options of this process's driver besides Spark's (see ``warm_up_for_runflow``).
 _driver_java_options = ""
 _session_key = None
 _pid = None
@@ -130,10 +130,10 @@ def warm_up() -> threading.Thread:
     return thread
 
 
-def warm_up_before_django() -> threading.Thread | None:
-    """``warm_up`` for ``manage.py runflow``, called before Django's set-up so that the JVM's
-    start overlaps it too (about a second). Reads the settings in this thread first, so no
-    two threads configure them at once. None (nothing started) with Spark Connect.
+def warm_up_for_runflow() -> threading.Thread | None:
+    """``warm_up`` for ``manage.py runflow``, once its run has started (its source checked:
+    a run that cannot start never waits for a JVM). None (nothing started) with Spark
+    Connect.
 
     The driver of this one-shot process also gets ``DATAFLOW_RUNFLOW_JAVA_OPTIONS`` (by
     default C1 compilation only: on 2 cores C2's compiler threads took the CPU that the JVM's

@@ -3,7 +3,7 @@ import os
 import signal
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import psutil
 from celery.bootsteps import RUN  # pyright: ignore[reportAttributeAccessIssue] - not in celery-types
@@ -25,7 +25,7 @@ from dataflow.services.flows import flow_resume, flow_start, flow_stop
 from dataflow.services.queues import runflow_claim, runflow_release
 from dataflow.services.runs.landed import flow_needs_spark
 from dataflow.services.runs.tick import flow_tick, request_tick, run_is_unbounded
-from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up
+from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up_for_runflow
 from source_support.errors import ConfigError
 
 #: How long runflow rides out a database it cannot reach before it gives up.
@@ -70,32 +70,35 @@ class Command(BaseCommand):
             sink_type=flow.sink_type,
             sink_config=flow.sink_config,
         )
-        if needs_spark:
-            warm_up()  # the JVM starts while the readers read
         stop = threading.Event()
         beat = threading.Thread(target=_beat, args=(flow, stop), name="beat", daemon=True)
         interrupted = None
         # This flow's tasks, and no other flow's: a queue of its own (dataflow/services/queues.py),
         # claimed before the run's first task is sent.
         queue = runflow_claim(flow)
-        with (
-            _own_queue(flow, queue),
-            start_worker(
-                app,
-                pool="threads",
-                queues=[queue],
-                # readers, the transform check, the Spark job (an unbounded flow's streaming
-                # transform holds a slot for good), and a tick
-                concurrency=flow.parallelism + 3,
-                perform_ping_check=False,
-                loglevel="WARNING",
-                shutdown_timeout=60,
-            ) as worker,
-        ):
-            milestone("worker")
+        with _own_queue(flow, queue), ExitStack() as started:
             run = None
             try:
+                # The run starts (its source checked) before Spark or the worker does: a run
+                # that cannot start (a missing file, a server that is not there) says why at
+                # once, with no JVM to wait for. Its first tasks wait in the queue meanwhile.
                 run = self._run_to_follow(flow, new=new)
+                if needs_spark:
+                    warm_up_for_runflow()  # the JVM starts while the readers read
+                worker = started.enter_context(
+                    start_worker(
+                        app,
+                        pool="threads",
+                        queues=[queue],
+                        # readers, the transform check, the Spark job (an unbounded flow's
+                        # streaming transform holds a slot for good), and a tick
+                        concurrency=flow.parallelism + 3,
+                        perform_ping_check=False,
+                        loglevel="WARNING",
+                        shutdown_timeout=60,
+                    )
+                )
+                milestone("worker")
                 if until_done and run_is_unbounded(run) and not run.spec.get("stop_rule"):
                     self.stdout.write(
                         f"{name} reads a stream and has no [stop] rule: it runs until stopped (Ctrl-C)"

@@ -2,10 +2,7 @@
 source``) and the sink can publish the landed Parquet files as its output
 (``SinkConnector.write_landed``, e.g. a local ``parquet`` sink without ``partition_by``).
 Such a run's transform publishes the landed files through the sink's fenced commit, and
-neither its transform check nor ``runflow`` starts a Spark session for it.
-
-Imports no model: ``manage.py runflow`` asks it before Django is set up
-(``dataflow.management.runflow_spark``)."""
+neither its transform check nor ``runflow`` starts a Spark session for it."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.queues import READ_SPLITS, RUN_TRANSFORM, TICK_RUN, run_task_send
+from dataflow.services.runs.failures import failed_run_message
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.replay import is_replay
 from dataflow.services.stalls import STALL_NOTE, stall_note
@@ -55,9 +56,10 @@ def run_tick(*, run_id: int) -> None:
         return
     if run.status != RunStatus.READING:
         return
-    failed = Split.objects.filter(run=run, status=SplitStatus.FAILED).first()
-    if failed is not None:
-        run_finish(run=run, status=RunStatus.FAILED, message=f"split failed: {failed.error}")
+    if Split.objects.filter(run=run, status=SplitStatus.FAILED).exists():
+        run_finish(
+            run=run, status=RunStatus.FAILED, message=failed_run_message(run=run, source=source_for(run))
+        )
         return
     coordinator = coordinator_for(run)
     _sync_hold(run, coordinator)

@@ -32,12 +32,22 @@ FLOW = "reader-test"
 class Stream:
     """A stream of the test's own with subjects ``<name>.a`` and ``<name>.b``."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, url: str | None = None, **config) -> None:
         self.name = name
         self.loop = asyncio.new_event_loop()
-        self.nc = self.loop.run_until_complete(nats.connect(nats_url()))
+        self.nc = self.loop.run_until_complete(
+            nats.connect(url or nats_url(), max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        )
         self.js = self.nc.jetstream()
-        self.run(self.js.add_stream(StreamConfig(name=name, subjects=[self.subject("a"), self.subject("b")])))
+        self.create(**config)
+
+    def create(self, subjects: tuple[str, ...] = ("a", "b"), **config) -> None:
+        """Creates the stream (again), over ``<name>.<tail>`` for each of ``subjects``."""
+        self.run(
+            self.js.add_stream(
+                StreamConfig(name=self.name, subjects=[self.subject(t) for t in subjects], **config)
+            )
+        )
 
     def run(self, coro):
         return self.loop.run_until_complete(coro)
@@ -63,8 +73,17 @@ def stream(stream_name):
     made.close()
 
 
-def reader_of(env, stream: Stream, fmt: dict | None = None, *, metadata=False, fails_split=False, stop=None):
-    table = {"servers": nats_url(), "stream": stream.name, "metadata": metadata}
+def reader_of(
+    env,
+    stream: Stream,
+    fmt: dict | None = None,
+    *,
+    metadata=False,
+    fails_split=False,
+    stop=None,
+    servers=None,
+):
+    table = {"servers": servers or nats_url(), "stream": stream.name, "metadata": metadata}
     config = NatsSourceConfig.parse(table, env)
     spec = validate_format(fmt or {"type": "json", "schema": SCHEMA})
     source = NatsJetStreamSource.from_config(
@@ -73,11 +92,12 @@ def reader_of(env, stream: Stream, fmt: dict | None = None, *, metadata=False, f
     return source.create_reader(RecordingReaderContext(fails_split=fails_split)).split_reader
 
 
-def fetch_until(reader, predicate, rounds: int = 50) -> list:
-    """Batches of ``reader`` until ``predicate(batches)`` holds (each fetch waits for data)."""
+def fetch_until(reader, predicate, rounds: int = 50, *, max_records: int = 100) -> list:
+    """Batches of ``reader`` until ``predicate(batches)`` holds (each fetch waits for data;
+    the consumer is asked for ``max_records`` at a time, so the rest stays on the server)."""
     batches: list = []
     for _ in range(rounds):
-        batches += reader.fetch(100, 0.2)
+        batches += reader.fetch(max_records, 0.2)
         if predicate(batches):
             return batches
     raise AssertionError(f"not reached after {rounds} fetches: {batches}")

@@ -13,6 +13,7 @@ from connectors.s3 import objects
 from connectors.s3 import reader as reader_module
 from connectors.s3.enumerator import object_splits
 from connectors.s3.reader import S3SplitReader
+from source_support import lines
 from source_support.errors import SplitFailed
 from tests.connectors.s3.conftest import source_table
 from tests.connectors.s3.helpers import build_source
@@ -88,6 +89,28 @@ def test_a_deleted_object_is_a_bad_record_of_its_split(moto, s3, bucket, env):
 
     assert batch.finished and batch.records.num_rows == 0
     assert "deleted after it was discovered" in batch.bad_records[0].reason
+
+
+def test_an_object_deleted_while_read_fails_its_split_at_once(moto, s3, bucket, env, monkeypatch):
+    monkeypatch.setattr(objects, "FIRST_RANGE_BYTES", 1 << 16)
+    monkeypatch.setattr(objects, "RANGE_BYTES", 1 << 16)
+    monkeypatch.setattr(objects, "BUFFER_BYTES", 1 << 12)
+    monkeypatch.setattr(lines, "READ_BYTES", lines.MIN_CHUNK)
+    s3.put_object(Bucket=bucket, Key="a.csv", Body=body(0, 250_000))  # 3.6 MB: reads of 1 MiB
+    source = build_source(source_table(moto, bucket), CSV, env)
+    (split,) = only_split(source)
+    reader = S3SplitReader(source.fmt, lambda: source.client)
+    reader.handle_splits_changes([split], [])
+    (first,) = reader.fetch(100, 0)  # the first range is open
+    s3.delete_object(Bucket=bucket, Key="a.csv")
+
+    with pytest.raises(SplitFailed) as failed:  # no retries: a 404 is not transient
+        for _ in range(1000):
+            reader.fetch(100, 0)
+
+    assert failed.value.split_id == split.split_id
+    assert f"s3://{bucket}/a.csv: the object was deleted after it was discovered" in str(failed.value)
+    assert first.records.num_rows == 100
 
 
 @pytest.mark.slow

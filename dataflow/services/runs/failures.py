@@ -1,0 +1,59 @@
+"""What a run that fails on its splits says: every failed split's error, and the inputs of
+the splits it had not read yet that are gone as well (its source tells: objects deleted
+since the listing, for one), so that the first failure does not hide the others and the
+user fixes them all before the next run."""
+
+from __future__ import annotations
+
+import logging
+
+from dataflow.models import FlowRun, PendingSplit, Split, SplitStatus
+from source_support.api import Source
+
+log = logging.getLogger("dataflow.services.runs")
+
+#: The most failed splits whose errors a run's message lists.
+MAX_ERRORS_NAMED = 20
+#: The most unread splits whose inputs are looked for when a run fails (one request each
+#: for an object store): the message says when there were more.
+MAX_UNREAD_CHECKED = 200
+
+
+def failed_run_message(*, run: FlowRun, source: Source) -> str:
+    """The message of ``run``, failed because some of its splits failed: ``split failed:
+    <error>`` for one, else how many failed with each error (up to ``MAX_ERRORS_NAMED``),
+    then the inputs of unread splits (assigned or waiting) that are gone too."""
+    failed = Split.objects.filter(run=run, status=SplitStatus.FAILED).order_by("pk")
+    count = failed.count()
+    errors = list(failed.values_list("error", flat=True)[:MAX_ERRORS_NAMED])
+    missing, unchecked = _missing_unread(run, source)
+    if count == 1 and not missing:
+        return f"split failed: {errors[0]}"
+    more = f"; and {count - len(errors)} more" if count > len(errors) else ""
+    parts = [f"{count} split{'s' if count != 1 else ''} failed: {'; '.join(errors)}{more}"]
+    if missing:
+        parts.append(f"not read yet and gone too: {', '.join(missing)}")
+    if unchecked:
+        parts.append(f"{unchecked} more unread splits were not checked")
+    return "; ".join(parts)
+
+
+def _missing_unread(run: FlowRun, source: Source) -> tuple[list[str], int]:
+    """(the inputs the source says are gone, of up to ``MAX_UNREAD_CHECKED`` unread splits;
+    how many unread splits were left unchecked)."""
+    unread = Split.objects.filter(run=run).exclude(status__in=[SplitStatus.FINISHED, SplitStatus.FAILED])
+    waiting = PendingSplit.objects.filter(run=run)
+    total = unread.count() + waiting.count()
+    if not total:
+        return [], 0
+    payloads = list(unread.order_by("pk").values_list("payload", flat=True)[:MAX_UNREAD_CHECKED])
+    payloads += waiting.order_by("seq").values_list("payload", flat=True)[
+        : MAX_UNREAD_CHECKED - len(payloads)
+    ]
+    try:
+        serializer = source.split_serializer
+        missing = source.missing_inputs([serializer.deserialize(payload) for payload in payloads])
+    except Exception:  # noqa: BLE001 - the failure itself is what the run must say
+        log.warning("run %s: could not look for the inputs of its unread splits", run.pk, exc_info=True)
+        return [], 0
+    return missing, total - len(payloads)
