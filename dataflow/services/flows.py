@@ -23,7 +23,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
-from dataflow.services.checkpoints import seed_run_from_checkpoint
+from dataflow.services.checkpoints import run_splits_check, seed_run_from_checkpoint
 from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
@@ -178,6 +178,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
         if restore is not None:
             seed_run_from_checkpoint(run=run, checkpoint=restore)
+            run_splits_check(run=run)  # the checkpoint's splits, against the connection as it is now
         run_prepare(run)
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
@@ -276,6 +277,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         active = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
         if active is not None and active.paused_at is not None:
+            run_splits_check(run=active)
             active.paused_at = None
             active.save(update_fields=["paused_at"])
             flow.status = FlowStatus.RUNNING
@@ -291,6 +293,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
             raise FlowStateError(f"flow {flow.name!r} has no stopped run to resume ({latest})")
         if run.spec.get("replay"):  # it reads no source: resumed, it would read the whole of it
             raise FlowStateError(f"run {run.pk} of {flow.name!r} replayed dead letters: replay them again")
+        run_splits_check(run=run)
         run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])
@@ -324,6 +327,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         if run.status == RunStatus.TRANSFORMING:
             raise FlowStateError(f"run {run.pk} of {flow.name!r} is transforming: its splits are done")
         restarted = _splits_retried(run, list(failed))
+        run_splits_check(run=run)
         was_active = run.status == RunStatus.READING
         run.status, run.finished_at = RunStatus.READING, None
         run.message = f"restarted {restarted} failed split(s)"
