@@ -186,7 +186,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # Token first: an anonymous request is a 401 with WWW-Authenticate, not a 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "dataflow.api.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["dataflow.api.permissions.FlowModelPermission"],
@@ -200,6 +200,9 @@ REST_FRAMEWORK = {
     # The API takes JSON only: DRF's test client sends it by default (not multipart).
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+# Seconds an API token is accepted after it was made (0: until revoked, by its holder with
+# DELETE /api/auth/token/ or by a change of the user's password).
+DATAFLOW_TOKEN_TTL = int(os.environ.get("DATAFLOW_TOKEN_TTL", "0"))
 # The largest request body (the API answers 413 beyond): a flow spec is at most 256 KiB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATAFLOW_MAX_REQUEST_BYTES", str(1024 * 1024)))
 SPECTACULAR_SETTINGS = {
