@@ -42,8 +42,6 @@ def _password_change_revokes_token(sender, instance, raw=False, **kwargs) -> Non
     view), the user's API token goes with the old password."""
     if raw:
         return  # loading fixtures
-    from dataflow.services.tokens import (
-        token_revoke_if_password_changed,  # noqa: PLC0415 - needs the models loaded
-    )
+    from dataflow.services import tokens  # noqa: PLC0415 - needs the models loaded
 
-    token_revoke_if_password_changed(user=instance)
+    tokens.token_revoke_if_password_changed(user=instance)
