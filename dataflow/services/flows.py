@@ -34,7 +34,13 @@ from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
 from dataflow.services.runs.tick import request_tick
 from dataflow.services.schedules import schedule_remove, schedule_remove_orphan, schedule_sync
-from dataflow.services.specs import PARALLELISM_BOUNDS, flow_paths_check, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import (
+    PARALLELISM_BOUNDS,
+    flow_format_file_check,
+    flow_paths_check,
+    flow_spec_of,
+    flow_spec_validate,
+)
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
 from source_support.errors import ConfigError
 from source_support.registry import unmask_section
@@ -55,6 +61,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     """
     if owner is not None:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
+        flow_format_file_check(spec, owner=owner)  # before the format reads a file
     values = flow_spec_validate(spec)  # then as the operator's: a bad spec is refused without a query
     existing = _flow_named_in(spec)
     rules_owner = existing.owner if existing is not None else owner
@@ -86,12 +93,26 @@ def flow_create(*, spec: dict[str, Any], owner=None) -> DataFlow:
     ConfigError naming the field if the spec is not valid."""
     name = (spec.get("flow") or {}).get("name")
     if isinstance(name, str) and DataFlow.objects.filter(name=name).exists():
-        raise FlowExistsError(f"a flow named {name!r} exists already")
+        raise FlowExistsError(_name_taken(name, owner=owner))
     with transaction.atomic():
         flow, created = flow_apply(spec=spec, owner=owner)
         if not created:
-            raise FlowExistsError(f"a flow named {name!r} exists already")
+            raise FlowExistsError(_name_taken(name, owner=owner))
     return flow
+
+
+def _name_taken(name: Any, *, owner) -> str:
+    """Why ``name`` cannot be a new flow's, saying only what ``owner`` may know: that a
+    flow of theirs has it, or (another's, which they cannot see) that it is unavailable."""
+    flow = DataFlow.objects.filter(name=name).only("owner_id").first()
+    if (
+        owner is None
+        or owner.is_staff
+        or owner.is_superuser
+        or (flow is not None and flow.owner_id == owner.pk)
+    ):
+        return f"a flow named {name!r} exists already"
+    return f"the name {name!r} is unavailable; choose another"
 
 
 def flow_replace(*, flow: DataFlow, spec: dict[str, Any]) -> DataFlow:
