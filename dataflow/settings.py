@@ -105,6 +105,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "dataflow.web.security.ContentSecurityPolicyMiddleware",
     # Static files (the admin's, the dashboard's, Swagger UI's) from the web process itself,
     # with DEBUG off too: no separate file server to set up.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -115,6 +116,17 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Every script and style is a file served from here (none inline, no CDN); images may be
+# data: URLs (Swagger UI's icons). Empty: no header (a host project that sets its own).
+DATAFLOW_CONTENT_SECURITY_POLICY = os.environ.get(
+    "DATAFLOW_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+# Where a login at /login/ (or the admin's) goes when no ?next= says: the dashboard.
+LOGIN_REDIRECT_URL = "dashboard:index"
 
 ROOT_URLCONF = "dataflow.urls"
 WSGI_APPLICATION = "dataflow.wsgi.application"
