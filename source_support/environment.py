@@ -53,7 +53,9 @@ class Environment:
         real = real_path(written)
         if not self.is_under_root(real):
             roots = ", ".join(str(r) for r in self.allowed_roots)
-            through = f" resolves (through a symlink) to {real}, which" if real != written else ""
+            # Not where it leads: /proc/self/... would name the process (its pid), and a
+            # link may point at what the user may not know of.
+            through = " leads (through a symlink) to a place that" if real != written else ""
             raise ConfigError(field_name, f"{written}{through} is outside the allowed roots ({roots})")
         return real
 
@@ -82,7 +84,7 @@ class Environment:
             roots = ", ".join(str(r) for r in self.allowed_roots)
             raise ConfigError(
                 field_name,
-                f"{target} now resolves (through a symlink) to {real}, outside the allowed roots "
+                f"{target} now leads (through a symlink) outside the allowed roots "
                 f"({roots}); nothing was replaced",
             )
         if real in self.real_roots():

@@ -80,7 +80,7 @@ def connection_save(
     type: str,
     url: str,
     username: str = "",
-    password: str = "",
+    password: str | None = None,
     key_patterns: Iterable[str] = (),
     description: str = "",
     users: Iterable[Any] | None = None,
@@ -88,7 +88,8 @@ def connection_save(
     connection: Connection | None = None,
 ) -> Connection:
     """Creates a connection or, given ``connection``, changes it (its name too). A secret
-    sent back exactly as ``connection_masked`` showed it keeps the stored secret. Grants
+    sent back exactly as ``connection_masked`` showed it keeps the stored secret, and a
+    ``password`` not given (None) keeps the stored one. Grants
     are replaced when ``users``/``groups`` are given. ConfigError names the field
     (``name``, ``type``, ``url``, ``key_patterns``) of what is refused."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -104,6 +105,8 @@ def connection_save(
             "type", f"unknown connection type {type!r} (one of: {', '.join(sorted(CONNECTION_KINDS))})"
         )
     if connection is not None:
+        if password is None:
+            password = connection.password
         stored = {"url": connection.url, "password": connection.password}
         secrets = unmask_config(CONNECTION_SECRETS, {"url": url, "password": password}, stored)
         url, password = secrets["url"], secrets["password"]

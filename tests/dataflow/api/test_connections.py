@@ -506,3 +506,17 @@ def test_a_kafka_bootstrap_list_is_pinned_host_by_host_in_its_own_shape(alice, m
     )
 
     assert targets["kafka-ext"].url == "kafka://93.184.216.34:9092,93.184.216.35:9093"
+
+
+def test_a_put_without_a_password_keeps_the_stored_one(loopback_allowed):
+    staff = client_of(connection_staff())
+    body = {"name": "team", "type": "redis", "url": "redis://10.1.1.1:6379/0", "key_patterns": ["team:*"]}
+    assert staff.post("/api/connections/", {**body, "password": "s3cret"}, format="json").status_code == 201
+
+    kept = staff.put("/api/connections/team/", {**body, "description": "renamed"}, format="json")
+
+    assert kept.status_code == 200, kept.content
+    assert kept.json()["has_password"] is True
+    assert Connection.objects.get(name="team").password == "s3cret"
+    cleared = staff.put("/api/connections/team/", {**body, "password": ""}, format="json")
+    assert cleared.json()["has_password"] is False
