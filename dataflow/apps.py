@@ -2,8 +2,10 @@
 the project's own site."""
 
 from django.apps import AppConfig
+from django.conf import settings
 from django.contrib.admin import apps as admin_apps
 from django.core import checks
+from django.db.models.signals import pre_save
 
 from dataflow.checks import check_connector_plugins, check_landing_zone
 from source_support.plugins import load_connectors
@@ -28,3 +30,18 @@ class DataflowConfig(AppConfig):
         load_connectors()
         checks.register(check_landing_zone)
         checks.register(check_connector_plugins)
+        pre_save.connect(
+            _password_change_revokes_token,
+            sender=settings.AUTH_USER_MODEL,
+            dispatch_uid="dataflow-password-change-revokes-token",
+        )
+
+
+def _password_change_revokes_token(sender, instance, raw=False, **kwargs) -> None:
+    """Wherever a password changes (the admin, ``changepassword``, a host project's own
+    view), the user's API token goes with the old password."""
+    if raw:
+        return  # loading fixtures
+    from dataflow.services import tokens  # noqa: PLC0415 - needs the models loaded
+
+    tokens.token_revoke_if_password_changed(user=instance)

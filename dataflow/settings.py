@@ -105,6 +105,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "dataflow.web.security.ContentSecurityPolicyMiddleware",
     # Static files (the admin's, the dashboard's, Swagger UI's) from the web process itself,
     # with DEBUG off too: no separate file server to set up.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -115,6 +116,17 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+
+# Every script and style is a file served from here (none inline, no CDN); images may be
+# data: URLs (Swagger UI's icons). Empty: no header (a host project that sets its own).
+DATAFLOW_CONTENT_SECURITY_POLICY = os.environ.get(
+    "DATAFLOW_CONTENT_SECURITY_POLICY",
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'self'; "
+    "form-action 'self'; frame-ancestors 'none'",
+)
+# Where a login at /login/ (or the admin's) goes when no ?next= says: the dashboard.
+LOGIN_REDIRECT_URL = "dashboard:index"
 
 ROOT_URLCONF = "dataflow.urls"
 WSGI_APPLICATION = "dataflow.wsgi.application"
@@ -186,7 +198,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     # Token first: an anonymous request is a 401 with WWW-Authenticate, not a 403.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "dataflow.api.authentication.ExpiringTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["dataflow.api.permissions.FlowModelPermission"],
@@ -200,6 +212,9 @@ REST_FRAMEWORK = {
     # The API takes JSON only: DRF's test client sends it by default (not multipart).
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
+# Seconds an API token is accepted after it was made (0: until revoked, by its holder with
+# DELETE /api/auth/token/ or by a change of the user's password).
+DATAFLOW_TOKEN_TTL = int(os.environ.get("DATAFLOW_TOKEN_TTL", "0"))
 # The largest request body (the API answers 413 beyond): a flow spec is at most 256 KiB.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("DATAFLOW_MAX_REQUEST_BYTES", str(1024 * 1024)))
 SPECTACULAR_SETTINGS = {

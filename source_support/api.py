@@ -351,6 +351,13 @@ class Source(ABC, Generic[SplitT]):
         fails on one names every other it would fail on; the default knows of none."""
         return []
 
+    def split_refusal(self, split: SplitT) -> str | None:
+        """Why ``split`` may not be read now (a stream, topic, subject or object its
+        connection no longer allows, a key the deployment uses), None if it may. Asked of
+        every split a reader takes and of every stored split a run resumes, restores or
+        restarts with: the connection may have been narrowed since the split was found."""
+        return None
+
     def check_input(self) -> None:
         """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
         header without a schema column), raising ``ConfigError``; the default checks nothing."""

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote, urlsplit, urlunsplit
 
+from source_support.errors import ConfigError
+
 #: Characters that make a key pattern a glob (Redis and NATS-like subjects alike).
 GLOB_CHARS = "*?[\\"
 
@@ -58,10 +60,38 @@ class ConnectionTarget:
     type: str
     url: str
     key_patterns: tuple[str, ...] = ()
+    #: Globs over keys no flow may touch there (the deployment's own, on its own Redis).
+    reserved_keys: tuple[str, ...] = ()
 
     def allows_key(self, key: str) -> bool:
-        """Whether ``key`` (a stream key, a subject) lies inside the patterns."""
-        return key_allowed(key, self.key_patterns)
+        """Whether ``key`` (a stream key, a subject) lies inside the patterns, and is not
+        reserved."""
+        return key_allowed(key, self.key_patterns) and not key_reserved(key, self.reserved_keys)
+
+    def key_refusal(self, key: str, field_name: str) -> ConfigError | None:
+        """Why ``key`` may not be read or written through this connection (None: it may)."""
+        if self.allows_key(key):
+            return None
+        return ConfigError(field_name, outside_words(key, self.key_patterns, self.reserved_keys, self.name))
+
+
+def outside_words(
+    key: str,
+    patterns: tuple[str, ...] | list[str],
+    reserved: tuple[str, ...] | list[str] = (),
+    name: str = "",
+) -> str:
+    """Why ``key`` may not be read or written: a key the deployment uses, or one outside
+    the connection's patterns."""
+    if key_reserved(key, reserved):
+        return f"{key!r} is a key the deployment itself uses on this server: never read or written"
+    where = f"connection {name!r}" if name else "its connection"
+    return f"{key!r} is outside the keys {where} allows now ({', '.join(patterns)})"
+
+
+def key_reserved(key: str, reserved: tuple[str, ...] | list[str]) -> bool:
+    """Whether ``key`` matches one of the ``reserved`` globs."""
+    return any(fnmatch.fnmatchcase(key, glob) for glob in reserved)
 
 
 def key_allowed(key: str, patterns: tuple[str, ...] | list[str]) -> bool:
@@ -97,10 +127,104 @@ def glob_within(glob: str, patterns: tuple[str, ...] | list[str]) -> bool:
 
 def prefixes_overlap(pattern: str, reserved_prefix: str) -> bool:
     """Whether ``pattern`` may match a key that starts with ``reserved_prefix``."""
-    static = glob_static_prefix(pattern)
-    if static == pattern:  # a literal key
-        return pattern.startswith(reserved_prefix)
-    return static.startswith(reserved_prefix) or reserved_prefix.startswith(static)
+    return globs_intersect(pattern, glob_literal(reserved_prefix) + "*")
+
+
+def glob_literal(text: str) -> str:
+    """``text`` as a glob that matches only itself."""
+    return "".join(f"[{char}]" if char in GLOB_CHARS else char for char in text)
+
+
+#: One position of a glob: "*" (any run), or the characters one key character may be
+#: (None: any character).
+_Atom = str | frozenset[str] | None
+
+
+def _glob_atoms(glob: str) -> list[_Atom]:
+    """``glob`` (``*``, ``?``, ``[...]``, ``\\x``) as atoms; a set that negates (``[!..]``,
+    ``[^..]``) or holds a range over 256 characters is taken as any character, which only
+    ever makes ``globs_intersect`` say yes more often."""
+    atoms: list[_Atom] = []
+    index = 0
+    while index < len(glob):
+        char = glob[index]
+        index += 1
+        if char == "*":
+            if not atoms or atoms[-1] != "*":
+                atoms.append("*")
+        elif char == "?":
+            atoms.append(None)
+        elif char == "\\" and index < len(glob):
+            atoms.append(frozenset(glob[index]))
+            index += 1
+        elif char == "[" and (end := _set_end(glob, index)) > 0:
+            atoms.append(_char_set(glob[index:end]))
+            index = end + 1
+        else:
+            atoms.append(frozenset(char))
+    return atoms
+
+
+def _set_end(glob: str, index: int) -> int:
+    """Where the set opened just before ``index`` closes (-1: it does not, "[" is literal);
+    a "]" first in the set, or after its negation, is one of its characters."""
+    start = index + (1 if glob[index : index + 1] in ("!", "^") else 0)
+    start += 1 if glob[start : start + 1] == "]" else 0
+    return glob.find("]", start)
+
+
+def _char_set(body: str) -> frozenset[str] | None:
+    if not body or body[0] in "!^":
+        return None
+    chars: set[str] = set()
+    index = 0
+    while index < len(body):
+        if index + 2 < len(body) and body[index + 1] == "-":
+            low, high = ord(body[index]), ord(body[index + 2])
+            if high - low > 256:
+                return None
+            chars.update(chr(code) for code in range(low, high + 1))
+            index += 3
+        else:
+            chars.add(body[index])
+            index += 1
+    return frozenset(chars)
+
+
+def globs_intersect(first: str, second: str) -> bool:
+    """Whether some key matches both globs (decided exactly for ``*``, ``?``, literal
+    characters and sets; a negated set counts as any character, so a yes may be one too
+    many, never a no one too few). Walks the product of the two globs' automata."""
+    a, b = _glob_atoms(first), _glob_atoms(second)
+    seen: set[tuple[int, int]] = set()
+    todo = [(0, 0)]
+    while todo:
+        i, j = todo.pop()
+        if (i, j) in seen:
+            continue
+        seen.add((i, j))
+        if i == len(a) and j == len(b):
+            return True
+        x = a[i] if i < len(a) else ""
+        y = b[j] if j < len(b) else ""
+        if x == "*":
+            todo.append((i + 1, j))  # the star matches nothing more
+            if j < len(b) and y != "*":
+                todo.append((i, j + 1))  # the star takes the character b's atom matches
+        if y == "*":
+            todo.append((i, j + 1))
+            if i < len(a) and x != "*":
+                todo.append((i + 1, j))
+        if x not in ("*", "") and y not in ("*", "") and _sets_meet(x, y):
+            todo.append((i + 1, j + 1))
+    return False
+
+
+def _sets_meet(x: _Atom, y: _Atom) -> bool:
+    if x is None or y is None:
+        return True
+    assert not isinstance(x, str) and not isinstance(y, str)
+    return not x.isdisjoint(y)
 
 
 def url_with_credentials(url: str, username: str, password: str) -> str:

@@ -4,7 +4,7 @@ the base directory, the deployment's Redis and a flow's named connections."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,15 @@ class Environment:
     redis_url: str = ""
     #: The named connections of the flow being built, resolved (empty while validating).
     connections: Mapping[str, ConnectionTarget] = field(default_factory=dict[str, ConnectionTarget])
+    #: Globs over the keys the deployment itself uses in its Redis (its queues, its
+    #: namespace): no flow reads or writes one there, whatever its connection allows.
+    reserved_keys: tuple[str, ...] = ()
+    #: Whether a Redis URL names the deployment's own server (however it is written).
+    is_deployment_redis: Callable[[str], bool] = field(default=lambda url: False)
+
+    def reserved_keys_at(self, url: str) -> tuple[str, ...]:
+        """The reserved globs on the Redis of ``url``: none on another server."""
+        return self.reserved_keys if url == self.redis_url or self.is_deployment_redis(url) else ()
 
     def connection(self, name: str, field_name: str) -> ConnectionTarget:
         """The resolved connection ``name``, or a ConfigError naming ``field_name``."""
@@ -44,7 +53,9 @@ class Environment:
         real = real_path(written)
         if not self.is_under_root(real):
             roots = ", ".join(str(r) for r in self.allowed_roots)
-            through = f" resolves (through a symlink) to {real}, which" if real != written else ""
+            # Not where it leads: /proc/self/... would name the process (its pid), and a
+            # link may point at what the user may not know of.
+            through = " leads (through a symlink) to a place that" if real != written else ""
             raise ConfigError(field_name, f"{written}{through} is outside the allowed roots ({roots})")
         return real
 
@@ -73,7 +84,7 @@ class Environment:
             roots = ", ".join(str(r) for r in self.allowed_roots)
             raise ConfigError(
                 field_name,
-                f"{target} now resolves (through a symlink) to {real}, outside the allowed roots "
+                f"{target} now leads (through a symlink) outside the allowed roots "
                 f"({roots}); nothing was replaced",
             )
         if real in self.real_roots():

@@ -446,7 +446,12 @@ class ReaderLoop(Generic[SplitT]):
         held = {s.split_id for s in self.reader.snapshot_state()}
         serializer = self.serializer
         fresh = [serializer.deserialize(p).at(pos) for split_id, p, pos in splits if split_id not in held]
-        self.reader.add_splits(fresh)
+        refused = [(split, why) for split in fresh if (why := self.source.split_refusal(split))]
+        for split, why in refused:  # its connection changed since it was found: never read it
+            self.store.fail_split(split.split_id, self.token, f"split {split.split_id}: {why}")
+        if refused:
+            self.coordinator.stop()
+        self.reader.add_splits([split for split in fresh if all(split is not r for r, _ in refused)])
 
     def commit(self) -> None:
         committed, refused = self.commits.flush()

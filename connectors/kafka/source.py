@@ -22,7 +22,7 @@ from connectors.kafka.enumerator import PartitionEnumerator
 from connectors.kafka.reader import METADATA_FIELDS, KafkaPartitionReader
 from connectors.kafka.split import PartitionSplit, PartitionSplitSerializer
 from source_support.api import Boundedness, SourceReaderContext, SplitEnumeratorContext
-from source_support.connections import key_allowed
+from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
@@ -125,6 +125,10 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
     def allowed(self, topic: str) -> bool:
         """Whether the connection allows ``topic`` (a topic outside it is never read)."""
         return key_allowed(topic, self.topic_patterns)
+
+    def split_refusal(self, split: PartitionSplit) -> str | None:
+        """A partition of a topic its connection no longer allows is not read."""
+        return None if self.allowed(split.topic) else outside_words(split.topic, self.topic_patterns)
 
     def restore_enumerator(
         self, context: SplitEnumeratorContext[PartitionSplit], state: dict[str, Any] | None

@@ -23,7 +23,7 @@ from connectors.kinesis.shards import (
 )
 from connectors.kinesis.split import TRIM_HORIZON, Anchor, ShardSplit, ShardSplitSerializer
 from source_support.api import SourceReaderContext, SplitEnumeratorContext
-from source_support.connections import key_allowed
+from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
@@ -91,6 +91,12 @@ class KinesisSource(StreamSource[ShardSplit, RecordFormat | AvroFormat, MessageD
                 start_timestamp_ms(config.start_timestamp) if config.start_timestamp is not None else None
             ),
         )
+
+    def split_refusal(self, split: ShardSplit) -> str | None:
+        """A shard of a stream its connection no longer allows is not read."""
+        if key_allowed(split.stream, self.target.key_patterns):
+            return None
+        return outside_words(split.stream, self.target.key_patterns)
 
     @property
     def split_serializer(self) -> ShardSplitSerializer:

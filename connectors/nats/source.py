@@ -24,7 +24,7 @@ from connectors.nats.jetstream import TRANSIENT, consumer_name, stream_info
 from connectors.nats.reader import METADATA_FIELDS, NatsSplitReader
 from connectors.nats.split import SubjectSplit, SubjectSplitSerializer
 from source_support.api import SourceReaderContext, SplitEnumeratorContext
-from source_support.connections import key_allowed
+from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
 from source_support.formats.messages import MessageDecoder, message_decoder
@@ -92,6 +92,12 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
             subjects=config.subjects,
             flow=context.flow_name or DEFAULT_FLOW,
         )
+
+    def split_refusal(self, split: SubjectSplit) -> str | None:
+        """A subject its connection no longer allows is not read."""
+        if key_allowed(split.subject, self.subject_patterns):
+            return None
+        return outside_words(split.subject, self.subject_patterns)
 
     @property
     def split_serializer(self) -> SubjectSplitSerializer:

@@ -16,6 +16,7 @@ from connectors.redis_streams.split import (
     last_position_before_ms,
 )
 from source_support.config import ConfigBase, connection_field, option
+from source_support.connections import ConnectionTarget
 from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.registry import Environment
@@ -148,14 +149,16 @@ def start_position(start: str) -> tuple[str, int | None]:
     return "time", position
 
 
-def redis_target(config: dict[str, Any], env: Environment, section: str) -> tuple[str, tuple[str, ...]]:
-    """Where a source or sink config connects and the key patterns it is limited to: its
+def redis_target(config: dict[str, Any], env: Environment, section: str) -> ConnectionTarget:
+    """Where a source or sink config connects, the key patterns it is limited to and the
+    keys it may never touch there (the deployment's own, on the deployment's Redis): its
     named connection (resolved in ``env``), its ``url``, or the deployment's Redis."""
     name = config.get("connection")
     if name:
         target = env.connection(name, f"{section}.connection")
-        return target.url, target.key_patterns
-    return config.get("url") or env.redis_url, ()
+    else:
+        target = ConnectionTarget("", CONNECTION_KIND, config.get("url") or env.redis_url)
+    return replace(target, reserved_keys=env.reserved_keys_at(target.url))
 
 
 def _where(config: dict[str, Any], env: Environment) -> str:

@@ -20,7 +20,7 @@ from connectors.redis_streams.split import (
     position_ms,
 )
 from source_support.api import SourceEvent, SplitEnumeratorContext
-from source_support.connections import key_allowed
+from source_support.connections import key_allowed, key_reserved
 from source_support.streams.enumerator import KeyedSplitEnumerator
 from source_support.typed_redis import execute, pipeline, scan_keys, server_time_ms
 
@@ -64,6 +64,7 @@ class StreamEnumerator(KeyedSplitEnumerator[StreamSplit]):
         stop: Mapping[str, Any],
         state: dict[str, Any] | None,
         key_patterns: tuple[str, ...] = (),
+        reserved_keys: tuple[str, ...] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
         # ``splits``: key -> {"start": position, "stop": position | None, "owner",
@@ -74,6 +75,7 @@ class StreamEnumerator(KeyedSplitEnumerator[StreamSplit]):
         #: The keys the source's connection allows (empty: any); the ``streams`` glob was
         #: checked against them when the flow was saved, and each key found is here again.
         self.key_patterns = tuple(key_patterns)
+        self.reserved_keys = tuple(reserved_keys)
         self.client = client
         self.streams = streams
         self.start_kind, self.start_at = start_position(start)
@@ -183,15 +185,18 @@ class StreamEnumerator(KeyedSplitEnumerator[StreamSplit]):
         """A new generation of ``key``'s split: the whole new stream, up to the stop."""
         return {"start": 0, "stop": self._stop_for(key, None), "owner": None, "generation": generation}
 
+    def _allowed(self, key: str) -> bool:
+        return key_allowed(key, self.key_patterns) and not key_reserved(key, self.reserved_keys)
+
     def _matching_keys(self) -> list[str]:
         if not is_pattern(self.streams):
-            if not key_allowed(self.streams, self.key_patterns):
+            if not self._allowed(self.streams):
                 return []
             return [self.streams] if self.client.type(self.streams) == b"stream" else []
         keys: list[str] = []
         for raw in scan_keys(self.client, match=self.streams, count=SCAN_COUNT, type_name="stream"):
             key = _split_key(raw)
-            if key is not None and key_allowed(key, self.key_patterns):
+            if key is not None and self._allowed(key):
                 keys.append(key)
         return sorted(set(keys))
 

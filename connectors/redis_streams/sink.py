@@ -28,8 +28,6 @@ from redis.client import Pipeline
 
 from connectors.redis_streams.config import redis_target
 from connectors.redis_streams.connection import shared_client
-from source_support.connections import key_allowed
-from source_support.errors import ConfigError
 from source_support.registry import Environment, Publish
 from source_support.typed_redis import (
     Arg,
@@ -94,13 +92,13 @@ class RedisStreamSink:
 
 def _client_for(config: dict[str, Any], env: Environment) -> redis.Redis:
     """The client of the sink's Redis; a ConfigError if its key is outside its
-    connection's patterns (checked when the flow was saved, and here again before writing)."""
-    url, patterns = redis_target(config, env, "sink")
-    if not key_allowed(config["key"], patterns):
-        raise ConfigError(
-            "sink.key", f"{config['key']!r} is outside the keys connection {config['connection']!r} allows"
-        )
-    return shared_client(url)
+    connection's patterns or is one the deployment uses (checked when the flow was saved,
+    and here again before writing: a connection may have changed since)."""
+    target = redis_target(config, env, "sink")
+    refusal = target.key_refusal(config["key"], "sink.key")
+    if refusal is not None:
+        raise refusal
+    return shared_client(target.url)
 
 
 def append_batch(

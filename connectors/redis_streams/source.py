@@ -37,7 +37,8 @@ from connectors.redis_streams.split import (
     position_ms,
 )
 from source_support.api import SourceReaderContext, SplitEnumeratorContext
-from source_support.connections import key_allowed
+from source_support.connections import key_allowed, key_reserved
+from source_support.connections import outside_words as _outside
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, FormatSpec, RecordFormat
 from source_support.formats.metadata import with_metadata
@@ -64,6 +65,7 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
         streams: str,
         group: str,
         key_patterns: tuple[str, ...] = (),
+        reserved_keys: tuple[str, ...] = (),
         address_field: str = "source.url",
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -73,6 +75,8 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
         self.address_field = address_field
         #: The keys its connection allows (empty: any): a stream outside them is never read.
         self.key_patterns = key_patterns
+        #: Keys the deployment uses on this Redis: never read, whatever the patterns say.
+        self.reserved_keys = reserved_keys
         self.streams = streams
         self.group = group
 
@@ -81,15 +85,27 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
         cls, config: RedisStreamsSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> RedisStreamsSource:
         reading = cls.reading(config, fmt, context)
-        url, key_patterns = redis_target(config.to_dict(), context.env, "source")
+        target = redis_target(config.to_dict(), context.env, "source")
         return cls(
             reading,
-            url=url,
-            key_patterns=key_patterns,
+            url=target.url,
+            key_patterns=target.key_patterns,
+            reserved_keys=target.reserved_keys,
             address_field="source.connection" if config.connection else "source.url",
             streams=config.streams,
             group=context.flow_name or DEFAULT_GROUP,
         )
+
+    def allows_key(self, key: str) -> bool:
+        """Whether the stream ``key`` may be read through this source's connection now."""
+        return key_allowed(key, self.key_patterns) and not key_reserved(key, self.reserved_keys)
+
+    def split_refusal(self, split: StreamSplit) -> str | None:
+        """A split of a stream its connection no longer allows (or a reserved key) is
+        not read: a run resumed or restored after the connection was narrowed."""
+        if self.allows_key(split.key):
+            return None
+        return _outside(split.key, self.key_patterns, self.reserved_keys)
 
     @property
     def split_serializer(self) -> StreamSplitSerializer:
@@ -107,6 +123,7 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
             stop=self.stop,
             state=state,
             key_patterns=self.key_patterns,
+            reserved_keys=self.reserved_keys,
             clock=self.clock,
         )
 
@@ -190,12 +207,12 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
         keys: list[str | bytes] = []
         if is_pattern(self.streams):
             for key in scan_keys(client, match=self.streams, count=SCAN_COUNT, type_name="stream"):
-                if not key_allowed(_text(key), self.key_patterns):
+                if not self.allows_key(_text(key)):
                     continue
                 keys.append(key)
                 if len(keys) >= SAMPLE_STREAMS:
                     break
-        elif key_allowed(self.streams, self.key_patterns):
+        elif self.allows_key(self.streams):
             keys = [self.streams]
         entries: list[Entry] = []
         for key in sorted(keys):

@@ -19,6 +19,7 @@ from connectors.s3.objects import MISSING_CODES, object_url, open_object, parse_
 from connectors.s3.reader import S3SplitReader
 from connectors.s3.split import S3Split, S3SplitSerializer
 from source_support.api import Boundedness, SourceReaderContext, SplitEnumeratorContext
+from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import FormatSpec, RecordFormat
 from source_support.lines import RecordFile, open_records
@@ -93,6 +94,13 @@ class S3Source(FileSource):
     @property
     def boundedness(self) -> Boundedness:
         return Boundedness.CONTINUOUS_UNBOUNDED if self.watching else Boundedness.BOUNDED
+
+    def split_refusal(self, split: FileSplit) -> str | None:
+        """An object its connection no longer allows (over ``bucket/key``) is not read."""
+        bucket, key = parse_object_url(split.path)
+        if key_allowed(f"{bucket}/{key}", self.listing.key_patterns):
+            return None
+        return outside_words(f"{bucket}/{key}", self.listing.key_patterns)
 
     @property
     def split_serializer(self) -> S3SplitSerializer:  # pyright: ignore[reportIncompatibleMethodOverride]

@@ -25,12 +25,11 @@ from dataflow.admin.option_fields import (
     option_value,
 )
 from dataflow.models import DataFlow
-from dataflow.services.notify import DEFAULT_ON, NOTIFY_OUTCOMES
+from dataflow.services.notify import DEFAULT_ON, NOTIFY_OUTCOMES, notify_masked, notify_unmasked
 from dataflow.services.schedules import CRON_HELP, MIN_EVERY_SECONDS, SCHEDULE_FIELDS
 from dataflow.services.specs import FLOW_FIELDS, TRANSFORM_FIELDS, flow_spec_of, flow_spec_validate
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS
-from source_support.options import Option, mask_config, unmask_config
 from source_support.registry import SINKS, SOURCES, mask_section, section_options, unmask_section
 
 TYPE_SECTIONS = ("source", "format", "sink")
@@ -72,8 +71,6 @@ STOP_HELP = {
     "after_records": "Ends a run of an unbounded source once this many records were read.",
 }
 INDEX_RE = re.compile(r"\[\d+\]")
-#: A webhook URL may hold credentials: shown masked, kept while left as shown.
-WEBHOOK_OPTION = Option("webhook", str, "", secret="url")
 
 
 def section_types(section: str) -> list[tuple[str, str]]:
@@ -345,7 +342,7 @@ class FlowForm(forms.ModelForm):
             return {}
         table = {"webhook": webhook, "on": list(cleaned.get("notify_on") or [])}
         if self.instance.pk and self.instance.notify:
-            table = unmask_config((WEBHOOK_OPTION,), table, self.instance.notify)
+            table = notify_unmasked(table, self.instance.notify)
         return table
 
     def _section_table(self, section: str, cleaned: dict[str, Any]) -> dict[str, Any]:
@@ -421,7 +418,7 @@ def flow_initial(flow: DataFlow) -> dict[str, Any]:
     initial.update({f"transform_{n}": v for n, v in transform.items()})
     initial.update({f"stop_{n}": v for n, v in spec.get("stop", {}).items()})
     initial.update({f"schedule_{n}": v for n, v in spec.get("schedule", {}).items()})
-    notify = mask_config((WEBHOOK_OPTION,), spec.get("notify", {}))
+    notify = notify_masked(spec.get("notify", {}))
     initial.update({f"notify_{n}": v for n, v in notify.items()})
     return initial
 

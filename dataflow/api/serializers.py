@@ -487,16 +487,15 @@ class ConnectionSerializer(serializers.Serializer):
 
 class ConnectionWriteSerializer(serializers.Serializer):
     """What staff send to create or replace a connection. ``url`` and ``password`` are
-    write-only; sent back as shown (masked), they keep the stored secrets."""
+    write-only; sent back as shown (masked), they keep the stored secrets, and a
+    ``password`` left out keeps the stored one (``""`` clears it)."""
 
     name = serializers.CharField(max_length=100)
     type = serializers.CharField(max_length=50)
     description = serializers.CharField(required=False, allow_blank=True, default="")
     url = serializers.CharField(max_length=4096, write_only=True)
     username = serializers.CharField(required=False, allow_blank=True, default="", max_length=255)
-    password = serializers.CharField(
-        required=False, allow_blank=True, default="", max_length=1024, write_only=True
-    )
+    password = serializers.CharField(required=False, allow_blank=True, max_length=1024, write_only=True)
     key_patterns = serializers.ListField(
         child=serializers.CharField(max_length=512), required=False, default=list, max_length=100
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import JsonResponse
 from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
 from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, runs
@@ -27,7 +27,8 @@ def endpoint_not_found(request) -> JsonResponse:
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    # The split view serves its start-up script as a file: no inline script (CSP).
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
     path("auth/token/", auth.TokenView.as_view(), name="token"),
     path("connectors/", catalog.ConnectorCatalogView.as_view(), name="connectors"),
     *router.urls,

@@ -15,6 +15,8 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
+from dataflow.services.context import source_for
+from source_support.errors import ConfigError
 
 
 def checkpoint_take(*, run: FlowRun) -> Checkpoint:
@@ -79,3 +81,26 @@ def seed_run_from_checkpoint(*, run: FlowRun, checkpoint: Checkpoint) -> None:
         )
         for split_id, entry in checkpoint.splits.items()
     )
+
+
+def run_splits_check(*, run: FlowRun) -> None:
+    """Refuses to let ``run`` go on (resumed, restored, restarted) if its owner may no
+    longer use its connections (a revoked grant, a deleted connection: ConfigError from
+    resolving them now) or if one of its unfinished splits reads what its connection no
+    longer allows (a stream, topic, subject or object outside the patterns as they are
+    now, or a key the deployment uses): ConfigError naming ``source.connection``."""
+    source = source_for(run)
+    serializer = source.split_serializer
+    rows = (
+        Split.objects.filter(run=run)
+        .exclude(status=SplitStatus.FINISHED)
+        .values_list("split_id", "payload", "position")
+        .order_by("pk")
+    )
+    for split_id, payload, position in rows.iterator():
+        why = source.split_refusal(serializer.deserialize(payload).at(position))
+        if why:
+            raise ConfigError(
+                "source.connection",
+                f"split {split_id} cannot go on: {why}; start the flow anew to read what it allows",
+            )

@@ -20,7 +20,8 @@ client connects to the address that was checked (``ConnectionKind.pinnable_schem
 A connection's ``key_patterns`` bound the keys its flows may name (checked conservatively
 when a flow is saved, and again on every key a run finds or writes). A connection to the
 deployment's own Redis must have patterns, and none may reach the deployment's keys
-(``DATAFLOW_REDIS_NAMESPACE``, Celery's).
+(``reserved.reserved_redis_keys``: its namespace, Celery's queues, kombu's keys), when it
+is saved and each time a run resolves it; a run checks each key it reads or writes too.
 
 Secrets (``url``, ``password``) are stored as given (not encrypted: the database holds
 flows' secrets the same way) and never returned: shown masked, and a masked value sent
@@ -42,13 +43,14 @@ from django.db import transaction
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
 from dataflow.services.addresses import url_address_check
+from dataflow.services.reserved import reserved_redis_keys
 from source_support import addresses
 from source_support.connections import (
     CONNECTION_KINDS,
     ConnectionKind,
     ConnectionTarget,
     glob_within,
-    prefixes_overlap,
+    globs_intersect,
     url_with_credentials,
     url_with_host,
 )
@@ -64,8 +66,6 @@ CONNECTION_SECRETS = (
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
 MAX_PATTERNS = 100
 MAX_PATTERN_CHARS = 512
-#: Keys of the deployment itself besides its namespace: Celery's and kombu's.
-BROKER_KEY_PREFIXES = ("celery", "_kombu", "unacked")
 
 
 def connection_masked(connection: Connection) -> dict[str, str]:
@@ -80,7 +80,7 @@ def connection_save(
     type: str,
     url: str,
     username: str = "",
-    password: str = "",
+    password: str | None = None,
     key_patterns: Iterable[str] = (),
     description: str = "",
     users: Iterable[Any] | None = None,
@@ -88,7 +88,8 @@ def connection_save(
     connection: Connection | None = None,
 ) -> Connection:
     """Creates a connection or, given ``connection``, changes it (its name too). A secret
-    sent back exactly as ``connection_masked`` showed it keeps the stored secret. Grants
+    sent back exactly as ``connection_masked`` showed it keeps the stored secret, and a
+    ``password`` not given (None) keeps the stored one. Grants
     are replaced when ``users``/``groups`` are given. ConfigError names the field
     (``name``, ``type``, ``url``, ``key_patterns``) of what is refused."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
@@ -104,6 +105,8 @@ def connection_save(
             "type", f"unknown connection type {type!r} (one of: {', '.join(sorted(CONNECTION_KINDS))})"
         )
     if connection is not None:
+        if password is None:
+            password = connection.password
         stored = {"url": connection.url, "password": connection.password}
         secrets = unmask_config(CONNECTION_SECRETS, {"url": url, "password": password}, stored)
         url, password = secrets["url"], secrets["password"]
@@ -149,27 +152,32 @@ def _checked_patterns(key_patterns: Iterable[str]) -> list[str]:
 
 def _check_deployment_keys(kind: ConnectionKind, url: str, patterns: list[str], *, field: str) -> None:
     """Refuses a connection to the deployment's own Redis unless its patterns keep every
-    flow away from the deployment's keys (its namespace, Celery's)."""
-    if kind.type != "redis" or not _is_deployment_redis(url):
+    flow away from the deployment's keys (``reserved_redis_keys``)."""
+    if kind.type != "redis" or not is_deployment_redis(url):
         return
-    reserved = (f"{settings.DATAFLOW_REDIS_NAMESPACE}:", *BROKER_KEY_PREFIXES)
     if not patterns:
         raise ConfigError(
             field,
             "are required: this is the deployment's own Redis; name the keys its flows may use "
             '(e.g. ["team-a:*"]), away from the deployment\'s own keys',
         )
+    reserved = reserved_redis_keys()
     for pattern in patterns:
-        clash = next((prefix for prefix in reserved if prefixes_overlap(pattern, prefix)), None)
+        clash = reserved_clash(pattern, reserved)
         if clash is not None:
             raise ConfigError(
                 field,
-                f"{pattern!r} may match the deployment's own keys ({clash}...) on its own Redis; "
+                f"{pattern!r} may match the deployment's own keys ({clash}) on its own Redis; "
                 "use a prefix of their own",
             )
 
 
-def _is_deployment_redis(url: str) -> bool:
+def reserved_clash(glob: str, reserved: tuple[str, ...]) -> str | None:
+    """The first reserved glob that ``glob`` (a key or a pattern) can match a key of."""
+    return next((name for name in reserved if globs_intersect(glob, name)), None)
+
+
+def is_deployment_redis(url: str) -> bool:
     """Whether ``url`` names the server of REDIS_URL or of the Celery broker (by socket
     path, or by resolved address and port)."""
     own = {redis_url(), getattr(settings, "CELERY_BROKER_URL", "") or ""}
@@ -237,6 +245,7 @@ def _check_use(
     restricted = is_restricted(owner)
     if name is None:
         if not restricted:
+            _check_reserved_keys(section, table, options, address, keys=keys)
             return
         if table.get(address.name) is not None:
             raise ConfigError(
@@ -270,6 +279,26 @@ def _check_use(
             )
     if restricted:
         _target_for_restricted(connection, field=f"{section}.connection")
+
+
+def _check_reserved_keys(
+    section: str, table: dict[str, Any], options, address: Option, *, keys: list[tuple[str, str]]
+) -> None:
+    """A staff or operator flow on the deployment's own Redis (its ``url`` left out, or
+    naming that server) names no key the deployment uses."""
+    url = table.get(address.name)
+    if address.address != "redis" or not (url is None or (isinstance(url, str) and is_deployment_redis(url))):
+        return
+    reserved = reserved_redis_keys()
+    named = [(option.name, table.get(option.name)) for option in options if option.scoped]
+    for field, glob in [*named, *keys]:
+        clash = reserved_clash(glob, reserved) if isinstance(glob, str) else None
+        if clash is not None:
+            raise ConfigError(
+                f"{section}.{field}",
+                f"{glob!r} may reach a key the deployment itself uses on its own Redis ({clash}); "
+                "use a prefix of your own",
+            )
 
 
 def _usable_connection(name: str, owner, *, field: str, kind: str) -> Connection:

@@ -8,7 +8,8 @@ from typing import Any
 from django.conf import settings
 
 from dataflow.redis_client import redis_url
-from dataflow.services.connections import flow_connections_resolve
+from dataflow.services.connections import flow_connections_resolve, is_deployment_redis
+from dataflow.services.reserved import reserved_redis_keys
 from source_support.registry import Environment
 
 
@@ -20,6 +21,8 @@ def environment(*, connections=None) -> Environment:
         base_dir=settings.DATAFLOW_BASE_DIR,
         redis_url=redis_url(),
         connections=connections or {},
+        reserved_keys=reserved_redis_keys(),
+        is_deployment_redis=is_deployment_redis,
     )
 
 

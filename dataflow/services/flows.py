@@ -27,7 +27,7 @@ from dataflow.models import (
     Split,
     SplitStatus,
 )
-from dataflow.services.checkpoints import seed_run_from_checkpoint
+from dataflow.services.checkpoints import run_splits_check, seed_run_from_checkpoint
 from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
@@ -41,6 +41,7 @@ from dataflow.services.runs.tick import request_tick
 from dataflow.services.schedules import schedule_remove, schedule_remove_orphan, schedule_sync
 from dataflow.services.specs import (
     PARALLELISM_BOUNDS,
+    flow_format_file_check,
     flow_paths_check,
     flow_spec_of,
     flow_spec_validate,
@@ -66,6 +67,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     """
     if owner is not None:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
+        flow_format_file_check(spec, owner=owner)  # before the format reads a file
     values = flow_spec_validate(spec)  # then as the operator's: a bad spec is refused without a query
     existing = _flow_named_in(spec)
     rules_owner = existing.owner if existing is not None else owner
@@ -97,12 +99,26 @@ def flow_create(*, spec: dict[str, Any], owner=None) -> DataFlow:
     ConfigError naming the field if the spec is not valid."""
     name = (spec.get("flow") or {}).get("name")
     if isinstance(name, str) and DataFlow.objects.filter(name=name).exists():
-        raise FlowExistsError(f"a flow named {name!r} exists already")
+        raise FlowExistsError(_name_taken(name, owner=owner))
     with transaction.atomic():
         flow, created = flow_apply(spec=spec, owner=owner)
         if not created:
-            raise FlowExistsError(f"a flow named {name!r} exists already")
+            raise FlowExistsError(_name_taken(name, owner=owner))
     return flow
+
+
+def _name_taken(name: Any, *, owner) -> str:
+    """Why ``name`` cannot be a new flow's, saying only what ``owner`` may know: that a
+    flow of theirs has it, or (another's, which they cannot see) that it is unavailable."""
+    flow = DataFlow.objects.filter(name=name).only("owner_id").first()
+    if (
+        owner is None
+        or owner.is_staff
+        or owner.is_superuser
+        or (flow is not None and flow.owner_id == owner.pk)
+    ):
+        return f"a flow named {name!r} exists already"
+    return f"the name {name!r} is unavailable; choose another"
 
 
 def flow_replace(*, flow: DataFlow, spec: dict[str, Any]) -> DataFlow:
@@ -190,6 +206,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
             run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
             if restore is not None:
                 seed_run_from_checkpoint(run=run, checkpoint=restore)
+                run_splits_check(run=run)  # the checkpoint's splits, against the connection as it is now
             run_prepare(run)
             flow.status = FlowStatus.RUNNING
             flow.save(update_fields=["status", "updated_at"])
@@ -291,6 +308,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         active = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
         if active is not None and active.paused_at is not None:
+            run_splits_check(run=active)
             active.paused_at = None
             active.save(update_fields=["paused_at"])
             flow.status = FlowStatus.RUNNING
@@ -306,6 +324,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
             raise FlowStateError(f"flow {flow.name!r} has no stopped run to resume ({latest})")
         if run.spec.get("replay"):  # it reads no source: resumed, it would read the whole of it
             raise FlowStateError(f"run {run.pk} of {flow.name!r} replayed dead letters: replay them again")
+        run_splits_check(run=run)
         run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])
@@ -339,6 +358,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         if run.status == RunStatus.TRANSFORMING:
             raise FlowStateError(f"run {run.pk} of {flow.name!r} is transforming: its splits are done")
         restarted = _splits_retried(run, list(failed))
+        run_splits_check(run=run)
         was_active = run.status == RunStatus.READING
         run.status, run.finished_at = RunStatus.READING, None
         run.message = f"restarted {restarted} failed split(s)"

@@ -100,7 +100,17 @@ def _check_url(url: str) -> None:
         raise ConfigError(
             "notify.webhook", f"must be one URL without spaces, at most {MAX_URL_CHARS} characters"
         )
-    address_check(host, port or _DEFAULT_PORTS[parts.scheme.lower()], field="notify.webhook")
+    try:
+        address_check(host, port or _DEFAULT_PORTS[parts.scheme.lower()], field="notify.webhook")
+    except ConfigError as exc:
+        # One answer whatever the reason: telling a name that resolves to an internal
+        # address from one that does not resolve would map the service's network.
+        log.info("webhook %s refused: %s", webhook_url_masked(url), exc.reason)
+        raise ConfigError(
+            "notify.webhook",
+            f"{host}: address refused (a webhook calls a host that resolves to public addresses, "
+            "or one DATAFLOW_ALLOWED_INTERNAL_ADDRESSES names)",
+        ) from None
 
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}

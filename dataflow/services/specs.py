@@ -75,6 +75,10 @@ MAX_FIELD_CHARS = {"flow.description": 16 * 1024, "transform.sql": 64 * 1024, "f
 MAX_DEPTH = 8  # a flow spec is sections of fields; a value nested deeper is a mistake
 
 
+#: Why a path another owner's flow reads or writes is refused, saying no more than that.
+PATH_NOT_ALLOWED = "path not allowed for this flow; choose a path of your own"
+
+
 def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     """Validates a whole spec and returns the DataFlow field values it describes.
     ``owner`` is the user the flow belongs to (None: the operator's flow): a flow of a
@@ -99,6 +103,7 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
             raise ConfigError(section, "must be a table")
     _check_sizes(doc)
     flow_connections_check(doc, owner=owner)
+    flow_format_file_check(doc, owner=owner)
     flow = _validate_flow_table(doc["flow"])
     env = environment()
     source_type, source_config = validate_source(doc["source"], env)
@@ -352,7 +357,8 @@ def flow_paths_check(
     (``source.path``: it would read their results). ``owner``: the user the flow belongs
     to; the operator's flows (no owner) count as another owner's. ``flow_spec_validate``
     checks this for a flow with an owner; the operator's own flows are exempt, as they
-    are from the connection rules. The error does not say whose flow it is. A file the
+    are from the connection rules. The error says only that the path is not allowed: not
+    whose it is, nor that a flow uses it. A file the
     format reads (an Avro ``writer_schema`` path) follows the rule of ``source.path``.
     """
     source_pattern = _file_path(source_config.get("path"))
@@ -369,25 +375,17 @@ def flow_paths_check(
         other_sink_dir = _file_dir((other_sink or {}).get("path"))
         if sink_dir is not None:
             if other_sink_dir is not None and _overlaps(sink_dir, other_sink_dir):
-                _refuse_sink(sink_dir, "the sink directory")
+                raise ConfigError("sink.path", f"{sink_dir}: {PATH_NOT_ALLOWED}")
             if other_pattern is not None and _glob_reaches(other_pattern, sink_dir):
-                _refuse_sink(sink_dir, "the source")
+                raise ConfigError("sink.path", f"{sink_dir}: {PATH_NOT_ALLOWED}")
         if format_file is not None and other_sink_dir is not None and _overlaps(format_file, other_sink_dir):
-            raise ConfigError(
-                "format.writer_schema",
-                f"{format_file} lies in the sink directory of another user's flow; "
-                "a flow reads only what is not another user's flow's output",
-            )
+            raise ConfigError("format.writer_schema", f"{format_file}: {PATH_NOT_ALLOWED}")
         if (
             source_pattern is not None
             and other_sink_dir is not None
             and _glob_reaches(source_pattern, other_sink_dir)
         ):
-            raise ConfigError(
-                "source.path",
-                f"{source_config['path']} reads the sink directory of another user's flow; "
-                "a flow reads only what is not another user's flow's output",
-            )
+            raise ConfigError("source.path", f"{source_config['path']}: {PATH_NOT_ALLOWED}")
 
     for path in claimed:
         check({}, {"path": path})
@@ -405,12 +403,13 @@ def sink_path_claim(*, owner: Any, path: Path, flow_name: str) -> SinkPathClaim:
     return claim
 
 
-def _refuse_sink(sink_dir: Path, what: str) -> None:
-    raise ConfigError(
-        "sink.path",
-        f"{sink_dir} overlaps {what} of another user's flow; "
-        "a flow writes only where no other user's flow reads or writes",
-    )
+def flow_format_file_check(doc: Any, *, owner: Any) -> None:
+    """Refuses, before the format reads it, a file the spec's format names (an Avro
+    ``writer_schema`` path) that ``flow_paths_check`` would refuse: what its parser said
+    of it would tell what another owner's file holds."""
+    table = doc.get("format") if isinstance(doc, dict) else None
+    if owner is not None and isinstance(table, dict):
+        flow_paths_check(source_config={}, sink_config={}, owner=owner, format_options=table)
 
 
 def _format_file(options: dict[str, Any]) -> Path | None:

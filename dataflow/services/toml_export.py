@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 
 from dataflow.models import DataFlow
+from dataflow.services.notify import notify_masked
 from dataflow.services.specs import flow_spec_of
 from source_support.registry import mask_section, paths_relative_section
 
@@ -26,7 +27,7 @@ ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f"
 def flow_toml(*, flow: DataFlow, reveal_secrets: bool = False) -> str:
     """The flow's spec as TOML that ``tomllib`` reads back into the same spec.
 
-    Secrets (a password, the credentials of a URL) are masked as the admin shows them
+    Secrets (a password, the credentials of a URL, a webhook's query) are masked as the admin shows them
     unless ``reveal_secrets``; importing the file over the same flow keeps its stored
     secrets (see ``toml_import.flow_import``). Paths under ``DATAFLOW_BASE_DIR`` are
     written relative to it (others stay absolute), so the file applies in another
@@ -36,6 +37,8 @@ def flow_toml(*, flow: DataFlow, reveal_secrets: bool = False) -> str:
         spec[section] = paths_relative_section(section, spec[section], settings.DATAFLOW_BASE_DIR)
         if not reveal_secrets:
             spec[section] = mask_section(section, spec[section])
+    if spec.get("notify") and not reveal_secrets:
+        spec["notify"] = notify_masked(spec["notify"])  # a webhook's ?token= as the API shows it
     lines = [f"# Flow {flow.name}: apply with `manage.py applyflows {flow.name}.toml` or the admin's import."]
     if not reveal_secrets:
         lines.append("# Secrets are masked; importing this file over the same flow keeps its stored ones.")

@@ -8,6 +8,7 @@ from typing import Any
 
 from dataflow.models import DataFlow
 from dataflow.services.flows import flow_apply
+from dataflow.services.notify import notify_unmasked
 from source_support.errors import ConfigError
 from source_support.registry import unmask_section
 
@@ -68,4 +69,6 @@ def _with_stored_secrets(spec: dict[str, Any], flow: DataFlow) -> dict[str, Any]
     for section, table in stored.items():
         if isinstance(spec.get(section), dict):
             spec[section] = unmask_section(section, spec[section], table)
+    if isinstance(spec.get("notify"), dict) and flow.notify:
+        spec["notify"] = notify_unmasked(spec["notify"], flow.notify)
     return spec

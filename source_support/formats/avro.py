@@ -84,7 +84,9 @@ def load_writer_schema(text: str, env: PathResolver | None) -> AvroSchema:
     try:
         schema = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(field, f"{source}is not JSON: {exc}") from None
+        # As below: where a file's parse failed may tell what it holds.
+        detail = f": {exc}" if not source else " (write it inline to see the parser's reason)"
+        raise ConfigError(field, f"{source}is not JSON{detail}") from None
     try:
         fastavro.parse_schema(schema)
         AvroTypes(schema)

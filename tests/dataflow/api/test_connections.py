@@ -283,14 +283,65 @@ def test_a_bad_connection_is_refused_naming_the_field(change, field):
     refused(client_of(connection_staff()).post("/api/connections/", body, format="json"), field)
 
 
-@pytest.mark.parametrize("patterns", [[], ["*"], ["adf:*"], ["ad*"], ["celery*"], ["_kombu.binding.x"]])
-def test_a_connection_to_the_deployments_redis_cannot_reach_its_own_keys(patterns):
+@pytest.fixture()
+def spark_queue(settings):
+    """The deployment's Spark tasks on a queue of their own, as in production."""
+    settings.CELERY_TASK_ROUTES = {"dataflow.tasks.run_transform": {"queue": "spark"}}
+
+
+@pytest.mark.parametrize(
+    "patterns",
+    [
+        [],
+        ["*"],
+        ["adf:*"],
+        ["adf*"],
+        ["ad*"],
+        ["celery*"],
+        ["_kombu*"],
+        ["_kombu.binding.x"],
+        ["unacked*"],
+        # Celery's queues: a stream sink on one turned the queue into a stream, killing the fleet.
+        ["dataflow"],
+        ["dataflow*"],
+        ["data*"],
+        ["d*"],
+        ["dataflow.runflow.*"],
+        ["spark"],
+        ["s?ark"],
+        ["team-a:*", "[d]ataflow"],
+    ],
+)
+def test_a_connection_to_the_deployments_redis_cannot_reach_its_own_keys(patterns, spark_queue):
     body = {"name": "own", "type": "redis", "url": redis_url(), "key_patterns": patterns}
 
     reason = refused(
         client_of(connection_staff()).post("/api/connections/", body, format="json"), "key_patterns"
     )
     assert "deployment's own" in reason
+
+
+@pytest.mark.parametrize("patterns", [["team-a:*"], ["dataflowx:*", "sparkles:*"], ["alice:orders:1"]])
+def test_a_connection_to_the_deployments_redis_may_reach_keys_of_its_own(patterns, spark_queue):
+    body = {"name": "own", "type": "redis", "url": redis_url(), "key_patterns": patterns}
+
+    response = client_of(connection_staff()).post("/api/connections/", body, format="json")
+
+    assert response.status_code == 201, response.content
+
+
+def test_the_reserved_queue_names_follow_the_settings(settings):
+    settings.CELERY_TASK_DEFAULT_QUEUE = "blue.dataflow"
+    settings.CELERY_TASK_ROUTES = {"dataflow.tasks.run_transform": {"queue": "blue.spark"}}
+    staff = client_of(connection_staff())
+
+    for pattern in ("blue.dataflow", "blue.spark", "blue.dataflow.runflow.orders", "blue*"):
+        body = {"name": "own", "type": "redis", "url": redis_url(), "key_patterns": [pattern]}
+        assert "deployment's own" in refused(
+            staff.post("/api/connections/", body, format="json"), "key_patterns"
+        )
+    body = {"name": "own", "type": "redis", "url": redis_url(), "key_patterns": ["spark"]}
+    assert staff.post("/api/connections/", body, format="json").status_code == 201
 
 
 def test_the_connector_catalog_offers_connection_as_an_option(alice):
@@ -455,3 +506,17 @@ def test_a_kafka_bootstrap_list_is_pinned_host_by_host_in_its_own_shape(alice, m
     )
 
     assert targets["kafka-ext"].url == "kafka://93.184.216.34:9092,93.184.216.35:9093"
+
+
+def test_a_put_without_a_password_keeps_the_stored_one(loopback_allowed):
+    staff = client_of(connection_staff())
+    body = {"name": "team", "type": "redis", "url": "redis://10.1.1.1:6379/0", "key_patterns": ["team:*"]}
+    assert staff.post("/api/connections/", {**body, "password": "s3cret"}, format="json").status_code == 201
+
+    kept = staff.put("/api/connections/team/", {**body, "description": "renamed"}, format="json")
+
+    assert kept.status_code == 200, kept.content
+    assert kept.json()["has_password"] is True
+    assert Connection.objects.get(name="team").password == "s3cret"
+    cleared = staff.put("/api/connections/team/", {**body, "password": ""}, format="json")
+    assert cleared.json()["has_password"] is False

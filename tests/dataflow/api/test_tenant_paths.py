@@ -63,7 +63,7 @@ def test_alice_cannot_write_her_sink_into_bobs_sink_directory(dirs, alice, bobs_
         "/api/flows/", body("alice-steal", alices_input, str(dirs.out / sink)), format="json"
     )
 
-    assert "another user's flow" in refused(response, "sink.path")
+    assert "path not allowed" in refused(response, "sink.path")
     assert not DataFlow.objects.filter(name="alice-steal").exists()
 
 
@@ -74,7 +74,7 @@ def test_alice_cannot_read_bobs_output_as_her_source(dirs, alice, bobs_flow):
         format="json",
     )
 
-    assert "another user's flow" in refused(response, "source.path")
+    assert "path not allowed" in refused(response, "source.path")
 
 
 def test_alice_cannot_write_into_bobs_source_directory(dirs, alice, bobs_flow, alices_input):
@@ -82,7 +82,7 @@ def test_alice_cannot_write_into_bobs_source_directory(dirs, alice, bobs_flow, a
         "/api/flows/validate/", body("alice-x", alices_input, str(dirs.data / "bob")), format="json"
     )
 
-    assert "another user's flow" in refused(response, "sink.path")
+    assert "path not allowed" in refused(response, "sink.path")
 
 
 def test_alice_cannot_patch_her_flow_onto_bobs_sink(dirs, alice, bobs_flow, alices_input):
@@ -157,7 +157,7 @@ def test_alices_glob_that_reaches_bobs_output_is_refused(dirs, alice, bobs_flow,
         format="json",
     )
 
-    assert "another user's flow" in refused(response, "source.path")
+    assert "path not allowed" in refused(response, "source.path")
 
 
 def test_alice_cannot_read_bobs_output_as_an_avro_writer_schema(dirs, alice, bobs_flow, settings):
@@ -181,7 +181,7 @@ def test_alice_cannot_read_bobs_output_as_an_avro_writer_schema(dirs, alice, bob
 
     result.write_text('{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}')
     reason = refused(api.post("/api/flows/", doc, format="json"), "format.writer_schema")
-    assert "another user's flow" in reason
+    assert "path not allowed" in reason
 
 
 # Issue 25, 2.7: a deleted flow's output kept in place stays its owner's.
@@ -203,11 +203,11 @@ def test_a_deleted_flows_output_stays_its_owners(dirs, alice, bob, bobs_flow, al
         body("alice-read", str(dirs.out / "bob-flow" / "*.csv"), str(dirs.out / "alice-read")),
         format="json",
     )
-    assert "another user's flow" in refused(read, "source.path")
+    assert "path not allowed" in refused(read, "source.path")
     write = alice_api.post(
         "/api/flows/", body("alice-write", alices_input, str(dirs.out / "bob-flow")), format="json"
     )
-    assert "another user's flow" in refused(write, "sink.path")
+    assert "path not allowed" in refused(write, "sink.path")
     # Bob still may: the output is his.
     again = bob_api.post(
         "/api/flows/",
@@ -238,3 +238,57 @@ def test_delete_output_is_refused_for_a_sink_that_is_no_directory(dirs, bob, bob
 
     assert "only such an output can be deleted" in refused(response, "delete_output")
     assert DataFlow.objects.filter(name="bob-flow").exists()  # nothing deleted
+
+
+def test_a_path_refused_says_only_that_it_is_not_allowed(dirs, alice, bobs_flow, alices_input):
+    response = client_of(alice).post(
+        "/api/flows/validate/", body("alice-flow", alices_input, str(dirs.out / "bob-flow")), format="json"
+    )
+
+    reason = refused(response, "sink.path")
+    assert "path not allowed" in reason
+    assert (
+        "user" not in reason
+        and "sink directory" not in reason
+        and "bob" not in reason.replace(str(dirs.out / "bob-flow"), "")
+    )
+
+
+def test_bobs_file_as_an_avro_writer_schema_is_refused_before_it_is_parsed(dirs, alice, bobs_flow, settings):
+    # Not JSON: a parser's "Extra data: line 2 column 1 (char 49)" would tell how the file begins.
+    (dirs.out / "bob-flow" / "part-1.json").write_text('{"id": 1, "card": "4111-1111"}\n{"id": 2}\n')
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    mine = ConnectionFactory(name="alice-redis", key_patterns=["alice:*"], users=[alice])
+    doc = {
+        "name": "peek",
+        "source": {"type": "redis_streams", "streams": "alice:*", "connection": mine.name},
+        "format": {"type": "avro", "writer_schema": str(dirs.out / "bob-flow" / "part-1.json")},
+        "transform": {"sql": "SELECT * FROM source"},
+        "sink": {"type": "json", "path": str(dirs.out / "alice-peek")},
+    }
+
+    api = client_of(alice)
+    for url in ("/api/flows/", "/api/flows/validate/"):
+        reason = refused(api.post(url, doc, format="json"), "format.writer_schema")
+        assert "path not allowed" in reason
+        assert "Extra data" not in reason and "line 2" not in reason
+
+
+def test_a_file_that_is_not_json_as_a_writer_schema_does_not_quote_the_parser(dirs, alice):
+    schema_file = dirs.data / "not-a-schema.json"
+    schema_file.write_text('{"id": 1}\n{"id": 2}\n')
+    settings_free = {"type": "avro", "writer_schema": str(schema_file)}
+    with pytest.raises(ConfigError) as refused_error:
+        flow_apply(
+            spec={
+                "flow": {"name": "schema-file"},
+                "source": {"type": "files", "path": str(dirs.data / "*.avro")},
+                "format": settings_free,
+                "transform": {"sql": "SELECT * FROM source"},
+                "sink": {"type": "parquet", "path": str(dirs.out / "schema-file")},
+            },
+            owner=alice,
+        )
+
+    assert refused_error.value.field == "format.writer_schema"
+    assert "is not JSON" in str(refused_error.value) and "Extra data" not in str(refused_error.value)

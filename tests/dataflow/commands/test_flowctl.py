@@ -143,8 +143,8 @@ def test_export_prints_toml_that_applyflows_takes_back_as_the_same_spec(dirs, tm
     flow, _ = flow_apply(spec=_tricky_spec(dirs))
     exported = flow_spec_of(flow)
 
-    text = _flowctl("export", "round-trip")
-    assert _json("export", "round-trip")["toml"].rstrip() == text.rstrip()
+    text = _flowctl("export", "round-trip", "--reveal-secrets")  # the webhook's query is a secret
+    assert _json("export", "round-trip", "--reveal-secrets")["toml"].rstrip() == text.rstrip()
     (tmp_path / "round-trip.toml").write_text(text)
     DataFlow.objects.all().delete()
     call_command("applyflows", str(tmp_path / "round-trip.toml"), stdout=io.StringIO())
@@ -302,3 +302,15 @@ def test_delete_keeps_the_output_as_the_owners_unless_told_to_delete_it(dirs):
         (str((dirs.out / "kept").resolve()), "meg", "kept")
     ]
     assert not DataFlow.objects.filter(name__in=["kept", "gone"]).exists()
+
+
+def test_export_masks_a_webhooks_token_under_its_header_saying_secrets_are_masked(dirs):
+    doc = spec("hooked", str(dirs.data), str(dirs.out / "sink"))
+    doc["notify"] = {"webhook": "https://bob:pw@hooks.example.com/flows?token=s3cret", "on": ["failed"]}
+    flow_apply(spec=doc)
+
+    text = _flowctl("export", "hooked")
+
+    assert "Secrets are masked" in text
+    assert "s3cret" not in text and "pw@" not in text
+    assert tomllib.loads(text)["notify"]["webhook"] == "https://***@hooks.example.com/flows?***"

@@ -346,13 +346,26 @@ def test_a_masked_url_keeps_no_credentials_nor_query():
         ("http://[::]/", ":: is an unspecified address"),
     ],
 )
-def test_a_webhook_to_an_internal_address_is_refused(dirs, webhook, reason):
-    with pytest.raises(ConfigError) as refused:
+def test_a_webhook_to_an_internal_address_is_refused(dirs, webhook, reason, caplog):
+    with logs_of(caplog, "dataflow.services.notify"), pytest.raises(ConfigError) as refused:
         flow_apply(spec=_flow_spec(dirs, {"webhook": webhook}))
 
     assert refused.value.field == "notify.webhook"
-    assert reason in refused.value.reason
+    assert "address refused" in refused.value.reason
     assert "DATAFLOW_ALLOWED_INTERNAL_ADDRESSES" in refused.value.reason
+    assert reason in caplog.text  # the operator's log says why
+
+
+@pytest.mark.django_db
+def test_a_webhook_refusal_does_not_tell_loopback_from_a_name_that_does_not_resolve(dirs):
+    reasons = []
+    for host in ("localhost", "no-such-host.invalid"):
+        with pytest.raises(ConfigError) as refused:
+            flow_apply(spec=_flow_spec(dirs, {"webhook": f"http://{host}:8000/hook"}))
+        reasons.append(refused.value.reason.replace(host, "HOST"))
+
+    assert reasons[0] == reasons[1]
+    assert "loopback" not in reasons[0] and "resolve" not in reasons[0].split("(")[0]
 
 
 @pytest.mark.django_db

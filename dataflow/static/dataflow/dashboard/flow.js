@@ -172,7 +172,15 @@
     return fmt.format(seconds / 3600) + " h";
   }
 
+  // Set here, not in a style attribute: the Content-Security-Policy allows no inline style.
+  function sizeBars() {
+    document.querySelectorAll("[data-progress]").forEach(function (bar) {
+      bar.style.width = Number(bar.getAttribute("data-progress")) + "%";
+    });
+  }
+
   function update(data) {
+    sizeBars();
     takeSeries(data);
     draw(throughput, rateSteps());
     draw(lag, [state.xs.slice(), state.lag.slice()]);
