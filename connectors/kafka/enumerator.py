@@ -123,7 +123,7 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         clock_ms = int(self.clock() * 1000)
         listed = self.brokers.partitions()
         first = not self.discovered
-        found: list[str] = []
+        new: list[tuple[str, int]] = []
         for topic in sorted(listed):
             if not topic_matches(topic, self.topics, self.topic_pattern) or not self.allowed(topic):
                 continue
@@ -134,20 +134,21 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                 if not first and self._fixed_stop:
                     self.done.add(split_id)  # made after the run's stop was fixed: nothing before it
                     continue
-                self._add(topic, partition, first=first)
-                found.append(split_id)
+                new.append((topic, partition))
+        ends = self.brokers.ends(new) if new else {}
+        for topic, partition in new:
+            self._add(topic, partition, *ends[topic, partition], first=first)
         if first and self.topics is not None:
             missing = [t for t in self.topics if t not in listed]
             if missing:
                 log.info("topic(s) %s do not exist yet", ", ".join(missing))
         self.discovered = True
         self.last_discovery_clock_ms = clock_ms
-        if found:
-            log.info("%d new partition(s): %s", len(found), ", ".join(found))
+        if new:
+            log.info("%d new partition(s): %s", len(new), ", ".join(partition_split_id(*k) for k in new))
 
-    def _add(self, topic: str, partition: int, *, first: bool) -> None:
+    def _add(self, topic: str, partition: int, low: int, high: int, *, first: bool) -> None:
         split_id = partition_split_id(topic, partition)
-        low, high = self.brokers.watermarks(topic, partition)
         start = self._start_for(topic, partition, low, high) if first else low
         stop: int | None = None
         if first and self._fixed_stop:

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from connectors.kafka.brokers import TRANSIENT
 from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, mask_servers, new_consumer
+from connectors.kafka.resets import Reset, ResetWatch
 from connectors.kafka.split import PartitionSplit, partition_split_id
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
@@ -92,11 +93,15 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         decoding: Decoding[MessageDecoder],
         *,
         flow: str,
+        on_reset: str = "fail",
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(decoding)
         self.servers = servers
         self.flow = flow
+        #: What a partition whose offsets went backwards does (``source.on_reset``).
+        self.on_reset = on_reset
+        self.resets = ResetWatch(lambda: self.consumer)
         self.clock = clock
         self.held: dict[str, HeldPartition] = {}
         self._consumer: Consumer | None = None
@@ -126,6 +131,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         gone = [self.held.pop(split_id) for split_id in removed if split_id in self.held]
         for split_id in removed:  # its next reader commits it; an old offset must not win
             self._unconfirmed.pop(split_id, None)
+            self.resets.forget(split_id)
         if gone:
             self._unassign(gone)
 
@@ -302,10 +308,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         return table, bad
 
     def _check(self, state: HeldPartition) -> RecordBatch | None:
-        """An idle split with a stop: finished once the brokers have nothing for it before
+        """An idle split: failed if its partition went back below its position
+        (``ResetWatch``); with a stop, finished once the brokers have nothing for it before
         the stop (its position reached the stop offset, or, for a stop time that has passed,
         the partition's end)."""
         split = state.split
+        reset = self.resets.check(split)
+        if reset is not None:
+            return self._reset(state, reset)
         if split.stop_offset is None and split.stop_time_ms is None:
             return None
         now = time.monotonic()
@@ -328,6 +338,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
             return None
         return self._finish(state) if high <= split.position else None
+
+    def _reset(self, state: HeldPartition, reset: Reset) -> RecordBatch:
+        """A split whose partition went back below its checkpoint fails, naming both
+        offsets (``on_reset = "fail"``)."""
+        self._drop(state)
+        raise SplitFailed(
+            f"{reset.words()}; source.on_reset is {self.on_reset!r}", split_id=state.split.split_id
+        )
 
     def _finish(self, state: HeldPartition, end: int | None = None) -> RecordBatch:
         self._drop(state)
