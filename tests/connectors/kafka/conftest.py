@@ -14,8 +14,11 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from connectors.kafka.config import KafkaSourceConfig
 from connectors.kafka.connection import close_metadata_clients
-from source_support.registry import Environment
+from connectors.kafka.source import KafkaSource
+from source_support.formats import validate_format
+from source_support.registry import BuildContext, Environment
 from tests.kafka_cluster import PARTITIONS, MockKafkaCluster
 from tests.tansu_broker import BROKERS, KafkaBroker, running_broker
 
@@ -86,3 +89,23 @@ class Topics:
 @pytest.fixture()
 def topics(cluster) -> Topics:
     return Topics(cluster)
+
+
+@pytest.fixture(scope="module")
+def tansu() -> Iterator[KafkaBroker]:
+    """A Tansu broker of the module's own (a real Kafka-protocol broker), for what the mock
+    cluster does not show."""
+    with running_broker("tansu") as broker:
+        yield broker
+
+
+def kafka_source(env: Environment, broker: KafkaBroker, topic: str, **options: Any) -> KafkaSource:
+    """A kafka source of ``topic`` on ``broker``, JSON values ``{id}``; ``stop``: the
+    ``[stop]`` rule as the build gets it; the rest are ``[source]`` options."""
+    stop = options.pop("stop", None)
+    table = {"bootstrap_servers": broker.bootstrap, "topics": [topic], **options}
+    return KafkaSource.from_config(
+        KafkaSourceConfig.parse(table, env),
+        validate_format({"type": "json", "schema": "id BIGINT"}),
+        BuildContext(env=env, batch_size=100, stop=stop, flow_name="tansu-test"),
+    )
