@@ -23,7 +23,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     ``topics``, or of every topic matching ``topic_pattern`` (a partition or a matching topic
     added later becomes a new split, read from its first offset). Partitions of the first
     discovery start at ``start_offsets`` where named, else at ``start``; each start is
-    resolved to an offset once, so a replay starts at the same place.
+    resolved to an offset once, so a replay starts at the same place; a start time goes with
+    the split too, whose reader drops records before it at the split's start (a broker may
+    answer an offset before the time).
 
     Stops (bounded runs): ``latest`` and ``stop_offsets`` fix each partition's end offset at
     the first discovery (the end it had then, or the offset named); a partition found later
@@ -163,6 +165,8 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             "stop": stop,
             "owner": None,
         }
+        if first and self.start_kind == "time" and split_id not in self.start_offsets:
+            self.splits[split_id]["start_time_ms"] = self.start_ms
 
     def _start_for(self, topic: str, partition: int, low: int, high: int) -> int:
         named = self.start_offsets.get(partition_split_id(topic, partition))
@@ -180,4 +184,11 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     def _new_split(self, split_id: str) -> PartitionSplit:
         known = self.splits[split_id]
         stop_time = self.stop.get("time_ms") if self.stop.get("kind") == "time" else None
-        return PartitionSplit(known["topic"], known["partition"], known["start"], known["stop"], stop_time)
+        return PartitionSplit(
+            known["topic"],
+            known["partition"],
+            known["start"],
+            known["stop"],
+            stop_time,
+            known.get("start_time_ms"),
+        )

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -260,13 +260,15 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         split = state.split
         messages = [state.pending.popleft() for _ in range(min(max_records, len(state.pending)))]
         finished = False
+        split, messages, passed = _from_start_time(split, messages)
+        state.split = split
         if split.stop_time_ms is not None:
             late = next(
                 (i for i, m in enumerate(messages) if _timestamp_ms(m) > (split.stop_time_ms or 0)), None
             )
             if late is not None:
-                split = state.split = PartitionSplit(
-                    split.topic, split.partition, split.position, messages[late].offset() or 0, None
+                split = state.split = replace(
+                    split, stop_offset=messages[late].offset() or 0, stop_time_ms=None
                 )
         stop = split.stop_offset
         if stop is not None:
@@ -274,7 +276,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             # A record at or past the stop: nothing before it is left (offsets only grow).
             finished = len(before) < len(messages)
             messages = before
-        end = (messages[-1].offset() or 0) + 1 if messages else split.position
+        end = (messages[-1].offset() or 0) + 1 if messages else max(split.position, passed)
         if stop is not None and (finished or end >= stop):
             finished, end = True, max(stop, split.position)
         records, bad = self._records(messages)
@@ -367,6 +369,21 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
 def _partition_of(split_id: str, position: int) -> TopicPartition:
     topic, _, partition = split_id.rpartition(":")
     return TopicPartition(topic, int(partition), position)
+
+
+def _from_start_time(
+    split: PartitionSplit, messages: list[Message]
+) -> tuple[PartitionSplit, list[Message], int]:
+    """``messages`` less those before the split's start time at its start: (the split, its
+    start time dropped once a record at or after it is seen; the messages kept; the offset
+    after the last one dropped, or the split's position)."""
+    if split.start_time_ms is None or not messages:
+        return split, messages, split.position
+    first = next((i for i, m in enumerate(messages) if _timestamp_ms(m) >= (split.start_time_ms or 0)), None)
+    if first is None:
+        return split, [], (messages[-1].offset() or 0) + 1
+    passed = (messages[first - 1].offset() or 0) + 1 if first else split.position
+    return replace(split, start_time_ms=None), messages[first:], passed
 
 
 def _timestamp_ms(message: Message) -> int:

@@ -5,6 +5,8 @@ when the brokers' answers disagree or go backwards (issue 25).
   "latest"`` ends each split at the high watermark fetches report, and lag counts to it.
 - Tansu restarted empty (memory storage) under a stream run, its topic made again with
   fewer records than the checkpoint: the split fails naming the partition and both offsets.
+- Tansu answers a lookup by time with the log's start: a ``start`` time reads only the
+  records at or after it.
 """
 
 from __future__ import annotations
@@ -97,3 +99,32 @@ def test_a_broker_restarted_empty_fails_the_split_naming_the_partition_and_both_
     high = 10 if partition == 0 else 0  # what the new log holds
     assert f"topic {topic} partition {partition} went back below the checkpoint" in message
     assert f"high watermark {high}, the checkpoint is at offset {written // PARTITIONS}" in message
+
+
+def test_a_start_time_reads_only_records_at_or_after_it_when_the_lookup_answers_earlier(tansu, env):
+    topic = f"t{uuid.uuid4().hex[:10]}"
+    topics = Topics(tansu)
+    topics.make(topic)
+    base = 1_700_000_000_000
+    for i in range(20):  # one a second
+        topics.send_json(topic, i % PARTITIONS, [{"id": i}], ts_ms=base + i * 1000)
+    # What the fix is for: Tansu's lookup by time answers offset 0 even past the last record.
+    consumer = Consumer({"bootstrap.servers": tansu.bootstrap, "group.id": "probe"})
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition(topic, 0, base + 100_000)], timeout=10)
+    finally:
+        consumer.close()
+    assert found.offset == 0
+
+    middle = SourceHarness(kafka_source(env, tansu, topic, start="2023-11-14T22:13:30Z"), poll_timeout_s=0.05)
+    middle.run(until=lambda h: len(h.records()) >= 10, rounds=None)
+    middle.run(rounds=20)  # nothing more comes
+    assert sorted(r["id"] for r in middle.records()) == list(range(10, 20))  # base + 10 s on
+
+    past = SourceHarness(kafka_source(env, tansu, topic, start="2023-11-14T23:00:00Z"), poll_timeout_s=0.05)
+    past.run(rounds=40)
+    assert past.records() == []
+    topics.send_json(topic, 0, [{"id": 100}], ts_ms=base + 3 * 3600_000)  # after the start time
+    past.run(until=lambda h: len(h.records()) >= 1)
+    past.run(rounds=20)
+    assert [r["id"] for r in past.records()] == [100]
