@@ -12,6 +12,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from connectors.kafka.connection import REQUEST_TIMEOUT_S, new_consumer
+from connectors.kafka.outages import broker_log
 
 log = logging.getLogger("connectors.kafka")
 
@@ -60,6 +61,7 @@ class BrokerMetadata:
     def partitions(self, timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, int]:
         with self._lock:
             listed = self.consumer.list_topics(timeout=timeout_s)
+        self._answered()
         return {
             name: len(topic.partitions)
             for name, topic in listed.topics.items()
@@ -98,6 +100,10 @@ class BrokerMetadata:
                 )
                 found[key] = (low, high)
         return found
+
+    def _answered(self) -> None:
+        if self.servers is not None:
+            broker_log(self.servers).answered()
 
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         with self._lock:

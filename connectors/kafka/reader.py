@@ -18,7 +18,8 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.kafka.brokers import TRANSIENT
-from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, mask_servers, new_consumer
+from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, new_consumer
+from connectors.kafka.outages import broker_log
 from connectors.kafka.resets import Reset, ResetWatch
 from connectors.kafka.split import PartitionSplit, partition_split_id
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
@@ -101,7 +102,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self.flow = flow
         #: What a partition whose offsets went backwards does (``source.on_reset``).
         self.on_reset = on_reset
-        self.resets = ResetWatch(lambda: self.consumer)
+        self.resets = ResetWatch(lambda: self.consumer, answered=broker_log(servers).answered)
         self.clock = clock
         self.held: dict[str, HeldPartition] = {}
         self._consumer: Consumer | None = None
@@ -180,6 +181,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self._in_flight = False
         if error is not None:
             return
+        broker_log(self.servers).answered()
         for tp in partitions:
             split_id = partition_split_id(tp.topic or "", tp.partition)
             if tp.error is None and self._unconfirmed.get(split_id, -1) <= tp.offset:
@@ -210,7 +212,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             try:
                 messages = self.consumer.consume(num_messages=wanted, timeout=wait)
             except KafkaException as exc:
-                log.warning("Kafka at %s: %s", mask_servers(self.servers), error_reason(exc))
+                broker_log(self.servers).lost(error_reason(exc))
                 return
             if self._take(messages) or self._woken.is_set() or time.monotonic() >= deadline:
                 return
@@ -254,7 +256,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
                 split_id=state.split.split_id,
             )
         # Brokers away, a leader moving: librdkafka reconnects and fetches on by itself.
-        log.warning("Kafka at %s: %s", mask_servers(self.servers), error.str())
+        broker_log(self.servers).lost(error.str())
 
     def _batch(self, state: HeldPartition, max_records: int) -> RecordBatch:
         split = state.split

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, TopicPartition
 
 from connectors.kafka.brokers import TRANSIENT
-from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason
+from connectors.kafka.connection import error_reason
 from connectors.kafka.split import PartitionSplit
 
 log = logging.getLogger("connectors.kafka")
 
 #: How often a split's partition is asked for its log's ends and its topic.
 CHECK_EVERY_S = 3.0
+#: How long one check waits for the brokers (a reader waits while it checks).
+CHECK_TIMEOUT_S = 2.0
 #: How long a topic the brokers no longer know may stay away before its splits fail.
 TOPIC_GONE_S = 10.0
 
@@ -57,13 +59,19 @@ class ResetWatch:
     """Checks the partitions of a reader's ``consumer`` for resets (``check``)."""
 
     def __init__(
-        self, consumer: Callable[[], Consumer], *, clock: Callable[[], float] = time.monotonic
+        self,
+        consumer: Callable[[], Consumer],
+        *,
+        answered: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``answered``: told when the brokers answer a request (an outage is over)."""
         self.consumer = consumer
+        self.answered = answered
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
         #: The brokers' topics and their partitions, and when they were listed.
-        self._listed: tuple[float, dict[str, set[int]]] | None = None
+        self._listed: tuple[float, dict[str, set[int]] | None] | None = None
 
     def forget(self, split_id: str) -> None:
         self._seen.pop(split_id, None)
@@ -85,12 +93,15 @@ class ResetWatch:
             return None
         seen.next_check = now + CHECK_EVERY_S
         try:
-            if split.partition not in self._topics(now).get(split.topic, ()):
+            topics = self._topics(now)
+            if topics is None:
+                return None  # the brokers did not answer this round's listing
+            if split.partition not in topics.get(split.topic, ()):
                 return self._gone(split, seen, now)
             seen.gone_since = None
             # Its end as ListOffsets answers it is not checked: some brokers (Tansu 0.6) answer
             # it short by the last producer batch. A fetch's high watermark is (above).
-            low, _ = self.consumer().get_watermark_offsets(tp, timeout=REQUEST_TIMEOUT_S, cached=False)
+            low, _ = self.consumer().get_watermark_offsets(tp, timeout=CHECK_TIMEOUT_S, cached=False)
         except TRANSIENT as exc:
             log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
             return None
@@ -100,11 +111,14 @@ class ResetWatch:
             )
         return None
 
-    def _topics(self, now: float) -> dict[str, set[int]]:
+    def _topics(self, now: float) -> dict[str, set[int]] | None:
         """The topics the brokers know, listed at most every ``CHECK_EVERY_S`` (one request
-        for every split of the reader)."""
+        for every split of the reader); None if that listing failed."""
         if self._listed is None or now - self._listed[0] >= CHECK_EVERY_S:
-            listed = self.consumer().list_topics(timeout=REQUEST_TIMEOUT_S)
+            # Tried once a round whatever the answer: brokers away are not asked per split.
+            self._listed = (now, None)
+            listed = self.consumer().list_topics(timeout=CHECK_TIMEOUT_S)
+            self.answered()
             topics = {name: set(t.partitions) for name, t in listed.topics.items() if t.error is None}
             self._listed = (now, topics)
         return self._listed[1]
