@@ -252,7 +252,8 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             )
         if state is not None and code in _GONE:
             raise SplitFailed(
-                f"topic {state.split.topic} partition {state.split.partition} is gone: {error.str()}",
+                f"topic {state.split.topic} partition {state.split.partition} is gone (the split is at "
+                f"offset {state.split.position}): {error.str()}",
                 split_id=state.split.split_id,
             )
         # Brokers away, a leader moving: librdkafka reconnects and fetches on by itself.
