@@ -115,10 +115,6 @@ class MockKafkaCluster:
     ``thaw`` lets it go on; ``kill`` ends it."""
 
     name = "mock"
-    #: Whether CreatePartitions works (tests add partitions to a topic through it).
-    adds_partitions = True
-    #: Whether ListOffsets by time answers (the mock cluster does not implement it).
-    finds_offsets_by_time = False
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
