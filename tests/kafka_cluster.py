@@ -34,6 +34,8 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 BROKERS = 3
+#: The partitions the mock cluster gives a topic it makes.
+PARTITIONS = 4
 PID_FILE = Path("var/kafka-mock.pid")
 LOG_FILE = Path("var/kafka-mock.log")
 
@@ -112,6 +114,8 @@ class MockKafkaCluster:
     stops the process (SIGSTOP: every broker stops answering, what it holds is kept) and
     ``thaw`` lets it go on; ``kill`` ends it."""
 
+    name = "mock"
+
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.kafka_cluster", "serve"],
@@ -123,6 +127,11 @@ class MockKafkaCluster:
         assert self.proc.stdout is not None
         self.bootstrap = self.proc.stdout.readline().strip()
         assert self.bootstrap, "the mock cluster printed no bootstrap servers"
+
+    def make_topic(self, topic: str, partitions: int = PARTITIONS) -> None:
+        """Makes ``topic`` by naming it (the mock cluster gives it ``PARTITIONS``)."""
+        assert partitions == PARTITIONS, f"the mock cluster makes topics of {PARTITIONS} partitions"
+        Producer({"bootstrap.servers": self.bootstrap}).list_topics(topic, timeout=10)
 
     def freeze(self) -> None:
         os.kill(self.proc.pid, signal.SIGSTOP)

@@ -4,9 +4,7 @@ their NATS: the streams survive a restart."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
-import time
 from pathlib import Path
 
 from tests.server_process import ServerProcess
@@ -29,10 +27,4 @@ class PrivateNatsServer(ServerProcess):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return
-            time.sleep(0.05)
-        raise AssertionError(f"nats-server did not listen on {self.port}")
+        self.wait_listening("nats-server")

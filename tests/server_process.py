@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
 
 
 def free_port() -> int:
@@ -32,3 +33,16 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+    def wait_listening(self, name: str, timeout_s: float = 20) -> None:
+        """Returns once the server accepts connections on its port; fails naming ``name``
+        if its process ends first or ``timeout_s`` pass."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"{name} exited with {self.proc.returncode}")
+            time.sleep(0.05)
+        raise AssertionError(f"{name} did not listen on {self.port}")

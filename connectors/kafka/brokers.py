@@ -3,15 +3,27 @@ watermarks, offsets by time (each a metadata or ListOffsets request, no consumer
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from collections.abc import Iterable
 from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from connectors.kafka.connection import REQUEST_TIMEOUT_S
+from connectors.kafka.connection import REQUEST_TIMEOUT_S, new_consumer
+from connectors.kafka.outages import broker_log
+
+log = logging.getLogger("connectors.kafka")
 
 #: Errors that a later request may not meet (a broker away, a leader moving).
 TRANSIENT = (KafkaException, RuntimeError)
+#: How long a fetch that asks the brokers for high watermarks waits for their answers.
+FETCH_PROBE_S = 5.0
+#: (topic, partition)
+Partition = tuple[str, int]
+#: The partitions whose short ListOffsets answer was said, by (servers, topic, partition).
+_SAID_SHORT: set[tuple[str, str, int]] = set()
 
 
 class KafkaMetadata(Protocol):
@@ -25,6 +37,11 @@ class KafkaMetadata(Protocol):
         """(the first offset kept, the offset the next record will get)."""
         ...
 
+    def ends(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """``watermarks`` of each partition, the end never below the high watermark a
+        fetch reports (where the brokers answer one)."""
+        ...
+
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         """The first offset whose record's timestamp is at or after ``time_ms``; None when
         there is none yet."""
@@ -34,13 +51,17 @@ class KafkaMetadata(Protocol):
 class BrokerMetadata:
     """``KafkaMetadata`` over a consumer that is assigned nothing."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer, servers: str | None = None) -> None:
+        """``servers``: the brokers, for a consumer of its own that fetches (``ends``);
+        None: ``ends`` trusts ListOffsets."""
         self.consumer = consumer
+        self.servers = servers
         self._lock = threading.Lock()
 
     def partitions(self, timeout_s: float = REQUEST_TIMEOUT_S) -> dict[str, int]:
         with self._lock:
             listed = self.consumer.list_topics(timeout=timeout_s)
+        self._answered()
         return {
             name: len(topic.partitions)
             for name, topic in listed.topics.items()
@@ -54,6 +75,36 @@ class BrokerMetadata:
             )
         return int(low), int(high)
 
+    def ends(self, partitions: Iterable[Partition]) -> dict[Partition, tuple[int, int]]:
+        """``watermarks`` of each partition, the end raised to the high watermark a fetch
+        reports where that is higher, with a warning: some brokers (Tansu 0.6) answer
+        ListOffsets(LATEST) short by the last producer batch, and a stop or a lag taken from
+        it would leave records unread and unsaid (issue 25)."""
+        found = {key: self.watermarks(*key) for key in partitions}
+        if not found or self.servers is None:
+            return found
+        fetched = fetched_high_watermarks(self.servers, {key: high for key, (_, high) in found.items()})
+        for key, high in fetched.items():
+            low, listed = found[key]
+            if high > listed:
+                said = (self.servers, *key) in _SAID_SHORT
+                _SAID_SHORT.add((self.servers, *key))
+                log.log(
+                    logging.DEBUG if said else logging.WARNING,
+                    "topic %s partition %d: the brokers answer ListOffsets(latest) %d, but a fetch "
+                    "reports high watermark %d; the partition ends at %d (said once a partition)",
+                    *key,
+                    listed,
+                    high,
+                    high,
+                )
+                found[key] = (low, high)
+        return found
+
+    def _answered(self) -> None:
+        if self.servers is not None:
+            broker_log(self.servers).answered()
+
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         with self._lock:
             (found,) = self.consumer.offsets_for_times(
@@ -62,3 +113,25 @@ class BrokerMetadata:
         if found.error is not None:
             raise KafkaException(found.error)
         return None if found.offset < 0 else int(found.offset)
+
+
+def fetched_high_watermarks(servers: str, listed: dict[Partition, int]) -> dict[Partition, int]:
+    """The high watermark that fetch responses report for each partition (fetched from its
+    ``listed`` end; what is fetched is dropped), by a consumer of its own; a partition the
+    brokers do not answer for within ``FETCH_PROBE_S`` is left out."""
+    consumer = new_consumer(servers, **{"fetch.wait.max.ms": 50})
+    found: dict[Partition, int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, max(high, 0)) for (t, p), high in listed.items()])
+        deadline = time.monotonic() + FETCH_PROBE_S
+        while len(found) < len(listed) and time.monotonic() < deadline:
+            consumer.consume(num_messages=1000, timeout=0.05)
+            for key in listed.keys() - found.keys():
+                _, high = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)
+                if high >= 0:
+                    found[key] = int(high)
+    except TRANSIENT as exc:
+        log.info("could not fetch high watermarks: %s", exc)
+    finally:
+        consumer.close()
+    return found

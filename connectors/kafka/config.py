@@ -16,6 +16,8 @@ from source_support.registry import Environment
 #: The kind of named connection ``bootstrap_servers`` may be replaced by.
 CONNECTION_KIND = "kafka"
 START_WORDS = ("earliest", "latest")
+#: What ``on_reset`` may say.
+RESET_POLICIES = ("fail",)
 #: Kafka's own rule for topic names.
 TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 HOST_PORT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?")
@@ -71,6 +73,13 @@ class KafkaSourceConfig(ConfigBase):
         default=10_000,
         minimum=100,
         maximum=86_400_000,
+    )
+    on_reset: str = option(
+        "What a partition whose offsets went back below the flow's checkpoint does (its topic "
+        "deleted and made again, its broker restarted empty, a topic gone for 10 s): fail (its "
+        "split fails, naming the partition and both offsets).",
+        default="fail",
+        choices=RESET_POLICIES,
     )
     metadata: bool = option(
         "Whether each record gets the columns _topic, _partition, _offset, _ts (the record's "

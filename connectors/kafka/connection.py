@@ -8,7 +8,6 @@ A connection URL is ``kafka://host:9092,host2:9092`` (PLAINTEXT), ``kafka+ssl://
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from typing import Any
@@ -16,9 +15,9 @@ from urllib.parse import unquote
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
+from connectors.kafka.outages import broker_log
 from source_support.options import mask_url_credentials
 
-LIBRDKAFKA_LOG = logging.getLogger("connectors.kafka.librdkafka")
 URL_SCHEMES = ("kafka://", "kafka+ssl://")
 DEFAULT_PORT = 9092
 #: How long a metadata or offset request waits for the brokers before it fails.
@@ -62,8 +61,9 @@ def client_config(servers: str, **extra: Any) -> dict[str, Any]:
         "socket.timeout.ms": int(REQUEST_TIMEOUT_S * 1000),
         # librdkafka logs each lost connection itself; a failed request says so to the caller.
         "log.connection.close": False,
-        # librdkafka's own log lines go through logging (served by the client's polls).
-        "logger": LIBRDKAFKA_LOG,
+        # librdkafka's own log lines go through logging (served by the client's polls), a
+        # lost broker said once per outage.
+        "logger": broker_log(servers),
     }
     if user:
         config.update(

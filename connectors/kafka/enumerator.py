@@ -23,7 +23,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     ``topics``, or of every topic matching ``topic_pattern`` (a partition or a matching topic
     added later becomes a new split, read from its first offset). Partitions of the first
     discovery start at ``start_offsets`` where named, else at ``start``; each start is
-    resolved to an offset once, so a replay starts at the same place.
+    resolved to an offset once, so a replay starts at the same place; a start time goes with
+    the split too, whose reader drops records before it at the split's start (a broker may
+    answer an offset before the time).
 
     Stops (bounded runs): ``latest`` and ``stop_offsets`` fix each partition's end offset at
     the first discovery (the end it had then, or the offset named); a partition found later
@@ -123,7 +125,7 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         clock_ms = int(self.clock() * 1000)
         listed = self.brokers.partitions()
         first = not self.discovered
-        found: list[str] = []
+        new: list[tuple[str, int]] = []
         for topic in sorted(listed):
             if not topic_matches(topic, self.topics, self.topic_pattern) or not self.allowed(topic):
                 continue
@@ -134,20 +136,21 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                 if not first and self._fixed_stop:
                     self.done.add(split_id)  # made after the run's stop was fixed: nothing before it
                     continue
-                self._add(topic, partition, first=first)
-                found.append(split_id)
+                new.append((topic, partition))
+        ends = self.brokers.ends(new) if new else {}
+        for topic, partition in new:
+            self._add(topic, partition, *ends[topic, partition], first=first)
         if first and self.topics is not None:
             missing = [t for t in self.topics if t not in listed]
             if missing:
                 log.info("topic(s) %s do not exist yet", ", ".join(missing))
         self.discovered = True
         self.last_discovery_clock_ms = clock_ms
-        if found:
-            log.info("%d new partition(s): %s", len(found), ", ".join(found))
+        if new:
+            log.info("%d new partition(s): %s", len(new), ", ".join(partition_split_id(*k) for k in new))
 
-    def _add(self, topic: str, partition: int, *, first: bool) -> None:
+    def _add(self, topic: str, partition: int, low: int, high: int, *, first: bool) -> None:
         split_id = partition_split_id(topic, partition)
-        low, high = self.brokers.watermarks(topic, partition)
         start = self._start_for(topic, partition, low, high) if first else low
         stop: int | None = None
         if first and self._fixed_stop:
@@ -162,6 +165,8 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             "stop": stop,
             "owner": None,
         }
+        if first and self.start_kind == "time" and split_id not in self.start_offsets:
+            self.splits[split_id]["start_time_ms"] = self.start_ms
 
     def _start_for(self, topic: str, partition: int, low: int, high: int) -> int:
         named = self.start_offsets.get(partition_split_id(topic, partition))
@@ -179,4 +184,11 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     def _new_split(self, split_id: str) -> PartitionSplit:
         known = self.splits[split_id]
         stop_time = self.stop.get("time_ms") if self.stop.get("kind") == "time" else None
-        return PartitionSplit(known["topic"], known["partition"], known["start"], known["stop"], stop_time)
+        return PartitionSplit(
+            known["topic"],
+            known["partition"],
+            known["start"],
+            known["stop"],
+            stop_time,
+            known.get("start_time_ms"),
+        )

@@ -11,14 +11,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.kafka.brokers import TRANSIENT
-from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, mask_servers, new_consumer
+from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, new_consumer
+from connectors.kafka.outages import broker_log
+from connectors.kafka.resets import Reset, ResetWatch
 from connectors.kafka.split import PartitionSplit, partition_split_id
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
@@ -92,11 +94,15 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         decoding: Decoding[MessageDecoder],
         *,
         flow: str,
+        on_reset: str = "fail",
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(decoding)
         self.servers = servers
         self.flow = flow
+        #: What a partition whose offsets went backwards does (``source.on_reset``).
+        self.on_reset = on_reset
+        self.resets = ResetWatch(lambda: self.consumer, answered=broker_log(servers).answered)
         self.clock = clock
         self.held: dict[str, HeldPartition] = {}
         self._consumer: Consumer | None = None
@@ -126,6 +132,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         gone = [self.held.pop(split_id) for split_id in removed if split_id in self.held]
         for split_id in removed:  # its next reader commits it; an old offset must not win
             self._unconfirmed.pop(split_id, None)
+            self.resets.forget(split_id)
         if gone:
             self._unassign(gone)
 
@@ -174,6 +181,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self._in_flight = False
         if error is not None:
             return
+        broker_log(self.servers).answered()
         for tp in partitions:
             split_id = partition_split_id(tp.topic or "", tp.partition)
             if tp.error is None and self._unconfirmed.get(split_id, -1) <= tp.offset:
@@ -204,7 +212,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             try:
                 messages = self.consumer.consume(num_messages=wanted, timeout=wait)
             except KafkaException as exc:
-                log.warning("Kafka at %s: %s", mask_servers(self.servers), error_reason(exc))
+                broker_log(self.servers).lost(error_reason(exc))
                 return
             if self._take(messages) or self._woken.is_set() or time.monotonic() >= deadline:
                 return
@@ -244,23 +252,26 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             )
         if state is not None and code in _GONE:
             raise SplitFailed(
-                f"topic {state.split.topic} partition {state.split.partition} is gone: {error.str()}",
+                f"topic {state.split.topic} partition {state.split.partition} is gone (the split is at "
+                f"offset {state.split.position}): {error.str()}",
                 split_id=state.split.split_id,
             )
         # Brokers away, a leader moving: librdkafka reconnects and fetches on by itself.
-        log.warning("Kafka at %s: %s", mask_servers(self.servers), error.str())
+        broker_log(self.servers).lost(error.str())
 
     def _batch(self, state: HeldPartition, max_records: int) -> RecordBatch:
         split = state.split
         messages = [state.pending.popleft() for _ in range(min(max_records, len(state.pending)))]
         finished = False
+        split, messages, passed = _from_start_time(split, messages)
+        state.split = split
         if split.stop_time_ms is not None:
             late = next(
                 (i for i, m in enumerate(messages) if _timestamp_ms(m) > (split.stop_time_ms or 0)), None
             )
             if late is not None:
-                split = state.split = PartitionSplit(
-                    split.topic, split.partition, split.position, messages[late].offset() or 0, None
+                split = state.split = replace(
+                    split, stop_offset=messages[late].offset() or 0, stop_time_ms=None
                 )
         stop = split.stop_offset
         if stop is not None:
@@ -268,7 +279,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             # A record at or past the stop: nothing before it is left (offsets only grow).
             finished = len(before) < len(messages)
             messages = before
-        end = (messages[-1].offset() or 0) + 1 if messages else split.position
+        end = (messages[-1].offset() or 0) + 1 if messages else max(split.position, passed)
         if stop is not None and (finished or end >= stop):
             finished, end = True, max(stop, split.position)
         records, bad = self._records(messages)
@@ -302,10 +313,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         return table, bad
 
     def _check(self, state: HeldPartition) -> RecordBatch | None:
-        """An idle split with a stop: finished once the brokers have nothing for it before
+        """An idle split: failed if its partition went back below its position
+        (``ResetWatch``); with a stop, finished once the brokers have nothing for it before
         the stop (its position reached the stop offset, or, for a stop time that has passed,
         the partition's end)."""
         split = state.split
+        reset = self.resets.check(split)
+        if reset is not None:
+            return self._reset(state, reset)
         if split.stop_offset is None and split.stop_time_ms is None:
             return None
         now = time.monotonic()
@@ -329,6 +344,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             return None
         return self._finish(state) if high <= split.position else None
 
+    def _reset(self, state: HeldPartition, reset: Reset) -> RecordBatch:
+        """A split whose partition went back below its checkpoint fails, naming both
+        offsets (``on_reset = "fail"``)."""
+        self._drop(state)
+        raise SplitFailed(
+            f"{reset.words()}; source.on_reset is {self.on_reset!r}", split_id=state.split.split_id
+        )
+
     def _finish(self, state: HeldPartition, end: int | None = None) -> RecordBatch:
         self._drop(state)
         return self._end_batch(state.split, end)
@@ -349,6 +372,21 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
 def _partition_of(split_id: str, position: int) -> TopicPartition:
     topic, _, partition = split_id.rpartition(":")
     return TopicPartition(topic, int(partition), position)
+
+
+def _from_start_time(
+    split: PartitionSplit, messages: list[Message]
+) -> tuple[PartitionSplit, list[Message], int]:
+    """``messages`` less those before the split's start time at its start: (the split, its
+    start time dropped once a record at or after it is seen; the messages kept; the offset
+    after the last one dropped, or the split's position)."""
+    if split.start_time_ms is None or not messages:
+        return split, messages, split.position
+    first = next((i for i, m in enumerate(messages) if _timestamp_ms(m) >= (split.start_time_ms or 0)), None)
+    if first is None:
+        return split, [], (messages[-1].offset() or 0) + 1
+    passed = (messages[first - 1].offset() or 0) + 1 if first else split.position
+    return replace(split, start_time_ms=None), messages[first:], passed
 
 
 def _timestamp_ms(message: Message) -> int:

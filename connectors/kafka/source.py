@@ -57,6 +57,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         start_offsets: dict[str, int] | None,
         stop_offsets: dict[str, int] | None,
         flow: str,
+        on_reset: str = "fail",
         topic_patterns: tuple[str, ...] = (),
         address_field: str = "source.bootstrap_servers",
         clock: Callable[[], float] = time.time,
@@ -71,6 +72,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         self.start_offsets = start_offsets
         self.stop_offsets = stop_offsets
         self.flow = flow
+        self.on_reset = on_reset
 
     @classmethod
     def from_config(cls, config: KafkaSourceConfig, fmt: FormatSpec, context: BuildContext) -> KafkaSource:
@@ -106,6 +108,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
             start_offsets=config.start_offsets,
             stop_offsets=config.stop_offsets,
             flow=context.flow_name or DEFAULT_FLOW,
+            on_reset=config.on_reset,
         )
 
     @property
@@ -120,7 +123,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
 
     @property
     def brokers(self) -> BrokerMetadata:
-        return BrokerMetadata(metadata_client(self.servers))
+        return BrokerMetadata(metadata_client(self.servers), self.servers)
 
     def allowed(self, topic: str) -> bool:
         """Whether the connection allows ``topic`` (a topic outside it is never read)."""
@@ -151,7 +154,9 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
     def split_reader(
         self, context: SourceReaderContext, decoding: Decoding[MessageDecoder]
     ) -> KafkaPartitionReader:
-        return KafkaPartitionReader(self.servers, decoding, flow=self.flow, clock=self.clock)
+        return KafkaPartitionReader(
+            self.servers, decoding, flow=self.flow, on_reset=self.on_reset, clock=self.clock
+        )
 
     def decoder(self) -> MessageDecoder:
         return message_decoder(self.fmt, what="the record's value")
@@ -162,16 +167,23 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         return str(position)
 
     def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
-        """Records of each partition past its committed offset (high watermark - offset);
-        None where the brokers cannot tell now."""
-        lags: dict[str, int | None] = {}
-        brokers = self.brokers
+        """Records of each partition past its committed offset (high watermark - offset,
+        the high watermark as ``BrokerMetadata.ends`` tells it); None where the brokers
+        cannot tell now."""
+        lags: dict[str, int | None] = dict.fromkeys(splits)
+        places = {
+            split_id: (payload["topic"], payload["partition"])
+            for split_id, (payload, _) in splits.items()
+            if "topic" in payload and "partition" in payload
+        }
+        try:
+            ends = self.brokers.ends(places.values())
+        except TRANSIENT:
+            return lags
         for split_id, (payload, position) in splits.items():
-            try:
-                _, high = brokers.watermarks(payload["topic"], payload["partition"])
-            except (*TRANSIENT, KeyError):
-                lags[split_id] = None
+            if split_id not in places:
                 continue
+            _, high = ends[places[split_id]]
             stop = payload.get("stop_offset")
             end = high if stop is None else min(high, stop)
             lags[split_id] = max(0, end - position)

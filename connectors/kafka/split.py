@@ -17,13 +17,16 @@ from source_support.streams.split import PositionedSplit
 class PartitionSplit(PositionedSplit):
     """The records of ``topic`` partition ``partition`` from offset ``position``, up to (not
     including) ``stop_offset`` if set; ``stop_time_ms``: the records up to a ``[stop] at``
-    time (the first record after it ends the split)."""
+    time (the first record after it ends the split); ``start_time_ms``: the ``source.start``
+    time its start was looked up for; records before it at the split's start are dropped
+    (a broker's lookup may answer an offset before the time: issue 25)."""
 
     topic: str
     partition: int
     position: int
     stop_offset: int | None = None
     stop_time_ms: int | None = None
+    start_time_ms: int | None = None
 
     @property
     def split_id(self) -> str:
@@ -49,6 +52,8 @@ class PartitionSplitSerializer(SplitSerializer[PartitionSplit]):
             data["stop_offset"] = split.stop_offset
         if split.stop_time_ms is not None:
             data["stop_time_ms"] = split.stop_time_ms
+        if split.start_time_ms is not None:
+            data["start_time_ms"] = split.start_time_ms
         return data
 
     def deserialize(self, data: dict[str, Any]) -> PartitionSplit:
@@ -58,4 +63,5 @@ class PartitionSplitSerializer(SplitSerializer[PartitionSplit]):
             data["position"],
             data.get("stop_offset"),
             data.get("stop_time_ms"),
+            data.get("start_time_ms"),
         )

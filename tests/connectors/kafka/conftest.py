@@ -1,19 +1,26 @@
 """One librdkafka mock cluster (``tests.kafka_cluster``: not a real broker) for the Kafka
-connector's tests, in a process of its own; each test uses topics of its own."""
+connector's tests, in a process of its own; each test uses topics of its own. ``broker``:
+the mock cluster, then Tansu (``tests.tansu_broker``, a real Kafka-protocol broker started
+for the test module), for the tests that run on both."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
+from connectors.kafka.config import KafkaSourceConfig
 from connectors.kafka.connection import close_metadata_clients
-from source_support.registry import Environment
-from tests.kafka_cluster import MockKafkaCluster
+from connectors.kafka.source import KafkaSource
+from source_support.formats import validate_format
+from source_support.registry import BuildContext, Environment
+from tests.kafka_cluster import PARTITIONS, MockKafkaCluster
+from tests.tansu_broker import BROKERS, KafkaBroker, running_broker
 
 
 @pytest.fixture(scope="session")
@@ -22,6 +29,13 @@ def cluster():
     yield cluster
     close_metadata_clients()  # before the brokers go: a client left open waits for them
     cluster.kill()
+
+
+@pytest.fixture(scope="module", params=BROKERS)
+def broker(request) -> Iterator[KafkaBroker]:
+    """A mock cluster, then a Tansu broker, of the module's own."""
+    with running_broker(request.param) as broker:
+        yield broker
 
 
 @pytest.fixture()
@@ -35,13 +49,14 @@ def prefix() -> str:
 
 
 class Topics:
-    """Writes to the mock cluster's topics (made, with 4 partitions, when first named)."""
+    """Writes to the topics of a broker (``make`` gives a topic 4 partitions)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0})
+    def __init__(self, broker: KafkaBroker) -> None:
+        self.broker = broker
+        self.producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
 
     def make(self, topic: str) -> None:
-        self.producer.list_topics(topic, timeout=10)
+        self.broker.make_topic(topic, PARTITIONS)
 
     def send(
         self,
@@ -73,4 +88,24 @@ class Topics:
 
 @pytest.fixture()
 def topics(cluster) -> Topics:
-    return Topics(cluster.bootstrap)
+    return Topics(cluster)
+
+
+@pytest.fixture(scope="module")
+def tansu() -> Iterator[KafkaBroker]:
+    """A Tansu broker of the module's own (a real Kafka-protocol broker), for what the mock
+    cluster does not show."""
+    with running_broker("tansu") as broker:
+        yield broker
+
+
+def kafka_source(env: Environment, broker: KafkaBroker, topic: str, **options: Any) -> KafkaSource:
+    """A kafka source of ``topic`` on ``broker``, JSON values ``{id}``; ``stop``: the
+    ``[stop]`` rule as the build gets it; the rest are ``[source]`` options."""
+    stop = options.pop("stop", None)
+    table = {"bootstrap_servers": broker.bootstrap, "topics": [topic], **options}
+    return KafkaSource.from_config(
+        KafkaSourceConfig.parse(table, env),
+        validate_format({"type": "json", "schema": "id BIGINT"}),
+        BuildContext(env=env, batch_size=100, stop=stop, flow_name="tansu-test"),
+    )

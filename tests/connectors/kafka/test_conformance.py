@@ -1,6 +1,8 @@
-"""The conformance kit over the kafka source, against librdkafka's mock cluster (not a real
-broker: see tests/kafka_cluster.py). The outage case freezes the cluster's process
-(SIGSTOP): every broker stops answering and comes back with what it held."""
+"""The conformance kit over the kafka source, run twice: against librdkafka's mock cluster
+(not a real broker: see tests/kafka_cluster.py), then against Tansu, an independent
+Kafka-protocol broker (tests/tansu_broker.py); the test ids end in [mock] or [tansu]. The
+outage case freezes the broker's process (SIGSTOP): it stops answering and comes back with
+what it held."""
 
 from __future__ import annotations
 
@@ -18,14 +20,14 @@ from source_support.registry import BuildContext, Environment
 from source_support.testing import ExternalContext, Record, SourceOptions
 from source_support.testing.suite import SourceConformanceSuite
 from tests.connectors.kafka.conftest import Topics
-from tests.kafka_cluster import MockKafkaCluster
+from tests.kafka_cluster import PARTITIONS
+from tests.tansu_broker import KafkaBroker
 
 # The whole kit runs with the suite; the fast lane keeps this connector's unit tests.
 pytestmark = pytest.mark.slow
 
 FORMAT = FormatSpec("jsonl", {"schema": "id BIGINT, split BIGINT, text STRING"})
 FLOW = "conformance"
-PARTITIONS = 4  # what the mock cluster gives a topic
 
 
 class KafkaContext(ExternalContext):
@@ -34,9 +36,9 @@ class KafkaContext(ExternalContext):
 
     writes_while_running = True
 
-    def __init__(self, prefix: str, env: Environment, cluster: MockKafkaCluster) -> None:
+    def __init__(self, prefix: str, env: Environment, cluster: KafkaBroker) -> None:
         self.prefix, self.env, self.cluster = prefix, env, cluster
-        self.topics = Topics(cluster.bootstrap)
+        self.topics = Topics(cluster)
         #: (topic, partition, offset, record) of each record written.
         self.written: list[tuple[str, int, int, Record]] = []
         self.count = 0
@@ -97,8 +99,8 @@ class TestKafkaConformance(SourceConformanceSuite):
     poll_timeout_s = 0.05
 
     @pytest.fixture()
-    def external_context(self, cluster, env):
-        context = KafkaContext(f"c{uuid.uuid4().hex[:10]}", env, cluster)
+    def external_context(self, broker, env):
+        context = KafkaContext(f"c{uuid.uuid4().hex[:10]}", env, broker)
         yield context
 
     @pytest.mark.slow  # the clients wait out the frozen brokers
@@ -120,9 +122,9 @@ class TestKafkaConformance(SourceConformanceSuite):
         self.assert_exactly_once(harness, external_context)
 
 
-def test_records_land_as_json_values(cluster, env):
+def test_records_land_as_json_values(broker, env):
     """The context writes what the kit reads: a JSON value per record."""
-    context = KafkaContext(f"c{uuid.uuid4().hex[:10]}", env, cluster)
+    context = KafkaContext(f"c{uuid.uuid4().hex[:10]}", env, broker)
     context.splits_wanted(1)
     context.write(0, [{"id": 1, "split": 0, "text": "a"}])
     topic, partition, offset, record = context.written[0]

@@ -24,6 +24,9 @@ class FakeBrokers:
     def watermarks(self, topic: str, partition: int) -> tuple[int, int]:
         return self.low, self.high
 
+    def ends(self, partitions):
+        return {key: self.watermarks(*key) for key in partitions}
+
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         return self.by_time.get((topic, partition))
 

@@ -1,0 +1,144 @@
+"""Offsets that went backwards: a partition whose log is no longer the one a split read up
+to its checkpoint (its topic deleted and made again, its broker restarted empty), found as
+the Redis Streams source finds a stream made again (issue 25).
+
+A split's partition was reset when the high watermark its fetches report is below the
+split's position (offsets only grow in one log), or its log's start is above it; a topic the brokers no longer know is said at once and fails
+the split after ``TOPIC_GONE_S``. Each is checked for a split with nothing fetched waiting
+(a reset partition fetches nothing past its checkpoint), at most every ``CHECK_EVERY_S``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, TopicPartition
+
+from connectors.kafka.brokers import TRANSIENT
+from connectors.kafka.connection import error_reason
+from connectors.kafka.split import PartitionSplit
+
+log = logging.getLogger("connectors.kafka")
+
+#: How often a split's partition is asked for its log's ends and its topic.
+CHECK_EVERY_S = 3.0
+#: How long one check waits for the brokers (a reader waits while it checks).
+CHECK_TIMEOUT_S = 2.0
+#: How long a topic the brokers no longer know may stay away before its splits fail.
+TOPIC_GONE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Reset:
+    """How a split's partition shows its log is not the one the split read."""
+
+    split: PartitionSplit
+    #: What was seen, in words naming the offsets.
+    seen: str
+
+    def words(self) -> str:
+        split = self.split
+        return (
+            f"topic {split.topic} partition {split.partition} went back below the checkpoint: "
+            f"{self.seen} (the topic was deleted and made again, or its broker lost its log); "
+            "records past the checkpoint may be lost"
+        )
+
+
+@dataclass
+class _Seen:
+    next_check: float = 0.0
+    #: When the topic was first found missing (monotonic), None while it exists.
+    gone_since: float | None = None
+
+
+class ResetWatch:
+    """Checks the partitions of a reader's ``consumer`` for resets (``check``)."""
+
+    def __init__(
+        self,
+        consumer: Callable[[], Consumer],
+        *,
+        answered: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``answered``: told when the brokers answer a request (an outage is over)."""
+        self.consumer = consumer
+        self.answered = answered
+        self.clock = clock
+        self._seen: dict[str, _Seen] = {}
+        #: The brokers' topics and their partitions, and when they were listed.
+        self._listed: tuple[float, dict[str, set[int]] | None] | None = None
+
+    def forget(self, split_id: str) -> None:
+        self._seen.pop(split_id, None)
+
+    def check(self, split: PartitionSplit) -> Reset | None:
+        """A reset of ``split``'s partition, if one shows; a topic gone for longer than
+        ``TOPIC_GONE_S`` is one."""
+        seen = self._seen.setdefault(split.split_id, _Seen())
+        tp = TopicPartition(split.topic, split.partition)
+        # What the last fetch response said costs no request: checked every time.
+        _, fetched = self.consumer().get_watermark_offsets(tp, cached=True)
+        if 0 <= fetched < split.position:
+            return Reset(
+                split,
+                f"a fetch reports high watermark {fetched}, the checkpoint is at offset {split.position}",
+            )
+        now = self.clock()
+        if now < seen.next_check:
+            return None
+        seen.next_check = now + CHECK_EVERY_S
+        try:
+            topics = self._topics(now)
+            if topics is None:
+                return None  # the brokers did not answer this round's listing
+            if split.partition not in topics.get(split.topic, ()):
+                return self._gone(split, seen, now)
+            seen.gone_since = None
+            # Its end as ListOffsets answers it is not checked: some brokers (Tansu 0.6) answer
+            # it short by the last producer batch. A fetch's high watermark is (above).
+            low, _ = self.consumer().get_watermark_offsets(tp, timeout=CHECK_TIMEOUT_S, cached=False)
+        except TRANSIENT as exc:
+            log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
+            return None
+        if low > split.position:
+            return Reset(
+                split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
+            )
+        return None
+
+    def _topics(self, now: float) -> dict[str, set[int]] | None:
+        """The topics the brokers know, listed at most every ``CHECK_EVERY_S`` (one request
+        for every split of the reader); None if that listing failed."""
+        if self._listed is None or now - self._listed[0] >= CHECK_EVERY_S:
+            # Tried once a round whatever the answer: brokers away are not asked per split.
+            self._listed = (now, None)
+            listed = self.consumer().list_topics(timeout=CHECK_TIMEOUT_S)
+            self.answered()
+            topics = {name: set(t.partitions) for name, t in listed.topics.items() if t.error is None}
+            self._listed = (now, topics)
+        return self._listed[1]
+
+    def _gone(self, split: PartitionSplit, seen: _Seen, now: float) -> Reset | None:
+        if seen.gone_since is None:
+            seen.gone_since = now
+            log.warning(
+                "topic %s partition %d is gone from the brokers (the split is at offset %d); "
+                "the split fails unless it is back within %.0f s",
+                split.topic,
+                split.partition,
+                split.position,
+                TOPIC_GONE_S,
+            )
+            return None
+        if now - seen.gone_since < TOPIC_GONE_S:
+            return None
+        return Reset(
+            split,
+            f"the brokers have not known it for {now - seen.gone_since:.0f} s; the checkpoint is at "
+            f"offset {split.position}",
+        )
