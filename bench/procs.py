@@ -1,11 +1,13 @@
 """The processes of the benchmarks: their peak memory (``PeakRss(pid)`` polls the summed RSS
 of a process and its descendants: Python, the JVM, redis-server), the environment of a
-``manage.py`` command on the embedded defaults, and a command that must succeed."""
+``manage.py`` command on the embedded defaults, a command that must succeed, and a free
+loopback port for a server of a benchmark's own."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -81,3 +83,10 @@ def run_checked(cmd: list[str], env: dict[str, str]) -> None:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout + proc.stderr)
         sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
