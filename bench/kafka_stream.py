@@ -20,8 +20,9 @@ consumers, on an independent Kafka broker (Tansu).
 5. Ours: the run is resumed (``flow_resume``). Time: from the resume to the last of the N
    rows readable in the sink with pyarrow.
 6. Latency: the run goes on; a producer process writes R (5,000) messages/s at an even rate
-   for S (30) seconds, each carrying the time it was written; a watcher reads each new sink
-   file once it appears, and latency = seen in the sink - written.
+   (each at its own time, sent every 10 ms), 5 s of it not measured, then S (30) seconds,
+   each message carrying the time it was written; a watcher reads each new sink file once
+   it appears (every 20 ms), and latency = seen in the sink - written.
 
 The load average is printed with each measurement (other processes share the cores). The
 sink is checked: every message sent is one row (ids compared). The last line is
@@ -487,7 +488,9 @@ def main() -> None:
             f"runflow's CPU seconds: {cpu}); {load()}",
             flush=True,
         )
-        first = WARM + args.records
+        # Five seconds at the rate first, not measured (streaming.py does the same).
+        first = steady(servers, topic, WARM + args.records, args.rate, min(5.0, args.seconds), watcher)
+        watcher.wait_for(first, timeout_s=120)
         watcher.measure_from_id = first
         print(f"latency: {load()}", flush=True)
         next_id = steady(servers, topic, first, args.rate, args.seconds, watcher)
