@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import multiprocessing
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -46,10 +44,19 @@ import uuid
 from pathlib import Path
 
 import psutil
-import pyarrow.parquet as pq
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from procs import REPO, PeakRss, embedded_env, free_port, run_checked
+from procs import (
+    REPO,
+    PeakRss,
+    SinkWatcher,
+    embedded_env,
+    free_port,
+    listening,
+    run_checked,
+    together,
+    watched,
+)
 
 WORK = REPO / "bench" / "_work"
 VAR = WORK / "kafka-var"
@@ -111,15 +118,8 @@ def start_broker() -> tuple[subprocess.Popen[bytes], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit("the Tansu broker did not start")
+    listening(proc, port, "the Tansu broker")
+    return proc, f"127.0.0.1:{port}"
 
 
 def make_topic(servers: str, topic: str) -> None:
@@ -191,81 +191,12 @@ def _raw_consumer(servers, topic, partitions, starts, ends, seen, ready, go, res
 
 def raw_consume(servers: str, topic: str, starts: list[int], ends: list[int], consumers: int) -> float:
     """Messages/s of ``consumers`` confluent-kafka processes sharing the partitions."""
-    ctx = multiprocessing.get_context("spawn")
-    seen, ready, go, results = ctx.Value("q", 0), ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_raw_consumer,
-            args=(
-                servers,
-                topic,
-                list(range(PARTITIONS))[i::consumers],
-                starts,
-                ends,
-                seen,
-                ready,
-                go,
-                results,
-            ),
-        )
-        for i in range(consumers)
-    ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        ready.acquire()
-    started = time.time()
-    go.set()
-    finished = [results.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join()
+    shares = [list(range(PARTITIONS))[i::consumers] for i in range(consumers)]
+    started, seen, finished = together(_raw_consumer, [(servers, topic, p, starts, ends) for p in shares])
     total = sum(ends) - sum(starts)
-    if seen.value != total:
-        sys.exit(f"raw consumers read {seen.value} messages of {total}")
+    if seen != total:
+        sys.exit(f"raw consumers read {seen} messages of {total}")
     return total / (max(finished) - started)
-
-
-class SinkWatcher:
-    """Reads each new Parquet file of the sink once it appears: the ids in it, and the
-    latency of each row written at or after ``measure_from_id``."""
-
-    def __init__(self, sink: Path) -> None:
-        self.sink = sink
-        self.read: set[Path] = set()
-        self.ids: list[int] = []
-        self.latencies: list[float] = []
-        self.measure_from_id: int | None = None
-
-    def poll(self) -> int:
-        for path in sorted(self.sink.rglob("*.parquet")) if self.sink.exists() else []:
-            if path in self.read or any(part.startswith((".", "_")) for part in path.parts[-2:]):
-                continue
-            seen_s = time.time()
-            table = pq.read_table(path, columns=["id", "written_ms"])
-            self.read.add(path)
-            ids = table.column("id").to_pylist()
-            self.ids += ids
-            if self.measure_from_id is not None:
-                written = table.column("written_ms").to_pylist()
-                self.latencies += [
-                    seen_s - w / 1000 for i, w in zip(ids, written, strict=True) if i >= self.measure_from_id
-                ]
-        return len(self.ids)
-
-    def wait_for(self, count: int, timeout_s: float) -> float:
-        """The time (``time.time``) the sink first held ``count`` rows."""
-        deadline = time.monotonic() + timeout_s
-        while self.poll() < count:
-            if time.monotonic() > deadline:
-                sys.exit(f"the sink holds {len(self.ids)} of {count} rows after {timeout_s:.0f} s")
-            time.sleep(0.02)
-        return time.time()
-
-    def check_exact(self, count: int) -> None:
-        if sorted(self.ids) != list(range(count)):
-            dupes = len(self.ids) - len(set(self.ids))
-            sys.exit(f"the sink is not exact: {len(self.ids)} rows for {count} messages, {dupes} duplicates")
-        print(f"sink exact: {count} rows, ids 0..{count - 1} once each")
 
 
 def _steady_producer(servers: str, topic: str, first_id: int, rate: int, seconds: float, done) -> None:
@@ -289,16 +220,7 @@ def _steady_producer(servers: str, topic: str, first_id: int, rate: int, seconds
 
 def steady(servers: str, topic: str, first_id: int, rate: int, seconds: float, watcher: SinkWatcher) -> int:
     """Produces at ``rate`` from a process of its own, watching the sink meanwhile; the next id."""
-    ctx = multiprocessing.get_context("spawn")
-    done = ctx.Queue()
-    proc = ctx.Process(target=_steady_producer, args=(servers, topic, first_id, rate, seconds, done))
-    proc.start()
-    while proc.is_alive() and done.empty():
-        watcher.poll()
-        time.sleep(0.02)
-    next_id = done.get(timeout=60)
-    proc.join()
-    return next_id
+    return watched(_steady_producer, (servers, topic, first_id, rate, seconds), watcher)
 
 
 class Runflow:
@@ -503,6 +425,7 @@ def main() -> None:
         broker.kill()
         broker.wait()
     watcher.check_exact(next_id)
+    print(f"sink exact: {next_id} rows, ids 0..{next_id - 1} once each")
     lat = sorted(watcher.latencies)
     p50, p99 = statistics.median(lat), lat[max(0, int(len(lat) * 0.99) - 1)]
     print(
