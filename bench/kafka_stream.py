@@ -145,16 +145,21 @@ def new_producer(servers: str) -> Producer:
     )
 
 
+def send(producer: Producer, topic: str, i: int, now_ms: int) -> None:
+    """Message ``i`` to partition i % 4; waits while the producer's queue is full."""
+    while True:
+        try:
+            producer.produce(topic, body(i, now_ms), partition=i % PARTITIONS)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
 def produce(producer: Producer, topic: str, first_id: int, count: int) -> None:
     """``count`` messages, ids from ``first_id``, partition id % 4; all acknowledged."""
     now = int(time.time() * 1000)
     for i in range(first_id, first_id + count):
-        while True:
-            try:
-                producer.produce(topic, body(i, now), partition=i % PARTITIONS)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        send(producer, topic, i, now)
         if i % 5000 == 4999:
             producer.poll(0)
             now = int(time.time() * 1000)
@@ -209,7 +214,7 @@ def _steady_producer(servers: str, topic: str, first_id: int, rate: int, seconds
         due = first_id + int(elapsed * rate)
         now = int(time.time() * 1000)
         for i in range(next_id, due):
-            producer.produce(topic, body(i, now), partition=i % PARTITIONS)
+            send(producer, topic, i, now)
         next_id = max(next_id, due)
         producer.poll(0)
         time.sleep(0.01)
