@@ -263,7 +263,8 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         cuts = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
         if len({s.split.topic for s in self.held.values()}) > 1:
             topics = list(map(Message.topic, messages))
-            cuts = np.union1d(cuts, [i for i in range(1, len(topics)) if topics[i] != topics[i - 1]])
+            changes = [i for i in range(1, len(topics)) if topics[i] != topics[i - 1]]
+            cuts = np.union1d(cuts, np.array(changes, np.int64))
         took = False
         for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(messages)], strict=True):
             first = messages[start]
