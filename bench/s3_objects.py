@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -42,7 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 from boto3.s3.transfer import TransferConfig
-from procs import embedded_env, run_checked
+from procs import embedded_env, free_port, listening, run_checked
 
 FLOW_NAME = "bench-s3-objects"
 BUCKET = "bench-objects"
@@ -109,12 +108,6 @@ def generate(gigabytes: float) -> tuple[Path, int]:
     return folder, rows
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_moto() -> tuple[subprocess.Popen[bytes], str]:
     """A moto server (the S3 stand-in) on a free loopback port, and its endpoint."""
     port = free_port()
@@ -123,15 +116,8 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    sys.exit("the moto server did not start")
+    listening(proc, port, "the moto server")
+    return proc, f"http://127.0.0.1:{port}"
 
 
 def upload(endpoint: str, folder: Path) -> int:

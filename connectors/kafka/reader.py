@@ -4,16 +4,17 @@ the flow's consumer group only once a checkpoint past them is committed."""
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -67,15 +68,41 @@ def group_name(flow: str) -> str:
 
 @dataclass
 class HeldPartition:
-    """A split this reader reads, and the messages fetched for it not yet handed out."""
+    """A split this reader reads, and the messages fetched for it not yet handed out, with
+    the offset of each (``offsets``: strictly increasing)."""
 
     split: PartitionSplit
-    pending: deque[Message] = field(default_factory=deque[Message])
+    pending: list[Message] = field(default_factory=list[Message])
+    offsets: list[int] = field(default_factory=list[int])
     next_check: float = 0.0
 
     @property
     def partition(self) -> TopicPartition:
         return TopicPartition(self.split.topic, self.split.partition, self.split.position)
+
+    def take(self, messages: list[Message]) -> bool:
+        """Adds a partition's ``messages`` (in the order fetched) past what it holds;
+        whether any was added. A message before that (prefetched for an earlier
+        assignment of the partition) is dropped."""
+        offsets = [o or 0 for o in map(Message.offset, messages)]
+        expected = self.offsets[-1] + 1 if self.offsets else self.split.position
+        if offsets[0] >= expected and (len(offsets) == 1 or bool(np.all(np.diff(offsets) > 0))):
+            self.pending += messages
+            self.offsets += offsets
+            return True
+        took = False
+        for message, offset in zip(messages, offsets, strict=True):
+            if offset >= expected:
+                self.pending.append(message)
+                self.offsets.append(offset)
+                expected, took = offset + 1, True
+        return took
+
+    def head(self, count: int) -> tuple[list[Message], list[int]]:
+        """Hands out the first ``count`` pending messages and their offsets."""
+        messages, offsets = self.pending[:count], self.offsets[:count]
+        del self.pending[:count], self.offsets[:count]
+        return messages, offsets
 
 
 class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
@@ -210,31 +237,49 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         while True:
             wait = max(0.0, min(CONSUME_SLICE_S, deadline - time.monotonic()))
             try:
-                messages = self.consumer.consume(num_messages=wanted, timeout=wait)
+                messages = self._receive(wanted, wait)
             except KafkaException as exc:
                 broker_log(self.servers).lost(error_reason(exc))
                 return
             if self._take(messages) or self._woken.is_set() or time.monotonic() >= deadline:
                 return
 
+    def _receive(self, wanted: int, wait: float) -> list[Message]:
+        """What librdkafka holds now, up to ``wanted`` messages; if it holds none, what
+        arrives first within ``wait`` and what came with it. (A batch consume with a
+        timeout waits until the whole batch is there: a record would wait for others.)"""
+        messages = self.consumer.consume(num_messages=wanted, timeout=0)
+        if messages:
+            return messages
+        first = self.consumer.poll(wait)
+        if first is None:
+            return []
+        return [first, *self.consumer.consume(num_messages=wanted - 1, timeout=0)] if wanted > 1 else [first]
+
     def _take(self, messages: list[Message]) -> bool:
-        """Sorts ``messages`` into their splits; whether any was a record."""
+        """Sorts ``messages`` into their splits; whether any was a record. A consume
+        returns each partition's messages in runs: each run goes to its split at once."""
+        errors = list(map(Message.error, messages))
+        if errors.count(None) != len(errors):
+            for message, error in zip(messages, errors, strict=True):
+                if error is not None:
+                    self._error(message, error)
+            messages = [m for m, error in zip(messages, errors, strict=True) if error is None]
+        if not messages:
+            return False
+        partitions = np.fromiter(map(Message.partition, messages), np.int64, len(messages))
+        cuts = np.flatnonzero(partitions[1:] != partitions[:-1]) + 1
+        if len({s.split.topic for s in self.held.values()}) > 1:
+            topics = list(map(Message.topic, messages))
+            changes = [i for i in range(1, len(topics)) if topics[i] != topics[i - 1]]
+            cuts = np.union1d(cuts, np.array(changes, np.int64))
         took = False
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                self._error(message, error)
-                continue
-            topic, partition = message.topic(), message.partition()
-            state = self.held.get(partition_split_id(topic or "", partition or 0))
-            if state is None:
-                continue  # a partition dropped since it was fetched
-            expected = (state.pending[-1].offset() or 0) + 1 if state.pending else state.split.position
-            offset = message.offset() or 0
-            if offset < expected:
-                continue  # prefetched for an earlier assignment of the partition
-            state.pending.append(message)
-            took = True
+        for start, end in zip([0, *cuts.tolist()], [*cuts.tolist(), len(messages)], strict=True):
+            first = messages[start]
+            state = self.held.get(partition_split_id(first.topic() or "", first.partition() or 0))
+            # None: a partition dropped since it was fetched
+            if state is not None and state.take(messages[start:end]):
+                took = True
         return took
 
     def _error(self, message: Message, error: KafkaError) -> None:
@@ -261,28 +306,26 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
 
     def _batch(self, state: HeldPartition, max_records: int) -> RecordBatch:
         split = state.split
-        messages = [state.pending.popleft() for _ in range(min(max_records, len(state.pending)))]
+        messages, offsets = state.head(max_records)
         finished = False
-        split, messages, passed = _from_start_time(split, messages)
+        split, messages, offsets, passed = _from_start_time(split, messages, offsets)
         state.split = split
         if split.stop_time_ms is not None:
             late = next(
                 (i for i, m in enumerate(messages) if _timestamp_ms(m) > (split.stop_time_ms or 0)), None
             )
             if late is not None:
-                split = state.split = replace(
-                    split, stop_offset=messages[late].offset() or 0, stop_time_ms=None
-                )
+                split = state.split = replace(split, stop_offset=offsets[late], stop_time_ms=None)
         stop = split.stop_offset
         if stop is not None:
-            before = [m for m in messages if (m.offset() or 0) < stop]
+            before = bisect.bisect_left(offsets, stop)
             # A record at or past the stop: nothing before it is left (offsets only grow).
-            finished = len(before) < len(messages)
-            messages = before
-        end = (messages[-1].offset() or 0) + 1 if messages else max(split.position, passed)
+            finished = before < len(messages)
+            messages, offsets = messages[:before], offsets[:before]
+        end = offsets[-1] + 1 if offsets else max(split.position, passed)
         if stop is not None and (finished or end >= stop):
             finished, end = True, max(stop, split.position)
-        records, bad = self._records(messages)
+        records, bad = self._records(messages, offsets)
         state.split = split.at(end)
         if finished:
             self._drop(state)
@@ -290,24 +333,23 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
         )
 
-    def _records(self, messages: list[Message]) -> tuple[pa.Table, list[BadRecord]]:
+    def _records(self, messages: list[Message], offsets: list[int]) -> tuple[pa.Table, list[BadRecord]]:
         first_only = self.first_bad_record_only()
-        bodies = [m.value() for m in messages]
+        bodies = list(map(Message.value, messages))
         table, reasons = self.decoder.decode(bodies, first_only=first_only)
         bad = [
-            BadRecord(messages[i].offset() or 0, (bodies[i] or b"").decode("utf-8", "replace"), reasons[i])
+            BadRecord(offsets[i], (bodies[i] or b"").decode("utf-8", "replace"), reasons[i])
             for i in sorted(reasons)
         ]
         if self.metadata and not (first_only and bad):
-            kept = [m for i, m in enumerate(messages) if i not in reasons]
+            kept = [i for i in range(len(messages)) if i not in reasons]
+            stamps = [_timestamp_ms(messages[i]) for i in kept]
             columns: list[pa.Array[Any]] = [
-                pa.array([m.topic() for m in kept], pa.string()),
-                pa.array([m.partition() for m in kept], pa.int32()),
-                pa.array([m.offset() for m in kept], pa.int64()),
-                pa.array(
-                    [_timestamp_ms(m) * 1000 if _timestamp_ms(m) >= 0 else None for m in kept], pa.int64()
-                ),
-                pa.array([_key_text(m.key()) for m in kept], pa.string()),
+                pa.array([messages[i].topic() for i in kept], pa.string()),
+                pa.array([messages[i].partition() for i in kept], pa.int32()),
+                pa.array([offsets[i] for i in kept], pa.int64()),
+                pa.array([ms * 1000 if ms >= 0 else None for ms in stamps], pa.int64()),
+                pa.array([_key_text(messages[i].key()) for i in kept], pa.string()),
             ]
             table = self._with_metadata(table, columns)
         return table, bad
@@ -375,18 +417,19 @@ def _partition_of(split_id: str, position: int) -> TopicPartition:
 
 
 def _from_start_time(
-    split: PartitionSplit, messages: list[Message]
-) -> tuple[PartitionSplit, list[Message], int]:
-    """``messages`` less those before the split's start time at its start: (the split, its
-    start time dropped once a record at or after it is seen; the messages kept; the offset
-    after the last one dropped, or the split's position)."""
+    split: PartitionSplit, messages: list[Message], offsets: list[int]
+) -> tuple[PartitionSplit, list[Message], list[int], int]:
+    """``messages`` (and their ``offsets``) less those before the split's start time at its
+    start: (the split, its start time dropped once a record at or after it is seen; the
+    messages and offsets kept; the offset after the last one dropped, or the split's
+    position)."""
     if split.start_time_ms is None or not messages:
-        return split, messages, split.position
+        return split, messages, offsets, split.position
     first = next((i for i, m in enumerate(messages) if _timestamp_ms(m) >= (split.start_time_ms or 0)), None)
     if first is None:
-        return split, [], (messages[-1].offset() or 0) + 1
-    passed = (messages[first - 1].offset() or 0) + 1 if first else split.position
-    return replace(split, start_time_ms=None), messages[first:], passed
+        return split, [], [], offsets[-1] + 1
+    passed = offsets[first - 1] + 1 if first else split.position
+    return replace(split, start_time_ms=None), messages[first:], offsets[first:], passed
 
 
 def _timestamp_ms(message: Message) -> int:

@@ -127,3 +127,29 @@ def test_raw_values_are_kept_as_bytes_and_a_schema_is_inferred(env, cluster, top
         BuildContext(env=env, batch_size=10, flow_name="reader-test"),
     )
     assert set(inferring.infer_schema().names) == {"id", "customer"}
+
+
+def test_partitions_of_two_topics_are_read_each_into_its_own_split(env, cluster, topics, prefix):
+    topics.send_json(f"{prefix}a", 0, orders(range(0, 5)))
+    topics.send_json(f"{prefix}a", 1, orders(range(5, 8)))
+    topics.send_json(f"{prefix}b", 0, orders(range(10, 13)))
+    _, reader = reader_of(env, cluster, f"{prefix}a")
+    splits = [
+        PartitionSplit(f"{prefix}a", 0, 0),
+        PartitionSplit(f"{prefix}a", 1, 0),
+        PartitionSplit(f"{prefix}b", 0, 1),
+    ]
+    reader.handle_splits_changes(splits, [])
+    try:
+        batches = read_until(reader, 10)
+    finally:
+        reader.close()
+    ids: dict[str, list[int]] = {}
+    for b in batches:
+        ids[b.split_id] = ids.get(b.split_id, []) + b.records.column("id").to_pylist()
+    assert ids == {f"{prefix}a:0": [0, 1, 2, 3, 4], f"{prefix}a:1": [5, 6, 7], f"{prefix}b:0": [11, 12]}
+    assert {b.split_id: b.end.position for b in batches} == {
+        f"{prefix}a:0": 5,
+        f"{prefix}a:1": 3,
+        f"{prefix}b:0": 3,
+    }
