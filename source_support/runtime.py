@@ -264,10 +264,11 @@ class ReaderSettings:
     #: ``[stop] after_records``: readers stop once the run has committed this many.
     stop_after_records: int | None = None
     #: A split's batches that a reader polled are landed together, in one file, once the
-    #: first of them has waited this long (0: each at once), or sooner once they hold
-    #: ``max_batch_records`` records or the last one ends its split. A stream read one
-    #: entry at a time would otherwise land a file (and commit it) per entry or two, and
-    #: the transform's epochs would each read hundreds of tiny files.
+    #: first of them has waited this long (0: each at once), or sooner: once they hold
+    #: ``max_batch_records`` records, the last one ends its split, or the run's streaming
+    #: transform asks for input (``ReaderInbox.input_wanted``, as its epoch ends). A
+    #: stream read one entry at a time would otherwise land a file (and commit it) per
+    #: entry or two, and each epoch would read hundreds of tiny files.
     linger_s: float = 0.0
     #: The most records lingering batches are merged into (the flow's ``batch_size``).
     max_batch_records: int | None = None
@@ -338,6 +339,8 @@ class ReaderLoop(Generic[SplitT]):
         self.lease = LeaseKeeper(coordinator, subtask, token)
         self.deadline = clock() + settings.slice_seconds
         self.requested_at: float | None = None
+        #: The transform's last request for input that this reader served.
+        self.input_served = 0
 
     def run(self) -> SliceReport:
         try:
@@ -400,6 +403,11 @@ class ReaderLoop(Generic[SplitT]):
                 self.reader.handle_source_event(event)
         if inbox.assigned:
             self.adopt(inbox.assigned)
+        if inbox.input_wanted != self.input_served:
+            # The transform waits for input: what lingers goes into its next epoch.
+            self.input_served = inbox.input_wanted
+            if self.lingering:
+                self.commit()
 
     def park(self) -> SliceOutcome:
         """The slice's time is up: commit, and keep the lease while the next slice waits."""
@@ -548,6 +556,9 @@ class _Lingering:
 
     def due(self, now: float) -> bool:
         return now >= self.deadline
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
 
     def add(self, batch: RecordBatch, now: float) -> list[RecordBatch]:
         """Takes ``batch``; returns the batches to land now, in the order they were read."""
