@@ -349,7 +349,7 @@ def runflow_latency(
     results: dict[int, Latency] = {}
     try:
         started = time.perf_counter()
-        watcher.wait_for(next_id, timeout_s=300)
+        watcher.wait_for(next_id, timeout_s=900)  # a loaded machine starts the JVM in minutes
         print(f"runflow: first rows in the sink {time.perf_counter() - started:.1f} s after its start")
         warm = Phase(server.url(0), prefix, next_id, rates[0], warm_s, streams, None)
         next_id, _ = warm.run(watcher)  # not measured
