@@ -1,10 +1,10 @@
-"""A warm fleet inside a benchmark's process, and the warm-fleet case of ``bench/bounded.py``.
+"""The warm-fleet case of ``bench/bounded.py``, and a fleet of processes as deployed.
 
 A fleet's workers are warm: their Spark session is started and has run a job before any
-flow starts (a worker that takes Spark tasks runs ``warm_up_with_job`` as it starts). ``start_fleet`` makes one in this process: Django set up, a Celery worker (the
-threads pool, as ``runflow`` runs it) and beat (Celery's embedded beat service with the
-project's DatabaseScheduler, as ``celery -A dataflow beat`` runs it). Benchmarks import it
-(``bench/streaming.py`` has its own copy to adopt it).
+flow starts (a worker that takes Spark tasks runs ``warm_up_with_job`` as it starts).
+``procs.start_fleet`` makes one in this process: a Celery worker (the threads pool, as
+``runflow`` runs it) and beat (Celery's embedded beat service with the project's
+DatabaseScheduler, as ``celery -A dataflow beat`` runs it).
 
 ``python bench/fleet.py bounded --data DIR --out DIR [--runs 2]`` is what ``bench/bounded.py``
 runs as a subprocess for its warm-fleet case: the fleet is started before the clock, then
@@ -27,26 +27,9 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-WORK = REPO / "bench" / "_work"
-
-
-def setup_django(*, var_dir: Path, allowed_roots: list[Path]) -> None:
-    """Django set up for this process (migrated), on DATABASE_URL / REDIS_URL when set,
-    else on the embedded defaults under ``var_dir``."""
-    sys.path.insert(0, str(REPO))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
-    os.environ.setdefault("DATAFLOW_VAR_DIR", str(var_dir))
-    os.environ["DATAFLOW_ALLOWED_ROOTS"] = ":".join(str(p) for p in allowed_roots)
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+from procs import REPO, WORK, setup_django, start_fleet
 
 
 class ProcessFleet:
@@ -110,46 +93,6 @@ class ProcessFleet:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-
-
-@dataclass
-class Fleet:
-    """An in-process worker and beat; ``stop`` ends both."""
-
-    worker: object
-    beat: object | None
-
-    def stop(self) -> None:
-        if self.beat is not None:
-            self.beat.stop()  # pyright: ignore[reportAttributeAccessIssue]
-        self.worker.__exit__(None, None, None)  # pyright: ignore[reportAttributeAccessIssue]
-
-
-def start_fleet(parallelism: int, *, beat: bool = True) -> Fleet:
-    """A warm fleet in this process: the Spark session started and one job run, then a
-    Celery worker (threads pool, room for ``parallelism`` readers, the transform check,
-    the Spark job and a tick) and, with ``beat``, Celery's beat with the DatabaseScheduler."""
-    from celery.beat import EmbeddedService
-    from celery.contrib.testing.worker import start_worker
-
-    from dataflow.celery import app
-    from dataflow.spark.session import warm_up_with_job
-
-    warm_up_with_job().join()  # what a worker that takes Spark tasks does as it starts
-    worker = start_worker(
-        app,
-        pool="threads",
-        concurrency=parallelism + 3,
-        perform_ping_check=False,
-        loglevel="WARNING",
-        shutdown_timeout=30,
-    )
-    worker.__enter__()
-    service = None
-    if beat:
-        service = EmbeddedService(app, thread=True, scheduler_cls=app.conf.beat_scheduler)
-        service.start()
-    return Fleet(worker=worker, beat=service)
 
 
 class TaskClock:

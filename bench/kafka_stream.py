@@ -418,7 +418,7 @@ def main() -> None:
         # Five seconds at the rate first, not measured (streaming.py does the same).
         first = steady(servers, topic, WARM + args.records, args.rate, min(5.0, args.seconds), watcher)
         watcher.wait_for(first, timeout_s=120)
-        watcher.measure_from_id = first
+        watcher.measure(first)
         print(f"latency: {load()}", flush=True)
         next_id = steady(servers, topic, first, args.rate, args.seconds, watcher)
         watcher.wait_for(next_id, timeout_s=120)

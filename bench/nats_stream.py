@@ -28,25 +28,23 @@ import json
 import multiprocessing
 import os
 import shutil
-import statistics
 import sys
 import threading
 import time
 import uuid
 
-import fleet
-from procs import PeakRss
-from streaming import OUT, WORK, SinkWatcher, beat, cpu_seconds
+from procs import WORK, PeakRss, SinkWatcher, cpu_seconds, flow_beat, quantile, setup_django, start_fleet
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 SUBJECTS = 4
 PAD = "x" * 40
 SCHEMA = "id BIGINT, customer STRING, amount DOUBLE, written_ms BIGINT, pad STRING"
+OUT = WORK / "stream-out"
 
 
-def setup_django() -> None:
+def set_up() -> None:
     os.environ.setdefault("DATAFLOW_LANDING_FSYNC", "1")
-    fleet.setup_django(var_dir=WORK / "nats-var", allowed_roots=[OUT])
+    setup_django(var_dir=WORK / "nats-var", allowed_roots=[OUT])
 
 
 def body(i: int, now_ms: int) -> bytes:
@@ -214,7 +212,7 @@ def ours(
             "sink": {"type": "parquet", "path": str(sink)},
         }
     )
-    warm = fleet.start_fleet(parallelism, beat=False)
+    warm = start_fleet(parallelism, beat=False)
     stop = threading.Event()
     watcher = SinkWatcher(sink)
     meter = PeakRss(os.getpid())
@@ -222,13 +220,13 @@ def ours(
         cpu_before = cpu_seconds()
         began = time.perf_counter()
         run = flow_start(flow=flow)
-        threading.Thread(target=beat, args=(flow.pk, stop), daemon=True).start()
+        threading.Thread(target=flow_beat, args=(flow.pk, stop), daemon=True).start()
         done = watcher.wait_for(records, timeout_s=600)
         ours_rps = records / (done - began)
         cpu_after = cpu_seconds()
         cpu = ", ".join(f"{name} {cpu_after[name] - cpu_before.get(name, 0.0):.1f}" for name in cpu_after)
         print(f"ours: run {run.pk}, {ours_rps:,.0f} records/s in {done - began:.1f} s; CPU seconds: {cpu}")
-        watcher.measure_from_id = records
+        watcher.measure(records)
         next_id = steady(producer.stream, records, rate, seconds, watcher)
         watcher.wait_for(next_id, timeout_s=120)
     finally:
@@ -251,7 +249,7 @@ def main() -> None:
     args = parser.parse_args()
     shutil.rmtree(OUT / "nats-sink", ignore_errors=True)
     OUT.mkdir(parents=True, exist_ok=True)
-    setup_django()
+    set_up()
     producer = Producer(f"BENCH{uuid.uuid4().hex[:8].upper()}")
     producer.create()
     try:
@@ -265,7 +263,7 @@ def main() -> None:
         ours_rps, lat = ours(producer, args.records, args.parallelism, args.rate, args.seconds)
     finally:
         producer.close()
-    p50, p99 = statistics.median(lat), lat[int(len(lat) * 0.99) - 1]
+    p50, p99 = quantile(lat, 0.5), quantile(lat, 0.99)
     print(f"latency at {args.rate:,} messages/s over {args.seconds:.0f} s: p50 {p50:.3f} s, p99 {p99:.3f} s")
     print(
         f"throughput_ratio={ours_rps / raw_rps:.3f} ours_rps={ours_rps:.0f} raw_rps={raw_rps:.0f} "

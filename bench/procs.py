@@ -8,6 +8,7 @@ Parquet sink (``SinkWatcher``: rows seen, and their latency)."""
 from __future__ import annotations
 
 import contextlib
+import math
 import multiprocessing
 import os
 import socket
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -124,13 +126,113 @@ def watched(target: Callable[..., None], args: tuple[Any, ...], watcher: SinkWat
     return result
 
 
-class SinkWatcher:
-    """Reads each new sink file once it appears: ids seen, and when each was seen."""
+#: Where the benchmarks keep what they make (ignored by git).
+WORK = REPO / "bench" / "_work"
 
-    def __init__(self, sink: Path) -> None:
-        self.sink, self.seen_files, self.ids = sink, set(), []
-        self.latencies: list[float] = []
+
+def setup_django(*, var_dir: Path, allowed_roots: list[Path]) -> None:
+    """Django set up for this process (migrated), on DATABASE_URL / REDIS_URL when set,
+    else on the embedded defaults under ``var_dir``."""
+    sys.path.insert(0, str(REPO))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
+    os.environ.setdefault("DATAFLOW_VAR_DIR", str(var_dir))
+    os.environ["DATAFLOW_ALLOWED_ROOTS"] = ":".join(str(p) for p in allowed_roots)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+@dataclass
+class Fleet:
+    """An in-process worker and beat; ``stop`` ends both."""
+
+    worker: object
+    beat: object | None
+
+    def stop(self) -> None:
+        if self.beat is not None:
+            self.beat.stop()  # pyright: ignore[reportAttributeAccessIssue]
+        self.worker.__exit__(None, None, None)  # pyright: ignore[reportAttributeAccessIssue]
+
+
+def start_fleet(parallelism: int, *, beat: bool = True) -> Fleet:
+    """A warm fleet in this process: the Spark session started and one job run, then a
+    Celery worker (threads pool, room for ``parallelism`` readers, the transform check,
+    the Spark job and a tick) and, with ``beat``, Celery's beat with the DatabaseScheduler."""
+    from celery.beat import EmbeddedService
+    from celery.contrib.testing.worker import start_worker
+
+    from dataflow.celery import app
+    from dataflow.spark.session import warm_up_with_job
+
+    warm_up_with_job().join()  # what a worker that takes Spark tasks does as it starts
+    worker = start_worker(
+        app,
+        pool="threads",
+        concurrency=parallelism + 3,
+        perform_ping_check=False,
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    )
+    worker.__enter__()
+    service = None
+    if beat:
+        service = EmbeddedService(app, thread=True, scheduler_cls=app.conf.beat_scheduler)
+        service.start()
+    return Fleet(worker=worker, beat=service)
+
+
+def flow_beat(flow_id: int, stop: threading.Event) -> None:
+    """The flow's periodic tick until ``stop``, as ``runflow``'s beat thread sends it."""
+    from django.conf import settings
+
+    from dataflow.services.runs.tick import flow_tick
+
+    while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
+        flow_tick(flow_id=flow_id)
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU seconds (user + system) of this process and of its children, by process name
+    (``python``: readers, the driver and Django; ``java``: Spark)."""
+    me = psutil.Process()
+    seconds: dict[str, float] = {}
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = proc.cpu_times()
+            seconds[proc.name()] = seconds.get(proc.name(), 0.0) + times.user + times.system
+    return seconds
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0.5, 0.99) of ``values`` (nan when there are none)."""
+    ordered = sorted(values)
+    return ordered[max(0, int(len(ordered) * q) - 1)] if ordered else math.nan
+
+
+class SinkWatcher:
+    """Reads each new Parquet file of a sink once it appears: the ids seen, and for the
+    ids measured (``measure``) the latency of each, from the time the record carries
+    (column ``written``, in units of ``unit_s`` seconds) to when its file was seen."""
+
+    def __init__(self, sink: Path, *, written: str = "written_ms", unit_s: float = 0.001) -> None:
+        self.sink, self.written, self.unit_s = sink, written, unit_s
+        self.seen_files: set[Path] = set()
+        self.ids: list[int] = []
+        #: id -> latency (s) of the records measured
+        self.latency: dict[int, float] = {}
         self.measure_from_id: int | None = None
+
+    def measure(self, from_id: int) -> None:
+        """Measures the records of ids from ``from_id`` on, forgetting earlier measures."""
+        self.latency, self.measure_from_id = {}, from_id
+
+    @property
+    def latencies(self) -> list[float]:
+        return sorted(self.latency.values())
 
     def poll(self) -> int:
         import pyarrow.parquet as pq
@@ -140,17 +242,15 @@ class SinkWatcher:
         for path in sorted(self.sink.rglob("*.parquet")):
             if path.name.startswith((".", "_")) or path in self.seen_files:
                 continue
-            seen_ms = time.time() * 1000
-            table = pq.read_table(path, columns=["id", "written_ms"])
+            seen_s = time.time()
+            table = pq.read_table(path, columns=["id", self.written])
             self.seen_files.add(path)
-            ids, written = table.column("id").to_pylist(), table.column("written_ms").to_pylist()
+            ids, written = table.column("id").to_pylist(), table.column(self.written).to_pylist()
             self.ids.extend(ids)
             if self.measure_from_id is not None:
-                self.latencies += [
-                    (seen_ms - w) / 1000
-                    for i, w in zip(ids, written, strict=True)
-                    if i >= self.measure_from_id
-                ]
+                for i, w in zip(ids, written, strict=True):
+                    if i >= self.measure_from_id:
+                        self.latency[i] = seen_s - w * self.unit_s
         return len(self.ids)
 
     def wait_for(self, count: int, timeout_s: float) -> float:
@@ -165,6 +265,49 @@ class SinkWatcher:
         if sorted(self.ids) != list(range(count)):
             dupes = len(self.ids) - len(set(self.ids))
             sys.exit(f"the sink is not exact: {len(self.ids)} rows for {count} records, {dupes} duplicates")
+
+
+class PrivateRedis:
+    """A redis-server of the benchmark's own on a free loopback port, keeping nothing on
+    disk (the machine's Redis 7 at /usr/bin/redis-server if there, else the one on the
+    PATH); ``stop`` ends it by its pid. ``url(db)`` addresses one of its databases."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        binary = "/usr/bin/redis-server" if os.path.exists("/usr/bin/redis-server") else "redis-server"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(directory)]
+            + ["--save", "", "--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        client = redis.Redis.from_url(self.url(0))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    sys.exit(f"redis-server on port {self.port} did not start")
+                time.sleep(0.05)
+        client.close()
+
+    def url(self, db: int) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def embedded_env(var_dir: Path, allowed_roots: list[Path], **extra: str) -> dict[str, str]:

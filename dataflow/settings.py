@@ -314,6 +314,10 @@ DATAFLOW_LANDING_FSYNC = os.environ.get("DATAFLOW_LANDING_FSYNC", "1") == "1"
 DATAFLOW_READER_LEASE_SECONDS = float(os.environ.get("DATAFLOW_READER_LEASE_SECONDS", "10"))
 DATAFLOW_READER_PARK_SECONDS = float(os.environ.get("DATAFLOW_READER_PARK_SECONDS", "60"))
 DATAFLOW_READER_SLICE_SECONDS = float(os.environ.get("DATAFLOW_READER_SLICE_SECONDS", "10"))
+# A reader lands what it read of a split at most this long after reading it; sooner once a
+# flow's batch_size records wait or a stream's transform asks for input (as an epoch ends),
+# so an epoch reads a file or so per split, not one per entry. 0: each fetch lands at once.
+DATAFLOW_READER_LINGER_MS = float(os.environ.get("DATAFLOW_READER_LINGER_MS", "1000"))
 DATAFLOW_TICK_SECONDS = int(os.environ.get("DATAFLOW_TICK_SECONDS", "2"))
 DATAFLOW_TRANSFORM_LEASE_SECONDS = float(os.environ.get("DATAFLOW_TRANSFORM_LEASE_SECONDS", "30"))
 # A flow's [transform] timeout (default 1 hour) may be at most this; a run's transform (a

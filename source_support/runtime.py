@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol
+
+import pyarrow as pa
 
 from source_support.api import BadRecord, RecordBatch, Source, SourceEvent, SplitEnumerator, SplitT
 from source_support.coordination import (
@@ -260,6 +263,15 @@ class ReaderSettings:
     max_batches_per_commit: int = 256
     #: ``[stop] after_records``: readers stop once the run has committed this many.
     stop_after_records: int | None = None
+    #: A split's batches that a reader polled are landed together, in one file, once the
+    #: first of them has waited this long (0: each at once), or sooner: once they hold
+    #: ``max_batch_records`` records, the last one ends its split, or the run's streaming
+    #: transform asks for input (``ReaderInbox.input_wanted``, as its epoch ends). A
+    #: stream read one entry at a time would otherwise land a file (and commit it) per
+    #: entry or two, and each epoch would read hundreds of tiny files.
+    linger_s: float = 0.0
+    #: The most records lingering batches are merged into (the flow's ``batch_size``).
+    max_batch_records: int | None = None
 
 
 def reader_slice(
@@ -323,9 +335,12 @@ class ReaderLoop(Generic[SplitT]):
         self.reader = source.create_reader(self.context)
         self.serializer = source.split_serializer
         self.commits = _Commits(store, token, settings)
+        self.lingering = _Lingering(settings.linger_s, settings.max_batch_records)
         self.lease = LeaseKeeper(coordinator, subtask, token)
         self.deadline = clock() + settings.slice_seconds
         self.requested_at: float | None = None
+        #: The transform's last request for input that this reader served.
+        self.input_served = 0
 
     def run(self) -> SliceReport:
         try:
@@ -363,11 +378,13 @@ class ReaderLoop(Generic[SplitT]):
             return SliceOutcome.STOPPED
         if now >= self.deadline:
             return self.park()
+        if self.lingering.due(now):
+            self.land_lingering(now)
         reader = self.reader
         if not reader.has_buffered() and (
             self.commits.due(now) or (self.commits and not reader.has_splits())
         ):
-            self.commit()
+            self.commit_landed()  # what lingers lands at its own time
             return None
         if inbox.paused:  # backpressure, or a user's pause: read nothing for a while
             time.sleep(min(self.settings.poll_interval_s, max(0.0, self.deadline - now)))
@@ -386,6 +403,11 @@ class ReaderLoop(Generic[SplitT]):
                 self.reader.handle_source_event(event)
         if inbox.assigned:
             self.adopt(inbox.assigned)
+        if inbox.input_wanted != self.input_served:
+            # The transform waits for input: what lingers goes into its next epoch.
+            self.input_served = inbox.input_wanted
+            if self.lingering:
+                self.commit()
 
     def park(self) -> SliceOutcome:
         """The slice's time is up: commit, and keep the lease while the next slice waits."""
@@ -415,8 +437,9 @@ class ReaderLoop(Generic[SplitT]):
 
     def read(self, now: float) -> SliceOutcome | None:
         reader, settings = self.reader, self.settings
+        wait_s = min(settings.poll_interval_s, self.deadline - now, self.lingering.deadline - now)
         try:
-            batch = reader.poll(max(0.0, min(settings.poll_interval_s, self.deadline - now)))
+            batch = reader.poll(max(0.0, wait_s))
         except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
             return self.fail(failed.split_id, str(failed))
         if batch is None:
@@ -428,7 +451,8 @@ class ReaderLoop(Generic[SplitT]):
             return self.fail(batch.split_id, f"{where}: {first.reason}{raw}")
         for bad in batch.bad_records:
             bad.offset = self.source.format_position(bad.position)
-        self.commits.add(batch, _land(batch, self.landing, self.run_key), now)
+        for ready in self.lingering.add(batch, now):
+            self.commits.add(ready, _land(ready, self.landing, self.run_key), now)
         self.report.batches += 1
         self.report.records += batch.records.num_rows
         if batch.finished:
@@ -453,10 +477,22 @@ class ReaderLoop(Generic[SplitT]):
             self.coordinator.stop()
         self.reader.add_splits([split for split in fresh if all(split is not r for r, _ in refused)])
 
+    def land_lingering(self, now: float) -> None:
+        """Lands every split's lingering batches (each split's in one file)."""
+        for ready in self.lingering.drain():
+            self.commits.add(ready, _land(ready, self.landing, self.run_key), now)
+
     def commit(self) -> None:
+        """Lands what lingers, then commits every landed batch that waits."""
+        self.land_lingering(self.clock())
+        self.commit_landed()
+
+    def commit_landed(self) -> None:
+        """Commits the landed batches that wait, then tells the reader what is durable."""
         committed, refused = self.commits.flush()
         for split_id in refused:
             self.reader.remove_split(split_id)  # it went to another reader
+            self.lingering.drop(split_id)
         if committed and self.settings.stop_after_records:
             self.coordinator.count_committed(self.commits.records)
         if committed:
@@ -502,6 +538,83 @@ class LeaseKeeper:
                 log.warning("reader %s: lease lost", self.subtask)
                 self.lost.set()
                 return
+
+
+class _Lingering:
+    """Batches polled but not landed yet, merged per split (``ReaderSettings.linger_s``).
+
+    A split's next batch joins its lingering one when it starts where that one ends and
+    the two hold at most ``max_records`` records together; otherwise the lingering one is
+    let go first. A batch that ends its split, or that is full, is let go at once, and
+    with ``linger_s`` 0 every batch is."""
+
+    def __init__(self, linger_s: float, max_records: int | None) -> None:
+        self.linger_s, self.max_records = linger_s, max_records
+        self.batches: dict[str, RecordBatch] = {}
+        #: When the oldest lingering batch was polled (the clock's time); inf while none lingers.
+        self.since = math.inf
+
+    @property
+    def deadline(self) -> float:
+        """When what lingers must be landed (inf while nothing lingers)."""
+        return self.since + self.linger_s
+
+    def due(self, now: float) -> bool:
+        return now >= self.deadline
+
+    def __bool__(self) -> bool:
+        return bool(self.batches)
+
+    def add(self, batch: RecordBatch, now: float) -> list[RecordBatch]:
+        """Takes ``batch``; returns the batches to land now, in the order they were read."""
+        ready: list[RecordBatch] = []
+        held = self.batches.pop(batch.split_id, None)
+        if held is not None:
+            if self._joins(held, batch):
+                batch = _merged(held, batch)
+            else:
+                ready.append(held)
+        full = self.max_records is not None and batch.records.num_rows >= self.max_records
+        if self.linger_s <= 0 or batch.finished or full:
+            ready.append(batch)
+        else:
+            self.batches[batch.split_id] = batch
+            self.since = min(self.since, now)
+        if not self.batches:
+            self.since = math.inf
+        return ready
+
+    def drop(self, split_id: str) -> None:
+        """Forgets what lingers of a split this reader no longer holds."""
+        self.batches.pop(split_id, None)
+        if not self.batches:
+            self.since = math.inf
+
+    def drain(self) -> list[RecordBatch]:
+        """Every lingering batch, to land now."""
+        ready, self.batches, self.since = list(self.batches.values()), {}, math.inf
+        return ready
+
+    def _joins(self, held: RecordBatch, batch: RecordBatch) -> bool:
+        rows = held.records.num_rows + batch.records.num_rows
+        return (
+            held.end == batch.start
+            and held.records.schema.equals(batch.records.schema)
+            and (self.max_records is None or rows <= self.max_records)
+        )
+
+
+def _merged(first: RecordBatch, second: RecordBatch) -> RecordBatch:
+    """One batch of ``first`` and ``second`` (which starts where ``first`` ends)."""
+    return RecordBatch(
+        first.split_id,
+        first.start,
+        second.end,
+        pa.concat_tables([first.records, second.records]),
+        first.bad_records + second.bad_records,
+        second.finished,
+        "; ".join(note for note in (first.note, second.note) if note),
+    )
 
 
 class _Commits:

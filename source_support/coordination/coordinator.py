@@ -157,6 +157,10 @@ class RedisRunCoordinator:
         """Says that a reader committed landed batches, waking the streaming transform."""
         self._messages.note_committed()
 
+    def want_input(self) -> None:
+        """Asks the run's readers to land and commit what lingers (``ReaderInbox.input_wanted``)."""
+        self._messages.want_input()
+
     def take_committed(self) -> bool:
         """Whether a reader committed since the last look, forgetting it: a commit made
         after this call wakes the next ``wait_committed``."""

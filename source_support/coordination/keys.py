@@ -67,6 +67,9 @@ class Keys:
         self.records_committed = self.prefix + "records-committed"
         #: List of at most one item: a reader committed since the transform last looked.
         self.committed = self.prefix + "committed"
+        #: A count the streaming transform moves each time it waits for input: readers land
+        #: and commit what they hold once they see it move.
+        self.input_wanted = self.prefix + "input-wanted"
 
     def reader(self, subtask: int) -> str:
         """The lease of reader ``subtask``: the token of the instance that holds it."""

@@ -48,6 +48,9 @@ class ReaderInbox:
     records_committed: int
     events: list[SourceEvent]
     assigned: list[AssignedSplit]
+    #: How many times the run's transform asked for input (``want_input``): a reader
+    #: that sees it move lands and commits what it holds.
+    input_wanted: int = 0
 
 
 @dataclass
@@ -153,13 +156,15 @@ class Messages:
         pipe.lrange(events, 0, -1)
         pipe.lrange(assigned, 0, -1)
         pipe.delete(events, assigned)
-        stopped, paused, committed, raw_events, notices, _ = pipe.execute()
+        pipe.get(self.keys.input_wanted)
+        stopped, paused, committed, raw_events, notices, _, wanted = pipe.execute()
         return ReaderInbox(
             stopped=bool(stopped),
             paused=bool(paused),
             records_committed=int(committed or 0),
             events=[_decode_event(item)[1] for item in raw_events],
             assigned=decode_notices(notices),
+            input_wanted=int(wanted or 0),
         )
 
     def count_committed(self, records: int) -> None:
@@ -178,6 +183,14 @@ class Messages:
         pipe.lpush(self.keys.committed, 1)
         pipe.ltrim(self.keys.committed, 0, 0)
         pipe.pexpire(self.keys.committed, DAY_MS)
+        pipe.execute()
+
+    def want_input(self) -> None:
+        """Asks the run's readers to land and commit what they hold (the transform is
+        about to wait for input): moves the count their inbox shows."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.incrby(self.keys.input_wanted, 1)
+        pipe.pexpire(self.keys.input_wanted, DAY_MS)
         pipe.execute()
 
     def take_committed(self) -> bool:

@@ -95,6 +95,8 @@ class SourceHarness(Generic[SplitT]):
         skip_errors: bool = False,
         max_rounds: int = 2_000,
         parallelism: int | None = None,
+        linger_s: float = 0.0,
+        max_batch_records: int | None = None,
     ) -> None:
         self.source = source
         self.serializer = source.split_serializer
@@ -108,6 +110,8 @@ class SourceHarness(Generic[SplitT]):
             poll_interval_s=poll_timeout_s,
             skip_errors=skip_errors,
             location="memory",
+            linger_s=linger_s,
+            max_batch_records=max_batch_records,
         )
         self.readers: dict[int, ReaderSlot[SplitT]] = {}
         #: Subtasks whose reader died in a failed slice, to start again at the next round.

@@ -76,6 +76,8 @@ class MemoryRunCoordinator:
         self.paused = False
         self.records_committed = 0
         self.commits_noted = 0
+        #: How often the transform asked for input (``want_input``).
+        self.inputs_wanted = 0
         self.dirty = False
         self.locked = False
         #: Each subtask told there are no more splits, in order.
@@ -152,6 +154,7 @@ class MemoryRunCoordinator:
             records_committed=self.records_committed,
             events=self.reader_events.pop(subtask, []),
             assigned=self.wait_assigned(subtask, 0),
+            input_wanted=self.inputs_wanted,
         )
 
     def count_committed(self, records: int) -> None:
@@ -159,6 +162,10 @@ class MemoryRunCoordinator:
 
     def note_committed(self) -> None:
         self.commits_noted += 1
+
+    def want_input(self) -> None:
+        """The run's transform asks readers to land what lingers, as the stream's driver does."""
+        self.inputs_wanted += 1
 
     def stop(self) -> None:
         self.stopped = True

@@ -92,6 +92,8 @@ def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
             park_seconds=settings.DATAFLOW_READER_PARK_SECONDS,
             location=f"{socket.gethostname()}:{os.getpid()}",
             stop_after_records=(spec.get("stop_rule") or {}).get("after_records"),
+            linger_s=settings.DATAFLOW_READER_LINGER_MS / 1000,
+            max_batch_records=spec["batch_size"],
         ),
         on_split_request=lambda: serve_split_requests(run, source),
     )

@@ -103,6 +103,8 @@ RETRY_NOTE = "transform retrying: "
 LISTING_THRESHOLD = "100000"
 #: The longest single wait for a reader's commit between two epochs.
 COMMIT_WAIT_STEP_S = 1.0
+#: The longest wait for the other readers' commits once one came (``_gather_commits``).
+MAX_GATHER_S = 0.2
 
 
 def stream_transform(*, run_id: int) -> bool:
@@ -174,22 +176,42 @@ class StreamDriver:
                 if step == Step.ENDED:
                     return False
                 if step != Step.BACKLOG:
-                    self._await_commit(coordinator, until=min(started + self.trigger_ms / 1000, deadline))
+                    # Readers land what they hold once asked: the next epoch takes it.
+                    _redis_blip_harmless(lambda _: coordinator.want_input() or False, 0.0)
+                    until = min(started + self.trigger_ms / 1000, deadline)
+                    if self._await_commit(coordinator, until=until):
+                        self._gather_commits(
+                            coordinator, until=min(time.monotonic() + self._gather_s(), until)
+                        )
                 if time.monotonic() >= deadline:
                     return True
             return True
         finally:
             self._drop_spark()
 
-    def _await_commit(self, coordinator: RedisRunCoordinator, *, until: float) -> None:
-        """Waits until a reader commits, or until ``until`` (time.monotonic()); in waits of
-        at most ``COMMIT_WAIT_STEP_S``, so a lost lease or a leaving worker is seen soon."""
+    def _await_commit(self, coordinator: RedisRunCoordinator, *, until: float) -> bool:
+        """Waits until a reader commits (True), or until ``until`` (time.monotonic()); in
+        waits of at most ``COMMIT_WAIT_STEP_S``, so a lost lease or a leaving worker is
+        seen soon."""
         while (left := until - time.monotonic()) > 0:
             step = min(left, COMMIT_WAIT_STEP_S)
             if _redis_blip_harmless(coordinator.wait_committed, step):
-                return
+                return True
             if (self.lease_lost is not None and self.lease_lost.is_set()) or worker_leaving():
-                return
+                return False
+        return False
+
+    def _gather_s(self) -> float:
+        """How long the other readers' answers to ``want_input`` are waited for once the
+        first came: a reader sees the request at its next step, a poll interval at most."""
+        return min(self.run.spec.get("poll_interval_ms", 500) / 1000, MAX_GATHER_S)
+
+    def _gather_commits(self, coordinator: RedisRunCoordinator, *, until: float) -> None:
+        """Takes the commits that come until ``until``: each reader lands what it held
+        when asked, and the epoch planned next takes all of it rather than the first
+        reader's alone (the others' would wait a whole epoch more)."""
+        while until - time.monotonic() > 0:
+            _redis_blip_harmless(coordinator.wait_committed, until - time.monotonic())
 
     def trigger(self) -> Step:
         """One trigger: the run's next epoch planned, run and committed, if there is one."""

@@ -469,3 +469,18 @@ def test_a_csv_header_is_refused_for_stream_entries(env):
         )
 
     assert caught.value.field == "format.header"
+
+
+def test_each_fetch_serves_every_held_stream_old_and_new_alike(rds, prefix, env):
+    """Fairness (issue 25): a stream held from the start with a backlog, and one added
+    later, each give a batch in every fetch, so neither waits behind the other."""
+    orders(rds, f"{prefix}old", 50)
+    reader = reader_of(env, {"streams": f"{prefix}*"})
+    reader.handle_splits_changes([StreamSplit(f"{prefix}old", 0)], [])
+    reader.fetch(10, 0)  # the old stream is read from before the new one appears
+    orders(rds, f"{prefix}new", 5, first=100)
+    reader.handle_splits_changes([StreamSplit(f"{prefix}new", 0)], [])
+
+    batches = reader.fetch(10, 0)
+
+    assert {b.split_id: b.records.num_rows for b in batches} == {f"{prefix}old": 10, f"{prefix}new": 5}

@@ -26,7 +26,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from dataflow.models import EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
-from dataflow.services.context import landing_zone, run_key
+from dataflow.services.context import coordinator_for, landing_zone, run_key
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.streams import driver as stream_driver
 from dataflow.services.streams.driver import Step, StreamDriver
@@ -173,6 +173,19 @@ def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
     assert driver(stream).trigger() == Step.IDLE
     assert TransformEpoch.objects.filter(run=stream.run).count() == 1
     assert len(list(stream.sink.iterdir())) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_driver_that_waits_for_input_asks_the_readers_for_it(dirs):
+    """Between epochs the driver asks readers to land what they hold (their inbox shows the
+    count move), so the next epoch takes it rather than waiting for their linger to end."""
+    stream = Stream(dirs, "SELECT * FROM source")
+    coordinator = coordinator_for(stream.run)
+    before = coordinator.reader_inbox(0).input_wanted
+
+    driver(stream).run_slice(deadline=time.monotonic() + 0.3)
+
+    assert coordinator.reader_inbox(0).input_wanted > before
 
 
 @pytest.mark.django_db(transaction=True)
