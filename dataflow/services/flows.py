@@ -182,6 +182,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
         flow_ticks_set(flow=flow, enabled=True)
+    transaction.on_commit(coordinator_for(run).note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run

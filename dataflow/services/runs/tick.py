@@ -4,12 +4,12 @@ split is read (or its stop rule is met)."""
 
 from __future__ import annotations
 
-import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
@@ -138,7 +138,7 @@ def _watch_for_stall(run: FlowRun, coordinator: RedisRunCoordinator, *, live: bo
         if run.message.startswith(STALL_NOTE):
             FlowRun.objects.filter(pk=run.pk, message=run.message).update(message="")
         return
-    idle = time.time() - coordinator.first_seen(Mark.NO_READER_SINCE, time.time())
+    idle = coordinator.now() - coordinator.first_seen(Mark.NO_READER_SINCE)  # one clock: Redis's
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
@@ -233,5 +233,6 @@ def transform_in_backoff(run: FlowRun) -> bool:
     """True while a failed transform attempt waits before the next (2, 4, 8... s, at most 60)."""
     if not (run.transform_attempts and run.transform_started_at):
         return False
-    backoff = min(60, 2**run.transform_attempts)
-    return (timezone.now() - run.transform_started_at).total_seconds() < backoff
+    backoff = timedelta(seconds=min(60, 2**run.transform_attempts))
+    # On the database's clock, which wrote transform_started_at: not this worker's.
+    return FlowRun.objects.filter(pk=run.pk, transform_started_at__gt=Now() - backoff).exists()
