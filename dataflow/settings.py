@@ -254,7 +254,11 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, which also records each tick (dataflow/beat.py).
+CELERY_BEAT_SCHEDULER = "dataflow.beat:Scheduler"
+# A beat whose last tick is older than this (it ticks at least every 5 s) is reported as
+# degraded in /healthz, /metrics and the dashboard.
+DATAFLOW_BEAT_STALE_SECONDS = float(os.environ.get("DATAFLOW_BEAT_STALE_SECONDS", "30"))
 # Beat's DatabaseScheduler copies these into its table when it starts.
 CELERY_BEAT_SCHEDULE = {
     "dataflow-webhook-deliveries-resume": {

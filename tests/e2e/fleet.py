@@ -104,7 +104,7 @@ class Fleet:
         return self._start(
             "beat",
             [
-                "beat", "-S", "django_celery_beat.schedulers:DatabaseScheduler",
+                "beat", "-S", "dataflow.beat:Scheduler",
                 "--max-interval", "1", "--loglevel", "WARNING",
                 "--pidfile", str(self.log_dir / "beat.pid"),
             ],
