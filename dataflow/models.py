@@ -440,3 +440,23 @@ class Connection(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Deployment(models.Model):
+    """This deployment's identity: one row, made by the first ``migrate`` (or at first use),
+    that every Celery task it sends carries (``services.deployment``), so that a worker of
+    another deployment sharing the broker refuses the task instead of running it.
+
+    Not managed by Django's migrations' model state and so not emptied by ``flush`` (as
+    tests do between tests): the identity outlives a database emptied of its flows, as the
+    processes of a fleet hold it for their lifetime."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    uid = models.CharField(max_length=32)
+
+    class Meta:
+        managed = False
+        db_table = "dataflow_deployment"
+
+    def __str__(self) -> str:
+        return self.uid

@@ -367,6 +367,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": REDIS_SOCKET_TIMEOUT,
     "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
     "socket_keepalive": True,
+    # Every broker key (the queues, kombu's bindings, unacked sets and control channels)
+    # under the deployment's namespace, so that two deployments sharing a Redis server
+    # never take each other's tasks (dataflow/services/queues.py, broker_key_prefix).
+    "global_keyprefix": f"{DATAFLOW_REDIS_NAMESPACE}:celery:",
 }
 
 # Where the Spark driver's JVM writes its own output (log4j, JVM warnings); "-" keeps it on

@@ -33,6 +33,33 @@ RUN_SCHEDULED = "dataflow.tasks.run_scheduled"
 WEBHOOK_DELIVER = "dataflow.tasks.webhook_deliver"
 WEBHOOK_DELIVERIES_RESUME = "dataflow.tasks.webhook_deliveries_resume"
 
+
+def broker_key_prefix() -> str:
+    """What every Redis key of the broker begins with (kombu's ``global_keyprefix``): the
+    deployment's namespace, so two deployments on one server keep their queues apart."""
+    return settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+
+
+def deployment_queues() -> list[str]:
+    """The Celery queues of this deployment by name: the shared one, the Spark queue (if
+    it is another), and the pattern of ``runflow``'s (``<shared>.runflow.*``). In Redis each
+    is a key under ``broker_key_prefix()``."""
+    shared = settings.CELERY_TASK_DEFAULT_QUEUE
+    routed = {route.get("queue", shared) for route in settings.CELERY_TASK_ROUTES.values()}
+    return [shared, *sorted(routed - {shared}), f"{shared}.runflow.*"]
+
+
+def deployment_broker_keys() -> list[str]:
+    """Glob patterns of every Redis key the broker may use for this deployment: its queues
+    (each with kombu's priority variants), kombu's bindings, unacked sets and control
+    channels, all under ``broker_key_prefix()``; without a prefix, the names kombu uses."""
+    prefix = broker_key_prefix()
+    if prefix:
+        return [f"{prefix}*"]
+    queues = [f"{queue}*" for queue in deployment_queues()]
+    return [*queues, "_kombu.*", "unacked*", "celery*", "/*"]
+
+
 #: How long a claim outlives its last renewal (``runflow`` renews it at every tick),
 #: at least.
 RUNFLOW_CLAIM_TTL_S = 30
