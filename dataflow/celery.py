@@ -171,7 +171,12 @@ class _QuietRoutineTasks(logging.Filter):
     every few seconds, each reader slice), which would bury everything else; warnings and
     errors about them still pass."""
 
-    ROUTINE = ("dataflow.tasks.tick_flow", "dataflow.tasks.tick_run", "dataflow.tasks.read_splits")
+    ROUTINE = (
+        "dataflow.tasks.tick_flow",
+        "dataflow.tasks.tick_run",
+        "dataflow.tasks.read_splits",
+        "dataflow.tasks.fair_next",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.INFO:

@@ -202,6 +202,21 @@ def serve_split_requests(run: FlowRun, source: Source) -> None:
         request_tick(run_id=run.pk)
 
 
+def flow_tick_request(*, flow_id: int) -> None:
+    """Beat's periodic tick of a flow: queues a tick of its active run, if it has one and
+    none waits (``request_tick``: in its owner's line, so one owner's many flows do not
+    hold up another's); the tick of a flow that no longer exists removes itself."""
+    run_id = (
+        FlowRun.objects.filter(flow_id=flow_id, status__in=[RunStatus.READING, RunStatus.TRANSFORMING])
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if run_id is not None:
+        request_tick(run_id=run_id)
+    else:
+        flow_ticks_remove_orphan(flow_id=flow_id)
+
+
 def flow_tick(*, flow_id: int) -> None:
     """The periodic tick of a flow: ticks its active run, if it has one; the tick of a
     flow that no longer exists removes itself from the schedule."""
