@@ -460,3 +460,24 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return self.uid
+
+
+class UserQuota(models.Model):
+    """One user's quotas where they differ from ``DATAFLOW_USER_QUOTAS`` (a field left
+    empty takes the default); see ``services.quotas``."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dataflow_quota"
+    )
+    flows = models.PositiveIntegerField(null=True, blank=True, help_text="flows the user may own")
+    schedules = models.PositiveIntegerField(null=True, blank=True, help_text="of them with a [schedule]")
+    min_schedule_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the shortest schedule.every"
+    )
+    concurrent_runs = models.PositiveIntegerField(null=True, blank=True, help_text="runs active at once")
+    splits = models.PositiveIntegerField(
+        null=True, blank=True, help_text="splits over the user's active runs"
+    )
+
+    def __str__(self) -> str:
+        return f"quotas of {self.user}"

