@@ -18,12 +18,12 @@ def tick_flow(flow_id: int) -> None:
     tick.flow_tick_request(flow_id=flow_id)
 
 
-@shared_task(name=queues.FAIR_NEXT, ignore_result=True)
-def fair_next() -> None:
+@shared_task(bind=True, name=queues.FAIR_NEXT, ignore_result=True)
+def fair_next(self) -> None:
     """A token: runs the next owner's next reader slice or tick (``queues.fair_work_take``)."""
-    work = queues.fair_work_take()
+    work = queues.fair_work_take(token_id=self.request.id)
     if work is not None:
-        queues.fair_work_run(work, current_app.tasks[work.task].run)
+        queues.fair_work_run(work, current_app.tasks[work.task].run, token_id=self.request.id)
 
 
 @shared_task(name=queues.TICK_RUN, ignore_result=True)

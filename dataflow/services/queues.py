@@ -208,24 +208,38 @@ class FairWork:
         return self.args[0]
 
 
-def fair_work_take() -> FairWork | None:
+def fair_work_take(*, token_id: str | None = None) -> FairWork | None:
     """The next owner's next piece of work (see above), if any waits and its run is still
     going; the work of a run that ended or was deleted meanwhile is dropped here (logged
-    at debug: a stopped or deleted flow leaves its lines behind by design)."""
+    at debug: a stopped or deleted flow leaves its lines behind by design). What the token
+    ``token_id`` (its Celery task id) runs is kept until ``fair_work_run`` ends it, for
+    ``fair_work_running``."""
+    client = get_redis()
     while True:
-        raw = get_redis().eval(_FAIR_TAKE, 3, *_fair_keys(), _fair_key("line:"))
+        raw = client.eval(_FAIR_TAKE, 3, *_fair_keys(), _fair_key("line:"))
         if raw is None:
             return None
         item = json.loads(raw)  # pyright: ignore[reportArgumentType] - a sync client's reply: bytes
         work = FairWork(item["task"], item["args"])
         if FlowRun.objects.filter(pk=work.run_id, status__in=ACTIVE_RUN_STATUSES).exists():
+            if token_id:
+                client.hset(_fair_key("running"), token_id, raw)  # pyright: ignore[reportArgumentType]
             return work
         log.debug(
             "dropped queued %s of run %s: the run ended or its flow was deleted", work.task, work.run_id
         )
 
 
-def fair_work_run(work: FairWork, call: Callable[..., Any]) -> None:
+def fair_work_running(*, token_id: str) -> FairWork | None:
+    """What the token task ``token_id`` is running now (None: nothing, or not a token)."""
+    raw = get_redis().hget(_fair_key("running"), token_id)
+    if raw is None:
+        return None
+    item = json.loads(raw)  # pyright: ignore[reportArgumentType] - a sync client's reply: bytes
+    return FairWork(item["task"], item["args"])
+
+
+def fair_work_run(work: FairWork, call: Callable[..., Any], *, token_id: str | None = None) -> None:
     """Runs ``call(*work.args)`` (the task's body); a run deleted while it ran (its rows
     gone under it: an IntegrityError, a row that does not exist) ends it quietly, logged
     at debug."""
@@ -235,3 +249,6 @@ def fair_work_run(work: FairWork, call: Callable[..., Any]) -> None:
         if FlowRun.objects.filter(pk=work.run_id).exists():
             raise
         log.debug("dropped %s of run %s: its flow was deleted while it ran", work.task, work.run_id)
+    finally:
+        if token_id:
+            get_redis().hdel(_fair_key("running"), token_id)
