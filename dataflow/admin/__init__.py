@@ -6,6 +6,7 @@ from dataflow.admin import (  # noqa: F401  (registers the admins)
     connections,
     flows,
     limits,
+    quotas,
     runs,
     schedules,
     tokens,

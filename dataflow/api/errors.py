@@ -2,6 +2,7 @@
 
 - ``ConfigError`` -> 400 ``{"<dotted field>": ["<reason>"]}`` (the names TOML errors use;
   a ``flow.<key>`` error is also given under ``<key>``, the body's own name for it);
+- ``QuotaExceeded`` -> 403 ``{"detail": "...", "quota": "<name>"}`` (the owner's quota);
 - ``FlowStateError`` -> 409 ``{"detail": "..."}`` (an action the flow's state refuses, a
   name that exists);
 - ``RequestDataTooBig`` -> 413 ``{"detail": "..."}``;
@@ -19,7 +20,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from dataflow.services.errors import FlowStateError
+from dataflow.services.errors import FlowStateError, QuotaExceeded
 from dataflow.services.login_throttle import LoginThrottleUnavailable
 from dataflow.services.specs import FLOW_FIELDS
 from source_support.errors import ConfigError
@@ -28,6 +29,8 @@ from source_support.errors import ConfigError
 def exception_handler(exc, context):
     if isinstance(exc, ConfigError):
         return Response(config_error_body(exc), status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, QuotaExceeded):
+        return Response({"detail": str(exc), "quota": exc.quota}, status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, FlowStateError):
         return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
     if isinstance(exc, RequestDataTooBig):

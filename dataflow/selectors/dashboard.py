@@ -3,8 +3,10 @@ everything a flow's page shows."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import redis
 from django.db.models import Model, OuterRef, Subquery, Sum
 
 from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow, DeadLetter, FlowRun, MetricSample, RunStatus
@@ -18,6 +20,9 @@ from dataflow.selectors.runs import (
 )
 from dataflow.selectors.splits import split_rows_add_progress
 from dataflow.selectors.visibility import flows_visible
+from dataflow.services.beat import beat_health
+
+log = logging.getLogger(__name__)
 
 #: Runs, dead letters and run messages the flow page lists (the latest ones).
 DASHBOARD_RUNS = 12
@@ -43,6 +48,17 @@ def flow_overview(*, user) -> list[dict]:
     )
     runs = {run.pk: run for run in runs}
     return [_overview_row(flow, runs.get(_column(flow, "latest_run_id"))) for flow in flows]
+
+
+def fleet_warnings() -> list[str]:
+    """What the dashboard warns every user of about the fleet: that celery beat has not
+    ticked for too long (flows' ticks and schedules wait for it). Empty when all is well."""
+    try:
+        beat = beat_health()
+    except redis.RedisError as exc:
+        log.warning("dashboard: beat's last tick not read, Redis did not answer: %s", exc)
+        return []
+    return [f"Scheduler (celery beat): {beat.summary}"] if beat.stale else []
 
 
 def _column(row: Model, name: str) -> Any:

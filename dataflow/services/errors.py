@@ -10,3 +10,12 @@ class FlowStateError(RuntimeError):
 
 class FlowExistsError(FlowStateError):
     """A flow of that name exists already (answered 409, as a state refusal)."""
+
+
+class QuotaExceeded(FlowStateError):
+    """The owner's quota ``quota`` (a key of ``DATAFLOW_USER_QUOTAS``) does not allow the
+    action (answered 403 naming the quota)."""
+
+    def __init__(self, quota: str, message: str) -> None:
+        super().__init__(message)
+        self.quota = quota

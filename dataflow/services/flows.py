@@ -35,6 +35,7 @@ from dataflow.services.environment import environment
 from dataflow.services.errors import FlowExistsError, FlowStateError
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
+from dataflow.services.quotas import quota_check_flow_apply, quota_check_run_start
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.start import run_prepare, run_schema_resolve
 from dataflow.services.runs.tick import request_tick
@@ -81,6 +82,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
         )
     name = values.pop("name")
     with transaction.atomic():
+        quota_check_flow_apply(owner=rules_owner, flow=existing, schedule=values["schedule"])
         flow, created = DataFlow.objects.select_for_update().get_or_create(
             name=name, defaults={**values, "owner": owner}
         )
@@ -203,6 +205,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
             flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
             if flow.runs.filter(status__in=ACTIVE_RUN_STATUSES).exists():
                 raise FlowStateError(f"flow {flow.name!r} is already running")
+            quota_check_run_start(owner=flow.owner)
             run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
             if restore is not None:
                 seed_run_from_checkpoint(run=run, checkpoint=restore)
@@ -214,6 +217,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     except ConfigError as exc:  # what discovery found as the run started (too many splits)
         _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
+    transaction.on_commit(coordinator_for(run).note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
     return run

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import time
-
 from django.conf import settings
 
 from dataflow.models import FlowRun, RunStatus
@@ -23,17 +21,17 @@ def stall_note(idle_s: float) -> str:
     )
 
 
-def run_stalled_for(run: FlowRun, *, now: float | None = None) -> float | None:
+def run_stalled_for(run: FlowRun) -> float | None:
     """Seconds a reading, unpaused run has had no live reader, once that is at least
     ``DATAFLOW_STALL_SECONDS``; None otherwise. Read from Redis when asked (a reader's
     lease and its last heartbeat), so it holds with no tick running: the process that ran
-    the readers and the tick may be gone."""
+    the readers and the tick may be gone. Measured on Redis's clock, as the heartbeat was
+    (a reader or a web process whose clock is minutes off sees no false stall)."""
     if run.status != RunStatus.READING or run.paused_at is not None:
         return None
     coordinator = coordinator_for(run)
     parallelism = run.spec.get("parallelism") or run.flow.parallelism
     if coordinator.live_readers(parallelism):
         return None
-    since = coordinator.reader_alive_at() or run.started_at.timestamp()
-    idle = (time.time() if now is None else now) - since
+    idle = coordinator.now() - coordinator.reader_alive_since()
     return idle if idle >= settings.DATAFLOW_STALL_SECONDS else None

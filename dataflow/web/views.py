@@ -21,7 +21,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_safe
 
-from dataflow.selectors.dashboard import flow_dashboard, flow_overview
+from dataflow.selectors.dashboard import fleet_warnings, flow_dashboard, flow_overview
 from dataflow.selectors.visibility import flows_visible
 
 #: How often a page asks for fresh data.
@@ -39,7 +39,8 @@ dashboard_login_required = partial(login_required, login_url=reverse_lazy("dashb
 @dashboard_login_required
 def index(request):
     flows = flow_overview(user=request.user)
-    return render(request, "dashboard/index.html", {"flows": flows, "poll_ms": POLL_MS})
+    context = {"flows": flows, "warnings": fleet_warnings(), "poll_ms": POLL_MS}
+    return render(request, "dashboard/index.html", context)
 
 
 @dashboard_login_required
@@ -47,7 +48,9 @@ def index_live(request):
     flows = flow_overview(user=request.user)
     html = {
         "flows": render_to_string("dashboard/_flow_rows.html", {"flows": flows}, request),
-        "summary": render_to_string("dashboard/_summary.html", {"flows": flows}, request),
+        "summary": render_to_string(
+            "dashboard/_summary.html", {"flows": flows, "warnings": fleet_warnings()}, request
+        ),
     }
     return JsonResponse({"now": timezone.now(), "flows": flows, "html": html})
 

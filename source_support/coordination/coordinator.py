@@ -59,12 +59,23 @@ class RedisRunCoordinator:
         return self._readers.heartbeat(subtask, token, ttl_ms=ttl_ms)
 
     def note_reader_alive(self, at: float | None = None) -> None:
-        """Records that a reader was alive (or is expected from) ``at``, by default now."""
+        """Records that a reader was alive (or is expected from) ``at`` (on ``now``'s
+        clock), by default now."""
         self._readers.note_alive(at)
 
     def reader_alive_at(self) -> float | None:
-        """When a reader of the run was last alive; None if unknown."""
+        """When a reader of the run was last alive (on ``now``'s clock); None if unknown."""
         return self._readers.alive_at()
+
+    def reader_alive_since(self) -> float:
+        """When a reader of the run was last alive (on ``now``'s clock); from now on if
+        nothing says (Redis lost the key)."""
+        return self._readers.alive_since()
+
+    def now(self) -> float:
+        """Seconds since the epoch on Redis's clock: the one clock on which every process
+        of a fleet measures leases, heartbeats and stalls (their own clocks may disagree)."""
+        return self._commands.time()
 
     def release_reader(self, subtask: int, token: str, *, done: bool) -> None:
         self._readers.release(subtask, token, done=done)
@@ -209,9 +220,9 @@ class RedisRunCoordinator:
         """Sets ``mark`` unless it is set; True if this call set it."""
         return self._marks.once(mark, ttl_ms)
 
-    def first_seen(self, mark: Mark, now: float) -> float:
-        """The time ``mark`` was first set (to ``now`` if it is not set yet)."""
-        return self._marks.first_seen(mark, now)
+    def first_seen(self, mark: Mark) -> float:
+        """The time ``mark`` was first set (now if it is not set yet), on ``now``'s clock."""
+        return self._marks.first_seen(mark)
 
     def clear_mark(self, mark: Mark) -> None:
         self._marks.clear(mark)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 import uuid
 from collections.abc import Generator
 from contextlib import contextmanager
@@ -38,6 +37,19 @@ if not holder then
 end
 return 0
 """
+# Sets KEYS[1] to the server's clock (seconds since the epoch), unless ARGV[1] is "nx" and it
+# is set already; returns the key's value. The time is Redis's, never a worker's: workers
+# whose clocks disagree must still agree on how long ago something happened.
+_STAMP = """
+local t = redis.call('TIME')
+local now = string.format('%d.%06d', t[1], t[2])
+if ARGV[1] == 'nx' then
+  redis.call('set', KEYS[1], now, 'NX')
+  return redis.call('get', KEYS[1])
+end
+redis.call('set', KEYS[1], now)
+return now
+"""
 _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('del', KEYS[1])
@@ -53,6 +65,7 @@ class LeaseScripts:
         self.renew = client.script(_RENEW)
         self.release = client.script(_RELEASE)
         self.renew_or_retake = client.script(_RENEW_OR_RETAKE)
+        self.stamp = client.script(_STAMP)
 
 
 class HeldLease:
@@ -130,8 +143,8 @@ class ReaderLeases:
         pipe.hset(self.keys.locations, str(subtask), location)
         pipe.srem(self.keys.done, subtask)
         pipe.rpush(self.keys.registrations, subtask)
-        pipe.set(self.keys.reader_alive_at, time.time())
         pipe.execute()
+        self.note_alive()
         return token
 
     def heartbeat(self, subtask: int, token: str, *, ttl_ms: int | None = None) -> bool:
@@ -144,9 +157,18 @@ class ReaderLeases:
 
     def note_alive(self, at: float | None = None) -> None:
         """Records that a reader of the run was alive (or, as a run starts or resumes, is
-        expected from) ``at``, by default now: a reader's lease lapses without a trace, and
-        a view must still tell, with no tick running, since when the run has had none."""
-        self.redis.set(self.keys.reader_alive_at, time.time() if at is None else at)
+        expected from) ``at``, by default now on Redis's clock (``RedisCommands.time``; a
+        given ``at`` must be on that clock too): a reader's lease lapses without a trace,
+        and a view must still tell, with no tick running, since when the run has had none."""
+        if at is None:
+            self.scripts.stamp(keys=[self.keys.reader_alive_at], args=[""])
+        else:
+            self.redis.set(self.keys.reader_alive_at, at)
+
+    def alive_since(self) -> float:
+        """When a reader of the run was last alive (see ``note_alive``), on Redis's clock;
+        if nothing says (Redis lost the key), from now on."""
+        return float(self.scripts.stamp.text(keys=[self.keys.reader_alive_at], args=["nx"]) or 0)
 
     def alive_at(self) -> float | None:
         """When a reader of the run was last alive (see ``note_alive``); None if unknown."""

@@ -25,11 +25,9 @@ class Marks:
         """Sets ``mark`` unless it is set; True if this call set it."""
         return bool(self.redis.set(self.keys.mark(mark), 1, nx=True, px=ttl_ms))
 
-    def first_seen(self, mark: Mark, now: float) -> float:
-        """The time ``mark`` was first set (to ``now`` if it is not set yet)."""
-        key = self.keys.mark(mark)
-        self.redis.set(key, now, nx=True)
-        return float(self.redis.get(key) or now)
+    def first_seen(self, mark: Mark) -> float:
+        """The time ``mark`` was first set (now if it is not set yet), on Redis's clock."""
+        return float(self.scripts.stamp.text(keys=[self.keys.mark(mark)], args=["nx"]) or 0)
 
     def clear(self, mark: Mark) -> bool:
         """Removes ``mark``; True if it was set."""

@@ -27,6 +27,10 @@ class LuaScript:
     def __call__(self, keys: list[str], args: list[Arg]) -> int:
         return self._script(keys=keys, args=args)
 
+    def text(self, keys: list[str], args: list[Arg]) -> bytes | None:
+        """Runs a script that returns a string (or nil)."""
+        return self._script(keys=keys, args=args)
+
 
 class RedisCommands:
     """The commands of a ``redis.Redis`` client (or of a pipeline: see ``RedisPipeline``)."""
@@ -37,6 +41,12 @@ class RedisCommands:
 
     def get(self, key: str) -> bytes | None:
         return self._client.get(key)
+
+    def time(self) -> float:
+        """The server's clock (``TIME``), in seconds since the epoch: the one clock that
+        every process sharing the server reads alike, whatever its own clock says."""
+        seconds, microseconds = self._client.time()
+        return seconds + microseconds / 1_000_000
 
     def set(self, key: str, value: Arg, *, nx: bool = False, px: int | None = None) -> bool | None:
         """True once set; None when ``nx`` kept it from being set."""

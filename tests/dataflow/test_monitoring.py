@@ -6,11 +6,15 @@ from datetime import timedelta
 
 import pytest
 import redis
+from django.conf import settings
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataflow import monitoring
+from dataflow.beat import Scheduler
+from dataflow.celery import app as celery_app
 from dataflow.models import FlowStatus, SplitStatus
+from dataflow.redis_client import get_redis
 from dataflow.services.context import coordinator_for
 from tests.factories import DataFlowFactory, FlowRunFactory, MetricSampleFactory, SplitFactory, UserFactory
 
@@ -123,7 +127,7 @@ def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
     text = client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).content.decode()
     families = list(text_string_to_metric_families(text))
 
-    assert len(families) == 12
+    assert len(families) == 13  # 12 of flows, and beat's last tick
     for family in families:
         assert family.name.startswith("dataflow_"), family.name
         assert family.documentation, family.name
@@ -220,11 +224,68 @@ def test_a_scrape_makes_as_many_queries_for_30_flows_as_for_3(client, django_ass
     assert sum(1 for name, _ in samples if name == "dataflow_lag_records") == flows
 
 
-def test_healthz_reports_ok_when_database_and_redis_answer(client):
+BEAT_KEY = f"{settings.DATAFLOW_REDIS_NAMESPACE}:beat:last-tick"
+
+
+@pytest.fixture()
+def beat_ticked(transactional_db):
+    """Celery beat's scheduler as ``celery -A dataflow beat`` runs it, after one tick (it
+    closes the database connection: not inside a test's transaction)."""
+    Scheduler(app=celery_app, lazy=True).tick()
+    yield
+    get_redis().delete(BEAT_KEY)
+
+
+def _beat_stopped_for(seconds: float) -> None:
+    """As if beat's last tick was ``seconds`` ago (on Redis's clock, as beat records it)."""
+    client = get_redis()
+    now_s, now_us = client.time()
+    client.set(BEAT_KEY, now_s + now_us / 1e6 - seconds)
+
+
+def test_healthz_reports_ok_when_database_and_redis_answer_and_beat_ticks(client, beat_ticked):
     response = client.get("/healthz")
 
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok"}
+    assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "beat": "ok"}
+
+
+def test_a_beat_down_for_four_minutes_is_degraded_in_healthz_metrics_and_the_dashboard(client, beat_ticked):
+    _beat_stopped_for(240)
+
+    response = client.get("/healthz")
+    samples = _scrape(client)
+    client.force_login(UserFactory(username="alice"))
+    page = client.get("/").content.decode()
+    live = client.get("/live.json").json()["html"]["summary"]
+
+    assert response.status_code == 200, "this process still serves: not a 503"
+    body = response.json()
+    assert body["status"] == "degraded"
+    assert body["degraded"] == ["beat"]
+    assert body["beat"].startswith("no tick for 24"), body
+    assert (body["database"], body["redis"]) == ("ok", "ok")
+    assert _of(samples, "dataflow_beat_seconds_since_tick") >= 240
+    for shown in (page, live):
+        assert "Scheduler (celery beat): no tick for 24" in shown
+
+
+def test_a_beat_that_never_ticked_is_degraded_and_its_gauge_infinite(client):
+    get_redis().delete(BEAT_KEY)
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "degraded"
+    assert response.json()["beat"] == "no tick recorded: is celery beat running?"
+    assert _of(_scrape(client), "dataflow_beat_seconds_since_tick") == float("inf")
+
+
+def test_a_ticking_beat_shows_no_warning_on_the_dashboard(client, beat_ticked):
+    client.force_login(UserFactory(username="alice"))
+
+    assert "celery beat" not in client.get("/").content.decode()
+    assert _of(_scrape(client), "dataflow_beat_seconds_since_tick") < settings.DATAFLOW_BEAT_STALE_SECONDS
 
 
 def test_healthz_names_redis_when_it_cannot_be_reached(client, settings):

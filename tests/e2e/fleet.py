@@ -17,6 +17,7 @@ from django.db import connection
 
 from dataflow.celery import app as celery_app
 from dataflow.models import FlowRun
+from dataflow.services.queues import FAIR_NEXT, READ_SPLITS, fair_work_running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -104,7 +105,7 @@ class Fleet:
         return self._start(
             "beat",
             [
-                "beat", "-S", "django_celery_beat.schedulers:DatabaseScheduler",
+                "beat", "-S", "dataflow.beat:Scheduler",
                 "--max-interval", "1", "--loglevel", "WARNING",
                 "--pidfile", str(self.log_dir / "beat.pid"),
             ],
@@ -142,11 +143,15 @@ class Fleet:
         ``inspect active`` reports them (a reader's slices may run in any worker)."""
         node = _node(name)
         active = celery_app.control.inspect(destination=[node], timeout=2, limit=1).active() or {}
-        return [
-            ReaderSlice(task["id"], task["args"][1], task["args"][2], task["time_start"])
-            for task in active.get(node, [])
-            if task["name"] == "dataflow.tasks.read_splits" and task["args"][0] == run.pk
-        ]
+        slices = []
+        for task in active.get(node, []):
+            name, args = task["name"], task["args"]
+            if name == FAIR_NEXT:  # a token: what it runs is kept in Redis while it runs
+                work = fair_work_running(token_id=task["id"])
+                name, args = (work.task, work.args) if work else (name, args)
+            if name == READ_SPLITS and args[0] == run.pk:
+                slices.append(ReaderSlice(task["id"], args[1], args[2], task["time_start"]))
+        return slices
 
     def log(self, name: str) -> str:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")

@@ -12,7 +12,7 @@ from celery.signals import task_prerun
 
 from dataflow.models import Assignment, LandedBatch, Split
 from dataflow.services.flows import flow_apply, flow_start
-from dataflow.services.queues import READ_SPLITS, RUN_TRANSFORM, TICK_FLOW, TRANSFORM_CHECK
+from dataflow.services.queues import FAIR_NEXT, RUN_TRANSFORM, TICK_FLOW, TRANSFORM_CHECK
 from tests.helpers import multiset, read_parquet_rows, run_flow, spec, wait_for_run, write_csv
 
 
@@ -160,5 +160,5 @@ def test_a_run_on_a_running_worker_is_read_and_published_without_a_beat_tick(wor
     assert run.status == "succeeded", run.message
     assert multiset(read_parquet_rows(dirs.out / "sink")) == multiset(sent)
     assert TICK_FLOW not in tasks, "beat's periodic tick never ran: nothing waited for it"
-    assert {READ_SPLITS, TRANSFORM_CHECK, RUN_TRANSFORM} <= set(tasks)
+    assert {FAIR_NEXT, TRANSFORM_CHECK, RUN_TRANSFORM} <= set(tasks)  # reader slices run as fair_next
     assert Assignment.objects.filter(split__run=run).exists()

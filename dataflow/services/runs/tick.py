@@ -5,18 +5,19 @@ split is read (or its stop rule is met)."""
 from __future__ import annotations
 
 import logging
-import time
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Sum
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from dataflow.limits import SplitCeilingReached
 from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.queues import READ_SPLITS, RUN_TRANSFORM, TICK_RUN, run_task_send
+from dataflow.services.quotas import quota_splits_exceeded
 from dataflow.services.runs.failures import failed_run_message
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.replay import is_replay
@@ -68,6 +69,10 @@ def run_tick(*, run_id: int) -> None:
         return
     result = _enumerate(run, source_for(run), budget_s=TICK_BUDGET_S)
     if result is None:
+        return
+    over_quota = quota_splits_exceeded(run=run)
+    if over_quota:
+        run_finish(run=run, status=RunStatus.FAILED, message=over_quota)
         return
     if result.more:
         request_tick(run_id=run.pk)
@@ -144,7 +149,7 @@ def _watch_for_stall(run: FlowRun, coordinator: RedisRunCoordinator, *, live: bo
         if run.message.startswith(STALL_NOTE):
             FlowRun.objects.filter(pk=run.pk, message=run.message).update(message="")
         return
-    idle = time.time() - coordinator.first_seen(Mark.NO_READER_SINCE, time.time())
+    idle = coordinator.now() - coordinator.first_seen(Mark.NO_READER_SINCE)  # one clock: Redis's
     if idle >= settings.DATAFLOW_STALL_SECONDS and not run.message.startswith(STALL_NOTE):
         FlowRun.objects.filter(pk=run.pk, status=RunStatus.READING).update(message=stall_note(idle))
 
@@ -215,6 +220,21 @@ def serve_split_requests(run: FlowRun, source: Source) -> None:
         request_tick(run_id=run.pk)
 
 
+def flow_tick_request(*, flow_id: int) -> None:
+    """Beat's periodic tick of a flow: queues a tick of its active run, if it has one and
+    none waits (``request_tick``: in its owner's line, so one owner's many flows do not
+    hold up another's); the tick of a flow that no longer exists removes itself."""
+    run_id = (
+        FlowRun.objects.filter(flow_id=flow_id, status__in=[RunStatus.READING, RunStatus.TRANSFORMING])
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if run_id is not None:
+        request_tick(run_id=run_id)
+    else:
+        flow_ticks_remove_orphan(flow_id=flow_id)
+
+
 def flow_tick(*, flow_id: int) -> None:
     """The periodic tick of a flow: ticks its active run, if it has one; the tick of a
     flow that no longer exists removes itself from the schedule."""
@@ -246,5 +266,6 @@ def transform_in_backoff(run: FlowRun) -> bool:
     """True while a failed transform attempt waits before the next (2, 4, 8... s, at most 60)."""
     if not (run.transform_attempts and run.transform_started_at):
         return False
-    backoff = min(60, 2**run.transform_attempts)
-    return (timezone.now() - run.transform_started_at).total_seconds() < backoff
+    backoff = timedelta(seconds=min(60, 2**run.transform_attempts))
+    # On the database's clock, which wrote transform_started_at: not this worker's.
+    return FlowRun.objects.filter(pk=run.pk, transform_started_at__gt=Now() - backoff).exists()

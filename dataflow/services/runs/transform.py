@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import pyarrow.parquet as pq
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
+from django.db.models.functions import Now
 
 from dataflow.models import FlowRun, LandedBatch, RunStatus
 from dataflow.services.context import coordinator_for, run_environment, run_key
@@ -176,8 +176,10 @@ def _claim_transform_attempt(run_id: int) -> int | None:
         if run is None or transform_in_backoff(run):
             return None
         run.transform_attempts += 1
-        run.transform_started_at = timezone.now()
-        run.save(update_fields=["transform_attempts", "transform_started_at"])
+        # The database's clock, which every worker's backoff check reads (theirs may disagree).
+        FlowRun.objects.filter(pk=run.pk).update(
+            transform_attempts=run.transform_attempts, transform_started_at=Now()
+        )
         return run.transform_attempts
 
 

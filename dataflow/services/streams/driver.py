@@ -526,7 +526,7 @@ class StreamDriver:
                 return Step.ENDED
             state = StreamState.of(run)
             state.failures += 1
-            state.failed_at = time.time()
+            state.failed_at = coordinator_for(run).now()  # one clock for every Spark worker: Redis's
             note = (
                 f"{RETRY_NOTE}{state.failures} of {limit} tries failed, the next in "
                 f"{_backoff_s(state.failures)} s: {message}"
@@ -546,7 +546,9 @@ class StreamDriver:
 
     def _in_backoff(self) -> bool:
         state = StreamState.of(self.run)
-        return bool(state.failures) and time.time() - state.failed_at < _backoff_s(state.failures)
+        if not state.failures:
+            return False
+        return coordinator_for(self.run).now() - state.failed_at < _backoff_s(state.failures)
 
 
 def _redis_blip_harmless(call: Callable[[float], bool], wait_s: float) -> bool:

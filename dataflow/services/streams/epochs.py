@@ -77,7 +77,7 @@ class StreamState:
     #: event time
     late_rows: int = 0
     untimed_rows: int = 0
-    #: consecutive failed epochs, and when the last one failed (time.time())
+    #: consecutive failed epochs, and when the last one failed (on Redis's clock: ``RedisRunCoordinator.now``)
     failures: int = 0
     failed_at: float = 0.0
 

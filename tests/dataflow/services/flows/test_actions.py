@@ -13,13 +13,13 @@ import threading
 from collections import Counter
 
 import pytest
-from celery.signals import task_postrun, task_prerun
 
 from dataflow.models import Assignment, FlowRun, FlowStatus, RunStatus, Split, SplitStatus
 from dataflow.selectors.flows import flow_status
 from dataflow.services.context import coordinator_for
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_apply, flow_pause, flow_restart, flow_resume, flow_start, flow_stop
+from dataflow.services.runs import slices as slices_service
 from dataflow.services.runs.tick import run_tick
 from source_support.coordination import Mark
 from tests.e2e.streams_helpers import Producer, quick_stream_intervals, sink_ids, stream_spec, what_differs
@@ -37,35 +37,34 @@ def quick(settings, worker):
 
 
 class ReaderSlices:
-    """The reader slices of one run as the in-process worker runs them (Celery's task
-    signals fire in the worker's threads, in this process)."""
+    """The reader slices of one run as the in-process worker runs them (a spy around the
+    slice service the reader task calls, in the worker's threads, in this process)."""
 
     def __init__(self, run: FlowRun) -> None:
         self.run_id, self.parallelism = run.pk, run.spec["parallelism"]
         self.lock = threading.Lock()
         self.begun = 0
-        self.running: dict[str, tuple[int, int]] = {}  # task id -> (order begun, subtask)
-        self.ended: list[tuple[int, int]] = []
+        self.ended: list[tuple[int, int]] = []  # (order begun, subtask)
+        self.read_slice = slices_service.read_slice
 
     def __enter__(self) -> ReaderSlices:
-        task_prerun.connect(self._begin, weak=False)
-        task_postrun.connect(self._end, weak=False)
+        slices_service.read_slice = self._read_slice
         return self
 
     def __exit__(self, *exc) -> None:
-        task_prerun.disconnect(self._begin)
-        task_postrun.disconnect(self._end)
+        slices_service.read_slice = self.read_slice
 
-    def _begin(self, task_id=None, task=None, args=None, **_) -> None:
-        if task.name == "dataflow.tasks.read_splits" and args and args[0] == self.run_id:
-            with self.lock:
-                self.begun += 1
-                self.running[task_id] = (self.begun, args[1])
-
-    def _end(self, task_id=None, **_) -> None:
+    def _read_slice(self, *, run_id, subtask, token):
+        if run_id != self.run_id:
+            return self.read_slice(run_id=run_id, subtask=subtask, token=token)
         with self.lock:
-            if task_id in self.running:
-                self.ended.append(self.running.pop(task_id))
+            self.begun += 1
+            begun = self.begun
+        try:
+            return self.read_slice(run_id=run_id, subtask=subtask, token=token)
+        finally:
+            with self.lock:
+                self.ended.append((begun, subtask))
 
     def mark(self) -> int:
         with self.lock:

@@ -5,16 +5,23 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
+from django.db import connection
+from django.db.models import Sum
 
 from dataflow.celery import app as celery_app
-from dataflow.models import FlowRun, PendingSplit, Split, UserLimits
+from dataflow.models import Assignment, AssignmentOutcome, FlowRun, PendingSplit, Split, UserLimits
+from dataflow.redis_client import redis_url
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_start
+from dataflow.services.runs.slices import read_slice
 from dataflow.services.runs.tick import run_tick
+from dataflow.services.stalls import run_stalled_for
 from source_support.errors import ConfigError
+from source_support.runtime import SliceOutcome
 from tests.e2e.fleet import ROOT, fleet_env
 from tests.factories import DataFlowFactory, UserFactory
 from tests.helpers import write_csv
@@ -68,7 +75,8 @@ def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
     write_csv(dirs.data / "a.csv", range(10))
     flow = DataFlowFactory(name="reader-died")
     run = flow_start(flow=flow)
-    coordinator_for(run).note_reader_alive(at=time.time() - 120)
+    coordinator = coordinator_for(run)
+    coordinator.note_reader_alive(at=coordinator.now() - 120)
     client.force_login(UserFactory(username="root", is_staff=True, is_superuser=True))
 
     views = _views_of(flow, run, client)
@@ -86,7 +94,7 @@ def test_a_run_with_a_live_reader_is_not_said_to_stall(transactional_db, dirs, s
     flow = DataFlowFactory(name="reader-alive")
     run = flow_start(flow=flow)
     coordinator = coordinator_for(run)
-    coordinator.note_reader_alive(at=time.time() - 120)
+    coordinator.note_reader_alive(at=coordinator.now() - 120)
     coordinator.acquire_reader(0, None, "here:1")  # a reader takes its lease now
     # A note a tick wrote while no reader ran is not shown once one runs again.
     FlowRun.objects.filter(pk=run.pk).update(message="waiting: no reader has run for 61 s: ...")
@@ -169,3 +177,54 @@ def test_a_users_own_split_ceiling_overrides_the_sites(transactional_db, dirs, s
     assert allowed.backlog.count() == 8
     assert "more than 2 splits (3 found so far)" in refused.value.reason
     assert "(max_splits_per_flow of user tight)" in refused.value.reason
+
+
+def test_readers_whose_clock_is_skewed_keep_their_leases_and_raise_no_false_stall(
+    transactional_db, dirs, settings, monkeypatch, rds, prefix
+):
+    # Two readers run on a machine whose clock is 5 minutes behind (time.time in their
+    # threads; this thread, the tick's and the views', keeps the true time). Leases and
+    # stalls are measured on Redis's clock: the readers keep their leases slice after slice,
+    # and once their leases lapse (the next slice late in a queue) the run is not said to
+    # have had no reader for 300 s.
+    true_time = time.time
+    skewed = threading.local()
+    monkeypatch.setattr(time, "time", lambda: true_time() - getattr(skewed, "by_s", 0))
+    for stream in ("a", "b"):
+        for i in range(50):
+            rds.xadd(f"{prefix}{stream}", {"id": i, "name": f"n{i}", "amount": i})
+    flow = DataFlowFactory(
+        name="skewed", stream=True, streams=f"{prefix}*", stream_url=redis_url(), parallelism=2
+    )
+    run = flow_start(flow=flow)
+    tokens: dict[int, list[str | None]] = {0: [], 1: []}
+
+    def reader(subtask: int) -> None:
+        skewed.by_s = 300
+        token = None
+        try:
+            for _ in range(4):  # four slices, each going on with the token of the last
+                report = read_slice(run_id=run.pk, subtask=subtask, token=token)
+                token = report.token
+                tokens[subtask].append(token if report.outcome == SliceOutcome.CONTINUE else None)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=reader, args=(s,), name=f"skewed-{s}") for s in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert Split.objects.filter(run=run).aggregate(n=Sum("records_read"))["n"] == 100
+    for subtask, held in tokens.items():
+        assert None not in held and len(set(held)) == 1, f"reader {subtask} lost its lease: {held}"
+    assert not Assignment.objects.filter(split__run=run, outcome=AssignmentOutcome.EXPIRED).exists()
+    coordinator = coordinator_for(run)
+    for subtask in (0, 1):  # their leases lapse: no reader runs now
+        coordinator.redis.delete(coordinator.keys.reader(subtask))
+    assert run_stalled_for(run) is None
+    run_tick(run_id=run.pk)
+    run.refresh_from_db()
+    assert "no reader has run" not in run.message
+    celery_app.control.purge()
