@@ -33,7 +33,17 @@ import threading
 import time
 import uuid
 
-from procs import WORK, PeakRss, SinkWatcher, cpu_seconds, flow_beat, quantile, setup_django, start_fleet
+from procs import (
+    WORK,
+    PeakRss,
+    SinkWatcher,
+    cpu_seconds,
+    flow_beat,
+    quantile,
+    setup_django,
+    start_fleet,
+    together,
+)
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
 SUBJECTS = 4
@@ -130,26 +140,12 @@ async def _raw_consume(stream: str, subjects: list[str], total, seen, ready, go,
 
 def raw_consume(stream: str, total: int, consumers: int) -> float:
     """Messages/s of ``consumers`` nats-py processes sharing the 4 subject filters."""
-    ctx = multiprocessing.get_context("spawn")
-    seen, ready, go, results = ctx.Value("q", 0), ctx.Semaphore(0), ctx.Event(), ctx.Queue()
     subjects = [f"{stream.lower()}.{i}" for i in range(SUBJECTS)]
-    procs = [
-        ctx.Process(
-            target=_raw_consumer, args=(stream, subjects[i::consumers], total, seen, ready, go, results)
-        )
-        for i in range(consumers)
-    ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        ready.acquire()
-    started = time.time()
-    go.set()
-    ends = [results.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join()
-    if seen.value != total:
-        sys.exit(f"raw consumers read {seen.value} messages of {total}")
+    started, seen, ends = together(
+        _raw_consumer, [(stream, subjects[i::consumers], total) for i in range(consumers)]
+    )
+    if seen != total:
+        sys.exit(f"raw consumers read {seen} messages of {total}")
     return total / (max(ends) - started)
 
 

@@ -68,6 +68,7 @@ from procs import (
     run_checked,
     setup_django,
     start_fleet,
+    together,
 )
 
 OUT = WORK / "stream-out"
@@ -125,25 +126,11 @@ def raw_consume(url: str, client, topic: str, total: int, consumers: int) -> tup
     group = f"raw-{uuid.uuid4().hex[:8]}"
     for i in range(STREAMS):
         client.xgroup_create(f"{topic}:{i}", group, id="0")
-    ctx = multiprocessing.get_context("spawn")
-    seen, ready, go, results = ctx.Value("q", 0), ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=_raw_consumer, args=(url, topic, group, f"raw-{i}", total, seen, ready, go, results)
-        )
-        for i in range(consumers)
-    ]
-    for proc in procs:
-        proc.start()
-    for _ in procs:
-        ready.acquire()
-    started = time.time()
-    go.set()
-    ends = [results.get(timeout=600) for _ in procs]
-    for proc in procs:
-        proc.join()
-    if seen.value != total:
-        sys.exit(f"raw consumers read {seen.value} entries of {total}")
+    started, seen, ends = together(
+        _raw_consumer, [(url, topic, group, f"raw-{i}", total) for i in range(consumers)]
+    )
+    if seen != total:
+        sys.exit(f"raw consumers read {seen} entries of {total}")
     return total / (max(end for end, _ in ends) - started), sum(rss for _, rss in ends)
 
 
