@@ -21,6 +21,7 @@ from kombu.asynchronous import set_event_loop
 from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
 from source_support import addresses
+from tests.factories import UserFactory
 
 #: A skip for want of a tool fails the run under CI=true.
 pytest_plugins = ["tests.missing_tool", "tests.plugin_install"]
@@ -136,6 +137,18 @@ def worker(celery_worker_module, transactional_db, dirs):
     deadline = time.monotonic() + WORKER_DRAIN_S
     while worker_state.active_requests and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+@pytest.fixture()
+def alice():
+    """An ordinary user (no staff rights), the first of two tenants."""
+    return UserFactory(username="alice")
+
+
+@pytest.fixture()
+def bob():
+    """A second ordinary user, whose flows alice must not reach."""
+    return UserFactory(username="bob")
 
 
 @pytest.fixture()

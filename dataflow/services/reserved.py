@@ -57,6 +57,10 @@ def reserved_redis_keys() -> tuple[str, ...]:
         f"{_literal(settings.DATAFLOW_REDIS_NAMESPACE)}:*",
         f"{_literal(STREAM_SINK_NAMESPACE)}:*",
         *(kombu_prefix + key for key in [*kombu_keys, *queue_keys]),
+        # And without the prefix: a host project's own Celery app on the same Redis keeps
+        # kombu's and Celery's names unprefixed, and so did this deployment before its broker
+        # keys were namespaced (its old queues may still hold tasks).
+        *([*kombu_keys, *queue_keys] if kombu_prefix else []),
     )
 
 

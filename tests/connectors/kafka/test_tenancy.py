@@ -8,19 +8,9 @@ import pytest
 
 from dataflow.models import Connection
 from tests.dataflow.api.conftest import client_of
-from tests.factories import ConnectionFactory, UserFactory
+from tests.factories import ConnectionFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture()
-def alice():
-    return UserFactory(username="alice")
-
-
-@pytest.fixture()
-def bob():
-    return UserFactory(username="bob")
 
 
 @pytest.fixture(autouse=True)

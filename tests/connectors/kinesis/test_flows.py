@@ -32,16 +32,6 @@ def refused(response, field: str) -> str:
     return response.json()[field][0]
 
 
-@pytest.fixture()
-def alice():
-    return UserFactory(username="alice")
-
-
-@pytest.fixture()
-def bob():
-    return UserFactory(username="bob")
-
-
 def aws_connection(name: str, user, patterns: list[str]):
     return ConnectionFactory(
         name=name, type="aws", url=f"http://KEYID:s3cret@{ENDPOINT[7:]}", key_patterns=patterns, users=[user]

@@ -40,16 +40,6 @@ def s3_flow(name: str, **source) -> dict:
 
 
 @pytest.fixture()
-def alice():
-    return UserFactory(username="alice")
-
-
-@pytest.fixture()
-def bob():
-    return UserFactory(username="bob")
-
-
-@pytest.fixture()
 def loopback_allowed(settings):
     """The connections below name a loopback endpoint: the deployment allows it on purpose."""
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]

@@ -17,16 +17,6 @@ from tests.factories import ALL_FLOW_PERMS, ConnectionFactory, GroupFactory, Use
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture()
-def alice():
-    return UserFactory(username="alice")
-
-
-@pytest.fixture()
-def bob():
-    return UserFactory(username="bob")
-
-
 CONNECTION_PERMS = ("add_connection", "change_connection", "delete_connection", "view_connection")
 
 

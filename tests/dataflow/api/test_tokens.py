@@ -11,7 +11,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.factories import PASSWORD, UserFactory
+from tests.factories import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
@@ -27,16 +27,6 @@ def logged_in(user, *, format: str = "json") -> tuple[APIClient, str]:
     key = response.json()["token"]
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client, key
-
-
-@pytest.fixture()
-def alice():
-    return UserFactory(username="alice")
-
-
-@pytest.fixture()
-def bob():
-    return UserFactory(username="bob")
 
 
 def test_a_password_change_revokes_the_users_token(alice, bob):
