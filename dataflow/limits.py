@@ -1,7 +1,6 @@
-"""What a user may use: each limit has a site default (a ``DATAFLOW_*`` setting) that a
-``UserLimits`` row may raise or lower for one user. Per-user quotas add their limit here
-(a field on ``UserLimits`` and its setting in ``LIMIT_SETTINGS``) and read it with
-``user_limit``."""
+"""Limits of one user that have a setting of their own as default (a ``DATAFLOW_*``
+setting) and that the user's ``UserQuota`` row may raise or lower; the quotas whose
+defaults are ``DATAFLOW_USER_QUOTAS`` are read by ``services.quotas``."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from dataflow.models import UserLimits
+from dataflow.models import UserQuota
 
-#: Each limit's field on ``UserLimits`` and the setting that is its default.
+#: Each limit's field on ``UserQuota`` and the setting that is its default.
 LIMIT_SETTINGS = {
     "max_splits_per_flow": "DATAFLOW_MAX_SPLITS_PER_FLOW",
 }
@@ -31,7 +30,7 @@ def user_limit(*, user_id: int | None, name: str) -> Limit:
     site's default)."""
     setting = LIMIT_SETTINGS[name]
     if user_id is not None:
-        row = UserLimits.objects.filter(user_id=user_id).select_related("user").first()
+        row = UserQuota.objects.filter(user_id=user_id).select_related("user").first()
         if row is not None and getattr(row, name) is not None:
             return Limit(getattr(row, name), f"{name} of user {row.user.get_username()}")
     return Limit(getattr(settings, setting), setting)

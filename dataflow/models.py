@@ -446,28 +446,6 @@ class Connection(models.Model):
         return self.name
 
 
-class UserLimits(models.Model):
-    """What one user may use where it differs from the site's defaults (the settings
-    ``dataflow.limits.LIMIT_SETTINGS`` names); a field left empty takes the default. Read
-    through ``dataflow.limits.user_limit``."""
-
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dataflow_limits"
-    )
-    max_splits_per_flow = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        help_text="The most splits one run of this user's flows may have (empty: DATAFLOW_MAX_SPLITS_PER_FLOW).",
-    )
-
-    class Meta:
-        verbose_name = "user limits"
-        verbose_name_plural = "user limits"
-
-    def __str__(self) -> str:
-        return f"limits of {self.user}"
-
-
 class SinkPathClaim(models.Model):
     """A sink directory kept as its owner's after the flow that wrote it was deleted with
     its output left in place: no other user's flow may read or write there (the path rules
@@ -527,6 +505,12 @@ class UserQuota(models.Model):
     concurrent_runs = models.PositiveIntegerField(null=True, blank=True, help_text="runs active at once")
     splits = models.PositiveIntegerField(
         null=True, blank=True, help_text="splits over the user's active runs"
+    )
+    #: Read through ``dataflow.limits.user_limit`` (its default a setting of its own).
+    max_splits_per_flow = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The most splits one run of this user's flows may have (empty: DATAFLOW_MAX_SPLITS_PER_FLOW).",
     )
 
     def __str__(self) -> str:

@@ -343,7 +343,7 @@ DATAFLOW_TRANSFORM_MAX_OUTPUT_ROWS = int(os.environ.get("DATAFLOW_TRANSFORM_MAX_
 DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = int(
     os.environ.get("DATAFLOW_TRANSFORM_MAX_STAGING_BYTES", str(20 * 1024**3))
 )
-# The most splits one run of a flow may have (a UserLimits row may set another for one
+# The most splits one run of a flow may have (a UserQuota row may set another for one
 # user). Every split is a row its run's ticks, status pages and checkpoints handle: a stream
 # flow over 10,000 streams took a status page 77 s before it was paged. The files source cuts
 # files into ranges of split_size_mb (64 MB by default) and packs small files together, so

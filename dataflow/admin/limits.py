@@ -1,19 +1,11 @@
-"""What a user may use (``UserLimits``: a field left empty takes the site's default) and the
-sink directories kept as their owner's after their flow was deleted (``SinkPathClaim``:
-deleting one gives the path free)."""
+"""The sink directories kept as their owner's after their flow was deleted
+(``SinkPathClaim``: deleting one gives the path free)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
-from dataflow.models import SinkPathClaim, UserLimits
-
-
-@admin.register(UserLimits)
-class UserLimitsAdmin(admin.ModelAdmin):
-    list_display = ["user", "max_splits_per_flow"]
-    search_fields = ["user__username"]
-    autocomplete_fields = ["user"]
+from dataflow.models import SinkPathClaim
 
 
 @admin.register(SinkPathClaim)

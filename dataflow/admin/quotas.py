@@ -10,6 +10,14 @@ from dataflow.models import UserQuota
 
 @admin.register(UserQuota)
 class UserQuotaAdmin(admin.ModelAdmin):
-    list_display = ("user", "flows", "schedules", "min_schedule_seconds", "concurrent_runs", "splits")
+    list_display = (
+        "user",
+        "flows",
+        "schedules",
+        "min_schedule_seconds",
+        "concurrent_runs",
+        "splits",
+        "max_splits_per_flow",
+    )
     search_fields = ("user__username",)
     raw_id_fields = ("user",)

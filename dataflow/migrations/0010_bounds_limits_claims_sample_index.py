@@ -25,17 +25,6 @@ class Migration(migrations.Migration):
                 'ordering': ['path'],
             },
         ),
-        migrations.CreateModel(
-            name='UserLimits',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('max_splits_per_flow', models.PositiveIntegerField(blank=True, help_text="The most splits one run of this user's flows may have (empty: DATAFLOW_MAX_SPLITS_PER_FLOW).", null=True)),
-            ],
-            options={
-                'verbose_name': 'user limits',
-                'verbose_name_plural': 'user limits',
-            },
-        ),
         migrations.AddIndex(
             model_name='metricsample',
             index=models.Index(fields=['run', 'split_id', '-at'], name='metricsample_run_split_at'),
@@ -44,10 +33,5 @@ class Migration(migrations.Migration):
             model_name='sinkpathclaim',
             name='owner',
             field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='sink_claims', to=settings.AUTH_USER_MODEL),
-        ),
-        migrations.AddField(
-            model_name='userlimits',
-            name='user',
-            field=models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='dataflow_limits', to=settings.AUTH_USER_MODEL),
         ),
     ]

@@ -1,4 +1,5 @@
-"""Per-user quotas (``models.UserQuota``) over the ``DATAFLOW_USER_QUOTAS`` defaults."""
+"""Per-user quotas (``models.UserQuota``) over the ``DATAFLOW_USER_QUOTAS`` defaults, and a
+user's own split ceiling over ``DATAFLOW_MAX_SPLITS_PER_FLOW``."""
 
 import django.db.models.deletion
 from django.conf import settings
@@ -21,6 +22,14 @@ class Migration(migrations.Migration):
                 ("min_schedule_seconds", models.PositiveIntegerField(blank=True, help_text="the shortest schedule.every", null=True)),
                 ("concurrent_runs", models.PositiveIntegerField(blank=True, help_text="runs active at once", null=True)),
                 ("splits", models.PositiveIntegerField(blank=True, help_text="splits over the user's active runs", null=True)),
+                (
+                    "max_splits_per_flow",
+                    models.PositiveIntegerField(
+                        blank=True,
+                        help_text="The most splits one run of this user's flows may have (empty: DATAFLOW_MAX_SPLITS_PER_FLOW).",
+                        null=True,
+                    ),
+                ),
                 (
                     "user",
                     models.OneToOneField(

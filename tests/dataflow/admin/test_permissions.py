@@ -20,7 +20,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from rest_framework.authtoken.models import TokenProxy
 
 from dataflow.admin.flows import STEERING
-from dataflow.models import Connection, DataFlow, FlowStatus, WebhookDelivery
+from dataflow.models import Connection, DataFlow, FlowStatus, SinkPathClaim, UserQuota, WebhookDelivery
 from dataflow.services.flows import flow_start
 from tests.factories import (
     AssignmentFactory,
@@ -89,6 +89,8 @@ def _one_of_each(dirs) -> dict[type, object]:
             task="dataflow.tasks.flow_scheduled_run",
             interval=IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS),
         ),
+        UserQuota: UserQuota.objects.create(user=bob, flows=3, max_splits_per_flow=50),
+        SinkPathClaim: SinkPathClaim.objects.create(owner=bob, path=str(dirs.out / "kept"), flow_name="gone"),
     }
     for model, _ in _registered():
         assert model in rows, f"the admin walk has no {model.__name__}: add one to _one_of_each"

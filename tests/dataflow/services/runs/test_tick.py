@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models import Sum
 
 from dataflow.celery import app as celery_app
-from dataflow.models import Assignment, AssignmentOutcome, FlowRun, PendingSplit, Split, UserLimits
+from dataflow.models import Assignment, AssignmentOutcome, FlowRun, PendingSplit, Split, UserQuota
 from dataflow.redis_client import redis_url
 from dataflow.services.context import coordinator_for
 from dataflow.services.flows import flow_start
@@ -165,8 +165,8 @@ def test_splits_discovered_past_the_ceiling_fail_the_run_at_the_tick(transaction
 def test_a_users_own_split_ceiling_overrides_the_sites(transactional_db, dirs, settings):
     settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
     roomy, tight = UserFactory(username="roomy"), UserFactory(username="tight")
-    UserLimits.objects.create(user=roomy, max_splits_per_flow=8)
-    UserLimits.objects.create(user=tight, max_splits_per_flow=2)
+    UserQuota.objects.create(user=roomy, max_splits_per_flow=8)
+    UserQuota.objects.create(user=tight, max_splits_per_flow=2)
 
     allowed = flow_start(flow=_files_flow(dirs, "roomy-flow", 8, owner=roomy))
     celery_app.control.purge()
