@@ -136,8 +136,9 @@ def run_task_send(task: str, run_id: int, *args: Any) -> None:
 # prefetched decides whose work runs next. An owner's first slice thus waits for at most
 # one slice of each other owner with work waiting. A line holds one item per run's tick and
 # per reader (a second is dropped: the first does the same work), which also bounds what
-# waits. A token lost with a worker leaves one item waiting until the next token: nothing
-# is lost for good (a reader's lease and the periodic tick also replace a lost slice).
+# waits. A token lost with a worker leaves one item waiting until the next token, and every
+# send makes one, a dropped second included (the periodic tick sends again what a lost
+# slice would have done), so no item waits for good: nothing is lost.
 
 #: The token task: runs the next owner's next piece of work.
 FAIR_NEXT = "dataflow.tasks.fair_next"
@@ -191,8 +192,10 @@ def fair_work_send(task: str, run_id: int, *args: Any, owner_id: int | None) -> 
     item = json.dumps({"task": task, "args": [run_id, *args], "key": key})
     client = get_redis()
     pushed = client.eval(_FAIR_PUSH, 3, *_fair_keys(), str(owner_id or 0), item, key, _fair_key("line:"))
-    if pushed:
-        current_app.send_task(FAIR_NEXT)
+    # A token even when the same work was waiting: that work's own token may have been lost
+    # with a worker killed while it held it prefetched (tasks are acked on receipt), and
+    # then only a new token takes it. A token that finds nothing waiting ends at once.
+    current_app.send_task(FAIR_NEXT)
     return bool(pushed)
 
 
