@@ -200,6 +200,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     except ConfigError as exc:
         _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
+    discovering = False
     try:
         with transaction.atomic():
             flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
@@ -209,13 +210,17 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
             run = FlowRun.objects.create(flow=flow, spec=values, schema_ddl=schema_ddl, trigger=trigger)
             if restore is not None:
                 seed_run_from_checkpoint(run=run, checkpoint=restore)
-                run_splits_check(run=run)  # the checkpoint's splits, against the connection as it is now
+                # The checkpoint's splits, against the connection as it is now: a refusal
+                # leaves no run behind (the flow stays as it was, as for any refused start).
+                run_splits_check(run=run)
+            discovering = True
             run_prepare(run)
             flow.status = FlowStatus.RUNNING
             flow.save(update_fields=["status", "updated_at"])
             flow_ticks_set(flow=flow, enabled=True)
-    except ConfigError as exc:  # what discovery found as the run started (too many splits)
-        _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
+    except ConfigError as exc:
+        if discovering:  # what discovery found as the run started (too many splits): said on a run
+            _run_failed_at_start(flow=flow, values=values, trigger=trigger, error=exc)
         raise
     transaction.on_commit(coordinator_for(run).note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
