@@ -16,6 +16,7 @@ from dataflow.models import (
     SplitStatus,
 )
 from dataflow.services.context import source_for
+from source_support.api import Source
 from source_support.errors import ConfigError
 
 
@@ -89,7 +90,9 @@ def run_splits_check(*, run: FlowRun) -> None:
     resolving them now) or if one of its unfinished splits reads what its connection no
     longer allows (a stream, topic, subject or object outside the patterns as they are
     now, or a key the deployment uses): ConfigError naming ``source.connection``."""
-    source = source_for(run)
+    source = source_for(run)  # resolves the connections as they are now
+    if type(source).split_refusal is Source.split_refusal:
+        return  # a source whose connection limits no split (files): nothing to read back
     serializer = source.split_serializer
     rows = (
         Split.objects.filter(run=run)
