@@ -11,8 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from django.conf import settings
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
+from dataflow.celery import app as celery_app
 from dataflow.models import DataFlow, FlowRun, LandedBatch, Split
 from dataflow.selectors.runs import run_progress
 from dataflow.services.flows import flow_apply, flow_start
@@ -165,3 +167,11 @@ def committed_overlaps_and_gaps(run: FlowRun) -> list[str]:
                 f"checkpoint {split.position} ({split.records_read} records)"
             )
     return problems
+
+
+def waiting_in_shared_queue() -> int:
+    """How many tasks wait in the deployment's shared Celery queue."""
+    with celery_app.connection_for_write() as connection:
+        return connection.default_channel.queue_declare(
+            queue=settings.CELERY_TASK_DEFAULT_QUEUE
+        ).message_count

@@ -7,24 +7,16 @@ import logging
 import threading
 
 import pytest
-from django.conf import settings
 
 from dataflow.celery import app as celery_app
 from dataflow.models import FlowRun
-from dataflow.services import flows, queues
+from dataflow.services import flows
 from dataflow.services.flows import flow_delete, flow_start
 from dataflow.services.runs import slices, tick
 from tests.factories import DataFlowFactory, UserFactory
-from tests.helpers import logs_of, wait_until
+from tests.helpers import logs_of, wait_until, waiting_in_shared_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _waiting_in_shared_queue() -> int:
-    with celery_app.connection_for_write() as connection:
-        return connection.default_channel.queue_declare(
-            queue=settings.CELERY_TASK_DEFAULT_QUEUE
-        ).message_count
 
 
 class Executed(list):
@@ -88,7 +80,7 @@ def test_one_owners_backlog_delays_anothers_first_work_by_a_few_slices_and_is_dr
     ]
     for flow in bobs:
         flow_start(flow=flow)
-    wait_until(lambda: _waiting_in_shared_queue() >= 16, 120, lambda: "bob's backlog did not build up")
+    wait_until(lambda: waiting_in_shared_queue() >= 16, 120, lambda: "bob's backlog did not build up")
 
     flow_start(flow=DataFlowFactory(name="alice-1", owner=alice, stream=True, streams=f"{prefix}alice:*"))
     wait_until(lambda: "alice" in executed, 120, lambda: f"alice's work never ran: {executed}")
@@ -104,7 +96,7 @@ def test_one_owners_backlog_delays_anothers_first_work_by_a_few_slices_and_is_dr
     with logs_of(caplog, "dataflow"), caplog.at_level(logging.DEBUG, logger="dataflow.services.queues"):
         for flow in bobs:
             flow_delete(flow=flow)
-        wait_until(lambda: _waiting_in_shared_queue() == 0, 120, lambda: "bob's queued work was not drained")
+        wait_until(lambda: waiting_in_shared_queue() == 0, 120, lambda: "bob's queued work was not drained")
         dropped = [r for r in caplog.records if r.getMessage().startswith("dropped queued")]
         errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
 
@@ -112,26 +104,4 @@ def test_one_owners_backlog_delays_anothers_first_work_by_a_few_slices_and_is_dr
     assert errors == [], [(r.getMessage(), r.exc_text) for r in errors]
     for flow in FlowRun.objects.filter(flow__owner=alice):
         flow_delete(flow=flow.flow)
-    celery_app.control.purge()
-
-
-def test_work_whose_token_was_lost_with_a_worker_gets_one_when_it_is_sent_again(transactional_db, dirs):
-    # A worker SIGKILLed with tokens prefetched (acked on receipt) loses them; the work they
-    # stood for still waits in its owner's line, and sending that work again is a duplicate.
-    # Without a token for the duplicate, every reader and tick of the run could end up
-    # waiting with no token at all: the fleet would stall (tests/e2e/test_fleet.py).
-    run = flow_start(flow=DataFlowFactory(name="lost-token", owner=UserFactory(username="lea")))
-    while queues.fair_work_take() is not None:  # what flow_start queued (its first tick)
-        pass
-    celery_app.control.purge()
-    assert _waiting_in_shared_queue() == 0
-    assert queues.fair_work_send(queues.TICK_RUN, run.pk, owner_id=run.flow.owner_id)
-    celery_app.control.purge()  # its token is lost
-
-    again = queues.fair_work_send(queues.TICK_RUN, run.pk, owner_id=run.flow.owner_id)
-
-    assert again is False  # the same work waits once
-    assert _waiting_in_shared_queue() == 1  # and a token goes for it
-    work = queues.fair_work_take()
-    assert work is not None and (work.task, work.run_id) == (queues.TICK_RUN, run.pk)
     celery_app.control.purge()
