@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import multiprocessing
 import os
 import shutil
 import sys
@@ -173,16 +172,7 @@ async def _steady(stream: str, first_id: int, rate: int, seconds: float, done) -
 def steady(stream: str, first_id: int, rate: int, seconds: float, watcher: SinkWatcher) -> int:
     """Publishes ``rate`` messages/s for ``seconds`` from a process of its own (so the
     producer shares no interpreter with the flow), watching the sink meanwhile; the next id."""
-    ctx = multiprocessing.get_context("spawn")
-    done = ctx.Queue()
-    proc = ctx.Process(target=_steady_producer, args=(stream, first_id, rate, seconds, done))
-    proc.start()
-    while proc.is_alive() and done.empty():
-        watcher.poll()
-        time.sleep(0.02)
-    next_id = done.get(timeout=60)
-    proc.join()
-    return next_id
+    return watched(_steady_producer, (stream, first_id, rate, seconds), watcher)
 
 
 def ours(
