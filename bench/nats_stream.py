@@ -42,6 +42,7 @@ from procs import (
     setup_django,
     start_fleet,
     together,
+    watched,
 )
 
 NATS_URL = os.environ.get("NATS_URL", "nats://127.0.0.1:4222")
