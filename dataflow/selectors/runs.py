@@ -95,12 +95,14 @@ class StreamProgress:
     last_epoch: int | None
     last_epoch_rows: int | None
 
-    def describe(self) -> str:
-        """``12.5 rec/s lag=40 epoch=7 (+120 rows)``, leaving out what is not known yet."""
+    def describe(self, *, reading: bool = True) -> str:
+        """``12.5 rec/s lag=40 epoch=7 (+120 rows)``, leaving out what is not known yet, and
+        the rate and lag once the run no longer reads (``reading``: they were sampled while
+        it read, and no longer hold)."""
         parts = []
-        if self.records_per_s is not None:
+        if self.records_per_s is not None and reading:
             parts.append(f"{self.records_per_s:.1f} rec/s")
-        if self.lag is not None:
+        if self.lag is not None and reading:
             parts.append(f"lag={self.lag}")
         if self.last_epoch is None:
             parts.append("no epoch yet")

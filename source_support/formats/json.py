@@ -52,13 +52,20 @@ class JsonLinesFormat(RecordFormat):
         cut = self.record_ends(sample)
         if len(cut):
             sample = sample[: cut[-1]]
+        read = pa_json.ReadOptions(use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(sample) + 1))
         try:
-            table = pa_json.read_json(
-                arrow_input(sample),
-                read_options=pa_json.ReadOptions(
-                    use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(sample) + 1)
-                ),
-            )
+            table = pa_json.read_json(arrow_input(sample), read_options=read)
+            # Arrow's JSON reader takes "1970-01-01" for a TIMESTAMP, its CSV reader for a
+            # DATE: such columns are read again as text and typed as the CSV format types
+            # them (inferred_text_type), so the same text has the same type in each format.
+            temporal = [f for f in fields_of(table.schema) if pa.types.is_timestamp(f.type)]
+            if temporal:
+                as_text = pa.schema([pa.field(f.name, pa.string()) for f in temporal])
+                table = pa_json.read_json(
+                    arrow_input(sample),
+                    read_options=read,
+                    parse_options=pa_json.ParseOptions(explicit_schema=as_text),
+                ).select(table.column_names)  # explicit columns come first: the file's order
         except ARROW_ERRORS as exc:
             raise ValueError(_json_sample_error(sample, exc)) from None
         fields = [

@@ -31,6 +31,9 @@ ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError,
 ZONE_SUFFIX = r"[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?\s*([Zz]|[+-]\d{2}(:?\d{2})?)$"
 #: How an ISO-8601 timestamp's text starts (a date, then a time).
 ISO_TIMESTAMP_START = r"^\s*\d{4}-\d{2}-\d{2}[T ]\d"
+#: An ISO-8601 date or timestamp: a date, then a time or nothing (Arrow's CSV reader takes a
+#: column of dates and timestamps as TIMESTAMP, the dates at midnight).
+ISO_DATE_OR_TIMESTAMP = r"^\s*\d{4}-\d{2}-\d{2}([T ]\d|\s*$)"
 _NUMBER_CHECKS = {
     "int": r"^[+-]?\d+$",
     "float": r"(?i)^[+-]?((\d+\.?\d*|\.\d+)(e[+-]?\d+)?|inf|infinity|nan)$",
@@ -206,7 +209,9 @@ def shown_value(value: bytes | str | None) -> str:
 def inferred_text_type(column: pa.ChunkedArray[Any], rules: ValueRules) -> pa.DataType:
     """The type of a column Arrow inferred, where a text column may be more: DATE or
     TIMESTAMP when every value parses by the declared ``date_format`` or
-    ``timestamp_format``, else TIMESTAMP when every value is ISO-8601 (zones may mix)."""
+    ``timestamp_format``, else, as Arrow's CSV reader infers them, DATE when every value is
+    an ISO-8601 date and TIMESTAMP when every value is an ISO-8601 date or timestamp (zones
+    may mix), so the same text has the same type in every format."""
     if not pa.types.is_string(column.type):
         return column.type
     present = rules.present(column.combine_chunks())
@@ -218,15 +223,24 @@ def inferred_text_type(column: pa.ChunkedArray[Any], rules: ValueRules) -> pa.Da
     ):
         if pattern is not None and not parse_with_pattern(present, pattern, candidate)[1].any():
             return candidate
+    if rules.date_format is None and _all_dates(present):
+        return pa.date32()
     if rules.timestamp_format is None and _all_timestamps(column):
         return pa.timestamp("us", tz="UTC")
     return column.type
 
 
+def _all_dates(present: pa.Array[Any]) -> bool:
+    """Whether every text is an ISO-8601 date (``1970-01-01``) that exists."""
+    if not pc.all(pc.match_substring_regex(present, _NUMBER_CHECKS["date"])).as_py():
+        return False
+    return bool(cast_each_failing(present, pa.date32())[1].all())
+
+
 def _all_timestamps(column: pa.ChunkedArray[Any]) -> bool:
-    """Whether every value of a text column is an ISO-8601 timestamp (zones may be mixed)."""
+    """Whether every value of a text column is an ISO-8601 date or timestamp (zones may be mixed)."""
     present = pc.drop_null(column.combine_chunks())
-    if not len(present) or not pc.all(pc.match_substring_regex(present, ISO_TIMESTAMP_START)).as_py():
+    if not len(present) or not pc.all(pc.match_substring_regex(present, ISO_DATE_OR_TIMESTAMP)).as_py():
         return False
     _, failed = to_instants(present, pa.timestamp("us", tz="UTC"))
     return not failed.any()

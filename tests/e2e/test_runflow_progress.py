@@ -49,3 +49,9 @@ def test_a_stream_runs_reading_shows_rate_lag_and_epoch_not_a_percentage(dirs, r
     assert not [s for s in reading if "%" in s or "/2" in s], reading
     assert all(s.startswith("reading (stream): [") for s in reading), reading
     assert any("epoch=" in s or "no epoch yet" in s for s in reading), reading
+    # The line is true at the end: an ended run's line never shows the lag, rate or epoch of
+    # a moment before (each redraw is one state), and after reading no sampled rate or lag.
+    ended = [s for s in screens if s.startswith(("succeeded", "failed", "stopped"))]
+    assert ended and all(s.endswith("records=400 errors=0]") for s in ended), ended
+    after_reading = [s for s in screens if s.startswith(("starting Spark", "transforming"))]
+    assert not [s for s in after_reading if "lag=" in s or "rec/s" in s], after_reading

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pyarrow as pa
 import pyarrow.csv as pa_csv
@@ -11,6 +12,7 @@ import pytest
 
 from source_support.errors import ConfigError
 from source_support.formats import CsvFormat, FieldsFormat, FormatSpec, JsonLinesFormat, validate_format
+from source_support.formats.avro import AvroFormat
 from source_support.schema import parse_ddl
 
 SCHEMA = parse_ddl("id BIGINT, name STRING, temperature DOUBLE")
@@ -696,3 +698,73 @@ def test_csv_parses_a_record_longer_than_arrows_threaded_pieces(monkeypatch):
     assert table["id"].to_pylist() == list(range(2000))
     assert table["name"][7].as_py() == long_name
     assert table["temperature"][1999].as_py() == 1999.5
+
+
+# The same values as each format writes them: a date-only text, a timestamp, a column of
+# both, a time of day, a day that does not exist, whole numbers, decimals, text, booleans.
+SAME_VALUES = {
+    "day": ["1970-01-01", "2026-11-28", None],
+    "at": ["2026-11-28 10:00:00", "2026-11-28T10:00:00Z", None],
+    "day_or_at": ["2026-11-28", "2026-11-28 10:00:00", "2026-11-29"],
+    "clock": ["10:00:00", "11:30:00", None],
+    "not_a_day": ["2026-02-30", "2026-02-28", None],
+    "n": [1, 2, 3],
+    "x": [1.5, 2.0, 3.25],
+    "name": ["acme", "globex", "hooli"],
+    "ok": [True, False, True],
+}
+
+
+def _same_values_as(kind: str) -> bytes:
+    rows = [{k: v[i] for k, v in SAME_VALUES.items()} for i in range(3)]
+    if kind == "jsonl":
+        return "".join(json.dumps(row) + "\n" for row in rows).encode()
+    if kind == "json array":
+        return json.dumps(rows, indent=1).encode() + b"\n"
+
+    def text(value) -> str:
+        return "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+    header = ",".join(SAME_VALUES) + "\n"
+    return (header + "".join(",".join(text(row[k]) for k in SAME_VALUES) + "\n" for row in rows)).encode()
+
+
+def test_the_same_text_is_inferred_as_the_same_type_in_every_format():
+    schemas = {}
+    for kind in ("csv", "jsonl", "json array"):
+        sample = _same_values_as(kind)
+        fmt = validate_format({"type": "csv" if kind == "csv" else "json"}).build()
+        schemas[kind] = fmt.for_file(sample).infer_schema(sample)  # an array is read as one
+
+    assert schemas["csv"] == pa.schema(
+        [
+            ("day", pa.date32()),
+            ("at", pa.timestamp("us", tz="UTC")),
+            ("day_or_at", pa.timestamp("us", tz="UTC")),
+            ("clock", pa.string()),
+            ("not_a_day", pa.string()),
+            ("n", pa.int64()),
+            ("x", pa.float64()),
+            ("name", pa.string()),
+            ("ok", pa.bool_()),
+        ]
+    )
+    assert schemas["jsonl"] == schemas["csv"]
+    assert schemas["json array"] == schemas["csv"]
+    # Avro says its types itself: a date is its logical type date, read as DATE too.
+    avro = {
+        "type": "record",
+        "name": "r",
+        "fields": [{"name": "day", "type": {"type": "int", "logicalType": "date"}}],
+    }
+    assert AvroFormat(writer_schema=avro).schema == pa.schema([("day", pa.date32())])
+
+
+def test_a_json_date_inferred_as_date_reads_as_dates():
+    sample = b'{"day": "1970-01-01"}\n{"day": "2026-11-28"}\n'
+    fmt = JsonLinesFormat(None)
+
+    table, bad = fmt.with_schema(fmt.infer_schema(sample)).parse(sample, 0)
+
+    assert bad == []
+    assert table.column("day").to_pylist() == [dt.date(1970, 1, 1), dt.date(2026, 11, 28)]

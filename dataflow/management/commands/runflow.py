@@ -194,7 +194,10 @@ class Command(BaseCommand):
                 phase = progress.status
                 if phase == RunStatus.TRANSFORMING and spark and not session_started():
                     phase = "starting Spark"
-                stream = stream_progress(run_id=run_id).describe() if unbounded and not progress.done else ""
+                stream = ""
+                if unbounded and not progress.done:
+                    # Rate and lag are of the latest sample: true only while the run reads.
+                    stream = stream_progress(run_id=run_id).describe(reading=phase == RunStatus.READING)
                 now = (phase, progress.splits_total, progress.splits_finished, progress.records_read)
                 now += (progress.message, progress.rows_written, stream)
                 if now != shown:  # redraw only on change, so a log file gets few lines
@@ -203,7 +206,12 @@ class Command(BaseCommand):
                     bar.bar_format = None if counted else PHASE_FORMAT
                     bar.total = max(progress.splits_total, 1)
                     bar.n = progress.splits_finished
-                    bar.set_description(phase if counted or not unbounded else f"{phase} (stream)")
+                    # One redraw per change (set_postfix_str's): the new phase with the old
+                    # postfix would be a line that was never true (a run that succeeded, with
+                    # the lag and epoch of a moment before).
+                    bar.set_description(
+                        phase if counted or not unbounded else f"{phase} (stream)", refresh=False
+                    )
                     postfix = f"records={progress.records_read} errors={progress.errors_count}"
                     if progress.rows_written is not None and not progress.done:
                         postfix += f" rows={progress.rows_written}"
