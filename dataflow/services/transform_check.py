@@ -1,8 +1,9 @@
-"""Checking a run's transform with Spark before any record is read.
+"""Checking a run's transform with Spark as the run starts, while its readers read.
 
 Spark analyzes the query over an empty DataFrame of the run's schema: a column that does not
 exist, a type that does not fit, a ``partition_by`` column the query does not output are
-found in about a second instead of after the whole source was read.
+found in about a second (once the Spark session is up) instead of after the whole source was
+read.
 """
 
 from __future__ import annotations

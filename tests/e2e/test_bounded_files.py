@@ -94,7 +94,7 @@ def test_a_transform_that_does_not_fit_the_data_fails_the_run_before_reading_all
     run = run_flow(doc)
 
     assert run.status == "failed"
-    assert run.message.startswith("transform refused before reading: transform.sql: [UNRESOLVED_COLUMN")
+    assert run.message.startswith("transform refused while reading: transform.sql: [UNRESOLVED_COLUMN")
     assert "`sensr`" in run.message and "`sensor`" in run.message and "\n" not in run.message
     assert run.transform_attempts == 0
     assert run.records_read < 400_000, "the run failed before the whole source was read"

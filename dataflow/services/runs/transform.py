@@ -81,13 +81,14 @@ def _output_for(run: FlowRun, attempt: int) -> TransformOutput:
 def transform_check(*, run_id: int) -> None:
     """Analyzes the run's transform with Spark as the run starts, while readers read; a
     transform that cannot fit the data fails the run at once, before the whole source is
-    read. Also starts the Spark session that the transform will use."""
+    read (but after what the readers read meanwhile, which the run counts: its message says
+    so). Also starts the Spark session that the transform will use."""
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
     if run is None or landed_copy_applies(run.spec):  # the identity: nothing to analyze
         return
     problem = transform_analysis(run_id=run_id)
     if problem:
-        run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused before reading: {problem}")
+        run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused while reading: {problem}")
 
 
 def transform(*, run_id: int) -> None:

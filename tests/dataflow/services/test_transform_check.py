@@ -1,12 +1,14 @@
-"""A run's transform is analyzed by Spark over an empty DataFrame of its schema, before reading."""
+"""A run's transform is analyzed by Spark over an empty DataFrame of its schema, as its readers read."""
 
 from __future__ import annotations
 
 import pytest
 
+from dataflow.models import FlowRun
+from dataflow.services.runs.transform import transform_check as run_transform_check
 from dataflow.services.transform_check import transform_analyze, transform_check
 from dataflow.spark.session import spark_job
-from tests.factories import DataFlowFactory, FlowRunFactory
+from tests.factories import DataFlowFactory, FlowRunFactory, SplitFactory
 
 SCHEMA = "`id` BIGINT, `country` STRING, `ts` TIMESTAMP, `user` STRUCT<`name`: STRING, `tags`: ARRAY<STRING>>"
 
@@ -85,3 +87,17 @@ def test_spark_does_not_substitute_environment_variables_in_sql(monkeypatch):
         value = spark.sql("SELECT '${env:ADF_TEST_SECRET}' AS v").collect()[0].v
 
     assert value == "${env:ADF_TEST_SECRET}"
+
+
+@pytest.mark.django_db
+def test_a_refused_transform_fails_its_run_saying_it_was_refused_while_reading(make_run):
+    # The check runs as readers read (they do not wait for Spark to start): what they read
+    # meanwhile is counted, and the message must not say nothing was read.
+    run_id = make_run("SELECT country, count(*) AS n FROM source GROUP BY contry")
+    SplitFactory(run_id=run_id, records_read=26_115)
+
+    run_transform_check(run_id=run_id)
+
+    run = FlowRun.objects.get(pk=run_id)
+    assert (run.status, run.records_read) == ("failed", 26_115)
+    assert run.message.startswith("transform refused while reading: transform.sql: [UNRESOLVED_COLUMN")
