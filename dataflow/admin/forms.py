@@ -164,13 +164,13 @@ def _schedule_fields() -> dict[str, forms.Field]:
             label="cron",
             required=False,
             help_text=f"When runs start: {CRON_HELP}.",
-            widget=forms.TextInput(attrs={"class": "vTextField", "placeholder": "*/15 * * * *"}),
+            widget=forms.TextInput(attrs={"class": "vTextField"}),
         ),
         "schedule_every": forms.CharField(
             label="every",
             required=False,
             help_text=f"Or how often runs start: a duration such as 15 minutes, at least {MIN_EVERY_SECONDS} seconds.",
-            widget=forms.TextInput(attrs={"class": "vTextField", "placeholder": "15 minutes"}),
+            widget=forms.TextInput(attrs={"class": "vTextField"}),
         ),
         "schedule_timezone": forms.ChoiceField(
             label="timezone",
@@ -186,15 +186,12 @@ def _notify_fields() -> dict[str, forms.Field]:
         "notify_webhook": forms.CharField(
             label="webhook",
             required=False,
-            help_text="An http(s) URL that is sent the run's outcome (a POST of JSON) when a run ends; "
-            "its credentials are masked here and kept while left as shown.",
-            widget=forms.TextInput(
-                attrs={
-                    "class": "vTextField",
-                    "placeholder": "https://example.com/hooks/flows",
-                    "autocomplete": "off",
-                }
+            help_text=mark_safe(
+                "An http(s) URL that is sent the run's outcome (a POST of JSON) when a run ends; "
+                "its credentials are masked here and kept while left as shown. "
+                "Example: <code>https://example.com/hooks/flows</code>."
             ),
+            widget=forms.TextInput(attrs={"class": "vTextField", "autocomplete": "off"}),
         ),
         "notify_on": forms.MultipleChoiceField(
             label="on",

@@ -95,9 +95,9 @@ def _number(option: Option, step: str | None = None) -> forms.NumberInput:
 
 
 def _text_field(option: Option, common: dict[str, Any]) -> forms.CharField:
+    # The example is in the help text, not a placeholder: in the field it reads as a value
+    # already filled in (an endpoint, a connection's name).
     attrs = {"class": "vTextField", "autocomplete": "off"}
-    if option.example is not None:
-        attrs["placeholder"] = _shown(option, option.example)
     if option.secret == "value":
         # Shown as the mask, never as the secret; left as the mask, the stored one is kept.
         widget = forms.PasswordInput(attrs=attrs, render_value=True)

@@ -256,3 +256,36 @@ def test_the_nats_source_and_sink_are_offered_and_a_flow_through_them_is_saved(a
     assert flow.source_config["stream"] == "ORDERS" and flow.sink_config["subject"] == "orders.large"
     change = admin_client.get(_change_url(flow)).content.decode()
     assert "s3cret" not in change and "nats://app:****@127.0.0.1:4222" in change
+
+
+@pytest.mark.django_db
+def test_no_admin_form_shows_an_example_as_a_placeholder(admin_client, dirs):
+    # A placeholder in an empty field reads as a value already filled in (orders-aws,
+    # http://127.0.0.1:9000): examples are help text, on every add and change page.
+    from tests.dataflow.admin.test_permissions import _one_of_each, _registered  # noqa: PLC0415 - its walk
+
+    rows = _one_of_each(dirs)
+    pages, checked = [], 0
+    for model, _ in _registered():
+        base = f"/admin/{model._meta.app_label}/{model._meta.model_name}"
+        pages += [f"{base}/add/", f"{base}/{rows[model].pk}/change/"]
+    for url in pages:
+        response = admin_client.get(url)
+        assert response.status_code in (200, 403), url  # some models cannot be added by hand
+        if response.status_code == 200 and "adminform" in response.context:
+            form = response.context["adminform"].form
+            shown = {
+                name: f.widget.attrs["placeholder"]
+                for name, f in form.fields.items()
+                if "placeholder" in f.widget.attrs
+            }
+            assert shown == {}, url
+            checked += 1
+    assert checked > len(pages) / 2
+
+    form = admin_client.get(ADD_URL).context["adminform"].form
+    assert "Example: <code>http://127.0.0.1:9000</code>." in str(
+        form.fields["source__s3__endpoint_url"].help_text
+    )
+    assert "Example: <code>orders-aws</code>." in str(form.fields["source__s3__connection"].help_text)
+    assert "https://example.com/hooks/flows" in str(form.fields["notify_webhook"].help_text)
