@@ -10,10 +10,10 @@ CreatePartitions or looking offsets up by time. A restarted cluster is empty and
 ports.
 
     python -m tests.kafka_cluster serve               # prints the bootstrap servers, runs until killed
-    python -m tests.kafka_cluster start --port 9092   # in the background (pid in var/kafka-mock.pid)
+    python -m tests.kafka_cluster start --address 127.0.0.1:9092   # in the background (pid in var/kafka-mock.pid)
     python -m tests.kafka_cluster stop
 
-With ``--port``, a forwarder on 127.0.0.1:PORT leads to the first broker, so a flow's
+With ``--address``, a forwarder on HOST:PORT leads to the first broker, so a flow's
 ``bootstrap_servers`` can name a fixed address (the brokers then tell the client their own).
 """
 
@@ -51,9 +51,9 @@ def _pipe(a: socket.socket, b: socket.socket) -> None:
                 (b if sock is a else a).sendall(data)
 
 
-def forward(port: int, target: tuple[str, int]) -> None:
-    """Forwards connections to 127.0.0.1:``port`` to ``target``, for ever (a daemon thread)."""
-    server = socket.create_server(("127.0.0.1", port), reuse_port=False)
+def forward(port: int, target: tuple[str, int], host: str = "127.0.0.1") -> None:
+    """Forwards connections to ``host``:``port`` to ``target``, for ever (a daemon thread)."""
+    server = socket.create_server((host, port), reuse_port=False)
 
     def accept() -> None:
         while True:
@@ -64,14 +64,14 @@ def forward(port: int, target: tuple[str, int]) -> None:
     threading.Thread(target=accept, daemon=True).start()
 
 
-def serve(port: int | None) -> None:
+def serve(port: int | None, host: str = "127.0.0.1") -> None:
     holder = Producer({"test.mock.num.brokers": BROKERS, "log_level": 3})
     brokers = holder.list_topics(timeout=10).brokers
     servers = [f"{b.host}:{b.port}" for _, b in sorted(brokers.items())]
     if port:
-        host, first = servers[0].rsplit(":", 1)
-        forward(port, (host, int(first)))
-        print(f"127.0.0.1:{port}", flush=True)
+        broker, first = servers[0].rsplit(":", 1)
+        forward(port, (broker, int(first)), host)
+        print(f"{host}:{port}", flush=True)
     else:
         print(",".join(servers), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -79,12 +79,12 @@ def serve(port: int | None) -> None:
         signal.pause()
 
 
-def start(port: int) -> None:
+def start(port: int, host: str = "127.0.0.1") -> None:
     PID_FILE.parent.mkdir(parents=True, exist_ok=True)
     stop(quiet=True)
     with LOG_FILE.open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.kafka_cluster", "serve", "--port", str(port)],
+            [sys.executable, "-m", "tests.kafka_cluster", "serve", "--address", f"{host}:{port}"],
             stdout=log,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
@@ -151,12 +151,16 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("command", choices=("serve", "start", "stop"))
-    parser.add_argument("--port", type=int, default=None, help="a fixed bootstrap port (a forwarder)")
+    parser.add_argument("--address", default=None, help="a fixed bootstrap HOST:PORT (a forwarder)")
     args = parser.parse_args()
+    host, port = "127.0.0.1", None
+    if args.address:
+        given_host, _, given_port = args.address.rpartition(":")
+        host, port = given_host or host, int(given_port)
     if args.command == "serve":
-        serve(args.port)
+        serve(port, host)
     elif args.command == "start":
-        start(args.port or 9092)
+        start(port or 9092, host)
     else:
         stop()
 

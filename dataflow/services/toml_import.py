@@ -3,7 +3,9 @@ import (a paste or an upload), through the same validation."""
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Mapping
 from typing import Any
 
 from dataflow.models import DataFlow
@@ -29,6 +31,42 @@ def flow_spec_from_toml(text: str) -> dict[str, Any]:
     except RecursionError:
         # tomllib recurses per nested array or inline table
         raise ConfigError("toml", "not a flow spec: its values are nested too deeply") from None
+
+
+#: ``${NAME}`` or ``${NAME:-default}`` in a string of an operator's TOML file (``$${`` is a
+#: literal ``${``), as docker compose reads its files.
+_ENV_REFERENCE = re.compile(r"\$(\$)?\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
+
+
+def flow_spec_with_environment(*, spec: Any, environ: Mapping[str, str], where: str = "") -> Any:
+    """``spec`` with each ``${NAME}`` in its strings replaced by the environment variable
+    NAME, or by the default after ``:-`` when NAME is unset or empty. For the operator's
+    own files only (``applyflows``): a TOML text a user pastes or uploads is never expanded,
+    or it could read the service's environment. A ConfigError names the field of a
+    reference to a variable that is unset and has no default."""
+    if isinstance(spec, dict):
+        return {
+            k: flow_spec_with_environment(spec=v, environ=environ, where=f"{where}.{k}" if where else k)
+            for k, v in spec.items()
+        }
+    if isinstance(spec, list):
+        return [flow_spec_with_environment(spec=v, environ=environ, where=where) for v in spec]
+    if not isinstance(spec, str):
+        return spec
+
+    def value(match: re.Match[str]) -> str:
+        escaped, name, has_default, default = match.groups()
+        if escaped:
+            return match.group(0)[1:]
+        if environ.get(name):
+            return environ[name]
+        if has_default:
+            return default
+        raise ConfigError(
+            where, f"${{{name}}} is not set in the environment (or give a default: ${{{name}:-...}})"
+        )
+
+    return _ENV_REFERENCE.sub(value, spec)
 
 
 def flow_spec_from_toml_bytes(data: bytes) -> dict[str, Any]:

@@ -1,13 +1,17 @@
+import os
 import tomllib
 
 from django.core.management.base import BaseCommand, CommandError
 
-from dataflow.services.toml_import import flow_import
+from dataflow.services.toml_import import flow_import, flow_spec_with_environment
 from source_support.errors import ConfigError
 
 
 class Command(BaseCommand):
-    help = "Creates or updates flows from TOML files ([flow] [source] [format] [transform] [sink])."
+    help = (
+        "Creates or updates flows from TOML files ([flow] [source] [format] [transform] [sink]); "
+        "${NAME:-default} in a string is the environment variable NAME."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("files", nargs="+", help="TOML files, one flow each")
@@ -25,6 +29,8 @@ class Command(BaseCommand):
                 # tomllib recurses per nested array or inline table
                 raise CommandError(f"{path}: not a flow spec: its values are nested too deeply") from None
             try:
+                # The operator's own file: ${NAME:-default} reads this process's environment.
+                spec = flow_spec_with_environment(spec=spec, environ=os.environ)
                 # As the admin's import: a secret an export masked keeps the stored one.
                 flow, created = flow_import(spec=spec)
             except ConfigError as exc:
