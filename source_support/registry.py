@@ -83,6 +83,10 @@ def _same_schema(config: ConfigBase, schema: pa.Schema) -> pa.Schema:
     return schema
 
 
+def _any_stop(config: ConfigBase, stop: Mapping[str, Any]) -> None:
+    pass
+
+
 #: Whether a source's runs end: always ("bounded"), never ("unbounded"), or as its config
 #: says ("config", e.g. files with ``watch``).
 Boundedness = Literal["bounded", "unbounded", "config"]
@@ -110,6 +114,9 @@ class SourceConnector(Generic[ConfigT]):
     reads_entries: bool = False
     #: The columns a run lands for a format schema (e.g. metadata columns added).
     output_schema: Callable[[ConfigT, pa.Schema], pa.Schema] = _same_schema
+    #: Refuses (a ConfigError naming its field) a validated ``[stop]`` rule (``BuildContext.stop``)
+    #: the source cannot keep, when the flow is saved; its ``build`` is given only rules it took.
+    check_stop: Callable[[ConfigT, Mapping[str, Any]], None] = _any_stop
 
     def __post_init__(self) -> None:
         if self.boundedness == "unbounded" and self.unbounded is _never_unbounded:

@@ -6,7 +6,7 @@ from dataclasses import replace
 from connectors.files.config import FilesSourceConfig
 from connectors.files.landed import takes_landed, write_landed_parquet
 from connectors.files.sink import FILE_SINKS
-from connectors.files.source import FileSource
+from connectors.files.source import FileSource, files_check_stop
 from source_support.registry import SourceConnector, register_sink, register_source
 
 
@@ -17,6 +17,7 @@ def register() -> None:
             type="files",
             config=FilesSourceConfig,
             build=FileSource.from_config,
+            check_stop=files_check_stop,
             description="Files in a directory or matching a glob (CSV, JSON lines; gzip too); "
             "with watch = true, new files too, as they come.",
             boundedness="config",

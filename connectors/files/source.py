@@ -62,6 +62,14 @@ SAMPLE_BYTES = 1 << 20
 MAX_HEADERS_CHECKED = 1000
 
 
+def files_check_stop(config: object, stop: Mapping[str, Any]) -> None:
+    """A watched files (or s3) source stops at a time or at latest, never at an entry id."""
+    if stop.get("kind") == "position":
+        raise ConfigError(
+            "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
+        )
+
+
 class FileSource(Source[FileSplit]):
     #: Headers checked when a run starts (``check_input``).
     headers_checked = MAX_HEADERS_CHECKED
@@ -102,10 +110,7 @@ class FileSource(Source[FileSplit]):
         *,
         clock: Callable[[], float] = time.time,
     ) -> FileSource:
-        if context.stop.get("kind") == "position":
-            raise ConfigError(
-                "stop.at", "an entry id stops a stream; a files source stops at a time or at latest"
-            )
+        files_check_stop(config, context.stop)
         record_format = fmt.build(context.schema, env=context.env)
         if not isinstance(record_format, RecordFormat | AvroFormat):  # build refuses fields for files already
             raise ConfigError("format.type", "this source reads files: use csv, jsonl or avro")

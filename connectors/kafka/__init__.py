@@ -26,6 +26,7 @@ def register() -> None:
             type="kafka",
             config=KafkaSourceConfig,
             build=KafkaSource.from_config,
+            check_stop=KafkaSource.check_stop,
             description="Kafka topics (a list or a pattern), each partition a split, read from offsets "
             "kept in the flow's checkpoints.",
             boundedness="unbounded",

@@ -75,14 +75,8 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         self.on_reset = on_reset
 
     @classmethod
-    def from_config(cls, config: KafkaSourceConfig, fmt: FormatSpec, context: BuildContext) -> KafkaSource:
-        if fmt.type == "fields":
-            raise ConfigError(
-                "format.type", "a Kafka record's value is one record: use json, csv, avro or raw"
-            )
-        if "field" in fmt.options:
-            raise ConfigError("format.field", "a Kafka record's value is the record: remove it")
-        stop = dict(context.stop or {})
+    def check_stop(cls, config: KafkaSourceConfig, stop: Mapping[str, Any]) -> None:
+        """A Kafka stop is ``latest``, a time or a number of records; per partition, ``stop_offsets``."""
         if stop.get("kind") == "position":
             raise ConfigError(
                 "stop.at",
@@ -91,6 +85,16 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
             )
         if stop and config.stop_offsets is not None:
             raise ConfigError("source.stop_offsets", "give source.stop_offsets or a [stop] rule, not both")
+
+    @classmethod
+    def from_config(cls, config: KafkaSourceConfig, fmt: FormatSpec, context: BuildContext) -> KafkaSource:
+        if fmt.type == "fields":
+            raise ConfigError(
+                "format.type", "a Kafka record's value is one record: use json, csv, avro or raw"
+            )
+        if "field" in fmt.options:
+            raise ConfigError("format.field", "a Kafka record's value is the record: remove it")
+        cls.check_stop(config, context.stop or {})
         reading = cls.message_reading(
             config,
             fmt,

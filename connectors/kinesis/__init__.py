@@ -15,6 +15,7 @@ def register() -> None:
             type="kinesis",
             config=KinesisSourceConfig,
             build=KinesisSource.from_config,
+            check_stop=KinesisSource.check_stop,
             description=(
                 "An Amazon Kinesis data stream (or a Kinesis-compatible endpoint), each shard a split; "
                 "a reshard's children are read once their parents are read to their end."

@@ -59,18 +59,22 @@ class KinesisSource(StreamSource[ShardSplit, RecordFormat | AvroFormat, MessageD
         self.start_timestamp_ms = start_timestamp_ms
 
     @classmethod
-    def from_config(
-        cls, config: KinesisSourceConfig, fmt: FormatSpec, context: BuildContext
-    ) -> KinesisSource:
-        if "field" in fmt.options:
-            raise ConfigError("format.field", "a Kinesis record's data is the record: remove it")
-        stop = dict(context.stop or {})
+    def check_stop(cls, config: KinesisSourceConfig, stop: Mapping[str, Any]) -> None:
+        """A Kinesis stream has no position across its shards."""
         if stop.get("kind") == "position":
             raise ConfigError(
                 "stop.at",
                 f"{stop['at']!r}: a Kinesis stream has no position across its shards; "
                 "give latest or an ISO-8601 time",
             )
+
+    @classmethod
+    def from_config(
+        cls, config: KinesisSourceConfig, fmt: FormatSpec, context: BuildContext
+    ) -> KinesisSource:
+        if "field" in fmt.options:
+            raise ConfigError("format.field", "a Kinesis record's data is the record: remove it")
+        cls.check_stop(config, context.stop or {})
         reading = cls.message_reading(
             config,
             fmt,

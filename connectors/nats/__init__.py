@@ -31,6 +31,7 @@ def register() -> None:
             type="nats_jetstream",
             config=NatsSourceConfig,
             build=NatsJetStreamSource.from_config,
+            check_stop=NatsJetStreamSource.check_stop,
             description="A NATS JetStream stream, read through one consumer per subject filter (each a split).",
             boundedness="unbounded",
             reads_entries=True,

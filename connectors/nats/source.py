@@ -64,6 +64,14 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
         self.flow = flow
 
     @classmethod
+    def check_stop(cls, config: NatsSourceConfig, stop: Mapping[str, Any]) -> None:
+        """A NATS stream's position is a sequence number."""
+        if stop.get("kind") == "position" and not str(stop["at"]).isdigit():
+            raise ConfigError(
+                "stop.at", f"{stop['at']!r}: a NATS stream's position is a sequence number (42)"
+            )
+
+    @classmethod
     def from_config(
         cls, config: NatsSourceConfig, fmt: FormatSpec, context: BuildContext
     ) -> NatsJetStreamSource:
@@ -71,11 +79,7 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
             raise ConfigError("format.type", "a NATS message is one record: use json, csv or raw, not fields")
         if "field" in fmt.options:
             raise ConfigError("format.field", "a NATS message's body is the record: remove it")
-        stop = dict(context.stop or {})
-        if stop.get("kind") == "position" and not str(stop["at"]).isdigit():
-            raise ConfigError(
-                "stop.at", f"{stop['at']!r}: a NATS stream's position is a sequence number (42)"
-            )
+        cls.check_stop(config, context.stop or {})
         reading = cls.message_reading(
             config,
             fmt,

@@ -5,7 +5,7 @@ ETag; with watch = true, objects put later too."""
 from typing import Any
 
 from connectors.s3.config import S3SourceConfig
-from connectors.s3.source import S3Source
+from connectors.s3.source import S3Source, s3_check_stop
 from source_support.registry import Environment, SourceConnector, register_source
 
 
@@ -16,6 +16,7 @@ def register() -> None:
             type="s3",
             config=S3SourceConfig,
             build=S3Source.from_s3_config,
+            check_stop=s3_check_stop,
             description="Objects of an S3-compatible bucket under a prefix (CSV, JSON lines; gzip too); "
             "with watch = true, objects put later too, as they come.",
             boundedness="config",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from connectors.aws.config import aws_target
@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 
 #: Objects whose header is checked when a run starts (each costs a GET).
 HEADERS_CHECKED = 100
+
+
+def s3_check_stop(config: object, stop: Mapping[str, Any]) -> None:
+    """A watched s3 source stops at a time or at latest, never at an entry id."""
+    if stop.get("kind") == "position":
+        raise ConfigError("stop.at", "an entry id stops a stream; an s3 source stops at a time or at latest")
 
 
 class S3Source(FileSource):
@@ -66,10 +72,7 @@ class S3Source(FileSource):
 
     @classmethod
     def from_s3_config(cls, config: S3SourceConfig, fmt: FormatSpec, context: BuildContext) -> S3Source:
-        if context.stop.get("kind") == "position":
-            raise ConfigError(
-                "stop.at", "an entry id stops a stream; an s3 source stops at a time or at latest"
-            )
+        s3_check_stop(config, context.stop)
         record_format = fmt.build(context.schema, env=context.env)
         if not isinstance(record_format, RecordFormat):
             raise ConfigError("format.type", "this source reads objects as files: use csv or jsonl")

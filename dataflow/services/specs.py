@@ -113,6 +113,9 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     sink_type, sink_config = validate_sink(doc["sink"], env)
     unbounded = source_is_unbounded(source_type, source_config)
     stop_rule = _validate_stop(doc.get("stop") or {}, unbounded=unbounded)
+    if stop_rule:  # a rule the source cannot keep is refused now, not when a run starts
+        source = SOURCES[source_type]
+        source.check_stop(source.config.from_dict(source_config), stop_rule)
     schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
     notify = notify_validate(doc.get("notify") or {})
     _check_overlap(source_config, sink_config)

@@ -31,9 +31,11 @@ FormatT = TypeVar("FormatT", bound=RecordFormat | FieldsFormat | AvroFormat)
 
 
 class StreamOptions(Protocol):
-    """The options of every stream source's ``[source]`` table that say how a run reads:
+    """The options of a stream source's ``[source]`` table that say how a run reads:
     where its splits start, how often new ones are looked for, and whether records carry
-    the connector's metadata columns."""
+    the connector's metadata columns. Each is optional: a config without one reads as
+    ``STREAM_OPTION_DEFAULTS`` says (a system with no place to start from, no splits to
+    discover or no metadata declares none of them)."""
 
     @property
     def start(self) -> str: ...
@@ -43,6 +45,16 @@ class StreamOptions(Protocol):
 
     @property
     def metadata(self) -> bool: ...
+
+
+#: What a stream source's config without the option reads as: ``start`` in no connector's
+#: words (the connector has one place to start), discovery every 10 s, no metadata columns.
+STREAM_OPTION_DEFAULTS: dict[str, Any] = {"start": "", "discovery_interval_ms": 10_000, "metadata": False}
+
+
+def stream_option(config: object, name: str) -> Any:
+    """The config's ``name`` (one of ``StreamOptions``), or its default if it declares none."""
+    return getattr(config, name, STREAM_OPTION_DEFAULTS[name])
 
 
 @dataclass(frozen=True)
@@ -95,7 +107,7 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
 
     @classmethod
     def reading(
-        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext
+        cls, config: StreamOptions | object, fmt: FormatSpec, context: BuildContext
     ) -> StreamReading[RecordFormat | FieldsFormat | AvroFormat]:
         """How a run of this source reads: its ``config``, the ``[format]`` built with
         the run's columns (``format_for_run``, with the connector's metadata columns if
@@ -105,7 +117,7 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
 
     @classmethod
     def message_reading(
-        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext, *, one_record: str
+        cls, config: StreamOptions | object, fmt: FormatSpec, context: BuildContext, *, one_record: str
     ) -> StreamReading[RecordFormat | AvroFormat]:
         """``reading`` for a connector whose messages each hold one record: a format of
         field/value pairs is refused, naming ``format.type``, with ``one_record``."""
@@ -116,17 +128,17 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
 
     @classmethod
     def _run_format(
-        cls, config: StreamOptions, fmt: FormatSpec, context: BuildContext
+        cls, config: StreamOptions | object, fmt: FormatSpec, context: BuildContext
     ) -> tuple[RecordFormat | FieldsFormat | AvroFormat, pa.Schema | None]:
-        metadata = cls.metadata_fields if config.metadata else None
+        metadata = cls.metadata_fields if stream_option(config, "metadata") else None
         return format_for_run(fmt, context.schema, metadata, env=context.env)
 
     @classmethod
-    def output_schema(cls, config: StreamOptions, schema: pa.Schema) -> pa.Schema:
+    def output_schema(cls, config: StreamOptions | object, schema: pa.Schema) -> pa.Schema:
         """The schema a run of this source lands for the format's ``schema``: the metadata
         columns after it when ``metadata`` is set (what the run's schema and the
         transform's columns must be)."""
-        return with_metadata(schema, cls.metadata_fields) if config.metadata else schema
+        return with_metadata(schema, cls.metadata_fields) if stream_option(config, "metadata") else schema
 
     @property
     def boundedness(self) -> Boundedness:
@@ -164,14 +176,14 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
 
 
 def _reading_of(
-    config: StreamOptions, fmt: FormatT, schema: pa.Schema | None, context: BuildContext
+    config: StreamOptions | object, fmt: FormatT, schema: pa.Schema | None, context: BuildContext
 ) -> StreamReading[FormatT]:
     return StreamReading(
         fmt=fmt,
         schema=schema,
-        metadata=config.metadata,
-        start=config.start,
-        discovery_interval_ms=config.discovery_interval_ms,
+        metadata=stream_option(config, "metadata"),
+        start=stream_option(config, "start"),
+        discovery_interval_ms=stream_option(config, "discovery_interval_ms"),
         batch_size=context.batch_size,
         stop=dict(context.stop or {}),
     )

@@ -9,8 +9,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from source_support.config import ConfigBase, option
+from source_support.formats import validate_format
+from source_support.registry import BuildContext, Environment
 from source_support.streams.enumerator import KeyedSplitEnumerator
 from source_support.streams.reader import Decoding, DecodingSplitReader
+from source_support.streams.source import StreamSource
 from source_support.streams.split import PositionedSplit
 from tests.source_support.fakes import RecordingContext
 
@@ -157,3 +161,22 @@ def test_without_a_stop_discovery_goes_on_every_interval_and_never_ends_the_inpu
     assert [s.split_id for _, s in context.assigned] == ["a!", "b!"]
     enumerator.handle_split_request(0)
     assert not enumerator.is_exhausted() and context.no_more == []
+
+
+class _Plain(ConfigBase):
+    """A stream source's table with none of start, discovery_interval_ms or metadata (an MQTT
+    topic has no place to start from and no splits to discover)."""
+
+    topic: str = option("The topic.", example="sensors")
+
+
+def test_a_stream_source_config_without_start_discovery_or_metadata_reads_with_the_defaults(tmp_path):
+    config = _Plain(topic="sensors")
+    fmt = validate_format({"type": "json", "schema": "id BIGINT"})
+    context = BuildContext(env=Environment(allowed_roots=(tmp_path,), base_dir=tmp_path), batch_size=10)
+
+    reading = StreamSource.reading(config, fmt, context)
+
+    assert (reading.start, reading.discovery_interval_ms, reading.metadata) == ("", 10_000, False)
+    assert reading.schema == pa.schema([("id", pa.int64())])
+    assert StreamSource.output_schema(config, reading.schema) == reading.schema

@@ -407,3 +407,54 @@ def test_a_flow_name_that_is_an_api_endpoint_is_refused(good):
 
     assert refused.field == "flow.name"
     assert "reserved" in str(refused)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("source", "stop", "field", "reason"),
+    [
+        (
+            {"watch": True},
+            {"at": "1700000000000-0"},
+            "stop.at",
+            "a files source stops at a time or at latest",
+        ),
+        (
+            {"type": "nats_jetstream", "servers": "nats://127.0.0.1:4222", "stream": "ORDERS"},
+            {"at": "1700000000000-0"},
+            "stop.at",
+            "a NATS stream's position is a sequence number",
+        ),
+        (
+            {"type": "kafka", "bootstrap_servers": "127.0.0.1:9092", "topics": ["orders"]},
+            {"at": "42"},
+            "stop.at",
+            "a Kafka stop is per partition",
+        ),
+        (
+            {
+                "type": "kafka",
+                "bootstrap_servers": "127.0.0.1:9092",
+                "topics": ["orders"],
+                "stop_offsets": {"orders:0": 10},
+            },
+            {"at": "latest"},
+            "source.stop_offsets",
+            "not both",
+        ),
+    ],
+    ids=["files", "nats", "kafka-position", "kafka-both"],
+)
+def test_a_stop_rule_the_source_refuses_is_refused_when_the_flow_is_saved(good, source, stop, field, reason):
+    # Before, only building the source at a run's start refused it: applyflows took the flow.
+    doc = _edit(good, "source", **source)
+    if "type" in source:  # a stream source instead of the files
+        doc["source"] = source
+        doc["format"] = {"type": "json", "schema": "id BIGINT"}
+        doc["transform"]["sql"] = "SELECT id FROM source"
+    doc["stop"] = stop
+
+    refused = _refused(doc)
+
+    assert (refused.field, reason in str(refused)) == (field, True), str(refused)
+    assert not DataFlow.objects.exists()
