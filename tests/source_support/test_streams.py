@@ -5,6 +5,7 @@ discovers on an interval and ends the input once its stop is passed."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -170,7 +171,7 @@ class _Plain(ConfigBase):
     topic: str = option("The topic.", example="sensors")
 
 
-def test_a_stream_source_config_without_start_discovery_or_metadata_reads_with_the_defaults(tmp_path):
+def test_a_stream_source_config_without_start_discovery_or_metadata_reads_with_the_defaults(tmp_path: Path):
     config = _Plain(topic="sensors")
     fmt = validate_format({"type": "json", "schema": "id BIGINT"})
     context = BuildContext(env=Environment(allowed_roots=(tmp_path,), base_dir=tmp_path), batch_size=10)
@@ -178,5 +179,6 @@ def test_a_stream_source_config_without_start_discovery_or_metadata_reads_with_t
     reading = StreamSource.reading(config, fmt, context)
 
     assert (reading.start, reading.discovery_interval_ms, reading.metadata) == ("", 10_000, False)
-    assert reading.schema == pa.schema([("id", pa.int64())])
-    assert StreamSource.output_schema(config, reading.schema) == reading.schema
+    schema = pa.schema([("id", pa.int64())])
+    assert reading.schema == schema
+    assert StreamSource.output_schema(config, schema) == schema
