@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "writing-a-connector.md"
 HERE = Path(__file__).resolve().parent
@@ -43,6 +45,7 @@ def test_each_file_the_page_shows_is_the_file_kept_here():
     )
 
 
+@pytest.mark.slow  # a pytest of its own: about 10 s on 2 idle cores
 def test_the_kits_summary_is_the_one_the_page_prints():
     page = PAGE.read_text()
     command = re.search(
