@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from dataflow.encryption import SecretUndecryptable
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
     Checkpoint,
@@ -44,8 +45,10 @@ from dataflow.services.specs import (
     PARALLELISM_BOUNDS,
     flow_format_file_check,
     flow_paths_check,
+    flow_secrets_check,
     flow_spec_of,
     flow_spec_validate,
+    flow_values_of,
     sink_path_claim,
 )
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
@@ -194,7 +197,13 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     and with FlowStateError if a run is already active.
     """
     spec = flow_spec_of(flow)
-    values = flow_spec_validate(spec, owner=flow.owner)
+    try:
+        flow_secrets_check(flow)
+        values = flow_spec_validate(spec, owner=flow.owner)  # its connections' secrets too
+    except SecretUndecryptable as exc:
+        # A deployment without the key: said on a run, as a source that cannot be read is.
+        _run_failed_at_start(flow=flow, values=flow_values_of(flow), trigger=trigger, error=exc)
+        raise
     try:
         schema_ddl = run_schema_resolve(values, owner=flow.owner)
     except ConfigError as exc:
