@@ -137,9 +137,9 @@ def undecryptable_message(what: str, fields: list[str] | tuple[str, ...]) -> str
     that the keys do not decrypt them, and which setting to fix."""
     named = ", ".join(fields)
     return (
-        f"{what}: {named} cannot be decrypted: no key of {SETTING} decrypts it (it was encrypted "
-        f"with another key); put that key in {SETTING} (when the setting is not given, the key "
-        f"made in the var directory's {KEY_FILE} file is used), see docs/deployment.md, 'Secret keys'"
+        f"{what}: {named} cannot be decrypted with any key of {SETTING} (it was encrypted with "
+        f"another key); put that key in {SETTING} (when the setting is not given, the key made "
+        f"in the var directory's {KEY_FILE} file is used), see docs/deployment.md, 'Secret keys'"
     )
 
 
@@ -156,6 +156,7 @@ def secrets_check(values: dict[str, Any], *, what: str, field: str = "") -> None
         head, dot, rest = path.partition(".")
         fields.append(f"{SPEC_SECTIONS.get(head, head)}{dot}{rest}")
     if fields:
+        fields.sort()
         raise SecretUndecryptable(field or fields[0], undecryptable_message(what, fields))
 
 

@@ -62,9 +62,9 @@ def run_refused_secrets(run: FlowRun, exc: SecretUndecryptable) -> None:
     """Fails an active run at once whose secrets (its own, or its connection's) no key of
     ``DATAFLOW_SECRET_KEYS`` decrypts: every retry would meet them too. The message names
     them and the setting, never a secret."""
-    log.error("run %s: %s", run.pk, exc)
+    log.error("run %s: %s", run.pk, exc.reason)
     if run.status in (RunStatus.READING, RunStatus.TRANSFORMING):
-        run_finish(run=run, status=RunStatus.FAILED, message=str(exc))
+        run_finish(run=run, status=RunStatus.FAILED, message=exc.reason)
 
 
 def _run_tick(run: FlowRun) -> None:
