@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from dataflow.encryption import SecretUndecryptable
+from dataflow.encryption import SecretUndecryptable, secrets_check
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
     Checkpoint,
@@ -69,6 +69,9 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     A running flow keeps the settings its run started with; the change applies from the
     next run.
     """
+    # A secret kept as stored (sent back masked) that no key decrypts: said as such, not
+    # as the option it fails to be.
+    secrets_check(spec, what=f"flow {_flow_name_in(spec)!r}")
     if owner is not None:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
         flow_format_file_check(spec, owner=owner)  # before the format reads a file
@@ -177,6 +180,11 @@ def _unmasked(section: str, table: Any, stored: dict[str, Any] | None) -> Any:
     if section == "notify":
         return notify_unmasked(table, stored)
     return unmask_section(section, table, stored)
+
+
+def _flow_name_in(spec: Any) -> Any:
+    flow_table = spec.get("flow") if isinstance(spec, dict) else None
+    return flow_table.get("name") if isinstance(flow_table, dict) else None
 
 
 def _flow_named_in(spec: Any) -> DataFlow | None:

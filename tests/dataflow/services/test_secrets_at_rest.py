@@ -284,3 +284,16 @@ def test_an_admin_change_without_the_secrets_keeps_the_stored_ones_sealed(stored
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert_no_secret_in(page.content.decode() + database_text())
     assert secrets_read_back() == CLEAR
+
+
+def test_an_api_put_without_the_key_is_refused_naming_the_secret_not_its_option(stored, settings):
+    settings.DATAFLOW_SECRET_KEYS = [Fernet.generate_key().decode()]
+    staff = client_of(connection_staff())
+    flow = staff.get("/api/flows/direct/").json()
+
+    put = staff.put("/api/flows/direct/", {**flow, "batch_size": 500}, format="json")
+
+    assert put.status_code == 400
+    assert "cannot be decrypted with any key of DATAFLOW_SECRET_KEYS" in put.json()["notify.webhook"][0]
+    assert_no_secret_in(str(flow) + put.content.decode() + database_text())
+    assert DataFlow.objects.get(name="direct").batch_size != 500
