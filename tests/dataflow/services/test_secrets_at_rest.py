@@ -297,3 +297,17 @@ def test_an_api_put_without_the_key_is_refused_naming_the_secret_not_its_option(
     assert "cannot be decrypted with any key of DATAFLOW_SECRET_KEYS" in put.json()["notify.webhook"][0]
     assert_no_secret_in(str(flow) + put.content.decode() + database_text())
     assert DataFlow.objects.get(name="direct").batch_size != 500
+
+
+def test_an_admin_change_without_the_key_is_refused_naming_the_secret(stored, settings, admin_client):
+    settings.DATAFLOW_SECRET_KEYS = [Fernet.generate_key().decode()]
+    url = f"/admin/dataflow/dataflow/{DataFlow.objects.get(name='direct').pk}/change/"
+    page = admin_client.get(url)
+
+    response = admin_client.post(url, browser_post(page, description="changed"))
+
+    assert response.status_code == 200  # the form again, with the refusal
+    errors = str(response.context["adminform"].form.errors)
+    assert "cannot be decrypted with any key of DATAFLOW_SECRET_KEYS" in errors
+    assert_no_secret_in(page.content.decode() + response.content.decode() + database_text())
+    assert DataFlow.objects.get(name="direct").description == ""
