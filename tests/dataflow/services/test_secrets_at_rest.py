@@ -13,9 +13,10 @@ from django.core.management import call_command
 from django.db import connection as db
 
 from dataflow.encryption import SecretUndecryptable
-from dataflow.models import Connection, DataFlow, FlowRun, RunStatus, WebhookDelivery
+from dataflow.models import Connection, DataFlow, DeliveryStatus, FlowRun, RunStatus, WebhookDelivery
 from dataflow.services.connections import connection_save
 from dataflow.services.flows import flow_start
+from dataflow.services.notify import webhook_deliver
 from dataflow.services.runs.tick import run_tick
 from dataflow.services.secret_keys import secrets_rotate
 from tests.dataflow.admin.conftest import browser_post
@@ -311,3 +312,17 @@ def test_an_admin_change_without_the_key_is_refused_naming_the_secret(stored, se
     assert "cannot be decrypted with any key of DATAFLOW_SECRET_KEYS" in errors
     assert_no_secret_in(page.content.decode() + response.content.decode() + database_text())
     assert DataFlow.objects.get(name="direct").description == ""
+
+
+def test_a_webhook_no_key_decrypts_is_not_called_and_its_delivery_says_why(stored, settings, caplog):
+    settings.DATAFLOW_SECRET_KEYS = [Fernet.generate_key().decode()]
+
+    with caplog.at_level(logging.DEBUG):
+        assert webhook_deliver(delivery_id=stored["delivery"].pk) is None  # no retry: it cannot help
+
+    delivery = WebhookDelivery.objects.get(pk=stored["delivery"].pk)
+    assert (delivery.status, delivery.response_status) == (DeliveryStatus.FAILED, None)
+    assert delivery.last_error.startswith(
+        "webhook of flow 'direct': url cannot be decrypted with any key of DATAFLOW_SECRET_KEYS"
+    )
+    assert_no_secret_in(database_text() + caplog.text)
