@@ -202,7 +202,9 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     "schedule").
 
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
-    and with FlowStateError if a run is already active.
+    and with FlowStateError if a run is already active. A secret of the flow or of its
+    connections that no key of ``DATAFLOW_SECRET_KEYS`` decrypts is ``SecretUndecryptable``
+    (a ConfigError naming it and the setting), recorded on a failed run as well.
     """
     spec = flow_spec_of(flow)
     try:
