@@ -36,6 +36,10 @@ SEALED_RE = re.compile(r"fernet:gAAAAA[A-Za-z0-9_-]+={0,2}")
 KEY_FILE = "dataflow_secret_key"
 #: The JSON fields that hold secrets, and where (``SealedJSONField.secrets``).
 JSON_SECRETS = ("source", "format", "sink", "notify", "spec")
+#: How deep in a JSON value secrets are sealed, and so looked for: a run's spec holds them
+#: at ``spec["source_config"]["url"]`` (depth 2). Deeper values (a user's nested lists,
+#: which validation bounds) are not walked.
+SECRET_DEPTH = 4
 
 
 class Sealed(str):
@@ -108,28 +112,33 @@ def unseal(stored: str) -> str:
         return Sealed(stored)
 
 
-def unsealed_json(value: Any) -> Any:
-    """``value`` (JSON) with every sealed string in it decrypted (see ``unseal``)."""
+def unsealed_json(value: Any, depth: int = 0) -> Any:
+    """``value`` (JSON) with every sealed string in it (down to ``SECRET_DEPTH``) decrypted
+    (see ``unseal``)."""
+    if depth > SECRET_DEPTH:
+        return value
     if isinstance(value, dict):
-        return {key: unsealed_json(item) for key, item in value.items()}
+        return {key: unsealed_json(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [unsealed_json(item) for item in value]
+        return [unsealed_json(item, depth + 1) for item in value]
     if isinstance(value, str):
         return unseal(value)
     return value
 
 
-def undecryptable_fields(value: Any, path: str = "") -> Iterator[str]:
-    """The paths (``source_config.url``) of the secrets in ``value`` (read from a row) that
-    none of the keys decrypts."""
+def undecryptable_fields(value: Any, path: str = "", depth: int = 0) -> Iterator[str]:
+    """The paths (``source_config.url``) of the secrets in ``value`` (read from a row, down
+    to ``SECRET_DEPTH``) that none of the keys decrypts."""
     if isinstance(value, Sealed):
         yield path
+    elif depth >= SECRET_DEPTH:
+        return
     elif isinstance(value, dict):
         for key, item in value.items():
-            yield from undecryptable_fields(item, f"{path}.{key}" if path else str(key))
+            yield from undecryptable_fields(item, f"{path}.{key}" if path else str(key), depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from undecryptable_fields(item, f"{path}[{index}]")
+            yield from undecryptable_fields(item, f"{path}[{index}]", depth + 1)
 
 
 def undecryptable_message(what: str, fields: list[str] | tuple[str, ...]) -> str:
@@ -272,10 +281,14 @@ def field_sealed(field: models.Field, instance: models.Model) -> Any:
     return seal(value) if isinstance(value, str) and value else value
 
 
-def count_sealed(value: Any) -> int:
+def count_sealed(value: Any, depth: int = 0) -> int:
     """How many sealed secrets ``value`` (a field's value as stored) holds."""
+    if isinstance(value, Sealed):
+        return 1
+    if depth >= SECRET_DEPTH:
+        return 0
     if isinstance(value, dict):
-        return sum(count_sealed(item) for item in value.values())
+        return sum(count_sealed(item, depth + 1) for item in value.values())
     if isinstance(value, list):
-        return sum(count_sealed(item) for item in value)
-    return 1 if isinstance(value, Sealed) else 0
+        return sum(count_sealed(item, depth + 1) for item in value)
+    return 0

@@ -15,6 +15,7 @@ from django.db import migrations, models
 
 import dataflow.encryption
 from dataflow.encryption import (
+    SECRET_DEPTH,
     SETTING,
     Sealed,
     is_sealed,
@@ -59,12 +60,15 @@ def seal_stored_secrets(apps, schema_editor):
         FlowRun.objects.filter(pk=pk).update(spec=sealed_spec(_kept(spec)))
 
 
-def _kept(value):
-    """``value`` with what is sealed already marked so (a migration run again seals nothing twice)."""
+def _kept(value, depth=0):
+    """``value`` with what is sealed already marked so (a migration run again seals nothing
+    twice), down to where secrets are sealed (``SECRET_DEPTH``)."""
+    if depth > SECRET_DEPTH:
+        return value
     if isinstance(value, dict):
-        return {key: _kept(item) for key, item in value.items()}
+        return {key: _kept(item, depth + 1) for key, item in value.items()}
     if isinstance(value, list):
-        return [_kept(item) for item in value]
+        return [_kept(item, depth + 1) for item in value]
     return Sealed(value) if is_sealed(value) else value
 
 
