@@ -7,7 +7,7 @@ from django.contrib.admin import apps as admin_apps
 from django.core import checks
 from django.db.models.signals import pre_save
 
-from dataflow.checks import check_connector_plugins, check_landing_zone
+from dataflow.checks import check_connector_plugins, check_landing_zone, check_secret_keys
 from source_support.plugins import load_connectors
 
 
@@ -30,6 +30,7 @@ class DataflowConfig(AppConfig):
         load_connectors()
         checks.register(check_landing_zone)
         checks.register(check_connector_plugins)
+        checks.register(check_secret_keys)
         pre_save.connect(
             _password_change_revokes_token,
             sender=settings.AUTH_USER_MODEL,

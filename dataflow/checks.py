@@ -1,5 +1,6 @@
-"""System checks: a landing zone that cannot work is refused at start-up, and a connector
-plugin that failed to load is reported (the service runs on without its types).
+"""System checks: a landing zone that cannot work is refused at start-up, and so are keys of
+``DATAFLOW_SECRET_KEYS`` that are not Fernet keys; a connector plugin that failed to load is
+reported (the service runs on without its types).
 
 Readers write each batch under ``DATAFLOW_LANDING_ROOT`` and the Spark job reads those
 files by path. With a cluster master or Spark Connect the reading happens in other
@@ -9,7 +10,9 @@ processes, usually on other machines, so the path must name the same files there
 from __future__ import annotations
 
 from django.core.checks import Error, Warning
+from django.core.exceptions import ImproperlyConfigured
 
+from dataflow.encryption import keys_check
 from dataflow.spark.deployment import landing_problems
 from source_support.plugins import GROUP
 from source_support.registry import FAILED_PLUGINS, SOURCES
@@ -18,6 +21,16 @@ from source_support.registry import FAILED_PLUGINS, SOURCES
 def check_landing_zone(app_configs=None, **kwargs) -> list[Error]:
     """Django system check (registered in ``DataflowConfig.ready``)."""
     return [Error(message, id=check_id) for check_id, message in landing_problems()]
+
+
+def check_secret_keys(app_configs=None, **kwargs) -> list[Error]:
+    """Django system check: ``DATAFLOW_SECRET_KEYS`` holds Fernet keys (the error names the
+    setting and the key's position, never a key)."""
+    try:
+        keys_check()
+    except ImproperlyConfigured as exc:
+        return [Error(str(exc), hint="docs/deployment.md, 'Secret keys'", id="dataflow.E004")]
+    return []
 
 
 def check_connector_plugins(app_configs=None, **kwargs) -> list[Warning]:

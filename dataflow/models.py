@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from dataflow.encryption import SealedJSONField, SealedTextField
+
 if TYPE_CHECKING:
     # Only in django-stubs: at run time Django builds these managers per relation.
     from django.db.models.fields.related_descriptors import RelatedManager
@@ -44,16 +46,18 @@ class DataFlow(models.Model):
     name = models.SlugField(max_length=100, unique=True)
     description = models.TextField(blank=True)
     source_type = models.CharField(max_length=50)
-    source_config = models.JSONField(default=dict)
+    #: Secrets (the options the source type declares secret) are encrypted at rest, as in
+    #: every ``Sealed*`` field (dataflow/encryption.py).
+    source_config = SealedJSONField(default=dict, secrets="source")
     format_type = models.CharField(max_length=20)
-    format_options = models.JSONField(default=dict, blank=True)
+    format_options = SealedJSONField(default=dict, blank=True, secrets="format")
     transform_sql = models.TextField()
     #: ``[transform]`` keys besides ``sql``: ``trigger_ms``, ``watermark_delay`` (unbounded flows).
     transform_options = models.JSONField(default=dict, blank=True)
     #: ``[stop]``: a rule that ends a run of an unbounded source (``at``, ``after_records``).
     stop_rule = models.JSONField(default=dict, blank=True)
     sink_type = models.CharField(max_length=50)
-    sink_config = models.JSONField(default=dict)
+    sink_config = SealedJSONField(default=dict, secrets="sink")
     parallelism = models.PositiveIntegerField(
         default=4, validators=[MinValueValidator(1), MaxValueValidator(256)]
     )
@@ -78,7 +82,7 @@ class DataFlow(models.Model):
     #: django-celery-beat's tables by ``services.schedules``.
     schedule = models.JSONField(default=dict, blank=True)
     #: ``[notify]``: a webhook called when a run ends (``webhook``, ``on``).
-    notify = models.JSONField(default=dict, blank=True)
+    notify = SealedJSONField(default=dict, blank=True, secrets="notify")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -104,7 +108,7 @@ class FlowRun(models.Model):
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.READING)
     #: The flow's settings as they were when the run started, so an edit never mixes runs.
-    spec = models.JSONField(default=dict)
+    spec = SealedJSONField(default=dict, secrets="spec")
     schema_ddl = models.TextField(blank=True)
     enumerator_state = models.JSONField(null=True, blank=True)
     splits_pending = models.PositiveIntegerField(default=0)
@@ -400,7 +404,8 @@ class WebhookDelivery(models.Model):
     flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="webhook_deliveries")
     run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="webhook_deliveries")
     event = models.CharField(max_length=20)
-    url = models.CharField(max_length=2048)
+    #: The webhook as it was when the run ended (it may carry a token): encrypted at rest.
+    url = SealedTextField()
     status = models.CharField(max_length=20, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     response_status = models.PositiveIntegerField(null=True, blank=True)
@@ -422,16 +427,16 @@ class Connection(models.Model):
     """A named way to reach an external system (a Redis server now; NATS, S3, Kafka,
     PostgreSQL later), made by staff and granted to users or groups: a flow names it
     (``connection = "orders-redis"``) instead of giving an address. Its ``url`` and
-    ``password`` are secrets: write-only in the API, masked in the admin (see
-    ``services.connections``)."""
+    ``password`` are secrets: encrypted at rest (``SealedTextField``), write-only in the
+    API, masked in the admin (see ``services.connections``)."""
 
     name = models.SlugField(max_length=100, unique=True)
     #: A connection kind a connector accepts (``source_support.connections.CONNECTION_KINDS``).
     type = models.CharField(max_length=50)
     description = models.TextField(blank=True)
-    url = models.TextField()
+    url = SealedTextField()
     username = models.CharField(max_length=255, blank=True)
-    password = models.CharField(max_length=1024, blank=True)
+    password = SealedTextField(max_length=1024, blank=True)
     #: Globs over the keys (or subjects) a flow may read or write through it; empty: any.
     key_patterns = models.JSONField(default=list, blank=True)
     users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="dataflow_connections")

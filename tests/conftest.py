@@ -6,6 +6,7 @@ Redis server); the embedded defaults are under test only in tests/e2e/test_quick
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
@@ -36,6 +37,9 @@ DIRECTORY_MARKERS = {"e2e": pytest.mark.e2e, "browser": pytest.mark.browser}
 
 def pytest_configure(config):
     settings.PASSWORD_HASHERS = ["tests.helpers.QuickPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]
+    # The processes a test starts (runflow, a worker, a server) read the secrets this one
+    # stored in the test database, whatever var directory they are given.
+    os.environ.setdefault("DATAFLOW_SECRET_KEYS", ",".join(settings.DATAFLOW_SECRET_KEYS))
 
 
 def pytest_collection_modifyitems(items):

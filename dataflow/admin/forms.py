@@ -24,6 +24,7 @@ from dataflow.admin.option_fields import (
     option_initial,
     option_value,
 )
+from dataflow.encryption import secrets_check
 from dataflow.models import DataFlow
 from dataflow.services.notify import DEFAULT_ON, NOTIFY_OUTCOMES, notify_masked, notify_unmasked
 from dataflow.services.schedules import CRON_HELP, MIN_EVERY_SECONDS, SCHEDULE_FIELDS
@@ -295,6 +296,8 @@ class FlowForm(forms.ModelForm):
         self.spec = self.flow_spec(cleaned)
         try:
             owner = self.instance.owner if self.instance.pk else self.new_flow_owner
+            # A stored secret kept (left masked) that no key decrypts: said as such.
+            secrets_check(self.spec, what=f"flow {cleaned.get('name')!r}")
             flow_spec_validate(self.spec, owner=owner)
         except ConfigError as exc:
             target = self.field_of_error(exc.field, cleaned)

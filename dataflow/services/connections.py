@@ -23,9 +23,10 @@ deployment's own Redis must have patterns, and none may reach the deployment's k
 (``reserved.reserved_redis_keys``: its namespace, Celery's queues, kombu's keys), when it
 is saved and each time a run resolves it; a run checks each key it reads or writes too.
 
-Secrets (``url``, ``password``) are stored as given (not encrypted: the database holds
-flows' secrets the same way) and never returned: shown masked, and a masked value sent
-back keeps the stored one.
+Secrets (``url``, ``password``) are encrypted at rest (``dataflow.encryption``: the model's
+fields seal them) and never returned: shown masked, and a masked value sent back keeps the
+stored one. A connection whose secrets no key of ``DATAFLOW_SECRET_KEYS`` decrypts is
+refused wherever it is used (``SecretUndecryptable``, naming it and the setting).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import transaction
 
+from dataflow.encryption import secrets_check
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
 from dataflow.services.addresses import url_address_check
@@ -109,6 +111,8 @@ def connection_save(
             password = connection.password
         stored = {"url": connection.url, "password": connection.password}
         secrets = unmask_config(CONNECTION_SECRETS, {"url": url, "password": password}, stored)
+        # A secret kept as stored that no key decrypts: give it again, or fix the keys.
+        secrets_check(secrets, what=f"connection {connection.name!r}")
         url, password = secrets["url"], secrets["password"]
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("url", f"is required: where the {type} server is")
@@ -312,6 +316,9 @@ def _usable_connection(name: str, owner, *, field: str, kind: str) -> Connection
         raise ConfigError(
             field, f"{name!r} is a {connection.type} connection; this needs a {kind} connection"
         )
+    secrets_check(
+        {"url": connection.url, "password": connection.password}, what=f"connection {name!r}", field=field
+    )
     return connection
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from dataflow.encryption import secrets_check
 from dataflow.models import DataFlow, FlowRun
 from dataflow.redis_client import get_redis
 from dataflow.services.environment import flow_environment
@@ -37,8 +38,16 @@ def landing_zone() -> LandingZone:
     return LandingZone(settings.DATAFLOW_LANDING_ROOT, fsync=settings.DATAFLOW_LANDING_FSYNC)
 
 
+def run_secrets_check(run: FlowRun) -> None:
+    """Refuses (``SecretUndecryptable``, naming the run's flow, the secrets and the setting)
+    a run whose spec holds a secret that no key of ``DATAFLOW_SECRET_KEYS`` decrypts: the
+    run cannot go on, and fails at once where the engine meets it."""
+    secrets_check(run.spec, what=f"run {run.pk} of flow {run.spec.get('name', '')!r}")
+
+
 def source_for(run: FlowRun) -> Source:
-    """The run's source, built from the spec it started with."""
+    """The run's source, built from the spec it started with (``run_secrets_check`` first)."""
+    run_secrets_check(run)
     spec = run.spec
     schema = parse_ddl(run.schema_ddl) if run.schema_ddl else None
     context = BuildContext(
@@ -59,5 +68,6 @@ def source_for(run: FlowRun) -> Source:
 def run_environment(run: FlowRun) -> Environment:
     """The environment the run's source and sink are built in: its connections resolved
     for the flow's owner now (a revoked grant stops the build with a ConfigError)."""
+    run_secrets_check(run)
     flow = DataFlow.objects.select_related("owner").get(pk=run.flow_id)
     return flow_environment(run.spec, owner=flow.owner)

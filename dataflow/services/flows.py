@@ -17,6 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from dataflow.encryption import SecretUndecryptable, secrets_check
 from dataflow.models import (
     ACTIVE_RUN_STATUSES,
     Checkpoint,
@@ -44,8 +45,10 @@ from dataflow.services.specs import (
     PARALLELISM_BOUNDS,
     flow_format_file_check,
     flow_paths_check,
+    flow_secrets_check,
     flow_spec_of,
     flow_spec_validate,
+    flow_values_of,
     sink_path_claim,
 )
 from dataflow.services.ticks import flow_ticks_remove, flow_ticks_set
@@ -66,6 +69,9 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
     A running flow keeps the settings its run started with; the change applies from the
     next run.
     """
+    # A secret kept as stored (sent back masked) that no key decrypts: said as such, not
+    # as the option it fails to be.
+    secrets_check(spec, what=f"flow {_flow_name_in(spec)!r}")
     if owner is not None:
         flow_connections_check(spec, owner=owner)  # a user hears of the connection rules first
         flow_format_file_check(spec, owner=owner)  # before the format reads a file
@@ -176,6 +182,11 @@ def _unmasked(section: str, table: Any, stored: dict[str, Any] | None) -> Any:
     return unmask_section(section, table, stored)
 
 
+def _flow_name_in(spec: Any) -> Any:
+    flow_table = spec.get("flow") if isinstance(spec, dict) else None
+    return flow_table.get("name") if isinstance(flow_table, dict) else None
+
+
 def _flow_named_in(spec: Any) -> DataFlow | None:
     flow_table = spec.get("flow") if isinstance(spec, dict) else None
     name = flow_table.get("name") if isinstance(flow_table, dict) else None
@@ -191,10 +202,18 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     "schedule").
 
     Refuses with ConfigError (naming the field) if the flow's config is no longer valid,
-    and with FlowStateError if a run is already active.
+    and with FlowStateError if a run is already active. A secret of the flow or of its
+    connections that no key of ``DATAFLOW_SECRET_KEYS`` decrypts is ``SecretUndecryptable``
+    (a ConfigError naming it and the setting), recorded on a failed run as well.
     """
     spec = flow_spec_of(flow)
-    values = flow_spec_validate(spec, owner=flow.owner)
+    try:
+        flow_secrets_check(flow)
+        values = flow_spec_validate(spec, owner=flow.owner)  # its connections' secrets too
+    except SecretUndecryptable as exc:
+        # A deployment without the key: said on a run, as a source that cannot be read is.
+        _run_failed_at_start(flow=flow, values=flow_values_of(flow), trigger=trigger, error=exc)
+        raise
     try:
         schema_ddl = run_schema_resolve(values, owner=flow.owner)
     except ConfigError as exc:

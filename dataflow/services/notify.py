@@ -44,6 +44,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from dataflow.encryption import Sealed, undecryptable_message
 from dataflow.models import DataFlow, DeliveryStatus, FlowRun, WebhookDelivery
 from dataflow.services.addresses import address_allow_list, address_check
 from dataflow.services.queues import WEBHOOK_DELIVER
@@ -248,7 +249,9 @@ def webhook_deliver(*, delivery_id: int) -> float | None:
     if not claimed:
         return None
     host = urlsplit(delivery.url).hostname or ""
-    if webhook_host_allowed(host):
+    if isinstance(delivery.url, Sealed):  # no key decrypts it: nothing to call, nothing to retry
+        outcome = CallOutcome(None, undecryptable_message(f"webhook of flow {delivery.flow.name!r}", ["url"]))
+    elif webhook_host_allowed(host):
         outcome = _post(delivery.url, webhook_payload(delivery), event=delivery.event)
     else:  # the allowed hosts changed since the flow was saved
         outcome = CallOutcome(None, f"{host} is not in DATAFLOW_WEBHOOK_ALLOWED_HOSTS: not called")

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from dataflow.encryption import secrets_check
 from dataflow.models import DataFlow, SinkPathClaim
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.environment import environment
@@ -170,16 +171,49 @@ def flow_spec_of(flow) -> dict[str, Any]:
     return spec
 
 
+def flow_secrets_check(flow) -> None:
+    """Refuses (``SecretUndecryptable``, naming the flow, its secrets and the setting) a
+    stored flow with a secret that no key of ``DATAFLOW_SECRET_KEYS`` decrypts."""
+    secrets_check(
+        {
+            "source_config": flow.source_config,
+            "format_options": flow.format_options,
+            "sink_config": flow.sink_config,
+            "notify": flow.notify,
+        },
+        what=f"flow {flow.name!r}",
+    )
+
+
+def flow_values_of(flow) -> dict[str, Any]:
+    """A stored flow's settings in the shape of ``flow_spec_validate``'s answer, as stored
+    (not validated again): the spec of a run refused before it could be validated."""
+    return {
+        **{name: getattr(flow, name) for name in FLOW_FIELDS},
+        "source_type": flow.source_type,
+        "source_config": flow.source_config,
+        "format_type": flow.format_type,
+        "format_options": flow.format_options,
+        "transform_sql": flow.transform_sql,
+        "transform_options": flow.transform_options,
+        "sink_type": flow.sink_type,
+        "sink_config": flow.sink_config,
+        "stop_rule": flow.stop_rule,
+        "schedule": flow.schedule,
+        "notify": flow.notify,
+    }
+
+
 def spec_values_masked(values: dict[str, Any]) -> dict[str, Any]:
     """The values ``flow_spec_validate`` returned (a run's ``spec``) as pages may show them:
     the secrets of its source and sink configs and its webhook masked."""
     shown = dict(values)
-    for section in ("source", "sink"):
-        kind, config = values.get(f"{section}_type"), values.get(f"{section}_config")
+    for section, key in (("source", "source_config"), ("format", "format_options"), ("sink", "sink_config")):
+        kind, config = values.get(f"{section}_type"), values.get(key)
         if isinstance(config, dict):
             masked = mask_section(section, {"type": kind, **config})
             masked.pop("type", None)
-            shown[f"{section}_config"] = masked
+            shown[key] = masked
     if isinstance(values.get("notify"), dict):
         shown["notify"] = notify_masked(values["notify"])
     return shown

@@ -96,3 +96,22 @@ def test_spark_session_is_refused_too(landing):
 
     with pytest.raises(ImproperlyConfigured, match="not declared shared"):
         get_spark()
+
+
+def test_keys_of_the_secrets_that_are_not_fernet_keys_are_refused_naming_which(settings):
+    from cryptography.fernet import Fernet
+
+    from dataflow.checks import check_secret_keys
+
+    good = Fernet.generate_key().decode()
+    settings.DATAFLOW_SECRET_KEYS = [good, "not-a-key-but-a-password"]
+
+    errors = check_secret_keys()
+
+    assert [e.id for e in errors] == ["dataflow.E004"]
+    assert "DATAFLOW_SECRET_KEYS: key 2 of 2 is not a Fernet key" in errors[0].msg
+    assert "not-a-key-but-a-password" not in errors[0].msg
+    settings.DATAFLOW_SECRET_KEYS = []
+    assert "DATAFLOW_SECRET_KEYS is empty" in check_secret_keys()[0].msg
+    settings.DATAFLOW_SECRET_KEYS = [good]
+    assert check_secret_keys() == []

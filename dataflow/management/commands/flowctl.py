@@ -1,4 +1,5 @@
-"""``flowctl ACTION NAME``: steer one flow with the same service functions as the admin."""
+"""``flowctl ACTION NAME``: steer one flow with the same service functions as the admin;
+``flowctl rotate-secrets``: re-encrypt every stored secret with the first key."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from dataflow.services.flows import (
     flow_stop,
 )
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
+from dataflow.services.secret_keys import secrets_rotate
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.toml_export import flow_toml
 from dataflow.services.toml_import import flow_spec_from_toml_bytes
@@ -45,7 +47,10 @@ ACTIONS = (
     "checkpoints",
     "restore",
     "delete",
+    "rotate-secrets",
 )
+#: Actions on the deployment, not on one flow: they take no NAME.
+DEPLOYMENT_ACTIONS = ("rotate-secrets",)
 #: Columns of ``status``'s split table, in the order shown.
 SPLIT_COLUMNS = ("split_id", "state", "reader", "offset", "records_read", "errors_count", "lag", "error")
 
@@ -58,12 +63,16 @@ class Command(BaseCommand):
         "code 1 if invalid), export (the flow as TOML for applyflows), rescale N (readers of a "
         "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
         "restore [--checkpoint ID] (a new run from a checkpoint), delete [--delete-output] (the flow; its "
-        "sink directory stays its owner's unless --delete-output removes it). --json prints JSON for scripts."
+        "sink directory stays its owner's unless --delete-output removes it); rotate-secrets (no NAME: "
+        "every stored secret encrypted again with the first key of DATAFLOW_SECRET_KEYS). --json prints "
+        "JSON for scripts."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=ACTIONS)
-        parser.add_argument("name", help="the flow's name (validate: also a TOML file)")
+        parser.add_argument(
+            "name", nargs="?", help="the flow's name (validate: also a TOML file; rotate-secrets: none)"
+        )
         parser.add_argument("count", nargs="?", type=int, help="rescale: the new parallelism")
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
         parser.add_argument(
@@ -84,11 +93,21 @@ class Command(BaseCommand):
             help="delete: remove the flow's sink directory too (else it is kept, and stays the owner's)",
         )
 
-    def handle(self, *args, action: str, name: str, **options):
+    def handle(self, *args, action: str, name: str | None, **options):
+        if (name is None) != (action in DEPLOYMENT_ACTIONS):
+            raise CommandError(
+                f"{action} takes no flow name"
+                if name is not None
+                else f"{action} needs a flow name: flowctl {action} NAME"
+            )
         try:
-            if action == "validate":
+            if action == "rotate-secrets":
+                result = self._rotate_secrets(options)
+            elif action == "validate":
+                assert name is not None
                 result = self._validate(name, options)
             else:
+                assert name is not None
                 result = getattr(self, f"_{action}")(flow_named(name), options)
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
@@ -148,6 +167,10 @@ class Command(BaseCommand):
         except ConfigError as exc:
             return {"valid": False, "source": name, "field": exc.field, "error": exc.reason}
         return {"valid": True, "source": name, "flow": values["name"]}
+
+    def _rotate_secrets(self, options) -> dict[str, Any]:
+        report = secrets_rotate()
+        return {"secrets": report.total, "by_table": report.secrets, "rows": report.rows}
 
     def _export(self, flow, options) -> dict[str, Any]:
         return {"flow": flow.name, "toml": flow_toml(flow=flow, reveal_secrets=options["reveal_secrets"])}
@@ -265,4 +288,11 @@ _TEXT = {
     if r["valid"]
     else f"invalid: {r['source']}",
     "export": lambda r: r["toml"].rstrip("\n"),
+    "rotate-secrets": lambda r: "\n".join(
+        [f"re-encrypted {r['secrets']} secrets with the first key of DATAFLOW_SECRET_KEYS"]
+        + [
+            f"  {table.replace('_', ' ')}: {count} in {r['rows'][table]} rows"
+            for table, count in r["by_table"].items()
+        ]
+    ),
 }

@@ -11,11 +11,12 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 
+from dataflow.encryption import SecretUndecryptable
 from dataflow.models import FlowRun, RunStatus
 from dataflow.services.context import coordinator_for, landing_zone, run_key, source_for
 from dataflow.services.queues import READ_SPLITS, run_task_send
 from dataflow.services.runs.finish import landed_files_release, run_finish
-from dataflow.services.runs.tick import request_tick, serve_split_requests
+from dataflow.services.runs.tick import request_tick, run_refused_secrets, serve_split_requests
 from dataflow.store import DjangoRunStore
 from source_support.landing import LandingZoneUnwritable
 from source_support.runtime import ReaderSettings, SliceOutcome, SliceReport, reader_slice
@@ -37,6 +38,9 @@ def read_slice(*, run_id: int, subtask: int, token: str | None) -> SliceReport:
         run_finish(
             run=run, status=RunStatus.FAILED, message=f"reader {subtask} could not land a batch: {exc}"
         )
+        return SliceReport(SliceOutcome.STOPPED, token)
+    except SecretUndecryptable as exc:
+        run_refused_secrets(run, exc)
         return SliceReport(SliceOutcome.STOPPED, token)
     except Exception as exc:  # noqa: BLE001 - counted and shown on the run, never silent
         log.exception("run %s: reader %s failed", run.pk, subtask)

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Sum
 from django.db.models.functions import Now
 
+from dataflow.encryption import SecretUndecryptable
 from dataflow.limits import SplitCeilingReached
 from dataflow.models import FlowRun, RunStatus, Split, SplitStatus
 from dataflow.services.context import coordinator_for, source_for
@@ -51,6 +52,22 @@ def run_tick(*, run_id: int) -> None:
     if run is None:
         return
     coordinator_for(run).clear_mark(Mark.TICK_QUEUED)
+    try:
+        _run_tick(run)
+    except SecretUndecryptable as exc:
+        run_refused_secrets(run, exc)
+
+
+def run_refused_secrets(run: FlowRun, exc: SecretUndecryptable) -> None:
+    """Fails an active run at once whose secrets (its own, or its connection's) no key of
+    ``DATAFLOW_SECRET_KEYS`` decrypts: every retry would meet them too. The message names
+    them and the setting, never a secret."""
+    log.error("run %s: %s", run.pk, exc.reason)
+    if run.status in (RunStatus.READING, RunStatus.TRANSFORMING):
+        run_finish(run=run, status=RunStatus.FAILED, message=exc.reason)
+
+
+def _run_tick(run: FlowRun) -> None:
     unbounded = run_is_unbounded(run)
     if run.status == RunStatus.TRANSFORMING:
         _ensure_transform(run, unbounded=unbounded)

@@ -14,12 +14,13 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.functions import Now
 
+from dataflow.encryption import SecretUndecryptable
 from dataflow.models import FlowRun, LandedBatch, RunStatus
-from dataflow.services.context import coordinator_for, run_environment, run_key
+from dataflow.services.context import coordinator_for, run_environment, run_key, run_secrets_check
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import landed_copy_applies
 from dataflow.services.runs.replay import ReplayOutput, is_replay
-from dataflow.services.runs.tick import request_tick, transform_in_backoff
+from dataflow.services.runs.tick import request_tick, run_refused_secrets, transform_in_backoff
 from dataflow.services.specs import transform_limits
 from dataflow.services.transform_check import transform_check as transform_analysis
 from dataflow.services.transform_watch import (
@@ -108,6 +109,11 @@ def transform(*, run_id: int) -> None:
     coordinator = coordinator_for(run)
     coordinator.clear_mark(Mark.TRANSFORM_QUEUED)
     if run.status != RunStatus.TRANSFORMING:
+        return
+    try:
+        run_secrets_check(run)  # the sink's secrets: no attempt can write without them
+    except SecretUndecryptable as exc:
+        run_refused_secrets(run, exc)
         return
     if worker_leaving():
         request_tick(run_id=run.pk)  # another worker queues it again
@@ -306,6 +312,9 @@ def _transform_cancelled(run: FlowRun, attempt: int, exc: TransformCancelled) ->
 
 
 def _transform_failed(run: FlowRun, attempt: int, exc: Exception) -> None:
+    if isinstance(exc, SecretUndecryptable):  # its connection's, met as the sink was built
+        run_refused_secrets(run, exc)
+        return
     message = spark_error_message(exc)
     out_of_memory = is_out_of_memory(exc)
     # A query Spark refused cannot have hurt the session; anything else may have killed it.
