@@ -8,7 +8,7 @@ from django.core import checks
 from django.db.models.signals import pre_save
 
 from dataflow import celery_hooks, conf  # noqa: F401 - celery_hooks: its signal handlers, for any Celery app
-from dataflow.checks import check_connector_plugins, check_landing_zone
+from dataflow.checks import check_api_schema_class, check_connector_plugins, check_landing_zone
 from source_support.plugins import load_connectors
 
 
@@ -37,6 +37,7 @@ class DataflowConfig(AppConfig):
         load_connectors()
         checks.register(check_landing_zone)
         checks.register(check_connector_plugins)
+        checks.register(check_api_schema_class)
         pre_save.connect(
             _password_change_revokes_token,
             sender=settings.AUTH_USER_MODEL,
