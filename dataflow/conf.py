@@ -31,6 +31,7 @@ CELERY_DEFAULTS: dict[str, Any] = {
     "CELERY_TASK_DEFAULT_QUEUE": "celery",
     "CELERY_TASK_ROUTES": {},
     "CELERY_BROKER_TRANSPORT_OPTIONS": {},
+    "CELERY_TASK_QUEUES": None,
 }
 
 
