@@ -250,6 +250,7 @@ def defaults(base_dir: Path, host: Any = None) -> dict[str, Any]:
         "" if _cache_home.startswith("~") else os.path.join(_cache_home, "activedataflow"),  # no home: none
     )
 
+    # Each name in capitals above is a setting (those in lower case are steps on the way).
     return {name: value for name, value in locals().items() if name.isupper()}
 
 
