@@ -8,6 +8,7 @@ flow or act on it, ``delete_dataflow`` to delete it.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractUser
 from rest_framework.permissions import SAFE_METHODS, IsAuthenticated
 from rest_framework.settings import api_settings
@@ -38,7 +39,8 @@ class FlowModelPermission(IsAuthenticated):
 class WriteRateThrottle(ScopedRateThrottle):
     """ScopedRateThrottle on unsafe methods only (reads are not throttled). The rate is read
     from REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"] on each request, not once at import, so a
-    deployment or a test that changes the setting is obeyed."""
+    deployment or a test that changes the setting is obeyed; a project whose REST_FRAMEWORK
+    names no rate for the scope has ``DATAFLOW_API_WRITE_RATE``."""
 
     def allow_request(self, request, view) -> bool:
         if request.method in SAFE_METHODS:
@@ -48,7 +50,8 @@ class WriteRateThrottle(ScopedRateThrottle):
     def get_rate(self):
         if self.scope is None:
             return None  # as the rates' get(None) was; allow_request asks only with a scope
-        return api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return rate or (settings.DATAFLOW_API_WRITE_RATE if self.scope == "api-write" else None)
 
 
 class LoginThrottle(BaseThrottle):

@@ -145,7 +145,7 @@ class FlowSerializer(serializers.Serializer):
             "updated_at": self.fields["updated_at"].to_representation(flow.updated_at),
             # The declared field renders it: a serializer made per flow copied its fields each time.
             "last_run": None if last_run is None else self.fields["last_run"].to_representation(last_run),
-            "url": reverse("api:flow-detail", kwargs={"name": flow.name}, request=request),
+            "url": reverse("dataflow:api:flow-detail", kwargs={"name": flow.name}, request=request),
         }
         return out
 
@@ -180,7 +180,9 @@ class ActionSerializer(ValuesSerializer):
             "run": run.pk if run else None,
             "status": flow.status,
             "run_status": run.status if run else None,
-            "run_url": reverse("api:run-detail", kwargs={"pk": run.pk}, request=request) if run else None,
+            "run_url": reverse("dataflow:api:run-detail", kwargs={"pk": run.pk}, request=request)
+            if run
+            else None,
         }
 
 
@@ -219,7 +221,7 @@ class RunSerializer(ValuesSerializer):
         return {
             "id": run.pk,
             "flow": run.flow.name,
-            "url": reverse("api:run-detail", kwargs={"pk": run.pk}, request=request),
+            "url": reverse("dataflow:api:run-detail", kwargs={"pk": run.pk}, request=request),
             "status": run.status,
             "trigger": run.trigger,
             "paused": run.paused_at is not None,
@@ -324,7 +326,7 @@ class DeadLetterSerializer(ValuesSerializer):
         values = {name: getattr(letter, name, None) for name, _ in self.fields.items()}  # items(): as above
         values["flow"], values["run"] = letter.flow.name, letter.run_id
         values["url"] = reverse(
-            "api:dead-letter-detail", kwargs={"pk": letter.pk}, request=self.context.get("request")
+            "dataflow:api:dead-letter-detail", kwargs={"pk": letter.pk}, request=self.context.get("request")
         )
         return values
 

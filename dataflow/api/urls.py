@@ -1,9 +1,9 @@
-"""The API's URLs, under /api/ (see dataflow/urls.py)."""
+"""The API's URLs, under ``api/`` of the app's (see dataflow/urls.py)."""
 
 from __future__ import annotations
 
 from django.http import JsonResponse
-from django.urls import path, re_path
+from django.urls import path, re_path, reverse
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
@@ -19,16 +19,24 @@ router.register("connections", ConnectionViewSet, basename="connection")
 
 
 def endpoint_not_found(request) -> JsonResponse:
-    """A path under /api/ that is no endpoint: JSON for API clients, not an HTML page."""
+    """A path under the API's that is no endpoint: JSON for API clients, not an HTML page."""
+    docs = reverse("dataflow:api:docs")
     return JsonResponse(
-        {"detail": f"no endpoint at {request.path}; the endpoints are listed at /api/docs/"}, status=404
+        {"detail": f"no endpoint at {request.path}; the endpoints are listed at {docs}"}, status=404
     )
 
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    # The split view serves its start-up script as a file: no inline script (CSP).
-    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api:schema"), name="docs"),
+    # The split view serves its start-up script as a file: no inline script (CSP); the
+    # page's style is a file too (dataflow/swagger_ui.html).
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="dataflow:api:schema", template_name="dataflow/swagger_ui.html"
+        ),
+        name="docs",
+    ),
     path("auth/token/", auth.TokenView.as_view(), name="token"),
     path("connectors/", catalog.ConnectorCatalogView.as_view(), name="connectors"),
     *router.urls,

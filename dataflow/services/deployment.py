@@ -1,5 +1,5 @@
 """This deployment's identity, which every Celery task it sends carries (a header, set as
-the task is published: ``dataflow/celery.py``), and the worker's check of it.
+the task is published: ``dataflow/celery_hooks.py``), and the worker's check of it.
 
 Two deployments on one Redis server keep apart by ``DATAFLOW_REDIS_NAMESPACE``: their
 broker keys (queues, kombu's bindings and unacked sets) are under ``<namespace>:celery:``

@@ -77,7 +77,10 @@ def login_unavailable_response(error: LoginThrottleUnavailable) -> HttpResponse:
 class DashboardLoginView(LoginView):
     """The dashboard's login: any account (a flow's owner need not be staff)."""
 
-    template_name = "dashboard/login.html"
+    template_name = "dataflow/dashboard/login.html"
+    # Without ?next=, the dashboard, under whatever prefix the project put it (not the
+    # project's LOGIN_REDIRECT_URL, which is its own pages').
+    next_page = "dataflow:dashboard:index"
     redirect_authenticated_user = True
     authentication_form = ThrottledAuthenticationForm
 

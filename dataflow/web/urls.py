@@ -12,5 +12,5 @@ urlpatterns = [
     path("flows/<slug:name>/live.json", views.flow_live, name="flow-live"),
     # Its own login: the admin's accepts staff only, and a flow's owner need not be staff.
     path("login/", login.DashboardLoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(next_page="dashboard:login"), name="logout"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="dataflow:dashboard:login"), name="logout"),
 ]

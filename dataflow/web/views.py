@@ -26,30 +26,30 @@ from dataflow.selectors.visibility import flows_visible
 
 #: How often a page asks for fresh data.
 POLL_MS = 3000
-#: The parts of a flow's page that each poll redraws (``dashboard/flow/_<part>.html``).
+#: The parts of a flow's page that each poll redraws (``dataflow/dashboard/flow/_<part>.html``).
 FLOW_PARTS = ("state", "kpis", "splits", "runs", "errors")
 
 #: The site's icon, served at /favicon.ico whether or not static files are served (a browser
 #: asks for it on every page that names none, and a 404 is a console error there).
 FAVICON = Path(__file__).resolve().parents[1] / "static" / "dataflow" / "favicon.ico"
 
-dashboard_login_required = partial(login_required, login_url=reverse_lazy("dashboard:login"))
+dashboard_login_required = partial(login_required, login_url=reverse_lazy("dataflow:dashboard:login"))
 
 
 @dashboard_login_required
 def index(request):
     flows = flow_overview(user=request.user)
     context = {"flows": flows, "warnings": fleet_warnings(), "poll_ms": POLL_MS}
-    return render(request, "dashboard/index.html", context)
+    return render(request, "dataflow/dashboard/index.html", context)
 
 
 @dashboard_login_required
 def index_live(request):
     flows = flow_overview(user=request.user)
     html = {
-        "flows": render_to_string("dashboard/_flow_rows.html", {"flows": flows}, request),
+        "flows": render_to_string("dataflow/dashboard/_flow_rows.html", {"flows": flows}, request),
         "summary": render_to_string(
-            "dashboard/_summary.html", {"flows": flows, "warnings": fleet_warnings()}, request
+            "dataflow/dashboard/_summary.html", {"flows": flows, "warnings": fleet_warnings()}, request
         ),
     }
     return JsonResponse({"now": timezone.now(), "flows": flows, "html": html})
@@ -59,7 +59,7 @@ def index_live(request):
 def flow_page(request, name: str):
     flow = get_object_or_404(flows_visible(user=request.user), name=name)
     data = flow_dashboard(flow=flow)
-    return render(request, "dashboard/flow.html", {"flow": flow, "data": data, "poll_ms": POLL_MS})
+    return render(request, "dataflow/dashboard/flow.html", {"flow": flow, "data": data, "poll_ms": POLL_MS})
 
 
 @dashboard_login_required
@@ -71,7 +71,10 @@ def flow_live(request, name: str):
         flow=flow, run_id=_int_or_none(request.GET.get("run")), since=_time_or_none(request.GET.get("since"))
     )
     context = {"flow": flow, "data": data}
-    html = {part: render_to_string(f"dashboard/flow/_{part}.html", context, request) for part in FLOW_PARTS}
+    html = {
+        part: render_to_string(f"dataflow/dashboard/flow/_{part}.html", context, request)
+        for part in FLOW_PARTS
+    }
     return JsonResponse({"now": timezone.now(), **data, "html": html})
 
 

@@ -16,6 +16,7 @@ from dataflow.api.parsers import BoundedJSONParser
 from dataflow.api.permissions import LoginThrottle
 from dataflow.api.schema import errors
 from dataflow.api.serializers import TokenSerializer
+from dataflow.api.views.base import ApiSchema
 from dataflow.services.login_throttle import LoginAttempt, login_attempt_succeeded, login_refusal_text
 from dataflow.services.tokens import token_issue, token_revoke
 
@@ -26,7 +27,7 @@ from dataflow.services.tokens import token_issue, token_revoke
     responses={200: TokenSerializer, **errors(400, 413, 429)},
     auth=[],
 )
-class TokenView(ObtainAuthToken):
+class TokenView(ApiSchema, ObtainAuthToken):
     # JSON, or a form as curl -d / -F sends it (Django bounds a form's size itself).
     parser_classes = (BoundedJSONParser, FormParser, MultiPartParser)
     authentication_classes = ()

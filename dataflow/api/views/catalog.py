@@ -8,6 +8,7 @@ from rest_framework.response import Response
 
 from dataflow.api.schema import errors
 from dataflow.api.serializers import ConnectorCatalogSerializer
+from dataflow.api.views.base import ApiDefaults
 from source_support.registry import connector_catalog
 
 
@@ -15,7 +16,7 @@ from source_support.registry import connector_catalog
     summary="Installed source, format and sink types, with the JSON Schema of each one's config",
     responses={200: ConnectorCatalogSerializer, **errors()},
 )
-class ConnectorCatalogView(GenericAPIView):
+class ConnectorCatalogView(ApiDefaults, GenericAPIView):
     serializer_class = ConnectorCatalogSerializer
 
     def get(self, request):

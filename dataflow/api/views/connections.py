@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from dataflow.api.permissions import WriteRateThrottle
 from dataflow.api.schema import errors
 from dataflow.api.serializers import ConnectionSerializer, ConnectionWriteSerializer
-from dataflow.api.views.base import WRITE_SCOPE
+from dataflow.api.views.base import WRITE_SCOPE, ApiDefaults
 from dataflow.models import Connection
 from dataflow.selectors.visibility import connections_visible
 from dataflow.services.connections import connection_delete, connection_save
@@ -70,7 +70,7 @@ class StaffWrites(BasePermission):
         responses={204: None, **errors(403, 404, 429)},
     ),
 )
-class ConnectionViewSet(viewsets.GenericViewSet):
+class ConnectionViewSet(ApiDefaults, viewsets.GenericViewSet):
     """Connections by name."""
 
     serializer_class = ConnectionSerializer

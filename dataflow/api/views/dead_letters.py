@@ -15,7 +15,7 @@ from dataflow.api.serializers import (
     DeadLetterSerializer,
     RunSerializer,
 )
-from dataflow.api.views.base import WRITE_SCOPE, FlowScopedView
+from dataflow.api.views.base import WRITE_SCOPE, ApiDefaults, FlowScopedView
 from dataflow.models import DeadLetter
 from dataflow.selectors.visibility import dead_letters_visible
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
@@ -39,7 +39,7 @@ class FlowDeadLettersView(FlowScopedView, ListAPIView):
 @extend_schema(
     summary="Discard a dead letter", responses={204: None, **errors(403, 404, 409, 429)}, methods=["DELETE"]
 )
-class DeadLetterDetailView(RetrieveDestroyAPIView):
+class DeadLetterDetailView(ApiDefaults, RetrieveDestroyAPIView):
     serializer_class = DeadLetterSerializer
     throttle_scope = WRITE_SCOPE
     flow_permissions = {"DELETE": "change"}

@@ -18,7 +18,7 @@ from dataflow.api.serializers import (
     FlowSerializer,
     ValidSerializer,
 )
-from dataflow.api.views.base import FLOW_NAME_RE, WRITE_SCOPE
+from dataflow.api.views.base import FLOW_NAME_RE, WRITE_SCOPE, ApiDefaults
 from dataflow.selectors.runs import latest_runs_of
 from dataflow.selectors.visibility import flows_visible
 from dataflow.services.flows import flow_create, flow_delete, flow_merge, flow_replace
@@ -63,7 +63,7 @@ FLOW_BODY = (
         responses={204: None, **errors(400, 403, 404, 429)},
     ),
 )
-class FlowViewSet(viewsets.GenericViewSet):
+class FlowViewSet(ApiDefaults, viewsets.GenericViewSet):
     """Flows by name. A user sees and changes only their own flows; staff see all."""
 
     serializer_class = FlowSerializer
@@ -99,7 +99,7 @@ class FlowViewSet(viewsets.GenericViewSet):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         flow = flow_create(spec=serializer.validated_data, owner=request.user)
-        location = reverse("api:flow-detail", kwargs={"name": flow.name}, request=request)
+        location = reverse("dataflow:api:flow-detail", kwargs={"name": flow.name}, request=request)
         return Response(
             self.get_serializer(flow).data, status=status.HTTP_201_CREATED, headers={"Location": location}
         )

@@ -15,7 +15,7 @@ from dataflow.api.serializers import (
     RunSerializer,
     StatusQuerySerializer,
 )
-from dataflow.api.views.base import FlowScopedView
+from dataflow.api.views.base import ApiDefaults, FlowScopedView
 from dataflow.models import FlowRun
 from dataflow.selectors.flows import flow_status_report
 from dataflow.selectors.runs import flow_latest_run, metrics_series
@@ -37,7 +37,7 @@ class FlowRunsView(FlowScopedView, ListAPIView):
 @extend_schema(
     summary="A run, with its counters (live while it runs)", responses={200: RunSerializer, **errors(404)}
 )
-class RunDetailView(RetrieveAPIView):
+class RunDetailView(ApiDefaults, RetrieveAPIView):
     serializer_class = RunSerializer
 
     def get_queryset(self):

@@ -6,6 +6,7 @@ import time
 from contextlib import ExitStack, contextmanager
 
 import psutil
+from celery import Celery, current_app
 from celery.bootsteps import RUN  # pyright: ignore[reportAttributeAccessIssue] - not in celery-types
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state
@@ -15,7 +16,6 @@ from django.db import Error as DatabaseError
 from django.db import close_old_connections, connection
 from tqdm import tqdm
 
-from dataflow.celery import app
 from dataflow.management.lookup import flow_named
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
@@ -27,6 +27,13 @@ from dataflow.services.runs.landed import flow_needs_spark
 from dataflow.services.runs.tick import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up_for_runflow
 from source_support.errors import ConfigError
+
+
+def _celery_app() -> Celery:
+    """The project's Celery app (its own, or the checkout's ``dataflow.celery``), which the
+    in-process worker runs: the one the app's tasks are sent with."""
+    return current_app._get_current_object()  # pyright: ignore[reportAttributeAccessIssue]
+
 
 #: How long runflow rides out a database it cannot reach before it gives up.
 DATABASE_PATIENCE_S = 120
@@ -87,7 +94,7 @@ class Command(BaseCommand):
                     warm_up_for_runflow()  # the JVM starts while the readers read
                 worker = started.enter_context(
                     start_worker(
-                        app,
+                        _celery_app(),
                         pool="threads",
                         queues=[queue],
                         # readers, the transform check, the Spark job (an unbounded flow's
@@ -259,7 +266,7 @@ def _stop_now(worker) -> None:
     if timed out). Should any of it fail, the worker stops all the same, as slowly as before."""
     state.should_terminate = 0
     try:
-        app.control.broadcast("ping", destination=[worker.hostname], reply=False)
+        _celery_app().control.broadcast("ping", destination=[worker.hostname], reply=False)
     except Exception as exc:  # noqa: BLE001 - see above
         logging.getLogger("dataflow.runflow").debug("waking the worker failed: %s", exc)
         return
@@ -297,7 +304,7 @@ def _own_queue(flow, queue: str):
     finally:
         try:
             runflow_release(flow)
-            with app.connection_for_write() as connection:
+            with _celery_app().connection_for_write() as connection:
                 # A Redis transport's channel (kombu's virtual Channel) purges; the stubs'
                 # StdChannel, the base of every transport's, does not declare it.
                 connection.default_channel.queue_purge(queue)  # pyright: ignore[reportAttributeAccessIssue]
