@@ -5,7 +5,14 @@ the Redis Streams source finds a stream made again (issue 25).
 A split's partition was reset when the high watermark its fetches report is below the
 split's position (offsets only grow in one log), or its log's start is above it; a topic the brokers no longer know is said at once and fails
 the split after ``TOPIC_GONE_S``. Each is checked for a split with nothing fetched waiting
-(a reset partition fetches nothing past its checkpoint), at most every ``CHECK_EVERY_S``.
+(a reset partition fetches nothing past its checkpoint), at most every ``CHECK_EVERY_S``;
+and when the brokers answer a fetch at the checkpoint "offset out of range"
+(``out_of_range``), at once.
+
+What a reset does is the flow's ``source.on_reset``: ``fail`` fails the split; ``restart``
+ends it and reads the partition's new log from its first offset as the split's next
+generation (``PARTITION_RESET``, sent to the enumerator once the old split's end is
+committed).
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ CHECK_EVERY_S = 3.0
 CHECK_TIMEOUT_S = 2.0
 #: How long a topic the brokers no longer know may stay away before its splits fail.
 TOPIC_GONE_S = 10.0
+#: The event a reader sends the enumerator once the split of a partition that was reset
+#: is committed as finished (``source.on_reset = "restart"``): the partition's next
+#: generation is to be read from ``start`` (at once; or, for a topic that is gone, from
+#: its first offset once a discovery finds it again).
+PARTITION_RESET = "partition-reset"
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,8 @@ class Reset:
     split: PartitionSplit
     #: What was seen, in words naming the offsets.
     seen: str
+    #: Whether the topic is gone from the brokers (no new log to read yet).
+    gone: bool = False
 
     def words(self) -> str:
         split = self.split
@@ -141,4 +155,26 @@ class ResetWatch:
             split,
             f"the brokers have not known it for {now - seen.gone_since:.0f} s; the checkpoint is at "
             f"offset {split.position}",
+            gone=True,
         )
+
+    def out_of_range(self, split: PartitionSplit) -> Reset | None:
+        """Why the brokers answered a fetch at the split's position "offset out of range":
+        its log starts after the position, or ends before it (ListOffsets asked now: the
+        brokers said the position is outside the log); None if neither shows or they do
+        not answer."""
+        tp = TopicPartition(split.topic, split.partition)
+        try:
+            low, high = self.consumer().get_watermark_offsets(tp, timeout=CHECK_TIMEOUT_S, cached=False)
+        except TRANSIENT as exc:
+            log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
+            return None
+        if low > split.position:
+            return Reset(
+                split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
+            )
+        if 0 <= high < split.position:
+            return Reset(
+                split, f"its log ends at offset {high}, the checkpoint is at offset {split.position}"
+            )
+        return None

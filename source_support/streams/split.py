@@ -28,3 +28,16 @@ class PositionedSplit(SourceSplit):
 
     def at(self, position: int) -> Self:
         return replace(self, position=position)
+
+
+def generation_split_id(key: str, generation: int) -> str:
+    """The split id of a generation of the split of ``key`` (a stream, a partition): the
+    key itself for the first. A later generation reads a new log under the same name (a
+    stream or topic deleted and made again, a server restarted empty) from its start, as a
+    split of its own, so its landed files and checkpoint never mix with the old one's."""
+    return key if not generation else f"{key} (generation {generation + 1})"
+
+
+def generation_key(split_id: str) -> str:
+    """The key of a split id that ``generation_split_id`` made (keys hold no `` (``)."""
+    return split_id.split(" (generation ", 1)[0]
