@@ -7,6 +7,12 @@ from typing import Any, ClassVar, Self
 
 from source_support.api import OffsetEntry, SourceSplit
 
+#: What a stream source does when the log a split read is not there any more under its
+#: name (``source.on_reset``, one vocabulary for every source that has it): ``fail`` fails
+#: the split naming both logs; ``restart`` reads the new log from its start as the split's
+#: next generation (``generation_split_id``).
+ON_RESET_POLICIES = ("fail", "restart")
+
 
 class PositionedSplit(SourceSplit):
     """A split whose progress is its field ``position`` (an offset, a stream sequence, a
