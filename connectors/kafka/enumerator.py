@@ -104,6 +104,8 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             )
             if split.generation:
                 known["generation"] = split.generation
+            if split.topic_id is not None:
+                known["topic_id"] = split.topic_id
             known["start"] = split.position  # where its last commit left it
             known["owner"] = None
         self._rebalance()
@@ -132,6 +134,12 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                 "owner": None,
                 "generation": generation + 1,
             }
+            try:
+                topic_id = self.brokers.topic_ids([payload["topic"]]).get(payload["topic"])
+            except TRANSIENT:
+                topic_id = None  # its offsets are still checked
+            if topic_id is not None:
+                self.splits[key]["topic_id"] = topic_id
             if payload["stop"] is not None and payload["start"] >= payload["stop"]:
                 del self.splits[key]
                 self.done.add(key)  # nothing before its stop in the new log
@@ -184,8 +192,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                     continue
                 new.append((topic, partition))
         ends = self.brokers.ends(new) if new else {}
+        ids = self.brokers.topic_ids({topic for topic, _ in new}) if new else {}
         for topic, partition in new:
-            self._add(topic, partition, *ends[topic, partition], first=first)
+            self._add(topic, partition, *ends[topic, partition], first=first, topic_id=ids.get(topic))
         if first and self.topics is not None:
             missing = [t for t in self.topics if t not in listed]
             if missing:
@@ -195,7 +204,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         if new:
             log.info("%d new partition(s): %s", len(new), ", ".join(partition_split_id(*k) for k in new))
 
-    def _add(self, topic: str, partition: int, low: int, high: int, *, first: bool) -> None:
+    def _add(
+        self, topic: str, partition: int, low: int, high: int, *, first: bool, topic_id: str | None
+    ) -> None:
         split_id = partition_split_id(topic, partition)
         start = self._start_for(topic, partition, low, high) if first else low
         stop: int | None = None
@@ -213,6 +224,8 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         }
         if split_id in self.gone:  # a partition reset while its topic was gone is back
             self.splits[split_id]["generation"] = self.gone.pop(split_id)
+        if topic_id is not None:  # the split reads this topic, not one made again under its name
+            self.splits[split_id]["topic_id"] = topic_id
         if first and self.start_kind == "time" and split_id not in self.start_offsets:
             self.splits[split_id]["start_time_ms"] = self.start_ms
 
@@ -243,4 +256,5 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             stop_time,
             known.get("start_time_ms"),
             known.get("generation", 0),
+            known.get("topic_id"),
         )

@@ -75,6 +75,8 @@ class HeldPartition:
     pending: list[Message] = field(default_factory=list[Message])
     offsets: list[int] = field(default_factory=list[int])
     next_check: float = 0.0
+    #: Whether its topic's id was compared with the split's before its first fetch.
+    id_checked: bool = False
     #: What the brokers said when a fetch at the position was out of range (None: not so).
     out_of_range: str | None = None
 
@@ -132,7 +134,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self.flow = flow
         #: What a partition whose offsets went backwards does (``source.on_reset``).
         self.on_reset = on_reset
-        self.resets = ResetWatch(lambda: self.consumer, answered=broker_log(servers).answered)
+        self.resets = ResetWatch(
+            lambda: self.consumer, servers=servers, answered=broker_log(servers).answered
+        )
         self.send_event = send_event
         self.clock = clock
         #: Held splits by ``topic:partition`` (one generation of a partition at a time).
@@ -185,6 +189,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         stopped = [s for s in self.held.values() if s.split.stopped]
         if stopped:
             return [self._finish(s) for s in stopped]
+        replaced = self._replaced_topics()
+        if replaced:
+            return replaced
         if not any(s.pending for s in self.held.values()):
             self._consume(max_records, timeout_s)
         batches: list[RecordBatch] = []
@@ -413,6 +420,22 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
             return None
         return self._finish(state) if high <= split.position else None
+
+    def _replaced_topics(self) -> list[RecordBatch]:
+        """Before the first fetch of a split added since: its topic is the one it was found
+        with (a topic made again under its name, whose new log may reach past the checkpoint,
+        has another id: KIP-516, where the brokers tell it), else it is reset."""
+        fresh = [s for s in self.held.values() if not s.id_checked]
+        if not fresh:
+            return []
+        for state in fresh:
+            state.id_checked = True
+        batches: list[RecordBatch] = []
+        for reset in self.resets.topic_id_resets([s.split for s in fresh]):
+            state = self.held.get(reset.split.place)
+            if state is not None and (batch := self._reset(state, reset)) is not None:
+                batches.append(batch)
+        return batches
 
     def _reset(self, state: HeldPartition, reset: Reset) -> RecordBatch | None:
         """A split whose partition went back below its checkpoint fails, naming both

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from source_support.testing.harness import SourceHarness
 from tests.connectors.kafka.conftest import Topics, kafka_source
 from tests.helpers import logs_of
@@ -92,13 +94,55 @@ def test_tansu_restarted_empty_fails_a_split_by_default_and_restarts_it_when_dec
         failing.run(until=lambda h: any(s.failed for s in h.store.state.splits.values()))
         restarting.run(until=lambda h: len(h.records()) == 110)
 
-    (message,) = [s.failed for s in failing.store.state.splits.values() if s.failed]
+    message = failing.store.state.splits[f"{topic}:0"].failed
     assert f"topic {topic} partition 0 went back below the checkpoint" in message
-    assert "the checkpoint is at offset 100" in message
+    # Told by the offsets or, first, by the topic's new id (Tansu tells topic ids).
+    assert "the checkpoint is at offset 100" in message or "the checkpoint (offset 100) is of" in message
     ids = sorted(r["id"] for r in restarting.records())
     assert ids == [*range(100), *range(1000, 1010)], "the new log read whole, once"
     old = restarting.store.state.splits[f"{topic}:0"]
-    assert "the checkpoint is at offset 100" in old.note
+    assert "the checkpoint is at offset 100" in old.note or "the checkpoint (offset 100) is of" in old.note
     assert "it is read again from offset 0, the first of its new log" in old.note
     assert restarting.store.state.splits[f"{topic}:0 (generation 2)"].position == 10
     assert not any(s.failed for s in restarting.store.state.splits.values())
+
+
+@pytest.mark.parametrize("on_reset", ["fail", "restart"])
+def test_a_topic_made_again_past_the_checkpoint_is_told_by_its_topic_id(tansu, env, on_reset):
+    # Offsets cannot tell this one: the new log already reaches past the checkpoint. Tansu
+    # tells topic ids (KIP-516); the mock cluster does not (there offsets are all there is).
+    topic = f"i{uuid.uuid4().hex[:10]}"
+    topics = Topics(tansu)
+    topics.make(topic)
+    topics.send_json(topic, 0, [{"id": i} for i in range(100)])
+    harnesses = {
+        policy: SourceHarness(
+            kafka_source(env, tansu, topic, on_reset=policy), readers=1, poll_timeout_s=0.05
+        )
+        for policy in ("fail", on_reset)
+    }
+    harness = harnesses[on_reset]
+    harness.run(until=lambda h: len(h.records()) == 100)
+    old_id = harness.store.state.splits[f"{topic}:0"].payload.get("topic_id")
+
+    tansu.restart()  # empty: its storage is memory
+    topics = Topics(tansu)
+    topics.make(topic)
+    topics.send_json(topic, 0, [{"id": i} for i in range(1000, 1150)])  # 150: past the checkpoint
+    harness.restart_reader(0)  # the next time slice's reader
+    harness.run(
+        until=lambda h: any(s.failed for s in h.store.state.splits.values()) or len(h.records()) >= 250,
+        rounds=400,
+    )
+
+    old = harness.store.state.splits[f"{topic}:0"]
+    said = old.failed or old.note
+    assert f"topic {topic} partition 0 went back below the checkpoint: its topic's id is now " in said, said
+    assert f"and the checkpoint (offset 100) is of the topic whose id was {old_id}" in said
+    ids = sorted(r["id"] for r in harness.records())
+    if on_reset == "fail":
+        assert old.failed and ids == list(range(100)), "nothing of the new topic taken for the old one's"
+    else:
+        assert not old.failed and ids == [*range(100), *range(1000, 1150)], "the new log read whole, once"
+        new = harness.store.state.splits[f"{topic}:0 (generation 2)"]
+        assert new.payload["topic_id"] not in (None, old_id)
