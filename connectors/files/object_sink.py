@@ -1,7 +1,8 @@
 """The parquet, csv and json sinks at an ``s3://bucket/prefix`` path: an S3-compatible object
 store, which has no rename.
 
-Spark writes the run's files into a local staging directory, as for a directory sink; each
+Spark writes the run's files into a local staging directory (``local_staging``, named by the
+attempt so that ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES`` is watched as for a directory sink); each
 file is then uploaded as a multipart upload (``PART_BYTES`` at a time, so memory does not
 grow with the output) that is left *uncompleted*: S3 shows no object until its upload is
 completed, which is what the fence's swap does (the S3A "magic" committer's way). So an
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -334,6 +336,13 @@ def append_objects(
     return _publish_staged(store, write_to, count, publish, key=epoch_key, swap_in=move_in, empty_files=False)
 
 
+def local_staging(key: str) -> Path:
+    """The local directory where the write ``key`` (an attempt's or an epoch's key) stages
+    its files before they are uploaded; named by the key, so its size can be measured while
+    Spark writes (``files.sink``'s staging meter)."""
+    return Path(tempfile.gettempdir()) / f"adf-s3-sink-{key}"
+
+
 def _publish_staged(
     store: _Store,
     write_to: Callable[[str], None],
@@ -350,16 +359,19 @@ def _publish_staged(
     files it made (a bounded run's schema-only file) or none (a stream's empty epoch)."""
     uploads: list[_Upload] = []
     published = False
-    with tempfile.TemporaryDirectory(prefix="adf-s3-sink-") as scratch:
-        staging = Path(scratch) / "out"
-        try:
-            write_to(str(staging))
-            rows = count(staging)
-            store.stage(named_files(staging, key) if rows or empty_files else [], uploads)
-            published = publish(rows, swap_in(rows, uploads))
-        finally:
-            if not published:
-                store.abort(uploads)
+    scratch = local_staging(key)
+    shutil.rmtree(scratch, ignore_errors=True)  # what a crashed attempt of the key left
+    scratch.mkdir(parents=True)
+    staging = scratch / "out"
+    try:
+        write_to(str(staging))
+        rows = count(staging)
+        store.stage(named_files(staging, key) if rows or empty_files else [], uploads)
+        published = publish(rows, swap_in(rows, uploads))
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        if not published:
+            store.abort(uploads)
     return published
 
 

@@ -31,6 +31,7 @@ from connectors.files.object_sink import (
     append_objects,
     commit_objects,
     is_s3_path,
+    local_staging,
     open_place,
     parse_s3_path,
 )
@@ -172,11 +173,14 @@ def staging_directory(target: Path, attempt_key: str) -> Path:
 
 def _staging_bytes(config: dict[str, Any], attempt_key: str) -> int | None:
     """The bytes of the files the write ``attempt_key`` has staged so far (Spark's task
-    files included, as they grow); None for an ``s3://`` sink, whose staging is objects."""
+    files included, as they grow): in its staging directory beside the sink, or, for an
+    ``s3://`` sink, in the local directory its files wait in before they are uploaded."""
     if is_s3_path(config["path"]):
-        return None
+        staging = local_staging(attempt_key)
+    else:
+        staging = staging_directory(Path(config["path"]), attempt_key)
     total = 0
-    for folder, _, names in os.walk(staging_directory(Path(config["path"]), attempt_key)):
+    for folder, _, names in os.walk(staging):
         for name in names:
             try:
                 total += os.stat(os.path.join(folder, name), follow_symlinks=False).st_size

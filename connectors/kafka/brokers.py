@@ -7,11 +7,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from typing import Protocol
+from concurrent.futures import Future
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from connectors.kafka.connection import REQUEST_TIMEOUT_S, new_consumer
+from connectors.kafka.connection import REQUEST_TIMEOUT_S, client_config, new_consumer
 from connectors.kafka.outages import broker_log
 
 log = logging.getLogger("connectors.kafka")
@@ -24,6 +26,10 @@ FETCH_PROBE_S = 5.0
 Partition = tuple[str, int]
 #: The partitions whose short ListOffsets answer was said, by (servers, topic, partition).
 _SAID_SHORT: set[tuple[str, str, int]] = set()
+#: How long a lookup of topic ids waits (brokers that do not know the request never answer).
+TOPIC_IDS_TIMEOUT_S = 2.0
+#: The brokers, by servers, that told no topic id (asked no more by this process).
+_NO_TOPIC_IDS: set[str] = set()
 
 
 class KafkaMetadata(Protocol):
@@ -45,6 +51,10 @@ class KafkaMetadata(Protocol):
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         """The first offset whose record's timestamp is at or after ``time_ms``; None when
         there is none yet."""
+        ...
+
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        """The id (KIP-516) of each topic whose id the brokers tell (``topic_ids``)."""
         ...
 
 
@@ -105,6 +115,9 @@ class BrokerMetadata:
         if self.servers is not None:
             broker_log(self.servers).answered()
 
+    def topic_ids(self, topics: Iterable[str]) -> dict[str, str]:
+        return {} if self.servers is None else topic_ids(self.servers, topics)
+
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         with self._lock:
             (found,) = self.consumer.offsets_for_times(
@@ -113,6 +126,37 @@ class BrokerMetadata:
         if found.error is not None:
             raise KafkaException(found.error)
         return None if found.offset < 0 else int(found.offset)
+
+
+def topic_ids(servers: str, topics: Iterable[str]) -> dict[str, str]:
+    """The id (KIP-516) of each of ``topics`` that the brokers tell (DescribeTopics); a
+    topic they do not know, or brokers that tell none (librdkafka's mock cluster never
+    answers: asked once a process), are left out. A topic deleted and made again under
+    its name has another id."""
+    wanted = sorted(set(topics))
+    if not wanted or servers in _NO_TOPIC_IDS:
+        return {}
+    admin = AdminClient(client_config(servers))
+    found: dict[str, str] = {}
+    try:
+        futures: dict[str, Future[Any]] = admin.describe_topics(  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+            TopicCollection(wanted), request_timeout=TOPIC_IDS_TIMEOUT_S
+        )
+        for topic, future in futures.items():
+            try:
+                described: Any = future.result(timeout=TOPIC_IDS_TIMEOUT_S + 1)
+            except (KafkaException, TimeoutError, RuntimeError) as exc:
+                if isinstance(exc, TimeoutError) or "timed out" in str(exc).lower():
+                    _NO_TOPIC_IDS.add(servers)
+                    log.info("Kafka at %s tells no topic ids: topics are told apart by offsets only", servers)
+                    return {}
+                continue  # a topic it does not know (any more)
+            topic_id = getattr(described, "topic_id", None)
+            if topic_id is not None and str(topic_id) != "AAAAAAAAAAAAAAAAAAAAAA":  # the zero id: none
+                found[topic] = str(topic_id)
+    except (KafkaException, ValueError, TypeError) as exc:
+        log.info("could not ask Kafka at %s for topic ids: %s", servers, exc)
+    return found
 
 
 def fetched_high_watermarks(servers: str, listed: dict[Partition, int]) -> dict[Partition, int]:

@@ -12,12 +12,13 @@ from source_support.config import ConfigBase, connection_field, option
 from source_support.durations import parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.registry import Environment
+from source_support.streams.split import ON_RESET_POLICIES
 
 #: The kind of named connection ``bootstrap_servers`` may be replaced by.
 CONNECTION_KIND = "kafka"
 START_WORDS = ("earliest", "latest")
 #: What ``on_reset`` may say.
-RESET_POLICIES = ("fail",)
+RESET_POLICIES = ON_RESET_POLICIES
 #: Kafka's own rule for topic names.
 TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 HOST_PORT_RE = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:\d{1,5})?")
@@ -76,8 +77,10 @@ class KafkaSourceConfig(ConfigBase):
     )
     on_reset: str = option(
         "What a partition whose offsets went back below the flow's checkpoint does (its topic "
-        "deleted and made again, its broker restarted empty, a topic gone for 10 s): fail (its "
-        "split fails, naming the partition and both offsets).",
+        "deleted and made again, its broker restarted empty, its log start past the checkpoint, "
+        "a topic gone for 10 s): fail (its split fails, naming the partition and both offsets) "
+        "or restart (it is read again from the new log's first offset as a split of its own, "
+        "said as a warning and on the run; records of the old log not read are lost).",
         default="fail",
         choices=RESET_POLICIES,
     )

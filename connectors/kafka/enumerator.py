@@ -11,9 +11,11 @@ from typing import Any
 
 from connectors.kafka.brokers import TRANSIENT, KafkaMetadata
 from connectors.kafka.config import start_position, topic_matches
+from connectors.kafka.resets import PARTITION_RESET
 from connectors.kafka.split import PartitionSplit, partition_split_id
-from source_support.api import SplitEnumeratorContext
+from source_support.api import SourceEvent, SplitEnumeratorContext
 from source_support.streams.enumerator import KeyedSplitEnumerator
+from source_support.streams.split import generation_split_id
 
 log = logging.getLogger("connectors.kafka")
 
@@ -32,8 +34,14 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
     has nothing before that stop and is never read. A time is carried by each split: its
     reader ends it at the first record after the time.
 
-    State: each known partition with its start, stop and reader, the partitions that are
-    done, and when the last discovery ran.
+    A partition whose offsets went back under ``source.on_reset = "restart"`` ends its
+    split; the reader that saw it says so (``PARTITION_RESET``) once that end is committed,
+    and the partition's new log is the split's next generation, read from its first offset
+    (at once; for a topic that is gone, once a discovery finds it again).
+
+    State: each known partition (by ``topic:partition``) with its start, stop, reader and
+    generation (left out for the first), the partitions that are done, the generation each
+    gone partition comes back as, and when the last discovery ran.
     """
 
     def __init__(
@@ -65,6 +73,8 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         #: Whether the source's connection allows a topic (its patterns).
         self.allowed = allowed
         self.discovered: bool = (state or {}).get("discovered", False)
+        #: ``topic:partition`` -> the generation its partition is read as when it is back
+        self.gone: dict[str, int] = dict((state or {}).get("gone", {}))
 
     # The SplitEnumerator interface
 
@@ -78,9 +88,12 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
 
     def add_splits_back(self, splits: Sequence[PartitionSplit], subtask: int) -> None:
         for split in splits:
-            self.done.discard(split.split_id)
+            known = self.splits.get(split.place)
+            if known is not None and known.get("generation", 0) > split.generation:
+                continue  # an older generation, ended already
+            self.done.discard(split.place)
             known = self.splits.setdefault(
-                split.split_id,
+                split.place,
                 {
                     "topic": split.topic,
                     "partition": split.partition,
@@ -89,8 +102,48 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                     "owner": None,
                 },
             )
+            if split.generation:
+                known["generation"] = split.generation
+            if split.topic_id is not None:
+                known["topic_id"] = split.topic_id
             known["start"] = split.position  # where its last commit left it
             known["owner"] = None
+        self._rebalance()
+
+    def handle_source_event(self, subtask: int, event: SourceEvent) -> None:
+        """A reader ended the split of a partition that was reset (``PARTITION_RESET``):
+        its new log is the split's next generation, from the offset the reader found it
+        starting at, or, for a topic that is gone, from its first once it is back."""
+        if event.kind != PARTITION_RESET:
+            return
+        payload = event.payload
+        key = partition_split_id(payload["topic"], payload["partition"])
+        generation = payload["generation"]
+        known = self.splits.get(key)
+        if known is None or known.get("generation", 0) != generation:
+            return  # told twice (a replayed commit): the next generation exists already
+        del self.splits[key]
+        if payload["start"] is None:
+            self.gone[key] = generation + 1
+        else:
+            self.splits[key] = {
+                "topic": payload["topic"],
+                "partition": payload["partition"],
+                "start": payload["start"],
+                "stop": payload["stop"],
+                "owner": None,
+                "generation": generation + 1,
+            }
+            try:
+                topic_id = self.brokers.topic_ids([payload["topic"]]).get(payload["topic"])
+            except TRANSIENT:
+                topic_id = None  # its offsets are still checked
+            if topic_id is not None:
+                self.splits[key]["topic_id"] = topic_id
+            if payload["stop"] is not None and payload["start"] >= payload["stop"]:
+                del self.splits[key]
+                self.done.add(key)  # nothing before its stop in the new log
+        log.info("partition %s was reset: its new log is read as generation %d", key, generation + 2)
         self._rebalance()
 
     def snapshot_state(self) -> dict[str, Any]:
@@ -98,6 +151,7 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             "splits": self.splits,
             "done": sorted(self.done),
             "discovered": self.discovered,
+            "gone": self.gone,
             "last_discovery_clock_ms": self.last_discovery_clock_ms,
         }
 
@@ -138,8 +192,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
                     continue
                 new.append((topic, partition))
         ends = self.brokers.ends(new) if new else {}
+        ids = self.brokers.topic_ids({topic for topic, _ in new}) if new else {}
         for topic, partition in new:
-            self._add(topic, partition, *ends[topic, partition], first=first)
+            self._add(topic, partition, *ends[topic, partition], first=first, topic_id=ids.get(topic))
         if first and self.topics is not None:
             missing = [t for t in self.topics if t not in listed]
             if missing:
@@ -149,7 +204,9 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
         if new:
             log.info("%d new partition(s): %s", len(new), ", ".join(partition_split_id(*k) for k in new))
 
-    def _add(self, topic: str, partition: int, low: int, high: int, *, first: bool) -> None:
+    def _add(
+        self, topic: str, partition: int, low: int, high: int, *, first: bool, topic_id: str | None
+    ) -> None:
         split_id = partition_split_id(topic, partition)
         start = self._start_for(topic, partition, low, high) if first else low
         stop: int | None = None
@@ -165,6 +222,10 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             "stop": stop,
             "owner": None,
         }
+        if split_id in self.gone:  # a partition reset while its topic was gone is back
+            self.splits[split_id]["generation"] = self.gone.pop(split_id)
+        if topic_id is not None:  # the split reads this topic, not one made again under its name
+            self.splits[split_id]["topic_id"] = topic_id
         if first and self.start_kind == "time" and split_id not in self.start_offsets:
             self.splits[split_id]["start_time_ms"] = self.start_ms
 
@@ -181,8 +242,11 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
 
     # Assignment
 
-    def _new_split(self, split_id: str) -> PartitionSplit:
-        known = self.splits[split_id]
+    def _split_id(self, key: str) -> str:
+        return generation_split_id(key, self.splits[key].get("generation", 0))
+
+    def _new_split(self, key: str) -> PartitionSplit:
+        known = self.splits[key]
         stop_time = self.stop.get("time_ms") if self.stop.get("kind") == "time" else None
         return PartitionSplit(
             known["topic"],
@@ -191,4 +255,6 @@ class PartitionEnumerator(KeyedSplitEnumerator[PartitionSplit]):
             known["stop"],
             stop_time,
             known.get("start_time_ms"),
+            known.get("generation", 0),
+            known.get("topic_id"),
         )

@@ -21,9 +21,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from connectors.kafka.brokers import TRANSIENT
 from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, new_consumer
 from connectors.kafka.outages import broker_log
-from connectors.kafka.resets import Reset, ResetWatch
-from connectors.kafka.split import PartitionSplit, partition_split_id
-from source_support.api import BadRecord, OffsetEntry, RecordBatch
+from connectors.kafka.resets import PARTITION_RESET, Reset, ResetWatch
+from connectors.kafka.split import PartitionSplit, partition_split_id, split_place
+from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
 from source_support.formats.messages import MessageDecoder
 from source_support.streams.reader import Decoding, DecodingSplitReader
@@ -75,6 +75,10 @@ class HeldPartition:
     pending: list[Message] = field(default_factory=list[Message])
     offsets: list[int] = field(default_factory=list[int])
     next_check: float = 0.0
+    #: Whether its topic's id was compared with the split's before its first fetch.
+    id_checked: bool = False
+    #: What the brokers said when a fetch at the position was out of range (None: not so).
+    out_of_range: str | None = None
 
     @property
     def partition(self) -> TopicPartition:
@@ -122,6 +126,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         *,
         flow: str,
         on_reset: str = "fail",
+        send_event: Callable[[SourceEvent], None] = lambda event: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(decoding)
@@ -129,9 +134,15 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self.flow = flow
         #: What a partition whose offsets went backwards does (``source.on_reset``).
         self.on_reset = on_reset
-        self.resets = ResetWatch(lambda: self.consumer, answered=broker_log(servers).answered)
+        self.resets = ResetWatch(
+            lambda: self.consumer, servers=servers, answered=broker_log(servers).answered
+        )
+        self.send_event = send_event
         self.clock = clock
+        #: Held splits by ``topic:partition`` (one generation of a partition at a time).
         self.held: dict[str, HeldPartition] = {}
+        #: The events to send once the end of a reset split is committed, by split id.
+        self._restarting: dict[str, SourceEvent] = {}
         self._consumer: Consumer | None = None
         self._woken = threading.Event()
         #: Offsets committed to the group whose commit it has not confirmed, by split id.
@@ -151,14 +162,18 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
     # The SplitReader interface
 
     def handle_splits_changes(self, added: Sequence[PartitionSplit], removed: Sequence[str]) -> None:
-        assign = [HeldPartition(split) for split in added if split.split_id not in self.held]
+        assign = [HeldPartition(split) for split in added if split.place not in self.held]
         for state in assign:
-            self.held[state.split.split_id] = state
+            self.held[state.split.place] = state
         if assign:
             self.consumer.incremental_assign([s.partition for s in assign])
-        gone = [self.held.pop(split_id) for split_id in removed if split_id in self.held]
+        gone = [
+            self.held.pop(split_place(split_id))
+            for split_id in removed
+            if (held := self.held.get(split_place(split_id))) is not None and held.split.split_id == split_id
+        ]
         for split_id in removed:  # its next reader commits it; an old offset must not win
-            self._unconfirmed.pop(split_id, None)
+            self._unconfirmed.pop(split_place(split_id), None)
             self.resets.forget(split_id)
         if gone:
             self._unassign(gone)
@@ -174,6 +189,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         stopped = [s for s in self.held.values() if s.split.stopped]
         if stopped:
             return [self._finish(s) for s in stopped]
+        replaced = self._replaced_topics()
+        if replaced:
+            return replaced
         if not any(s.pending for s in self.held.values()):
             self._consume(max_records, timeout_s)
         batches: list[RecordBatch] = []
@@ -186,9 +204,17 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
     def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
         """Commits each committed split's offset to the flow's consumer group, so
         ``kafka-consumer-groups --describe`` shows the flow's lag; never read back. An
-        offset the group does not confirm is committed again (``COMMIT_RETRY_S``)."""
-        self._unconfirmed.update(positions)
+        offset the group does not confirm is committed again (``COMMIT_RETRY_S``).
+
+        The end of a split that was reset is not committed to the group (it is an offset of
+        the old log); the enumerator is told to read the partition's next generation."""
+        restarted = [self._restarting.pop(i) for i in list(positions) if i in self._restarting]
+        self._unconfirmed.update(
+            {split_place(i): p for i, p in positions.items() if not _ended_by_reset(i, restarted)}
+        )
         self._commit_unconfirmed()
+        for event in restarted:
+            self.send_event(event)
 
     def _commit_unconfirmed(self) -> None:
         self._last_commit = self.clock()
@@ -260,7 +286,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         """Sorts ``messages`` into their splits; whether any was a record. A consume
         returns each partition's messages in runs: each run goes to its split at once."""
         errors = list(map(Message.error, messages))
-        if errors.count(None) != len(errors):
+        # ``is``, not ``==``: KafkaError compares itself with None as with an error code,
+        # and leaves a TypeError pending (the next call then fails with a SystemError).
+        if any(error is not None for error in errors):
             for message, error in zip(messages, errors, strict=True):
                 if error is not None:
                     self._error(message, error)
@@ -290,11 +318,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         )
         state = self.held.get(split_id) if split_id is not None else None
         if state is not None and code in _LOST:
-            raise SplitFailed(
-                f"topic {state.split.topic} partition {state.split.partition}: offset {state.split.position} "
-                f"is no longer kept (deleted by retention?): {error.str()}",
-                split_id=state.split.split_id,
-            )
+            # The position is outside the partition's log: ``_check`` asks why (a reset).
+            state.out_of_range = error.str()
+            return
         if state is not None and code in _GONE:
             raise SplitFailed(
                 f"topic {state.split.topic} partition {state.split.partition} is gone (the split is at "
@@ -361,6 +387,15 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         the partition's end)."""
         split = state.split
         reset = self.resets.check(split)
+        if reset is None and state.out_of_range is not None:
+            reset = self.resets.out_of_range(split)
+            if reset is None and self.on_reset == "fail":
+                self._drop(state)
+                raise SplitFailed(
+                    f"topic {split.topic} partition {split.partition}: offset {split.position} "
+                    f"is no longer kept (deleted by retention?): {state.out_of_range}",
+                    split_id=split.split_id,
+                )
         if reset is not None:
             return self._reset(state, reset)
         if split.stop_offset is None and split.stop_time_ms is None:
@@ -386,20 +421,78 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             return None
         return self._finish(state) if high <= split.position else None
 
-    def _reset(self, state: HeldPartition, reset: Reset) -> RecordBatch:
+    def _replaced_topics(self) -> list[RecordBatch]:
+        """Before the first fetch of a split added since: its topic is the one it was found
+        with (a topic made again under its name, whose new log may reach past the checkpoint,
+        has another id: KIP-516, where the brokers tell it), else it is reset."""
+        fresh = [s for s in self.held.values() if not s.id_checked]
+        if not fresh:
+            return []
+        for state in fresh:
+            state.id_checked = True
+        batches: list[RecordBatch] = []
+        for reset in self.resets.topic_id_resets([s.split for s in fresh]):
+            state = self.held.get(reset.split.place)
+            if state is not None and (batch := self._reset(state, reset)) is not None:
+                batches.append(batch)
+        return batches
+
+    def _reset(self, state: HeldPartition, reset: Reset) -> RecordBatch | None:
         """A split whose partition went back below its checkpoint fails, naming both
-        offsets (``on_reset = "fail"``)."""
-        self._drop(state)
-        raise SplitFailed(
-            f"{reset.words()}; source.on_reset is {self.on_reset!r}", split_id=state.split.split_id
+        offsets (``on_reset = "fail"``), or ends, and its partition's new log is read from
+        its first offset as the split's next generation (``"restart"``; None while the
+        brokers do not say where the new log starts: asked again at the next check)."""
+        if self.on_reset != "restart":
+            self._drop(state)
+            raise SplitFailed(
+                f"{reset.words()}; source.on_reset is {self.on_reset!r}", split_id=state.split.split_id
+            )
+        split = state.split
+        low = high = None
+        if not reset.gone:
+            tp = TopicPartition(split.topic, split.partition)
+            try:
+                low, high = self.consumer.get_watermark_offsets(tp, timeout=REQUEST_TIMEOUT_S, cached=False)
+                # Some brokers (Tansu 0.6) answer ListOffsets(latest) short: a fetch's is not.
+                high = max(high, self.consumer.get_watermark_offsets(tp, cached=True)[1])
+            except TRANSIENT as exc:
+                log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
+                return None
+        generation = split.generation + 1
+        if low is None or high is None:
+            then = f"it is read from its first offset as generation {generation + 1} of the split once the topic is back"
+        else:
+            then = (
+                f"it is read again from offset {low}, the first of its new log (which ends at {high} now), "
+                f"as generation {generation + 1} of the split"
+            )
+        note = (
+            f"{reset.words()}; source.on_reset is 'restart': {then} "
+            f"(reset {generation} of this partition in this run)"
         )
+        log.warning("%s", note)
+        self._drop(state)
+        self.resets.forget(split.split_id)
+        self._restarting[split.split_id] = SourceEvent(
+            PARTITION_RESET,
+            {
+                "topic": split.topic,
+                "partition": split.partition,
+                "generation": split.generation,
+                "start": low,
+                "stop": None if split.stop_offset is None or high is None else max(low or 0, high),
+            },
+        )
+        batch = self._end_batch(split)
+        batch.note = note
+        return batch
 
     def _finish(self, state: HeldPartition, end: int | None = None) -> RecordBatch:
         self._drop(state)
         return self._end_batch(state.split, end)
 
     def _drop(self, state: HeldPartition) -> None:
-        if self.held.pop(state.split.split_id, None) is not None:
+        if self.held.pop(state.split.place, None) is not None:
             self._unassign([state])
 
     def _unassign(self, states: list[HeldPartition]) -> None:
@@ -411,9 +504,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
             log.debug("unassign failed", exc_info=True)
 
 
-def _partition_of(split_id: str, position: int) -> TopicPartition:
-    topic, _, partition = split_id.rpartition(":")
+def _partition_of(place: str, position: int) -> TopicPartition:
+    topic, _, partition = place.rpartition(":")
     return TopicPartition(topic, int(partition), position)
+
+
+def _ended_by_reset(split_id: str, restarted: list[SourceEvent]) -> bool:
+    place = split_place(split_id)
+    return any(partition_split_id(e.payload["topic"], e.payload["partition"]) == place for e in restarted)
 
 
 def _from_start_time(

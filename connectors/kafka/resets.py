@@ -4,8 +4,19 @@ the Redis Streams source finds a stream made again (issue 25).
 
 A split's partition was reset when the high watermark its fetches report is below the
 split's position (offsets only grow in one log), or its log's start is above it; a topic the brokers no longer know is said at once and fails
-the split after ``TOPIC_GONE_S``. Each is checked for a split with nothing fetched waiting
-(a reset partition fetches nothing past its checkpoint), at most every ``CHECK_EVERY_S``.
+the split after ``TOPIC_GONE_S``; so is a topic whose id (KIP-516, where the brokers tell
+it) is not the one the split was found with: a topic deleted and made again under its name,
+even one whose new log already reaches past the checkpoint (``topic_id_resets``: before a
+split's first fetch, and with the other checks). Each is checked for a split with nothing
+fetched waiting (a reset partition fetches nothing past its checkpoint), at most every
+``CHECK_EVERY_S``;
+and when the brokers answer a fetch at the checkpoint "offset out of range"
+(``out_of_range``), at once.
+
+What a reset does is the flow's ``source.on_reset``: ``fail`` fails the split; ``restart``
+ends it and reads the partition's new log from its first offset as the split's next
+generation (``PARTITION_RESET``, sent to the enumerator once the old split's end is
+committed).
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, TopicPartition
 
-from connectors.kafka.brokers import TRANSIENT
+from connectors.kafka.brokers import TRANSIENT, topic_ids
 from connectors.kafka.connection import error_reason
 from connectors.kafka.split import PartitionSplit
 
@@ -29,6 +40,11 @@ CHECK_EVERY_S = 3.0
 CHECK_TIMEOUT_S = 2.0
 #: How long a topic the brokers no longer know may stay away before its splits fail.
 TOPIC_GONE_S = 10.0
+#: The event a reader sends the enumerator once the split of a partition that was reset
+#: is committed as finished (``source.on_reset = "restart"``): the partition's next
+#: generation is to be read from ``start`` (at once; or, for a topic that is gone, from
+#: its first offset once a discovery finds it again).
+PARTITION_RESET = "partition-reset"
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,8 @@ class Reset:
     split: PartitionSplit
     #: What was seen, in words naming the offsets.
     seen: str
+    #: Whether the topic is gone from the brokers (no new log to read yet).
+    gone: bool = False
 
     def words(self) -> str:
         split = self.split
@@ -62,11 +80,16 @@ class ResetWatch:
         self,
         consumer: Callable[[], Consumer],
         *,
+        servers: str | None = None,
         answered: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``answered``: told when the brokers answer a request (an outage is over)."""
+        """``answered``: told when the brokers answer a request (an outage is over);
+        ``servers``: the brokers, asked for topic ids (None: ids are not compared)."""
         self.consumer = consumer
+        self.servers = servers
+        #: Each topic's id as last told, and when (ids are asked at most every CHECK_EVERY_S).
+        self._ids: dict[str, tuple[float, str | None]] = {}
         self.answered = answered
         self.clock = clock
         self._seen: dict[str, _Seen] = {}
@@ -99,6 +122,9 @@ class ResetWatch:
             if split.partition not in topics.get(split.topic, ()):
                 return self._gone(split, seen, now)
             seen.gone_since = None
+            replaced = self._replaced(split, now)
+            if replaced is not None:
+                return replaced
             # Its end as ListOffsets answers it is not checked: some brokers (Tansu 0.6) answer
             # it short by the last producer batch. A fetch's high watermark is (above).
             low, _ = self.consumer().get_watermark_offsets(tp, timeout=CHECK_TIMEOUT_S, cached=False)
@@ -110,6 +136,39 @@ class ResetWatch:
                 split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
             )
         return None
+
+    def topic_id_resets(self, splits: list[PartitionSplit]) -> list[Reset]:
+        """The resets of ``splits`` (those found with a topic id) whose topic now has
+        another id, asked now for all their topics at once."""
+        known = [s for s in splits if s.topic_id is not None]
+        if not known or self.servers is None:
+            return []
+        now = self.clock()
+        try:
+            found = topic_ids(self.servers, {s.topic for s in known})
+        except TRANSIENT as exc:
+            log.info("could not ask for topic ids: %s; checked again", error_reason(exc))
+            return []
+        for topic in {s.topic for s in known}:
+            self._ids[topic] = (now, found.get(topic))
+        return [r for s in known if (r := self._replaced(s, now)) is not None]
+
+    def _replaced(self, split: PartitionSplit, now: float) -> Reset | None:
+        """A reset if the split's topic now has another id than the one it was found with."""
+        if split.topic_id is None or self.servers is None:
+            return None
+        asked = self._ids.get(split.topic)
+        if asked is None or now - asked[0] >= CHECK_EVERY_S:
+            asked = (now, topic_ids(self.servers, [split.topic]).get(split.topic))
+            self._ids[split.topic] = asked
+        current = asked[1]
+        if current is None or current == split.topic_id:
+            return None
+        return Reset(
+            split,
+            f"its topic's id is now {current}, and the checkpoint (offset {split.position}) is of "
+            f"the topic whose id was {split.topic_id}",
+        )
 
     def _topics(self, now: float) -> dict[str, set[int]] | None:
         """The topics the brokers know, listed at most every ``CHECK_EVERY_S`` (one request
@@ -141,4 +200,26 @@ class ResetWatch:
             split,
             f"the brokers have not known it for {now - seen.gone_since:.0f} s; the checkpoint is at "
             f"offset {split.position}",
+            gone=True,
         )
+
+    def out_of_range(self, split: PartitionSplit) -> Reset | None:
+        """Why the brokers answered a fetch at the split's position "offset out of range":
+        its log starts after the position, or ends before it (ListOffsets asked now: the
+        brokers said the position is outside the log); None if neither shows or they do
+        not answer."""
+        tp = TopicPartition(split.topic, split.partition)
+        try:
+            low, high = self.consumer().get_watermark_offsets(tp, timeout=CHECK_TIMEOUT_S, cached=False)
+        except TRANSIENT as exc:
+            log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
+            return None
+        if low > split.position:
+            return Reset(
+                split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
+            )
+        if 0 <= high < split.position:
+            return Reset(
+                split, f"its log ends at offset {high}, the checkpoint is at offset {split.position}"
+            )
+        return None

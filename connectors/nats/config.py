@@ -13,6 +13,7 @@ from source_support.config import ConfigBase, connection_field, option
 from source_support.durations import parse_duration_ms, parse_instant_ms
 from source_support.errors import ConfigError
 from source_support.registry import Environment
+from source_support.streams.split import ON_RESET_POLICIES
 
 #: The kind of named connection ``servers`` may be replaced by.
 CONNECTION_KIND = "nats"
@@ -80,6 +81,16 @@ class NatsSourceConfig(NatsAddress):
         default=10_000,
         minimum=100,
         maximum=86_400_000,
+    )
+    on_reset: str = option(
+        "What a split does when the stream under its name is not the one its checkpoint belongs "
+        "to (deleted and created again, or lost with its server's storage: another creation time, "
+        "or a last sequence below the checkpoint): fail (the split fails naming both streams' "
+        "creation times and sequences) or restart (it is read again from the new stream's first "
+        "sequence as a split of its own, said as a warning and on the run; messages of the old "
+        "stream not read are lost). Under restart a stream that is gone is waited for.",
+        default="fail",
+        choices=ON_RESET_POLICIES,
     )
     metadata: bool = option(
         "Whether each record gets the columns _subject, _seq (its stream sequence) and _ts (the "

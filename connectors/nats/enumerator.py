@@ -11,10 +11,11 @@ from typing import Any
 from connectors.nats.config import start_position
 from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
 from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_seen
-from connectors.nats.reader import STOP_PLACED
+from connectors.nats.reader import STOP_PLACED, STREAM_RESET
 from connectors.nats.split import SubjectSplit, subject_split_id
 from source_support.api import SourceEvent, SplitEnumeratorContext
 from source_support.streams.enumerator import KeyedSplitEnumerator
+from source_support.streams.split import generation_split_id
 
 log = logging.getLogger("connectors.nats")
 
@@ -81,6 +82,9 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
 
     def add_splits_back(self, splits: Sequence[SubjectSplit], subtask: int) -> None:
         for split in splits:
+            known = self.splits.get(split.subject)
+            if known is not None and known.get("generation", 0) > split.generation:
+                continue  # an older generation, ended already
             self.done.discard(split.subject)
             known = self.splits.setdefault(
                 split.subject,
@@ -91,11 +95,19 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
                     "created": split.created,
                 },
             )
+            if split.generation:
+                known["generation"] = split.generation
             known["owner"] = None
         self._rebalance()
 
     def handle_source_event(self, subtask: int, event: SourceEvent) -> None:
-        """A reader placed a ``[stop] at`` time on a sequence: every split stops there."""
+        """A reader placed a ``[stop] at`` time on a sequence: every split stops there. Or
+        it ended the split of a stream created again (``STREAM_RESET``, under ``on_reset =
+        "restart"``): the new stream is the split's next generation, from its first
+        sequence."""
+        if event.kind == STREAM_RESET:
+            self._next_generation(event.payload)
+            return
         if event.kind != STOP_PLACED:
             return
         seq = event.payload["seq"]
@@ -106,6 +118,26 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
             split["stop"] = seq
         for reader in self.context.registered_readers():
             self.context.send_event_to_source_reader(reader, SourceEvent(STOP_PLACED, {"seq": seq}))
+
+    def _next_generation(self, payload: dict[str, Any]) -> None:
+        subject, generation = payload["subject"], payload["generation"]
+        known = self.splits.get(subject)
+        if known is None or known.get("generation", 0) != generation:
+            return  # told twice (a replayed commit): the next generation exists already
+        self.splits[subject] = {
+            "start": 0,
+            "stop": payload["stop"],
+            "owner": None,
+            "created": payload["created"],
+            "generation": generation + 1,
+        }
+        log.info(
+            "stream %s was created again: subject filter %s is read as generation %d",
+            self.stream,
+            subject,
+            generation + 2,
+        )
+        self._rebalance()
 
     def snapshot_state(self) -> dict[str, Any]:
         return {
@@ -180,7 +212,7 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
     # Assignment
 
     def _split_id(self, key: str) -> str:
-        return subject_split_id(self.stream, key)
+        return generation_split_id(subject_split_id(self.stream, key), self.splits[key].get("generation", 0))
 
     def _new_split(self, subject: str) -> SubjectSplit:
         known = self.splits[subject]
@@ -188,5 +220,11 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
             self.stop.get("time_ms") if self.stop.get("kind") == "time" and known["stop"] is None else None
         )
         return SubjectSplit(
-            self.stream, subject, known["start"], known["stop"], stop_time, known.get("created")
+            self.stream,
+            subject,
+            known["start"],
+            known["stop"],
+            stop_time,
+            known.get("created"),
+            known.get("generation", 0),
         )

@@ -20,7 +20,14 @@ from nats.js import JetStreamContext
 
 from connectors.nats.checks import Discarded, discarded, reset_failure, reset_reason
 from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient, connection_reason, mask_servers
-from connectors.nats.jetstream import TRANSIENT, consumer_after, consumer_name, delete_consumer, stream_seen
+from connectors.nats.jetstream import (
+    TRANSIENT,
+    StreamSeen,
+    consumer_after,
+    consumer_name,
+    delete_consumer,
+    stream_seen,
+)
 from connectors.nats.puller import Puller
 from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
@@ -38,6 +45,10 @@ METADATA_FIELDS = (
 #: The event a reader sends once a ``[stop] at`` time is placed on a stream sequence (the
 #: last message before the first one after the time): every split stops there.
 STOP_PLACED = "stop-placed"
+#: The event a reader sends the enumerator once the split of a stream that was created
+#: again is committed as finished (``source.on_reset = "restart"``): the new stream is the
+#: split's next generation, read from its first sequence.
+STREAM_RESET = "stream-reset"
 #: How long one pull request waits on the server for messages of an idle filter.
 PULL_WAIT_S = 5.0
 #: How often an idle split with a stop asks its consumer whether anything is left.
@@ -62,6 +73,11 @@ class HeldSplit:
     #: Messages discarded before they were read, found as the consumer was set up: said
     #: with the split's next batch.
     discarded: Discarded | None = None
+    #: The stream now under the split's name, and why its checkpoint is not of it, found
+    #: as the consumer was set up under ``on_reset = "restart"``: the split ends.
+    reset: tuple[StreamSeen, str] | None = None
+    #: Whether the stream's absence was said (``on_reset = "restart"`` waits for it).
+    gone_said: bool = False
 
 
 class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
@@ -81,12 +97,17 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         decoding: Decoding[MessageDecoder],
         *,
         flow: str,
+        on_reset: str = "fail",
         send_event: Callable[[SourceEvent], None] = lambda event: None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(decoding)
         self.client = client
         self.flow = flow
+        #: What a split does on a stream that is not its checkpoint's (``source.on_reset``).
+        self.on_reset = on_reset
+        #: The events to send once the end of a reset split is committed, by split id.
+        self._restarting: dict[str, SourceEvent] = {}
         self.send_event = send_event
         self.clock = clock
         self.held: dict[str, HeldSplit] = {}
@@ -132,6 +153,9 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
             state = self.held.get(split_id)
             if state is None:
                 continue
+            if state.reset is not None:
+                batches.append(self._restart(state, *state.reset))
+                continue
             if state.discarded is not None:
                 batches.append(self._lost(state, state.discarded))
             batch = self._batch(state, messages) if messages else self._check(state)
@@ -159,6 +183,8 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
                 client.run(self._acknowledge(client.nc, client.js, acks, gone))
             except (*TRANSIENT, nats.js.errors.Error) as exc:
                 log.warning("could not acknowledge to NATS: %s (the next commit does)", exc)
+        for split_id in [i for i in positions if i in self._restarting]:
+            self.send_event(self._restarting.pop(split_id))
 
     def describe(self, split: SubjectSplit, position: int, *, line: int | None = None) -> str:
         return f"stream {split.stream} subject filter {split.subject} sequence {position}"
@@ -207,8 +233,12 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
             if seen is None:
                 raise nats.js.errors.NotFoundError
             why = reset_reason(split, seen)
+            if why and self.on_reset == "restart":
+                state.reset = (seen, why)
+                return
             if why:
                 raise SplitFailed(reset_failure(split, seen, why), split_id=split.split_id)
+            state.gone_said = False
             if split.created is None:  # stored before splits kept it: this stream from now on
                 split = state.split = replace(split, created=seen.created)
             state.discarded = discarded(split, state.scanned, seen)
@@ -216,6 +246,17 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
             puller = Puller(nc, split.stream, name, batch=batch, wait_s=PULL_WAIT_S)
             await puller.start()
         except nats.js.errors.NotFoundError:
+            if self.on_reset == "restart":  # read again from its start once it is created again
+                if not state.gone_said:
+                    log.warning(
+                        "stream %s is gone: subject filter %s (at sequence %d) waits for it to be "
+                        "created again (source.on_reset is 'restart')",
+                        split.stream,
+                        split.subject,
+                        split.position,
+                    )
+                    state.gone_said = True
+                return
             raise SplitFailed(
                 f"stream {split.stream} is gone: subject filter {split.subject} cannot be read on",
                 split_id=split.split_id,
@@ -385,6 +426,34 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         if self.first_bad_record_only():
             reason += "; set skip_errors to go on past lost messages"
         return [BadRecord(lost.first, "", reason)], ""
+
+    def _restart(self, state: HeldSplit, seen: StreamSeen, why: str) -> RecordBatch:
+        """Ends a split whose stream was created again (``on_reset = "restart"``), saying
+        so; once that end is committed the enumerator reads the new stream from its first
+        sequence as the split's next generation (``STREAM_RESET``)."""
+        split = state.split
+        generation = split.generation + 1
+        note = (
+            f"{why}; source.on_reset is 'restart': subject filter {split.subject} is read again from "
+            f"sequence {seen.first_seq} of the stream created at {seen.created}, as generation "
+            f"{generation + 1} of the split (reset {generation} of this split in this run); messages of "
+            f"the old stream after sequence {split.position} that were not read are lost"
+        )
+        log.warning("%s", note)
+        del self.held[split.split_id]
+        self._release(state)
+        self._restarting[split.split_id] = SourceEvent(
+            STREAM_RESET,
+            {
+                "subject": split.subject,
+                "generation": split.generation,
+                "created": seen.created,
+                "stop": None if split.stop_position is None else seen.last_seq,
+            },
+        )
+        batch = self._end_batch(split)
+        batch.note = note
+        return batch
 
     def _finish(self, state: HeldSplit, end: int | None = None) -> RecordBatch:
         batch = self._end_batch(state.split, end)

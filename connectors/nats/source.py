@@ -50,6 +50,7 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
         stream: str,
         subjects: list[str] | None,
         flow: str,
+        on_reset: str = "fail",
         subject_patterns: tuple[str, ...] = (),
         address_field: str = "source.servers",
         clock: Callable[[], float] = time.time,
@@ -62,6 +63,7 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
         self.stream = stream
         self.subjects = subjects
         self.flow = flow
+        self.on_reset = on_reset
 
     @classmethod
     def check_stop(cls, config: NatsSourceConfig, stop: Mapping[str, Any]) -> None:
@@ -95,6 +97,7 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
             stream=config.stream,
             subjects=config.subjects,
             flow=context.flow_name or DEFAULT_FLOW,
+            on_reset=config.on_reset,
         )
 
     def split_refusal(self, split: SubjectSplit) -> str | None:
@@ -134,6 +137,7 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
             self.client,
             decoding,
             flow=self.flow,
+            on_reset=self.on_reset,
             send_event=context.send_source_event_to_coordinator,
             clock=self.clock,
         )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from source_support.api import SplitSerializer
-from source_support.streams.split import PositionedSplit
+from source_support.streams.split import PositionedSplit, generation_split_id
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,12 @@ class SubjectSplit(PositionedSplit):
     ``created``: when the stream the split reads was created (JetStream's ``created``), so
     that a checkpoint is never applied to another stream of the same name (deleted and
     created again, or lost with its server's storage), whose sequences start over; None
-    for a split stored before it was kept (its reader learns it at its first look)."""
+    for a split stored before it was kept (its reader learns it at its first look).
+
+    ``generation`` counts the streams that held the name while the run read the filter:
+    under ``source.on_reset = "restart"`` a new stream is read from its first sequence as
+    the split's next generation, a split of its own (its sequences start over, so its
+    landed files and checkpoint must not mix with the old one's)."""
 
     stream: str
     subject: str
@@ -30,10 +35,11 @@ class SubjectSplit(PositionedSplit):
     stop_position: int | None = None
     stop_time_ms: int | None = None
     created: str | None = None
+    generation: int = 0
 
     @property
     def split_id(self) -> str:
-        return subject_split_id(self.stream, self.subject)
+        return generation_split_id(subject_split_id(self.stream, self.subject), self.generation)
 
     @property
     def stopped(self) -> bool:
@@ -56,6 +62,8 @@ class SubjectSplitSerializer(SplitSerializer[SubjectSplit]):
             data["stop_time_ms"] = split.stop_time_ms
         if split.created is not None:
             data["created"] = split.created
+        if split.generation:
+            data["generation"] = split.generation
         return data
 
     def deserialize(self, data: dict[str, Any]) -> SubjectSplit:
@@ -66,4 +74,5 @@ class SubjectSplitSerializer(SplitSerializer[SubjectSplit]):
             data.get("stop_position"),
             data.get("stop_time_ms"),
             data.get("created"),
+            data.get("generation", 0),
         )

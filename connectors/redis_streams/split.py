@@ -12,7 +12,7 @@ from typing import Any
 
 from source_support.api import OffsetEntry, SplitSerializer
 from source_support.errors import SplitFailed
-from source_support.streams.split import PositionedSplit
+from source_support.streams.split import PositionedSplit, generation_split_id
 
 SEQ_BITS = 20
 SEQ_LIMIT = 1 << SEQ_BITS
@@ -112,11 +112,6 @@ class StreamSplit(PositionedSplit):
                 f"stream {self.key}: {exc}; this source reads ids up to sequence {MAX_SEQ}",
                 split_id=self.key,
             ) from None
-
-
-def generation_split_id(key: str, generation: int) -> str:
-    """The split id of a generation of stream ``key``: the key itself for the first."""
-    return key if not generation else f"{key} (generation {generation + 1})"
 
 
 class StreamSplitSerializer(SplitSerializer[StreamSplit]):

@@ -44,6 +44,7 @@ from dataflow.models import (
 from dataflow.services.context import landing_zone, run_key
 from dataflow.services.environment import environment
 from dataflow.services.errors import FlowStateError
+from dataflow.services.quotas import quota_check_run_start
 from dataflow.services.runs.replay import REPLAY_SPLIT, REPLAY_TRIGGER
 from dataflow.services.runs.start import run_schema_resolve
 from dataflow.services.runs.tick import request_tick
@@ -108,6 +109,7 @@ def dead_letters_replay(
                 raise FlowStateError(
                     f"flow {flow.name!r} is running: stop it or let its run end before a replay"
                 )
+            quota_check_run_start(owner=flow.owner)
             letters = list(_chosen(flow, ids=ids, run_id=run_id).order_by("split_id", "position", "id"))
             field = "ids" if ids is not None else "run"
             if not letters:

@@ -11,6 +11,8 @@ import glob
 import logging
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +35,7 @@ from dataflow.services.cleanup import UnsafeLandingDir, run_landing_dir_remove
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.environment import environment
-from dataflow.services.errors import FlowExistsError, FlowStateError
+from dataflow.services.errors import FlowExistsError, FlowStateError, QuotaExceeded
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
 from dataflow.services.quotas import quota_check_flow_apply, quota_check_run_start
@@ -248,11 +250,12 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
 
 
 def _run_failed_at_start(
-    *, flow: DataFlow, values: dict[str, Any], trigger: str, error: ConfigError
+    *, flow: DataFlow, values: dict[str, Any], trigger: str, error: ConfigError | QuotaExceeded
 ) -> FlowRun:
     """Records a run that could not start because of what the source holds (a schema that
     cannot be inferred from it, a header without a schema column): failed, with the
-    reason, so the dashboard, ``flows`` and the API show it and the flow's webhook is told.
+    reason, so the dashboard, ``flows`` and the API show it and the flow's webhook is told
+    (also a scheduled run its owner's quota refused).
     FlowStateError instead if a run is active (starting again changed nothing)."""
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
@@ -331,8 +334,9 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
     """Lets a paused run's readers go on; or resumes the flow's latest run if it was
     stopped: its splits go on from their checkpoints and what it landed is kept. Refuses
     with FlowStateError if the active run is not paused, or if no run is active and the
-    latest was not stopped."""
-    with transaction.atomic():
+    latest was not stopped; with QuotaExceeded (said on the run too) if the owner's quotas
+    do not allow the stopped run to become active again."""
+    with _refusal_said(flow, "not resumed"), transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         active = flow.runs.select_for_update().filter(status__in=ACTIVE_RUN_STATUSES).first()
         if active is not None and active.paused_at is not None:
@@ -353,6 +357,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         if run.spec.get("replay"):  # it reads no source: resumed, it would read the whole of it
             raise FlowStateError(f"run {run.pk} of {flow.name!r} replayed dead letters: replay them again")
         run_splits_check(run=run)
+        quota_check_run_start(owner=flow.owner, run=run)
         run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])
@@ -377,7 +382,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
     if not only_failed:
         flow_stop(flow=flow, message="stopped to restart")
         return flow_start(flow=flow)
-    with transaction.atomic():
+    with _refusal_said(flow, "failed splits not restarted"), transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
         run = flow.runs.select_for_update().order_by("-id").first()
         failed = Split.objects.filter(run=run, status=SplitStatus.FAILED) if run else Split.objects.none()
@@ -385,6 +390,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
             raise FlowStateError(f"flow {flow.name!r} has no failed split to restart")
         if run.status == RunStatus.TRANSFORMING:
             raise FlowStateError(f"run {run.pk} of {flow.name!r} is transforming: its splits are done")
+        quota_check_run_start(owner=flow.owner, run=run)
         restarted = _splits_retried(run, list(failed))
         run_splits_check(run=run)
         was_active = run.status == RunStatus.READING
@@ -400,6 +406,19 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
             transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     return run
+
+
+@contextmanager
+def _refusal_said(flow: DataFlow, what: str) -> Iterator[None]:
+    """A quota refusal of the block (which it rolls back) is also said on the flow's latest
+    run, where its owner looks: ``<what>: <the refusal>``."""
+    try:
+        yield
+    except QuotaExceeded as exc:
+        latest = flow.runs.order_by("-id").values_list("pk", flat=True).first()
+        if latest is not None:
+            FlowRun.objects.filter(pk=latest).update(message=f"{what}: {exc}"[:4000])
+        raise
 
 
 def _splits_retried(run: FlowRun, failed: list[Split]) -> int:
@@ -530,6 +549,10 @@ def flow_run_scheduled(*, flow_id: int) -> FlowRun | None:
         return None
     try:
         run = flow_start(flow=flow, trigger="schedule")
+    except QuotaExceeded as exc:  # said where the owner looks: a failed run of the schedule
+        schedule_log.warning("flow %s: scheduled run refused: %s", flow.name, exc)
+        values = flow_spec_validate(flow_spec_of(flow), owner=flow.owner)  # it was valid just now
+        return _run_failed_at_start(flow=flow, values=values, trigger="schedule", error=exc)
     except FlowStateError as exc:
         schedule_log.info("flow %s: scheduled run skipped: still running (%s)", flow.name, exc)
         return None

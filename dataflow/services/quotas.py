@@ -3,9 +3,13 @@ how often it may fire, how many runs may be active at once, and how many splits 
 active runs may hold. Defaults in ``DATAFLOW_USER_QUOTAS``, a user's ``UserQuota`` row
 overrides any of them; superusers and the operator's flows (no owner) have none.
 
-Every way in calls these from the same services (``flows.flow_apply``, ``flows.flow_start``
-and the tick): the API answers a refusal 403 naming the quota, the admin, TOML files and
-commands show the same message.
+Every way in calls these from the same services (``flows.flow_apply``; every path that
+makes a run active, through ``quota_check_run_start``: ``flows.flow_start`` (a start, a
+restart, a restore, a scheduled run), ``flows.flow_resume`` of a stopped run,
+``flows.flow_restart`` of a run's failed splits, ``dead_letters`` replays; and the tick):
+the API answers a refusal 403 naming the quota, the admin, TOML files and commands show the
+same message; a refused resume or restart also says so on the run, and a refused scheduled
+run is recorded as a failed run of trigger "schedule".
 """
 
 from __future__ import annotations
@@ -60,18 +64,23 @@ def quota_check_flow_apply(*, owner, flow: DataFlow | None, schedule: dict[str, 
         raise _refuse("schedules", owner, quotas["schedules"], f"{counts['schedules']} flows with a schedule")
 
 
-def quota_check_run_start(*, owner) -> None:
-    """Refuses a run of ``owner``'s flow beyond their ``concurrent_runs`` quota, or while
-    their active runs hold their ``splits`` quota already."""
+def quota_check_run_start(*, owner, run: FlowRun | None = None) -> None:
+    """Refuses a run of ``owner``'s flow that would become active beyond their
+    ``concurrent_runs`` quota, or while their active runs hold their ``splits`` quota
+    already. ``run``: a run of theirs that is not active and becomes active again (a
+    resume, a restart of failed splits): its splits count as held too. Nothing is refused
+    for a run that is active already (nothing new starts)."""
     quotas = user_quotas(user=owner)
-    if quotas is None:
+    if quotas is None or (run is not None and run.status in ACTIVE_RUN_STATUSES):
         return
     active = FlowRun.objects.filter(flow__owner=owner, status__in=ACTIVE_RUN_STATUSES).count()
     if active >= quotas["concurrent_runs"]:
         raise _refuse("concurrent_runs", owner, quotas["concurrent_runs"], f"{active} runs active")
     held = owner_splits(owner=owner)
-    if held >= quotas["splits"]:
-        raise _refuse("splits", owner, quotas["splits"], f"their active runs hold {held} splits")
+    added = 0 if run is None else run.splits.count() + PendingSplit.objects.filter(run=run).count()
+    if held + max(added, 1) > quotas["splits"]:
+        what = f"their active runs hold {held} splits" + (f" and run {run.pk} has {added}" if run else "")
+        raise _refuse("splits", owner, quotas["splits"], what)
 
 
 def owner_splits(*, owner) -> int:

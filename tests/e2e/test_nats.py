@@ -13,10 +13,11 @@ import uuid
 from collections import Counter
 
 import pytest
+from django.db.models import Sum
 
-from connectors.nats.jetstream import consumer_name
+from connectors.nats.jetstream import consumer_name, stream_seen
 from dataflow.models import Assignment, DeadLetter, FlowRun, RunStatus, Split
-from dataflow.services.flows import flow_apply, flow_start, flow_stop
+from dataflow.services.flows import flow_apply, flow_restart, flow_start, flow_stop
 from tests.connectors.nats.conftest import nats_url
 from tests.e2e.nats_helpers import NatsProducer, PrivateNatsServer, nats_spec
 from tests.e2e.streams_helpers import (
@@ -162,3 +163,65 @@ def test_a_message_that_is_not_json_fails_its_split_naming_its_sequence(worker, 
     assert run.status == RunStatus.FAILED
     assert f"stream {producer.stream} subject filter {producer.subject(2)} sequence {bad_seq}" in run.message
     assert FlowRun.objects.filter(pk=run.pk).exists()
+
+
+def _created(producer) -> str:
+    return producer.run(stream_seen(producer.nc, producer.stream, 5)).created
+
+
+def _read(run) -> int:
+    return Split.objects.filter(run=run).aggregate(n=Sum("records_read"))["n"] or 0
+
+
+def test_restarting_failed_splits_on_a_stream_created_again_fails_them_naming_both_streams(
+    worker, quick, producer
+):
+    # Issue 25, 3.1: the readers went on at the old stream's sequences on the new stream.
+    producer.write(40)
+    first = _created(producer)
+    flow, _ = flow_apply(spec=nats_spec("reset-fail-nats", nats_url(), producer.stream, quick.out / "sink"))
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(lambda: _read(run) == 40, 60, lambda: f"read {_read(run)} of 40")
+        producer.run(producer.js.delete_stream(producer.stream))
+        run = wait_for_run(run, timeout=60)
+        assert run.status == RunStatus.FAILED and "is gone" in run.message, run.message
+        producer.create()
+        producer.write(80)  # sequences 1 to 80: past every old checkpoint (10 a subject) too
+        second = _created(producer)
+
+        flow_restart(flow=flow, only_failed=True)
+        run = wait_for_run(run, timeout=60)
+
+    assert run.status == RunStatus.FAILED, run.message
+    errors = list(Split.objects.filter(run=run, status="failed").values_list("error", flat=True))
+    assert errors, "the restarted splits failed again"
+    for error in errors:
+        assert f"was created at {second}" in error and f"is of the stream created at {first}" in error, error
+        assert "messages 1 to 80 are not read" in error, error
+    assert _read(run) == 40, "nothing of the new stream was taken for the old one's"
+
+
+def test_a_declared_restart_reads_a_stream_created_again_from_its_first_sequence(worker, quick, producer):
+    producer.write(40)
+    sink = quick.out / "sink"
+    spec = nats_spec("reset-restart-nats", nats_url(), producer.stream, sink, source={"on_reset": "restart"})
+    flow, _ = flow_apply(spec=spec)
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(lambda: _read(run) == 40, 60, lambda: f"read {_read(run)} of 40")
+        producer.run(producer.js.delete_stream(producer.stream))
+        producer.create()
+        new = producer.write(80)
+        wait_until(lambda: _read(run) == 120, 90, lambda: f"read {_read(run)} of 120")
+        wait_until(lambda: arrived(sink, producer.sent), 60, lambda: what_differs(sink, producer.sent, run))
+        run.refresh_from_db()
+        flow_stop(flow=flow)
+
+    assert sink_ids(sink) == Counter(producer.sent), what_differs(sink, producer.sent, run)
+    assert run.status == RunStatus.READING
+    generations = Split.objects.filter(run=run, split_id__endswith="(generation 2)")
+    assert sorted(s.records_read for s in generations) == [20, 20, 20, 20] and len(new) == 80
+    old = Split.objects.get(run=run, split_id=f"{producer.stream} {producer.subject(0)}")
+    assert "source.on_reset is 'restart'" in old.error and "read again from sequence 1" in old.error
+    assert "source.on_reset is 'restart'" in run.message, "said on the run too"

@@ -35,6 +35,8 @@ GOOD = {"bootstrap_servers": SERVERS, "topics": ["orders"]}
         ({**GOOD, "stop_offsets": {}}, "source.stop_offsets"),
         ({**GOOD, "discovery_interval_ms": 5}, "source.discovery_interval_ms"),
         ({**GOOD, "metadata": "yes"}, "source.metadata"),
+        ({**GOOD, "on_reset": "skip"}, "source.on_reset"),
+        ({**GOOD, "on_reset": True}, "source.on_reset"),
         ({**GOOD, "connection": "c"}, "source.connection"),
         ({**GOOD, "color": "red"}, "source.color"),
     ],
@@ -43,6 +45,13 @@ def test_a_bad_source_table_is_refused_naming_the_field(env, table, field):
     with pytest.raises(ConfigError) as caught:
         KafkaSourceConfig.parse(table, env)
     assert caught.value.field == field
+
+
+def test_on_reset_says_what_it_may_be_when_refused(env):
+    with pytest.raises(ConfigError) as caught:
+        KafkaSourceConfig.parse({**GOOD, "on_reset": "latest"}, env)
+    assert str(caught.value) == "source.on_reset: must be one of fail, restart"
+    assert KafkaSourceConfig.parse({**GOOD, "on_reset": "restart"}, env).on_reset == "restart"
 
 
 def test_a_good_table_keeps_its_offsets_and_start(env):

@@ -30,6 +30,9 @@ class FakeBrokers:
     def offset_for_time(self, topic: str, partition: int, time_ms: int) -> int | None:
         return self.by_time.get((topic, partition))
 
+    def topic_ids(self, topics) -> dict[str, str]:
+        return {}
+
 
 class Clock:
     def __init__(self) -> None:

@@ -80,6 +80,7 @@ def test_a_good_source_table_is_stored_with_its_defaults(env):
         "consumer": "default",
         "start": "earliest",
         "discovery_interval_ms": 10_000,
+        "on_reset": "fail",
         "metadata": False,
     }
 

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import pytest
 
+from connectors.nats.config import NatsSourceConfig
 from connectors.nats.jetstream import stream_seen
+from connectors.nats.source import NatsJetStreamSource
 from connectors.nats.split import SubjectSplit, SubjectSplitSerializer
-from source_support.errors import SplitFailed
+from source_support.errors import ConfigError, SplitFailed
+from source_support.formats import validate_format
+from source_support.registry import BuildContext
+from source_support.testing.harness import SourceHarness
+from tests.connectors.nats.conftest import nats_url
 from tests.connectors.nats.test_enumerator import enumerator_of
 from tests.connectors.nats.test_reader import Stream, fetch_until, reader_of
+from tests.helpers import logs_of
 from tests.nats_server import PrivateNatsServer
 from tests.source_support.fakes import RecordingContext
 
@@ -162,3 +169,54 @@ def test_discarded_messages_of_a_stream_of_several_subjects_are_a_note_not_a_fai
     assert f"those on {stream.subject('a')} among them are lost" in note
     assert rows(batches) == [10, 11]
     reader.close()
+
+
+def source_of(env, stream: Stream, **options) -> NatsJetStreamSource:
+    table = {"servers": nats_url(), "stream": stream.name, "discovery_interval_ms": 100, **options}
+    return NatsJetStreamSource.from_config(
+        NatsSourceConfig.parse(table, env),
+        validate_format({"type": "json", "schema": "id BIGINT"}),
+        BuildContext(env=env, batch_size=100, flow_name="reset-test"),
+    )
+
+
+def test_a_declared_restart_reads_a_stream_created_again_from_its_first_sequence(env, stream, caplog):
+    stream.orders("a", range(10))
+    first = created(stream)
+    harness = SourceHarness(source_of(env, stream, on_reset="restart"), readers=1, poll_timeout_s=0.05)
+    harness.run(until=lambda h: len(h.records()) == 10)
+
+    stream.run(stream.js.delete_stream(stream.name))
+    with logs_of(caplog, "connectors.nats"):
+        harness.run(rounds=30)  # gone: waited for, said once, not failed
+        assert not any(s.failed for s in harness.store.state.splits.values())
+        stream.create()
+        stream.orders("a", range(100, 140))  # sequences 1 to 40: past the old checkpoint too
+        harness.run(until=lambda h: len(h.records()) == 50)
+
+    assert sorted(r["id"] for r in harness.records()) == [*range(10), *range(100, 140)], "each once"
+    splits = harness.store.state.splits
+    old = splits[f"{stream.name} {stream.subject('a')}"]
+    new = splits[f"{stream.name} {stream.subject('a')} (generation 2)"]
+    assert old.finished and not old.failed and old.position == 10
+    assert f"stream {stream.name} was created at {created(stream)}" in old.note, old.note
+    assert f"(sequence 10) is of the stream created at {first}" in old.note
+    assert (
+        f"source.on_reset is 'restart': subject filter {stream.subject('a')} is read again from sequence 1 "
+        f"of the stream created at {created(stream)}, as generation 2 of the split (reset 1 of this split "
+        "in this run)"
+    ) in old.note
+    assert [r.levelname for r in caplog.records if r.getMessage() == old.note] == ["WARNING"]
+    assert caplog.text.count(f"stream {stream.name} is gone: subject filter {stream.subject('a')}") == 1
+    assert new.position == 40 and not new.failed
+    assert not any(s.failed for s in splits.values())
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"), [("skip", "must be one of fail, restart"), (1, "must be a string")]
+)
+def test_a_bad_on_reset_is_refused_naming_the_field(env, value, reason):
+    with pytest.raises(ConfigError) as caught:
+        NatsSourceConfig.parse({"servers": nats_url(), "stream": "S", "on_reset": value}, env)
+    assert caught.value.field == "source.on_reset"
+    assert str(caught.value) == f"source.on_reset: {reason}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from dataflow.models import RunStatus, UserQuota
-from dataflow.services.flows import flow_start
+from dataflow.models import FlowRun, RunStatus, Split, SplitStatus, UserQuota
+from dataflow.services.dead_letters import dead_letters_replay
+from dataflow.services.errors import QuotaExceeded
+from dataflow.services.flows import flow_run_scheduled, flow_start, flow_stop
 from dataflow.services.runs.tick import run_tick
 from tests.dataflow.api.test_actions import act
 from tests.factories import DataFlowFactory, UserFactory
@@ -82,3 +84,71 @@ def test_a_superuser_has_no_quota(dirs, make_flow, quotas):
     root = UserFactory(username="root", is_staff=True, is_superuser=True)
 
     flow_start(flow=make_flow("roots", owner=root))
+
+
+# Every path that makes a run active asks the quotas (issue 25, 2.3): a schedule, a resume,
+# a restart of failed splits, a replay of dead letters, besides a start.
+
+
+def test_a_scheduled_run_beyond_the_quota_is_recorded_as_a_failed_run_naming_it(make_flow, quotas):
+    quotas(concurrent_runs=1)
+    flow_start(flow=make_flow("busy"))
+    nightly = make_flow("nightly", schedule={"every": "1 hour"})
+
+    run = flow_run_scheduled(flow_id=nightly.pk)
+
+    assert run is not None, "a refusal is recorded, not skipped as 'still running'"
+    assert (run.status, run.trigger) == (RunStatus.FAILED, "schedule")
+    assert run.message.startswith("the run could not start: quota 'concurrent_runs' of user "), run.message
+    assert "(at most 1;" in run.message
+    nightly.refresh_from_db()
+    assert nightly.status == "failed"
+
+
+def test_resuming_a_stopped_run_beyond_the_quota_is_refused_and_said_on_the_run(api, make_flow, quotas):
+    quotas(concurrent_runs=1)
+    first, second = make_flow("first"), make_flow("second")
+    stopped = flow_start(flow=first)
+    flow_stop(flow=first)
+    flow_start(flow=second)
+
+    refused = act(api, first, "resume")
+
+    assert refused.status_code == 403 and refused.json()["quota"] == "concurrent_runs", refused.content
+    stopped.refresh_from_db()
+    assert stopped.status == RunStatus.STOPPED
+    assert stopped.message.startswith("not resumed: quota 'concurrent_runs'"), stopped.message
+
+
+def test_restarting_failed_splits_beyond_the_splits_quota_is_refused_and_said_on_the_run(
+    api, dirs, owner, quotas
+):
+    write_csv(dirs.data / "part-0.csv", range(10))
+    flow = DataFlowFactory(name="many", owner=owner, source_path=str(dirs.data))
+    run = flow_start(flow=flow)
+    flow_stop(flow=flow)
+    for i in range(3):  # as a run whose three splits failed leaves them (payloads are not read)
+        Split.objects.create(
+            run=run, split_id=f"part-{i}", payload={}, status=SplitStatus.FAILED, error="boom"
+        )
+    FlowRun.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    quotas(splits=2)  # the run holds 4
+
+    refused = act(api, flow, "restart", only_failed="true")
+
+    assert refused.status_code == 403 and refused.json()["quota"] == "splits", refused.content
+    run.refresh_from_db()
+    assert run.status == RunStatus.FAILED
+    assert run.message.startswith("failed splits not restarted: quota 'splits'"), run.message
+    assert f"and run {run.pk} has 4" in run.message  # 3 failed, part-0 in its backlog
+    assert Split.objects.filter(run=run, status=SplitStatus.FAILED).count() == 3, "left as they were"
+
+
+def test_a_replay_of_dead_letters_beyond_the_quota_is_refused_naming_it(make_flow, quotas):
+    quotas(concurrent_runs=1)
+    flow_start(flow=make_flow("busy"))
+
+    with pytest.raises(QuotaExceeded) as refused:
+        dead_letters_replay(flow=make_flow("replayed"), ids=[1])
+
+    assert refused.value.quota == "concurrent_runs"

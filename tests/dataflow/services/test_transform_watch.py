@@ -19,10 +19,11 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
+from connectors.files.object_sink import local_staging
 from dataflow.models import EpochStatus, FlowRun, RunStatus, TransformEpoch
 from dataflow.redis_client import get_redis
 from dataflow.services import transform_watch
-from dataflow.services.context import coordinator_for
+from dataflow.services.context import coordinator_for, run_key
 from dataflow.services.flows import flow_apply, flow_pause, flow_resume, flow_start, flow_stop
 from dataflow.services.specs import transform_limits
 from dataflow.services.streams.epochs import StreamState
@@ -30,6 +31,7 @@ from dataflow.services.transform_watch import transforms_give_back
 from dataflow.spark.session import get_spark, session_started, spark_kill
 from source_support.coordination import Mark
 from source_support.errors import ConfigError
+from tests.connectors.files.s3_sink_support import BUCKET, moto_with_bucket, s3_client, s3_config
 from tests.dataflow.services.streams.test_driver import Stream, driver, ids
 from tests.factories import DataFlowFactory
 from tests.helpers import Beat, read_parquet_rows, run_flow, spec, wait_for_run, wait_until, write_csv
@@ -200,6 +202,35 @@ def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run(worker
     ), run.message
     assert run.transform_attempts == 1, "a staging over its bound is not retried"
     assert sorted(p.name for p in dirs.out.iterdir()) == [], "nothing published, no staging left"
+
+
+@pytest.fixture(scope="module")
+def moto():
+    """A moto server of the module's own (an S3-protocol HTTP endpoint: S3 cannot be reached
+    here), with the bucket the S3 sink tests write to."""
+    yield from moto_with_bucket()
+
+
+def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run_into_s3_too(
+    worker, dirs, settings, moto
+):
+    # Issue 25, 2.6: only directory sinks were watched; an s3:// sink stages its files locally.
+    settings.DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = 100  # less than one Parquet file's footer
+    write_csv(dirs.data / "part-0.csv", range(10))
+    doc = _explode_spec(dirs, "staging-full-s3")
+    doc["sink"] = {"type": "parquet", **s3_config(moto, "flows/staging-full")}
+
+    run = run_flow(doc)
+
+    assert run.status == RunStatus.FAILED
+    assert "bytes into its staging directory, more than DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = 100" in (
+        run.message
+    ), run.message
+    assert run.transform_attempts == 1, "a staging over its bound is not retried"
+    s3 = s3_client(moto)
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix="flows/staging-full/").get("KeyCount") == 0
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=BUCKET), "nothing left half uploaded"
+    assert not local_staging(f"{run_key(run)}-1").exists(), "no local staging left"
 
 
 def test_the_site_bounds_every_transforms_output_by_default():
