@@ -155,7 +155,12 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         self, context: SourceReaderContext, decoding: Decoding[MessageDecoder]
     ) -> KafkaPartitionReader:
         return KafkaPartitionReader(
-            self.servers, decoding, flow=self.flow, on_reset=self.on_reset, clock=self.clock
+            self.servers,
+            decoding,
+            flow=self.flow,
+            subtask=context.subtask,
+            on_reset=self.on_reset,
+            clock=self.clock,
         )
 
     def decoder(self) -> MessageDecoder:

@@ -164,6 +164,59 @@ def test_each_row_reaches_the_sink_once_through_three_epochs(dirs):
     assert stream.refreshed().stream_state["rows_written"] == 9
 
 
+def sink_rows(sink: Path) -> list[tuple]:
+    return sorted(tuple(row.values()) for row in pq.read_table(sink).to_pylist())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_identity_epochs_publish_the_landed_rows_without_spark(dirs):
+    """``SELECT * FROM source`` into a local Parquet sink: each epoch adds the landed files
+    as they are, under the epoch's names, row for row what was landed, and no Spark session
+    is ever made for the run."""
+    stream = Stream(dirs, "SELECT * FROM source")
+    for number in (1, 2, 3):
+        stream.land("s1", [number, number + 0.5])
+        stream.land("s2", [number])
+
+        epoch = run_one_epoch(stream)
+
+        assert (epoch.number, epoch.records_in) == (number, 3)
+        assert stream.sink_ids() == ids(stream.landed), f"after epoch {number}"
+        assert not any(Path(dirs.landing).rglob("*.parquet"))  # retired with their epoch
+
+    assert sink_rows(stream.sink) == sorted(stream.landed)
+    assert pq.read_table(stream.sink).schema.equals(parse_ddl(SCHEMA))
+    assert sorted(p.name for p in stream.sink.iterdir()) == sorted(
+        f"part-{epoch_key(stream.run, n)}{suffix}.snappy.parquet" for n in (1, 2, 3) for suffix in ("", "-1")
+    )
+    assert stream.hidden_beside_sink() == []
+    run = stream.refreshed()
+    assert run.stream_state["rows_written"] == 9
+    assert run.spark_app_id == ""  # set by the first Spark job of a run's epochs
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM source WHERE id >= 0",
+        "SELECT id, customer, amount, ts FROM source",
+        "SELECT * FROM source",
+    ],
+)
+def test_a_query_other_than_the_identity_goes_through_spark(dirs, sql):
+    """Only the identity itself skips Spark: a filter or a projection (even of every
+    column), or a sink that lays out its own files, runs each epoch as a Spark job."""
+    sink = {"partition_by": ["customer"]} if sql == "SELECT * FROM source" else None
+    stream = Stream(dirs, sql, sink=sink)
+    stream.land("s1", [1, 2])
+
+    run_one_epoch(stream)
+
+    assert stream.sink_ids() == ids(stream.landed)
+    assert stream.refreshed().spark_app_id != ""
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
     stream = Stream(dirs, "SELECT * FROM source")
@@ -375,8 +428,13 @@ def committed(run: FlowRun) -> int:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path):
-    stream = Stream(dirs, "SELECT id, customer, amount FROM source", transform={"trigger_ms": 100})
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT id, customer, amount FROM source", "SELECT * FROM source"],
+    ids=["spark", "identity-without-spark"],
+)
+def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path, sql):
+    stream = Stream(dirs, sql, transform={"trigger_ms": 100})
     process = DriverProcess(stream.run, tmp_path)
     rng = random.Random(int(os.environ.get("STREAM_KILL_SEED", "7")))
     kills: list[str] = []
