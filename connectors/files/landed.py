@@ -10,7 +10,9 @@ one row group at a time. The staging directory is then published through the sam
 ``commit_directory`` as Spark's output: the same fence, row check and atomic swap. A
 stream's epoch of the identity goes the same way through ``append_epoch``: the same file
 names per epoch, the same fence and row check as the epoch Spark would have written, so
-a retry of the epoch replaces the same names.
+a retry of the epoch replaces the same names. A small epoch of any other query Spark
+computes can come as an Arrow table collected from Spark (``append_table_parquet``),
+written by pyarrow as one file, as Spark's ``coalesce(1)`` writer would have.
 
 Not taken for a sink with ``partition_by`` (Spark lays out its directories) or a path that
 is not on a local file system.
@@ -78,6 +80,31 @@ def append_landed_parquet(
     return append_epoch(
         target,
         lambda staging: _stage(paths, schema, compression, Path(staging), empty_file=False),
+        lambda staging: count_rows(staging, "parquet"),
+        epoch_key=epoch_key,
+        publish=publish,
+        check=lambda: env.check_destructive_target(target),
+    )
+
+
+def append_table_parquet(
+    table: pa.Table, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+) -> bool:
+    """Adds one epoch's rows (``table``) to the sink as one file (see the module's docstring)."""
+    target = Path(config["path"])
+    compression: str = config.get("compression", "snappy")
+    suffix = "" if compression == "none" else f".{compression}"
+
+    def stage(staging: str) -> None:
+        Path(staging).mkdir(parents=True)
+        if table.num_rows:  # as Spark's writer: an epoch without rows adds no file
+            write_parquet(
+                table, Path(staging) / f"part-00000{suffix}.parquet", compression=_parquet_codec(compression)
+            )
+
+    return append_epoch(
+        target,
+        stage,
         lambda staging: count_rows(staging, "parquet"),
         epoch_key=epoch_key,
         publish=publish,

@@ -81,6 +81,10 @@ class HeldPartition:
     pending: list[Message] = field(default_factory=list[Message])
     offsets: list[int] = field(default_factory=list[int])
     next_check: float = 0.0
+    #: Whether the high watermark the consumer last fetched for the partition is about this
+    #: assignment: not for a partition the consumer had before (its figure is from then)
+    #: until messages of this assignment come.
+    fetched_since_assigned: bool = True
 
     @property
     def partition(self) -> TopicPartition:
@@ -95,6 +99,7 @@ class HeldPartition:
         if offsets[0] >= expected and (len(offsets) == 1 or bool(np.all(np.diff(offsets) > 0))):
             self.pending += messages
             self.offsets += offsets
+            self.fetched_since_assigned = True
             return True
         took = False
         for message, offset in zip(messages, offsets, strict=True):
@@ -102,6 +107,7 @@ class HeldPartition:
                 self.pending.append(message)
                 self.offsets.append(offset)
                 expected, took = offset + 1, True
+        self.fetched_since_assigned |= took
         return took
 
     def head(self, count: int) -> tuple[list[Message], list[int]]:
@@ -165,8 +171,10 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self._answers = _CommitAnswers()
         #: What the kept consumer holds that no split has asked for yet.
         self._kept: dict[str, HeldPartition] = {}
+        #: The splits whose partitions the consumer has been assigned in its life.
+        self._ever_assigned: set[str] = set()
         if subtask is not None and (kept := take_consumer(servers, group_name(flow), subtask)) is not None:
-            self._consumer, self._answers, self._kept = kept.consumer, kept.state[0], kept.state[1]
+            self._consumer, (self._answers, self._kept, self._ever_assigned) = kept.consumer, kept.state
         self._answers.reader = self
         self._woken = threading.Event()
         #: Offsets committed to the group whose commit it has not confirmed, by split id.
@@ -199,7 +207,10 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
                 continue
             if kept is not None:
                 stale.append(kept)  # assigned again at the checkpoint, as a new consumer would be
-            state = self.held[split.split_id] = HeldPartition(split)
+            state = self.held[split.split_id] = HeldPartition(
+                split, fetched_since_assigned=split.split_id not in self._ever_assigned
+            )
+            self._ever_assigned.add(split.split_id)
             assign.append(state)
         stale += self._kept.values()
         self._kept = {}
@@ -280,7 +291,13 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         consumer, self._consumer = self._consumer, None
         self._answers.reader = None
         if consumer is not None and held and self.subtask is not None:
-            keep_consumer(self.servers, group_name(self.flow), self.subtask, consumer, (self._answers, held))
+            keep_consumer(
+                self.servers,
+                group_name(self.flow),
+                self.subtask,
+                consumer,
+                (self._answers, held, self._ever_assigned),
+            )
         elif consumer is not None:
             try:
                 consumer.close()
@@ -421,7 +438,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         the stop (its position reached the stop offset, or, for a stop time that has passed,
         the partition's end)."""
         split = state.split
-        reset = self.resets.check(split)
+        reset = self.resets.check(split, fetched=state.fetched_since_assigned)
         if reset is not None:
             return self._reset(state, reset)
         if split.stop_offset is None and split.stop_time_ms is None:

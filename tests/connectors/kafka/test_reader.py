@@ -222,3 +222,27 @@ def test_a_kept_partition_that_no_split_asks_for_is_not_read(env, cluster, topic
         second.close()
     assert ids_of(batches) == [100, 101, 102]
     assert {b.split_id for b in batches} == {f"{prefix}:3"}
+
+
+def test_a_partition_the_kept_consumer_had_at_an_earlier_offset_is_not_taken_for_a_reset(
+    env, cluster, topics, prefix
+):
+    """The kept consumer last fetched the partition at offset 3; another reader has read
+    it to 10 since. The high watermark the consumer remembers (3) is from then, not a
+    partition gone back below the checkpoint."""
+    topics.send_json(prefix, 1, orders(range(3)))
+    source, first = reader_of(env, cluster, prefix)
+    first.handle_splits_changes([PartitionSplit(prefix, 1, 0)], [])
+    assert ids_of(read_until(first, 3)) == [0, 1, 2]
+    first.close()
+    topics.send_json(prefix, 1, orders(range(3, 10)))  # read by another reader meanwhile
+
+    second = source.create_reader(_Context()).split_reader
+    second.handle_splits_changes([PartitionSplit(prefix, 1, 10)], [])
+    try:
+        assert second.fetch(100, 0.2) == []
+        topics.send_json(prefix, 1, orders(range(10, 12)))
+        batches = read_until(second, 2)
+    finally:
+        second.close()
+    assert ids_of(batches) == [10, 11]

@@ -217,6 +217,38 @@ def test_a_query_other_than_the_identity_goes_through_spark(dirs, sql):
     assert stream.refreshed().spark_app_id != ""
 
 
+def written_by_spark(path: Path) -> bool:
+    return b"org.apache.spark.version" in (pq.read_metadata(path).metadata or {})
+
+
+def one_epoch_file(dirs, name: str, sql: str) -> Path:
+    """The sink file of one epoch of ``sql`` over the same three landed rows."""
+    stream = Stream(dirs, sql, sink={"path": str(dirs.out / name)})
+    stream.land("s1", [1, 2])
+    stream.land("s2", [3])
+    run_one_epoch(stream)
+    (path,) = (dirs.out / name).iterdir()
+    return path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_small_epoch_is_written_without_sparks_writer_as_spark_writes_it(dirs, monkeypatch):
+    """A small stateless epoch is collected as Arrow and written by pyarrow, skipping the
+    commit protocol of Spark's writer: the file reads back as Spark's would, schema and rows.
+    A timestamp (Spark writes INT96) keeps Spark's writer."""
+    sql = "SELECT id, customer, amount * 2 AS doubled, CAST(ts AS DATE) AS day FROM source WHERE id >= 0"
+    arrow = one_epoch_file(dirs, "arrow", sql)
+    monkeypatch.setattr(stream_driver, "ARROW_EPOCH_MAX_RECORDS", 0)
+    spark = one_epoch_file(dirs, "spark", sql)
+
+    assert not written_by_spark(arrow) and written_by_spark(spark)
+    assert arrow.name.split("-")[-1] == spark.name.split("-")[-1] == "00000001.snappy.parquet"
+    assert pq.read_table(arrow).schema.remove_metadata() == pq.read_table(spark).schema.remove_metadata()
+    assert sink_rows(arrow) == sink_rows(spark) and len(sink_rows(arrow)) == 3
+    monkeypatch.undo()
+    assert written_by_spark(one_epoch_file(dirs, "timestamps", "SELECT id, ts FROM source WHERE id >= 0"))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
     stream = Stream(dirs, "SELECT * FROM source")
