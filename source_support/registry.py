@@ -169,6 +169,36 @@ class SinkWriteLanded(Protocol):
     ) -> bool: ...
 
 
+class SinkAppendLanded(Protocol):
+    """Adds one epoch of an unbounded run's landed Parquet files (``paths``, each of the
+    run's ``schema``) to the sink as they are, without Spark, once per ``epoch_key``,
+    through ``publish`` as ``SinkAppend`` does; whether it was published. Used only when
+    the transform is the identity and the sink's ``takes_landed(config)`` says yes."""
+
+    def __call__(
+        self,
+        paths: Sequence[str],
+        schema: pa.Schema,
+        config: dict[str, Any],
+        *,
+        epoch_key: str,
+        publish: Publish,
+        env: Environment,
+    ) -> bool: ...
+
+
+class SinkAppendTable(Protocol):
+    """Adds one small epoch of an unbounded run's streaming transform, computed by Spark and
+    collected as an Arrow ``table``, written without Spark's file writer, once per
+    ``epoch_key``, through ``publish`` as ``SinkAppend`` does; whether it was published.
+    Used only where the sink's ``takes_landed(config)`` says yes and the table's types are
+    written as Spark's writer would write them."""
+
+    def __call__(
+        self, table: pa.Table, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+    ) -> bool: ...
+
+
 def _takes_no_landed(config: dict[str, Any]) -> bool:
     return False
 
@@ -188,7 +218,14 @@ class SinkConnector:
     #: Writes a bounded run's landed files as they are, with no Spark job, for a run whose
     #: transform is ``SELECT * FROM source`` (None: the sink always goes through Spark).
     write_landed: SinkWriteLanded | None = None
-    #: Whether ``write_landed`` can write a config's output (e.g. no ``partition_by``).
+    #: Adds an unbounded run's landed files of one epoch as they are, with no Spark job,
+    #: for a run whose transform is ``SELECT * FROM source`` (None: epochs go through Spark).
+    append_landed: SinkAppendLanded | None = None
+    #: Adds a small epoch's rows collected as Arrow, with no Spark file writer (whose
+    #: commit protocol costs more than a small epoch's job); None: Spark writes every epoch.
+    append_table: SinkAppendTable | None = None
+    #: Whether ``write_landed``, ``append_landed`` and ``append_table`` can write a config's
+    #: output (e.g. no ``partition_by``).
     takes_landed: Callable[[dict[str, Any]], bool] = _takes_no_landed
     #: The bytes a bounded write (``write``) with ``attempt_key`` holds in its staging so
     #: far, for a config; None where it cannot tell (the service then bounds only rows).

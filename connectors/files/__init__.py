@@ -4,7 +4,12 @@ and Parquet/CSV/JSON sinks."""
 from dataclasses import replace
 
 from connectors.files.config import FilesSourceConfig
-from connectors.files.landed import takes_landed, write_landed_parquet
+from connectors.files.landed import (
+    append_landed_parquet,
+    append_table_parquet,
+    takes_landed,
+    write_landed_parquet,
+)
 from connectors.files.sink import FILE_SINKS
 from connectors.files.source import FileSource, files_check_stop
 from source_support.registry import SourceConnector, register_sink, register_source
@@ -26,5 +31,11 @@ def register() -> None:
     )
     for sink in FILE_SINKS:
         if sink.type == "parquet":  # a run whose transform is the identity needs no Spark
-            sink = replace(sink, write_landed=write_landed_parquet, takes_landed=takes_landed)
+            sink = replace(
+                sink,
+                write_landed=write_landed_parquet,
+                append_landed=append_landed_parquet,
+                append_table=append_table_parquet,
+                takes_landed=takes_landed,
+            )
         register_sink(sink)

@@ -1,4 +1,5 @@
-"""A bounded run's landed Parquet files published as a ``parquet`` sink's output, no Spark.
+"""Landed Parquet files published as a ``parquet`` sink's output, no Spark: a bounded run's
+whole output (``write_landed_parquet``), or one epoch of a stream's (``append_landed_parquet``).
 
 When a bounded run's transform is the identity (``SELECT * FROM source``) its result is the
 landed files' rows, which are Parquet files already: a Spark job that reads and rewrites
@@ -6,7 +7,12 @@ them (and the JVM it needs) costs far more than the reading itself. A landed fil
 schema is the run's and whose codec is the sink's is linked (or copied, across file
 systems) into the attempt's staging directory as it is; any other is rewritten by pyarrow
 one row group at a time. The staging directory is then published through the same
-``commit_directory`` as Spark's output: the same fence, row check and atomic swap.
+``commit_directory`` as Spark's output: the same fence, row check and atomic swap. A
+stream's epoch of the identity goes the same way through ``append_epoch``: the same file
+names per epoch, the same fence and row check as the epoch Spark would have written, so
+a retry of the epoch replaces the same names. A small epoch of any other query Spark
+computes can come as an Arrow table collected from Spark (``append_table_parquet``),
+written by pyarrow as one file, as Spark's ``coalesce(1)`` writer would have.
 
 Not taken for a sink with ``partition_by`` (Spark lays out its directories) or a path that
 is not on a local file system.
@@ -23,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from connectors.files.sink import commit_directory, count_rows
+from connectors.files.sink import append_epoch, commit_directory, count_rows
 from source_support.environment import Environment
 from source_support.registry import Publish
 from source_support.typed_arrow import ParquetCompression, write_parquet
@@ -59,11 +65,60 @@ def write_landed_parquet(
     )
 
 
-def _stage(paths: Sequence[str], schema: pa.Schema, compression: str, staging: Path) -> None:
+def append_landed_parquet(
+    paths: Sequence[str],
+    schema: pa.Schema,
+    config: dict[str, Any],
+    *,
+    epoch_key: str,
+    publish: Publish,
+    env: Environment,
+) -> bool:
+    """Adds one epoch's landed ``paths`` to the sink as its files (see the module's docstring)."""
+    target = Path(config["path"])
+    compression: str = config.get("compression", "snappy")
+    return append_epoch(
+        target,
+        lambda staging: _stage(paths, schema, compression, Path(staging), empty_file=False),
+        lambda staging: count_rows(staging, "parquet"),
+        epoch_key=epoch_key,
+        publish=publish,
+        check=lambda: env.check_destructive_target(target),
+    )
+
+
+def append_table_parquet(
+    table: pa.Table, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+) -> bool:
+    """Adds one epoch's rows (``table``) to the sink as one file (see the module's docstring)."""
+    target = Path(config["path"])
+    compression: str = config.get("compression", "snappy")
+    suffix = "" if compression == "none" else f".{compression}"
+
+    def stage(staging: str) -> None:
+        Path(staging).mkdir(parents=True)
+        if table.num_rows:  # as Spark's writer: an epoch without rows adds no file
+            write_parquet(
+                table, Path(staging) / f"part-00000{suffix}.parquet", compression=_parquet_codec(compression)
+            )
+
+    return append_epoch(
+        target,
+        stage,
+        lambda staging: count_rows(staging, "parquet"),
+        epoch_key=epoch_key,
+        publish=publish,
+        check=lambda: env.check_destructive_target(target),
+    )
+
+
+def _stage(
+    paths: Sequence[str], schema: pa.Schema, compression: str, staging: Path, *, empty_file: bool = True
+) -> None:
     staging.mkdir(parents=True)
     codec = _parquet_codec(compression)
     suffix = "" if compression == "none" else f".{compression}"
-    if not paths:  # as Spark writes an empty result: one file holding the schema
+    if not paths and empty_file:  # as Spark writes an empty result: one file holding the schema
         write_parquet(schema.empty_table(), staging / f"part-00000{suffix}.parquet", compression=codec)
     for index, path in enumerate(paths):
         destination = staging / f"part-{index:05d}{suffix}.parquet"

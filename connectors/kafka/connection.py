@@ -1,5 +1,6 @@
 """Kafka clients for the source: the bootstrap servers of a connection URL, the client
-configuration they make, and one metadata client per process.
+configuration they make, one metadata client per process, and the consumers readers keep
+open from one time slice to the next (``keep_consumer``, ``take_consumer``).
 
 A connection URL is ``kafka://host:9092,host2:9092`` (PLAINTEXT), ``kafka+ssl://...``
 (TLS), with ``user:password@`` before the first host for SASL/PLAIN (over TLS with
@@ -8,8 +9,11 @@ A connection URL is ``kafka://host:9092,host2:9092`` (PLAINTEXT), ``kafka+ssl://
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -22,6 +26,10 @@ URL_SCHEMES = ("kafka://", "kafka+ssl://")
 DEFAULT_PORT = 9092
 #: How long a metadata or offset request waits for the brokers before it fails.
 REQUEST_TIMEOUT_S = 10.0
+#: How long a reader's consumer stays open after its time slice for the next slice of the
+#: same reader in this process; closed after that (its run ended, or its reader went to
+#: another worker).
+KEPT_CONSUMER_S = 20.0
 
 
 def split_url(servers: str) -> tuple[str, str, str, list[str]]:
@@ -122,10 +130,81 @@ def metadata_client(servers: str) -> Consumer:
 
 
 def close_metadata_clients() -> None:
-    """Closes this process's metadata clients (a client left open at exit waits for its
-    brokers)."""
+    """Closes this process's metadata clients and kept consumers (a client left open at
+    exit waits for its brokers)."""
     with _shared_lock:
         clients = [c for (pid, _), c in _shared.items() if pid == os.getpid()]
         _shared.clear()
     for client in clients:
         client.close()
+    close_kept_consumers(older_than_s=0.0)
+
+
+@dataclass
+class KeptConsumer:
+    """A reader's consumer kept open between two time slices, with what the reader left
+    in it (its assigned partitions and the messages fetched and not yet handed out)."""
+
+    consumer: Consumer
+    #: The reader's own, handed back as it was left.
+    state: Any
+    kept_at: float
+
+
+#: Kept consumers by (pid, servers, group, subtask): each taken by one reader at a time.
+_kept: dict[tuple[int, str, str, int], KeptConsumer] = {}
+_kept_lock = threading.Lock()
+_sweeper: threading.Thread | None = None
+
+
+def keep_consumer(servers: str, group: str, subtask: int, consumer: Consumer, state: Any) -> None:
+    """Keeps ``consumer`` (and the reader's ``state``) for the next slice of reader
+    ``subtask`` of ``group`` in this process, for ``KEPT_CONSUMER_S`` at most. A new
+    consumer costs a connection and a fetch warm-up: a slice of a few seconds would spend
+    a good part of it getting back to where the last one was."""
+    global _sweeper
+    kept = KeptConsumer(consumer, state, time.monotonic())
+    with _kept_lock:
+        replaced = _kept.pop((os.getpid(), servers, group, subtask), None)
+        _kept[(os.getpid(), servers, group, subtask)] = kept
+        if _sweeper is None or not _sweeper.is_alive():
+            _sweeper = threading.Thread(target=_sweep, name="kafka-kept-consumers", daemon=True)
+            _sweeper.start()
+    if replaced is not None:
+        _close_quietly(replaced.consumer)
+
+
+def take_consumer(servers: str, group: str, subtask: int) -> KeptConsumer | None:
+    """The consumer kept for reader ``subtask`` of ``group`` in this process, if any (it
+    is no longer kept: the caller owns it)."""
+    with _kept_lock:
+        return _kept.pop((os.getpid(), servers, group, subtask), None)
+
+
+def close_kept_consumers(*, older_than_s: float = KEPT_CONSUMER_S) -> None:
+    """Closes this process's consumers kept longer than ``older_than_s``."""
+    now = time.monotonic()
+    with _kept_lock:
+        stale = [
+            key for key, kept in _kept.items() if key[0] == os.getpid() and now - kept.kept_at >= older_than_s
+        ]
+        closing = [_kept.pop(key).consumer for key in stale]
+    for consumer in closing:
+        _close_quietly(consumer)
+
+
+def _sweep() -> None:
+    """Closes what was kept too long, until nothing is kept."""
+    global _sweeper
+    while True:
+        time.sleep(KEPT_CONSUMER_S / 4)
+        close_kept_consumers()
+        with _kept_lock:
+            if not any(key[0] == os.getpid() for key in _kept):
+                _sweeper = None
+                return
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    with contextlib.suppress(KafkaException, RuntimeError):  # a consumer of brokers that are gone
+        consumer.close()

@@ -19,7 +19,13 @@ import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.kafka.brokers import TRANSIENT
-from connectors.kafka.connection import REQUEST_TIMEOUT_S, error_reason, new_consumer
+from connectors.kafka.connection import (
+    REQUEST_TIMEOUT_S,
+    error_reason,
+    keep_consumer,
+    new_consumer,
+    take_consumer,
+)
 from connectors.kafka.outages import broker_log
 from connectors.kafka.resets import PARTITION_RESET, Reset, ResetWatch
 from connectors.kafka.split import PartitionSplit, partition_split_id, split_place
@@ -79,6 +85,10 @@ class HeldPartition:
     id_checked: bool = False
     #: What the brokers said when a fetch at the position was out of range (None: not so).
     out_of_range: str | None = None
+    #: Whether the high watermark the consumer last fetched for the partition is about this
+    #: assignment: not for a partition the consumer had before (its figure is from then)
+    #: until messages of this assignment come.
+    fetched_since_assigned: bool = True
 
     @property
     def partition(self) -> TopicPartition:
@@ -93,6 +103,7 @@ class HeldPartition:
         if offsets[0] >= expected and (len(offsets) == 1 or bool(np.all(np.diff(offsets) > 0))):
             self.pending += messages
             self.offsets += offsets
+            self.fetched_since_assigned = True
             return True
         took = False
         for message, offset in zip(messages, offsets, strict=True):
@@ -100,6 +111,7 @@ class HeldPartition:
                 self.pending.append(message)
                 self.offsets.append(offset)
                 expected, took = offset + 1, True
+        self.fetched_since_assigned |= took
         return took
 
     def head(self, count: int) -> tuple[list[Message], list[int]]:
@@ -109,13 +121,32 @@ class HeldPartition:
         return messages, offsets
 
 
+class _CommitAnswers:
+    """Hands librdkafka's answers to commits to the reader that uses the consumer now (a
+    kept consumer outlives the reader that made it)."""
+
+    def __init__(self) -> None:
+        self.reader: KafkaPartitionReader | None = None
+
+    def __call__(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        if self.reader is not None:
+            self.reader.commit_confirmed(error, partitions)
+
+
 class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
     """Reads the held partitions all at once: each ``fetch`` consumes what the brokers have
     for any of them (waiting up to its timeout for the first) and returns a batch per split.
 
     Progress is the offset in the checkpoint: a split added is assigned at its position
     (``incremental_assign``), a message before it (prefetched for an earlier assignment) is
-    dropped, and offsets go to Kafka only after the commit of them."""
+    dropped, and offsets go to Kafka only after the commit of them.
+
+    A reader lives one time slice; its consumer is kept open for the next slice of the same
+    reader in this process (``keep_consumer``), with the partitions it was assigned and the
+    messages it fetched. The next reader goes on from there only for a split whose
+    checkpoint is the position the kept consumer reached; any other split is assigned
+    again at its checkpoint, as a new consumer would be, and a kept partition no split
+    asks for is unassigned."""
 
     metadata_fields = METADATA_FIELDS
 
@@ -125,6 +156,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         decoding: Decoding[MessageDecoder],
         *,
         flow: str,
+        subtask: int | None = None,
         on_reset: str = "fail",
         send_event: Callable[[SourceEvent], None] = lambda event: None,
         clock: Callable[[], float] = time.time,
@@ -132,6 +164,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         super().__init__(decoding)
         self.servers = servers
         self.flow = flow
+        #: The reader's subtask, under which its consumer is kept between slices (None:
+        #: never kept).
+        self.subtask = subtask
         #: What a partition whose offsets went backwards does (``source.on_reset``).
         self.on_reset = on_reset
         self.resets = ResetWatch(
@@ -144,6 +179,14 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         #: The events to send once the end of a reset split is committed, by split id.
         self._restarting: dict[str, SourceEvent] = {}
         self._consumer: Consumer | None = None
+        self._answers = _CommitAnswers()
+        #: What the kept consumer holds that no split has asked for yet.
+        self._kept: dict[str, HeldPartition] = {}
+        #: The splits whose partitions the consumer has been assigned in its life.
+        self._ever_assigned: set[str] = set()
+        if subtask is not None and (kept := take_consumer(servers, group_name(flow), subtask)) is not None:
+            self._consumer, (self._answers, self._kept, self._ever_assigned) = kept.consumer, kept.state
+        self._answers.reader = self
         self._woken = threading.Event()
         #: Offsets committed to the group whose commit it has not confirmed, by split id.
         self._unconfirmed = _UNCONFIRMED.setdefault((servers, group_name(flow)), {})
@@ -155,16 +198,39 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
     def consumer(self) -> Consumer:
         if self._consumer is None:
             self._consumer = new_consumer(
-                self.servers, group_id=group_name(self.flow), on_commit=self._commit_confirmed
+                self.servers, group_id=group_name(self.flow), on_commit=self._answers
             )
         return self._consumer
 
     # The SplitReader interface
 
     def handle_splits_changes(self, added: Sequence[PartitionSplit], removed: Sequence[str]) -> None:
-        assign = [HeldPartition(split) for split in added if split.place not in self.held]
-        for state in assign:
-            self.held[state.split.place] = state
+        assign: list[HeldPartition] = []
+        stale: list[HeldPartition] = []
+        for split in added:
+            if split.place in self.held:
+                continue
+            kept = self._kept.pop(split.place, None)
+            if (
+                kept is not None
+                and kept.split.split_id == split.split_id
+                and kept.split.position == split.position
+            ):
+                # The kept consumer reached the checkpoint: it goes on from there.
+                kept.split, kept.next_check = split, 0.0
+                self.held[split.place] = kept
+                continue
+            if kept is not None:
+                stale.append(kept)  # assigned again at the checkpoint, as a new consumer would be
+            state = self.held[split.place] = HeldPartition(
+                split, fetched_since_assigned=split.place not in self._ever_assigned
+            )
+            self._ever_assigned.add(split.place)
+            assign.append(state)
+        stale += self._kept.values()
+        self._kept = {}
+        if stale:
+            self._unassign(stale)
         if assign:
             self.consumer.incremental_assign([s.partition for s in assign])
         gone = [
@@ -182,6 +248,9 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         self._woken.set()
 
     def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
+        if self._kept:  # a kept partition that no split asked for
+            self._unassign(list(self._kept.values()))
+            self._kept = {}
         if self._unconfirmed and (not self._in_flight or self.clock() - self._last_commit >= COMMIT_RETRY_S):
             self._commit_unconfirmed()
         if not self.held:
@@ -229,7 +298,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         except TRANSIENT as exc:
             log.warning("could not commit offsets to Kafka: %s (committed again later)", error_reason(exc))
 
-    def _commit_confirmed(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+    def commit_confirmed(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's answer to a commit (served in ``consume``): what it confirms is done."""
         self._in_flight = False
         if error is not None:
@@ -244,9 +313,22 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         return f"topic {split.topic} partition {split.partition} offset {position}"
 
     def close(self) -> None:
-        self.held.clear()
+        """Keeps the consumer for the next slice (``keep_consumer``) while it holds
+        partitions, else closes it."""
+        held, self.held = self.held, {}
+        held.update(self._kept)
+        self._kept = {}
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
+        self._answers.reader = None
+        if consumer is not None and held and self.subtask is not None:
+            keep_consumer(
+                self.servers,
+                group_name(self.flow),
+                self.subtask,
+                consumer,
+                (self._answers, held, self._ever_assigned),
+            )
+        elif consumer is not None:
             try:
                 consumer.close()
             except TRANSIENT:  # a consumer of brokers that are gone
@@ -386,7 +468,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         the stop (its position reached the stop offset, or, for a stop time that has passed,
         the partition's end)."""
         split = state.split
-        reset = self.resets.check(split)
+        reset = self.resets.check(split, fetched=state.fetched_since_assigned)
         if reset is None and state.out_of_range is not None:
             reset = self.resets.out_of_range(split)
             if reset is None and self.on_reset == "fail":

@@ -99,17 +99,19 @@ class ResetWatch:
     def forget(self, split_id: str) -> None:
         self._seen.pop(split_id, None)
 
-    def check(self, split: PartitionSplit) -> Reset | None:
+    def check(self, split: PartitionSplit, *, fetched: bool = True) -> Reset | None:
         """A reset of ``split``'s partition, if one shows; a topic gone for longer than
-        ``TOPIC_GONE_S`` is one."""
+        ``TOPIC_GONE_S`` is one. ``fetched``: whether the consumer's last fetch of the
+        partition is about its assignment at the split's position (not a figure kept from
+        an earlier assignment of the partition to the same consumer)."""
         seen = self._seen.setdefault(split.split_id, _Seen())
         tp = TopicPartition(split.topic, split.partition)
         # What the last fetch response said costs no request: checked every time.
-        _, fetched = self.consumer().get_watermark_offsets(tp, cached=True)
-        if 0 <= fetched < split.position:
+        _, high = self.consumer().get_watermark_offsets(tp, cached=True) if fetched else (-1, -1)
+        if 0 <= high < split.position:
             return Reset(
                 split,
-                f"a fetch reports high watermark {fetched}, the checkpoint is at offset {split.position}",
+                f"a fetch reports high watermark {high}, the checkpoint is at offset {split.position}",
             )
         now = self.clock()
         if now < seen.next_check:

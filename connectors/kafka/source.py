@@ -162,6 +162,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
             self.servers,
             decoding,
             flow=self.flow,
+            subtask=context.subtask,
             on_reset=self.on_reset,
             send_event=context.send_source_event_to_coordinator,
             clock=self.clock,

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pyspark.logger import PySparkLogger
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 log = logging.getLogger("dataflow.spark")
 
@@ -39,6 +40,29 @@ def quiet_query_errors() -> Iterator[None]:
         yield
     finally:
         _quiet.on = False
+
+
+#: Spark types that Spark's Parquet writer and pyarrow (given Spark's Arrow form of them)
+#: write alike: the same physical and logical Parquet types, read back the same. Not
+#: timestamps (Spark writes INT96), decimals or nested types.
+_ARROW_ALIKE = (
+    T.BooleanType,
+    T.ByteType,
+    T.ShortType,
+    T.IntegerType,
+    T.LongType,
+    T.FloatType,
+    T.DoubleType,
+    T.StringType,
+    T.BinaryType,
+    T.DateType,
+)
+
+
+def writes_alike_with_arrow(schema) -> bool:
+    """Whether rows of the Spark ``schema`` collected as Arrow (``DataFrame.toArrow``) and
+    written by pyarrow make the Parquet file Spark's writer would (see ``_ARROW_ALIKE``)."""
+    return all(isinstance(field.dataType, _ARROW_ALIKE) for field in schema.fields)
 
 
 def observe_rows(frame, name: str):

@@ -14,6 +14,11 @@ from tests.kafka_cluster import PARTITIONS
 from tests.tansu_broker import KafkaBroker
 
 
+def order(i: int) -> dict:
+    """The record of id ``i``, as ``KafkaProducer`` writes it."""
+    return {"id": i, "customer": f"c{i % 5}", "amount": i / 2}
+
+
 class KafkaProducer(SteadyWriter):
     """Writes orders ``{id, customer, amount}`` with ids 0, 1, 2... round robin to the
     partitions of ``topic``."""
@@ -37,7 +42,7 @@ class KafkaProducer(SteadyWriter):
             first = len(self.sent)
             ids = list(range(first, first + count))
             for i in ids:
-                body = json.dumps({"id": i, "customer": f"c{i % 5}", "amount": i / 2}).encode()
+                body = json.dumps(order(i)).encode()
                 self.producer.produce(self.topic, body, partition=i % PARTITIONS)
             assert self.producer.flush(30) == 0
             self.sent.extend(ids)

@@ -229,10 +229,15 @@ class Command(BaseCommand):
                     bar.set_postfix_str(postfix)
                 if progress.done and until_done:
                     return progress
-                time.sleep(0.2)
+                # Nothing drawn and no end to wait for: its queries would only take the
+                # database and the cores from the run.
+                time.sleep(0.2 if show or until_done else QUIET_POLL_S)
         finally:
             bar.close()
 
+
+#: How often ``--no-progress`` without ``--until-done`` looks at the run (to end with it).
+QUIET_POLL_S = 2.0
 
 #: A phase with no percentage to show: a stream's reading, starting Spark, transforming, the end.
 PHASE_FORMAT = "{desc}[{elapsed}{postfix}]"

@@ -10,7 +10,11 @@ plan    one transaction holding the run's row, and only once the previous epoch 
         epoch is still PLANNED (its driver died), that epoch runs again instead, with what
         it took and the range it fixed (``epochs.EpochPlanner``).
 run     Spark runs the query over the epoch's files, on a session of the run's own, and
-        writes the result to a staging directory beside the sink.
+        writes the result to a staging directory beside the sink (a small epoch's result
+        collected as Arrow and written by the sink itself, where it writes it alike). The identity
+        (``SELECT * FROM source``) into a sink that takes landed files as they are
+        (``runs.landed.stream_copy_applies``) stages the epoch's landed files instead,
+        without Spark: an epoch costs a few links, not a Spark job.
 commit  one transaction holding the run's row, only while the run is active and the epoch
         PLANNED: the staged files move into the sink under names fixed by (run, epoch),
         the epoch is marked COMMITTED, and the landed batches no later epoch needs go.
@@ -42,6 +46,8 @@ from contextlib import ExitStack
 from enum import Enum
 from typing import Literal
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import redis
 from django.conf import settings
 from django.db import transaction
@@ -58,6 +64,7 @@ from dataflow.models import (
 )
 from dataflow.services.context import coordinator_for, landing_zone, run_environment, run_key, source_for
 from dataflow.services.runs.finish import run_finish
+from dataflow.services.runs.landed import stream_copy_applies
 from dataflow.services.specs import transform_limits
 from dataflow.services.streams.epochs import (
     IDLE_SPLIT_MIN_MS,
@@ -84,7 +91,7 @@ from dataflow.services.transform_watch import (
     worker_leaving,
 )
 from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_error_message
-from dataflow.spark.jobs import observe_rows, quiet_query_errors
+from dataflow.spark.jobs import observe_rows, quiet_query_errors, writes_alike_with_arrow
 from dataflow.spark.session import application_id, session_recover, spark_job
 from dataflow.transform_policy import FIELD, SOURCE_VIEW
 from source_support.api import Source
@@ -105,6 +112,11 @@ LISTING_THRESHOLD = "100000"
 COMMIT_WAIT_STEP_S = 1.0
 #: The longest wait for the other readers' commits once one came (``_gather_commits``).
 MAX_GATHER_S = 0.2
+#: A stateless epoch of at most this many records is collected from Spark as Arrow and
+#: written by the sink without Spark's file writer (``SinkConnector.append_table``): that
+#: writer's commit protocol (task and job commits, renames) costs more than the job of a
+#: small epoch, and every epoch's cost is latency.
+ARROW_EPOCH_MAX_RECORDS = 50_000
 
 
 def stream_transform(*, run_id: int) -> bool:
@@ -146,6 +158,8 @@ class StreamDriver:
         self.run = run
         self.trigger_ms = (run.spec.get("transform_options") or {}).get("trigger_ms", 1000)
         self.planner: EpochPlanner | None = None
+        #: Whether epochs publish their landed files without Spark (set by ``_prepare``).
+        self.copies_landed = False
         self.plan_checked = False
         self._spark = None
         self._spark_context = ExitStack()
@@ -280,6 +294,9 @@ class StreamDriver:
             delay_ms=parse_duration_ms(options.get("watermark_delay", "0 seconds")),
             idle_ms=max(10 * self.trigger_ms, IDLE_SPLIT_MIN_MS),
         )
+        self.copies_landed = (
+            query.kind == QueryKind.STATELESS and bool(self.run.schema_ddl) and stream_copy_applies(spec)
+        )
         return self.planner
 
     # PLAN, RUN
@@ -296,6 +313,8 @@ class StreamDriver:
         paths = planner.inputs(self.run, epoch)
         if not paths and planner.query.kind != QueryKind.WHOLE_INPUT:
             return self._commit(epoch, rows=0, move=None)
+        if self.copies_landed:
+            return self._append_landed(epoch, paths)
         try:
             return self._run_watched(epoch, paths)
         except TransformCancelled as exc:
@@ -316,6 +335,8 @@ class StreamDriver:
             self._source_frame(spark, paths, epoch).createOrReplaceTempView(SOURCE_VIEW)
             result = spark.sql(spec["transform_sql"])
             self._check_plan(result)
+            if self._collects_as_arrow(epoch, result):
+                return self._append_table(epoch, result.toArrow())
             observed, job_rows = observe_rows(result, f"epoch_rows_{epoch.number}")
 
             def publish(staged_rows: int, move) -> bool:
@@ -337,6 +358,69 @@ class StreamDriver:
                 publish=publish,
                 env=run_environment(self.run),
             )
+
+    def _collects_as_arrow(self, epoch: TransformEpoch, result) -> bool:
+        """Whether the epoch's result is small enough to collect, and the sink writes it
+        as Spark's writer would (``SinkConnector.append_table``)."""
+        spec = self.run.spec
+        sink = SINKS[spec["sink_type"]]
+        return (
+            sink.append_table is not None
+            and self._prepare().query.kind == QueryKind.STATELESS
+            and epoch.records_in <= ARROW_EPOCH_MAX_RECORDS
+            and sink.takes_landed(spec["sink_config"])
+            and writes_alike_with_arrow(result.schema)
+        )
+
+    def _append_table(self, epoch: TransformEpoch, table: pa.Table) -> bool:
+        """``_run_watched`` for a small epoch: its rows, collected, added by the sink."""
+        spec = self.run.spec
+
+        def publish(staged_rows: int, move) -> bool:
+            if staged_rows != table.num_rows:
+                raise SinkRowsMismatch(
+                    f"epoch {epoch.number} staged {staged_rows} rows but the job gave {table.num_rows}; "
+                    "nothing was published"
+                )
+            check_output_rows(transform_limits(spec), staged_rows, what=f"epoch {epoch.number}")
+            return self._commit(epoch, rows=staged_rows, move=move)
+
+        append_table = SINKS[spec["sink_type"]].append_table
+        assert append_table is not None  # _collects_as_arrow checked it
+        return append_table(
+            table,
+            spec["sink_config"],
+            epoch_key=epoch_key(self.run, epoch.number),
+            publish=publish,
+            env=run_environment(self.run),
+        )
+
+    def _append_landed(self, epoch: TransformEpoch, paths: list[str]) -> bool:
+        """``run_epoch`` of the identity without Spark: the sink adds the epoch's landed
+        files as they are (``SinkConnector.append_landed``), through the same commit as a
+        Spark epoch, if what it staged holds exactly the landed rows."""
+        spec = self.run.spec
+        landed_rows = sum(pq.read_metadata(path).num_rows for path in paths)
+        check_output_rows(transform_limits(spec), landed_rows, what=f"epoch {epoch.number}")
+
+        def publish(staged_rows: int, move) -> bool:
+            if staged_rows != landed_rows:
+                raise SinkRowsMismatch(
+                    f"epoch {epoch.number} staged {staged_rows} rows but {landed_rows} were landed; "
+                    "nothing was published"
+                )
+            return self._commit(epoch, rows=staged_rows, move=move)
+
+        append_landed = SINKS[spec["sink_type"]].append_landed
+        assert append_landed is not None  # stream_copy_applies checked it
+        return append_landed(
+            paths,
+            parse_ddl(self.run.schema_ddl),
+            spec["sink_config"],
+            epoch_key=epoch_key(self.run, epoch.number),
+            publish=publish,
+            env=run_environment(self.run),
+        )
 
     def _source_frame(self, spark, paths: list[str], epoch: TransformEpoch):
         ddl = self.run.schema_ddl

@@ -153,3 +153,96 @@ def test_partitions_of_two_topics_are_read_each_into_its_own_split(env, cluster,
         f"{prefix}a:1": 3,
         f"{prefix}b:0": 3,
     }
+
+
+def ids_of(batches) -> list[int]:
+    return [i for b in batches for i in b.records.column("id").to_pylist()]
+
+
+def test_the_next_slice_goes_on_with_the_consumer_the_last_one_kept(env, cluster, topics, prefix):
+    """A reader lives one time slice; its consumer stays open for the next slice of the same
+    reader in the process, which goes on from the checkpoint the kept one reached."""
+    topics.send_json(prefix, 1, orders(range(10)))
+    source, first = reader_of(env, cluster, prefix)
+    first.handle_splits_changes([PartitionSplit(prefix, 1, 0)], [])
+    assert ids_of(read_until(first, 10)) == list(range(10))
+    consumer = first.consumer
+    first.close()
+    topics.send_json(prefix, 1, orders(range(10, 20)))
+
+    second = source.create_reader(_Context()).split_reader
+    second.handle_splits_changes([PartitionSplit(prefix, 1, 10)], [])
+    try:
+        batches = read_until(second, 10)
+        assert second.consumer is consumer
+    finally:
+        second.close()
+    assert ids_of(batches) == list(range(10, 20))
+
+
+def test_a_checkpoint_behind_the_kept_consumer_is_read_again_from_the_checkpoint(
+    env, cluster, topics, prefix
+):
+    """What the last slice handed out but never committed (its reader died before the
+    commit) is read again: the kept consumer is assigned again at the checkpoint."""
+    topics.send_json(prefix, 2, orders(range(10)))
+    source, first = reader_of(env, cluster, prefix)
+    first.handle_splits_changes([PartitionSplit(prefix, 2, 0)], [])
+    assert ids_of(read_until(first, 10)) == list(range(10))
+    first.close()
+    topics.send_json(prefix, 2, orders(range(10, 12)))
+
+    second = source.create_reader(_Context()).split_reader
+    second.handle_splits_changes([PartitionSplit(prefix, 2, 4)], [])  # committed up to offset 4
+    try:
+        batches = read_until(second, 8)
+    finally:
+        second.close()
+    assert ids_of(batches) == list(range(4, 12))
+    assert batches[0].start.position == 4
+
+
+def test_a_kept_partition_that_no_split_asks_for_is_not_read(env, cluster, topics, prefix):
+    """A split that went to another reader while the consumer was kept: its partition is
+    unassigned, and only the splits this reader now holds are read."""
+    topics.send_json(prefix, 0, orders(range(3)))
+    topics.send_json(prefix, 3, orders(range(100, 103)))
+    source, first = reader_of(env, cluster, prefix)
+    first.handle_splits_changes([PartitionSplit(prefix, 0, 0)], [])
+    assert ids_of(read_until(first, 3)) == [0, 1, 2]
+    first.close()
+    topics.send_json(prefix, 0, orders(range(3, 6)))
+
+    second = source.create_reader(_Context()).split_reader
+    second.handle_splits_changes([PartitionSplit(prefix, 3, 0)], [])
+    try:
+        batches = read_until(second, 3)
+        batches += second.fetch(100, 0.5)  # nothing of partition 0 comes after them
+    finally:
+        second.close()
+    assert ids_of(batches) == [100, 101, 102]
+    assert {b.split_id for b in batches} == {f"{prefix}:3"}
+
+
+def test_a_partition_the_kept_consumer_had_at_an_earlier_offset_is_not_taken_for_a_reset(
+    env, cluster, topics, prefix
+):
+    """The kept consumer last fetched the partition at offset 3; another reader has read
+    it to 10 since. The high watermark the consumer remembers (3) is from then, not a
+    partition gone back below the checkpoint."""
+    topics.send_json(prefix, 1, orders(range(3)))
+    source, first = reader_of(env, cluster, prefix)
+    first.handle_splits_changes([PartitionSplit(prefix, 1, 0)], [])
+    assert ids_of(read_until(first, 3)) == [0, 1, 2]
+    first.close()
+    topics.send_json(prefix, 1, orders(range(3, 10)))  # read by another reader meanwhile
+
+    second = source.create_reader(_Context()).split_reader
+    second.handle_splits_changes([PartitionSplit(prefix, 1, 10)], [])
+    try:
+        assert second.fetch(100, 0.2) == []
+        topics.send_json(prefix, 1, orders(range(10, 12)))
+        batches = read_until(second, 2)
+    finally:
+        second.close()
+    assert ids_of(batches) == [10, 11]

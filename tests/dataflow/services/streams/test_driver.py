@@ -164,6 +164,91 @@ def test_each_row_reaches_the_sink_once_through_three_epochs(dirs):
     assert stream.refreshed().stream_state["rows_written"] == 9
 
 
+def sink_rows(sink: Path) -> list[tuple]:
+    return sorted(tuple(row.values()) for row in pq.read_table(sink).to_pylist())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_identity_epochs_publish_the_landed_rows_without_spark(dirs):
+    """``SELECT * FROM source`` into a local Parquet sink: each epoch adds the landed files
+    as they are, under the epoch's names, row for row what was landed, and no Spark session
+    is ever made for the run."""
+    stream = Stream(dirs, "SELECT * FROM source")
+    for number in (1, 2, 3):
+        stream.land("s1", [number, number + 0.5])
+        stream.land("s2", [number])
+
+        epoch = run_one_epoch(stream)
+
+        assert (epoch.number, epoch.records_in) == (number, 3)
+        assert stream.sink_ids() == ids(stream.landed), f"after epoch {number}"
+        assert not any(Path(dirs.landing).rglob("*.parquet"))  # retired with their epoch
+
+    assert sink_rows(stream.sink) == sorted(stream.landed)
+    assert pq.read_table(stream.sink).schema.equals(parse_ddl(SCHEMA))
+    assert sorted(p.name for p in stream.sink.iterdir()) == sorted(
+        f"part-{epoch_key(stream.run, n)}{suffix}.snappy.parquet" for n in (1, 2, 3) for suffix in ("", "-1")
+    )
+    assert stream.hidden_beside_sink() == []
+    run = stream.refreshed()
+    assert run.stream_state["rows_written"] == 9
+    assert run.spark_app_id == ""  # set by the first Spark job of a run's epochs
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT * FROM source WHERE id >= 0",
+        "SELECT id, customer, amount, ts FROM source",
+        "SELECT * FROM source",
+    ],
+)
+def test_a_query_other_than_the_identity_goes_through_spark(dirs, sql):
+    """Only the identity itself skips Spark: a filter or a projection (even of every
+    column), or a sink that lays out its own files, runs each epoch as a Spark job."""
+    sink = {"partition_by": ["customer"]} if sql == "SELECT * FROM source" else None
+    stream = Stream(dirs, sql, sink=sink)
+    stream.land("s1", [1, 2])
+
+    run_one_epoch(stream)
+
+    assert stream.sink_ids() == ids(stream.landed)
+    assert stream.refreshed().spark_app_id != ""
+
+
+def written_by_spark(path: Path) -> bool:
+    return b"org.apache.spark.version" in (pq.read_metadata(path).metadata or {})
+
+
+def one_epoch_file(dirs, name: str, sql: str) -> Path:
+    """The sink file of one epoch of ``sql`` over the same three landed rows."""
+    stream = Stream(dirs, sql, sink={"path": str(dirs.out / name)})
+    stream.land("s1", [1, 2])
+    stream.land("s2", [3])
+    run_one_epoch(stream)
+    (path,) = (dirs.out / name).iterdir()
+    return path
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_small_epoch_is_written_without_sparks_writer_as_spark_writes_it(dirs, monkeypatch):
+    """A small stateless epoch is collected as Arrow and written by pyarrow, skipping the
+    commit protocol of Spark's writer: the file reads back as Spark's would, schema and rows.
+    A timestamp (Spark writes INT96) keeps Spark's writer."""
+    sql = "SELECT id, customer, amount * 2 AS doubled, CAST(ts AS DATE) AS day FROM source WHERE id >= 0"
+    arrow = one_epoch_file(dirs, "arrow", sql)
+    monkeypatch.setattr(stream_driver, "ARROW_EPOCH_MAX_RECORDS", 0)
+    spark = one_epoch_file(dirs, "spark", sql)
+
+    assert not written_by_spark(arrow) and written_by_spark(spark)
+    assert arrow.name.split("-")[-1] == spark.name.split("-")[-1] == "00000001.snappy.parquet"
+    assert pq.read_table(arrow).schema.remove_metadata() == pq.read_table(spark).schema.remove_metadata()
+    assert sink_rows(arrow) == sink_rows(spark) and len(sink_rows(arrow)) == 3
+    monkeypatch.undo()
+    assert written_by_spark(one_epoch_file(dirs, "timestamps", "SELECT id, ts FROM source WHERE id >= 0"))
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
     stream = Stream(dirs, "SELECT * FROM source")
@@ -293,7 +378,8 @@ def test_a_stopped_run_commits_nothing_more(dirs):
 def test_a_driver_whose_epoch_another_driver_committed_meanwhile_steps_back(dirs):
     # After a quick stop and resume two drivers may run the same planned epoch: the one that
     # commits first removes its landed input, and the other's Spark job then finds it gone.
-    stream = Stream(dirs, "SELECT * FROM source")
+    # (Not the identity: its epochs run no Spark job.)
+    stream = Stream(dirs, "SELECT id, customer, amount FROM source")
     stream.land("s1", [1, 2])
     slow, fast = driver(stream), driver(stream)
     epoch = slow.plan()
@@ -375,8 +461,13 @@ def committed(run: FlowRun) -> int:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path):
-    stream = Stream(dirs, "SELECT id, customer, amount FROM source", transform={"trigger_ms": 100})
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT id, customer, amount FROM source", "SELECT * FROM source"],
+    ids=["spark", "identity-without-spark"],
+)
+def test_sigkilled_drivers_leave_every_row_in_the_sink_exactly_once(dirs, tmp_path, sql):
+    stream = Stream(dirs, sql, transform={"trigger_ms": 100})
     process = DriverProcess(stream.run, tmp_path)
     rng = random.Random(int(os.environ.get("STREAM_KILL_SEED", "7")))
     kills: list[str] = []
