@@ -61,6 +61,7 @@ def test_check_deploy_names_the_https_settings_outside_the_production_profile(tm
         assert f"security.{fixed}" not in checked.stderr + checked.stdout
 
 
+@pytest.mark.slow
 def test_debug_is_off_and_hosts_are_loopback_unless_set(tmp_path):
     debug, _, hosts, profile = _settings_seen(tmp_path)
     debug_on, *_ = _settings_seen(tmp_path, DJANGO_DEBUG="1")
@@ -86,6 +87,7 @@ def test_a_secret_key_is_made_once_per_var_directory_and_kept_private(tmp_path):
     assert [p.name for p in (tmp_path / "a").iterdir() if p.name.startswith(".secret_key")] == []
 
 
+@pytest.mark.slow
 def test_processes_starting_together_agree_on_one_secret_key(tmp_path):
     code = (
         "import os; os.environ['DJANGO_SETTINGS_MODULE'] = 'dataflow.settings'; "

@@ -69,12 +69,18 @@ class TestParquetSinkConformance(SinkConformanceSuite):
 
 
 class TestCsvSinkConformance(SinkConformanceSuite):
+    # The kit repeats the Parquet case's staging, publish and epoch path with another
+    # writer: the whole suite runs it, the fast lane only the Parquet one.
+    pytestmark = pytest.mark.slow
+
     @pytest.fixture()
     def sink_context(self, tmp_path):
         return FilesSinkContext(tmp_path, "csv")
 
 
 class TestJsonSinkConformance(SinkConformanceSuite):
+    pytestmark = pytest.mark.slow  # as the CSV case: the Parquet path with another writer
+
     @pytest.fixture()
     def sink_context(self, tmp_path):
         return FilesSinkContext(tmp_path, "json")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from source_support.testing.harness import SourceHarness
@@ -101,6 +102,7 @@ def test_a_broker_restarted_empty_fails_the_split_naming_the_partition_and_both_
     assert f"high watermark {high}, the checkpoint is at offset {written // PARTITIONS}" in message
 
 
+@pytest.mark.slow
 def test_a_start_time_reads_only_records_at_or_after_it_when_the_lookup_answers_earlier(tansu, env):
     topic = f"t{uuid.uuid4().hex[:10]}"
     topics = Topics(tansu)

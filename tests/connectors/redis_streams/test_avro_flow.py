@@ -32,6 +32,7 @@ def _body(record, *, single_object: bool) -> bytes:
     return (b"\xc3\x01" + single_object_fingerprint(ORDER) if single_object else b"") + out.getvalue()
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_avro_messages_in_a_stream_field_are_landed_and_a_bad_one_dead_lettered(worker, rds, prefix, dirs):
     records = [

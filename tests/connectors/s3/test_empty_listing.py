@@ -28,6 +28,7 @@ def flow(moto: PrivateMotoServer, bucket: str, sink: str, **source) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("loopback_allowed")
 def test_a_listing_that_matches_nothing_fails_naming_prefix_and_pattern(worker, dirs, moto, s3, bucket):
     s3.put_object(Bucket=bucket, Key="2026/11/a.csv", Body=b"id\n1\n2\n")

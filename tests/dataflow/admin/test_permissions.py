@@ -182,6 +182,7 @@ def non_staff_with_every_permission():
     return _client_of("alice", _permissions(), is_staff=False)
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, dirs):
     rows = _one_of_each(dirs)

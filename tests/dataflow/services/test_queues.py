@@ -65,6 +65,7 @@ def executed(monkeypatch) -> Executed:
     return order
 
 
+@pytest.mark.slow
 def test_one_owners_backlog_delays_anothers_first_work_by_a_few_slices_and_is_dropped_when_deleted(
     worker, dirs, settings, executed, prefix, caplog
 ):

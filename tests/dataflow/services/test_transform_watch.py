@@ -143,6 +143,7 @@ def _explode_spec(dirs, name: str, **transform) -> dict:
     return doc
 
 
+@pytest.mark.slow
 def test_a_result_over_max_output_rows_is_not_published_and_the_sink_stays(worker, dirs):
     write_csv(dirs.data / "part-0.csv", range(10))
     first = _explode_spec(dirs, "bounded-output")

@@ -157,6 +157,7 @@ def _bad_line(path, ids: range, bad_id: int) -> list[tuple]:
     return rows
 
 
+@pytest.mark.slow
 def test_restart_only_failed_reads_the_fixed_split_again_and_every_row_once(worker, dirs):
     sent = []
     for name, ids in (("a", range(0, 500)), ("b", range(500, 1000)), ("d", range(1500, 2000))):

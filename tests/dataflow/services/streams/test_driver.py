@@ -137,6 +137,7 @@ def run_one_epoch(stream: Stream) -> TransformEpoch | None:
 # Stateless
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_each_row_reaches_the_sink_once_through_three_epochs(dirs):
     stream = Stream(dirs, "SELECT id, customer, amount * 2 AS doubled FROM source WHERE amount >= 0")
