@@ -272,6 +272,11 @@ class ReaderSettings:
     linger_s: float = 0.0
     #: The most records lingering batches are merged into (the flow's ``batch_size``).
     max_batch_records: int | None = None
+    #: ``flow.max_errors`` under ``skip_errors``: once the bad records that wait to be
+    #: committed are more than this, they are committed at once, so the store fails the
+    #: split that went past the run's limit before the reader reads the rest of it (a
+    #: wrong schema then costs about ``max_errors`` dead letters, not one per row).
+    max_errors: int | None = None
 
 
 def reader_slice(
@@ -336,6 +341,8 @@ class ReaderLoop(Generic[SplitT]):
         self.serializer = source.split_serializer
         self.commits = _Commits(store, token, settings)
         self.lingering = _Lingering(settings.linger_s, settings.max_batch_records)
+        #: Bad records polled since the last commit (``ReaderSettings.max_errors``).
+        self.waiting_bad = 0
         self.lease = LeaseKeeper(coordinator, subtask, token)
         self.deadline = clock() + settings.slice_seconds
         self.requested_at: float | None = None
@@ -453,6 +460,9 @@ class ReaderLoop(Generic[SplitT]):
             bad.offset = self.source.format_position(bad.position)
         for ready in self.lingering.add(batch, now):
             self.commits.add(ready, _land(ready, self.landing, self.run_key), now)
+        self.waiting_bad += len(batch.bad_records)
+        if settings.max_errors is not None and self.waiting_bad > settings.max_errors:
+            self.commit()  # the store fails the split past the run's limit now
         self.report.batches += 1
         self.report.records += batch.records.num_rows
         if batch.finished:
@@ -490,6 +500,7 @@ class ReaderLoop(Generic[SplitT]):
     def commit_landed(self) -> None:
         """Commits the landed batches that wait, then tells the reader what is durable."""
         committed, refused = self.commits.flush()
+        self.waiting_bad = 0
         for split_id in refused:
             self.reader.remove_split(split_id)  # it went to another reader
             self.lingering.drop(split_id)

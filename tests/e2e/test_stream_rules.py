@@ -93,7 +93,12 @@ class Cli:
     def __init__(self, dirs) -> None:
         db = connection.settings_dict
         auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("DATAFLOW_", "REDIS_URL"))}
+        # The secret keys stay: the flows a test stores are sealed with this process's keys.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k == "DATAFLOW_SECRET_KEYS" or not k.startswith(("DATAFLOW_", "REDIS_URL"))
+        }
         env.update(
             DATABASE_URL=f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
             DATAFLOW_VAR_DIR=str(dirs.root / "var"),

@@ -98,6 +98,7 @@ def _read_slice(run: FlowRun, subtask: int, token: str | None) -> SliceReport:
             stop_after_records=(spec.get("stop_rule") or {}).get("after_records"),
             linger_s=settings.DATAFLOW_READER_LINGER_MS / 1000,
             max_batch_records=spec["batch_size"],
+            max_errors=spec.get("max_errors", 1000) if spec["skip_errors"] else None,
         ),
         on_split_request=lambda: serve_split_requests(run, source),
     )
