@@ -133,11 +133,7 @@ class ResetWatch:
         except TRANSIENT as exc:
             log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
             return None
-        if low > split.position:
-            return Reset(
-                split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
-            )
-        return None
+        return _starts_after(split, low)
 
     def topic_id_resets(self, splits: list[PartitionSplit]) -> list[Reset]:
         """The resets of ``splits`` (those found with a topic id) whose topic now has
@@ -216,12 +212,18 @@ class ResetWatch:
         except TRANSIENT as exc:
             log.info("split %s: %s; checked again", split.split_id, error_reason(exc))
             return None
-        if low > split.position:
-            return Reset(
-                split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}"
-            )
+        if (starts_after := _starts_after(split, low)) is not None:
+            return starts_after
         if 0 <= high < split.position:
             return Reset(
                 split, f"its log ends at offset {high}, the checkpoint is at offset {split.position}"
             )
         return None
+
+
+def _starts_after(split: PartitionSplit, low: int) -> Reset | None:
+    """A reset when the partition's log starts after the split's checkpoint (``low``: its
+    first kept offset, as ListOffsets answers it now)."""
+    if low > split.position:
+        return Reset(split, f"its log starts at offset {low}, the checkpoint is at offset {split.position}")
+    return None
