@@ -66,6 +66,7 @@ from dataflow.services.context import coordinator_for, landing_zone, run_environ
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import stream_copy_applies
 from dataflow.services.specs import transform_limits
+from dataflow.services.streams.arrow_query import ArrowPlan, arrow_plan
 from dataflow.services.streams.epochs import (
     IDLE_SPLIT_MIN_MS,
     EpochPlanner,
@@ -160,6 +161,8 @@ class StreamDriver:
         self.planner: EpochPlanner | None = None
         #: Whether epochs publish their landed files without Spark (set by ``_prepare``).
         self.copies_landed = False
+        #: The query as pyarrow computes it, where it computes it as Spark would (``arrow_query``).
+        self.arrow: ArrowPlan | None = None
         self.plan_checked = False
         self._spark = None
         self._spark_context = ExitStack()
@@ -297,6 +300,16 @@ class StreamDriver:
         self.copies_landed = (
             query.kind == QueryKind.STATELESS and bool(self.run.schema_ddl) and stream_copy_applies(spec)
         )
+        self.arrow = None
+        if (
+            query.kind == QueryKind.STATELESS
+            and self.run.schema_ddl
+            and not self.copies_landed
+            and not spec.get("replay")
+            and sink.append_table is not None
+            and sink.takes_landed(spec["sink_config"])
+        ):
+            self.arrow = arrow_plan(spec["transform_sql"], parse_ddl(self.run.schema_ddl))
         return self.planner
 
     # PLAN, RUN
@@ -315,6 +328,9 @@ class StreamDriver:
             return self._commit(epoch, rows=0, move=None)
         if self.copies_landed:
             return self._append_landed(epoch, paths)
+        if self.arrow is not None and epoch.records_in <= ARROW_EPOCH_MAX_RECORDS:
+            # A projection and filter pyarrow computes as Spark would: no Spark job.
+            return self._append_table(epoch, self.arrow.read(paths))
         try:
             return self._run_watched(epoch, paths)
         except TransformCancelled as exc:

@@ -53,10 +53,13 @@ class Stream:
     """A run of an unbounded flow, built as flow_start would build it, and its splits'
     batches landed as readers would commit them."""
 
-    def __init__(self, dirs, sql: str, *, sink: dict | None = None, transform: dict | None = None) -> None:
+    def __init__(
+        self, dirs, sql: str, *, sink: dict | None = None, transform: dict | None = None, schema: str = SCHEMA
+    ) -> None:
         self.sink = dirs.out / "sink"
+        self.schema = schema
         flow = DataFlowFactory(
-            schema=SCHEMA,
+            schema=schema,
             transform={"sql": sql, **(transform or {})},
             sink={"type": "parquet", "path": str(self.sink), **(sink or {})},
         )
@@ -81,7 +84,7 @@ class Stream:
             self.next_id += 1
         table = pa.Table.from_pylist(
             [dict(zip(("id", "customer", "amount", "ts"), row, strict=True)) for row in rows],
-            schema=parse_ddl(SCHEMA),
+            schema=parse_ddl(self.schema),
         )
         path = landing_zone().batch_path(run_key(self.run), split_id, split.position)
         landing_zone().land(path, table)
@@ -216,6 +219,36 @@ def test_a_query_other_than_the_identity_goes_through_spark(dirs, sql):
 
     assert stream.sink_ids() == ids(stream.landed)
     assert stream.refreshed().spark_app_id != ""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_filter_pyarrow_computes_as_spark_runs_no_spark_job(dirs, monkeypatch):
+    """A projection and a filter of comparisons over plain columns (``arrow_query``): each
+    epoch is computed by pyarrow, no Spark session is made for the run, and the sink holds
+    what Spark's epochs of the same query hold (rows and schema)."""
+    sql = "SELECT id AS n, customer FROM source WHERE amount >= 2 AND customer <> 'c'"
+    plain = "id BIGINT, customer STRING, amount DOUBLE"
+
+    def epochs(name: str) -> Stream:
+        stream = Stream(dirs, sql, sink={"path": str(dirs.out / name)}, schema=plain)
+        stream.sink = dirs.out / name
+        for number in (1, 2):
+            stream.land("s1", [number, number], customers="abc")
+            stream.land("s2", [number], customers="abc")
+            run_one_epoch(stream)
+        return stream
+
+    arrow = epochs("arrow")
+    assert arrow.refreshed().spark_app_id == ""
+    monkeypatch.setattr(stream_driver, "ARROW_EPOCH_MAX_RECORDS", 0)  # every epoch a Spark job
+    spark = epochs("spark")
+    assert spark.refreshed().spark_app_id != ""
+
+    expected = sorted((row[0], row[1]) for row in arrow.landed if row[2] >= 2 and row[1] != "c")
+    assert len(expected) == 2  # ids 3 (a) and 4 (b) of 0-5: amount is the id
+    assert sink_rows(arrow.sink) == sink_rows(spark.sink) == expected
+    arrow_schema, spark_schema = (pq.read_table(s.sink).schema.remove_metadata() for s in (arrow, spark))
+    assert arrow_schema == spark_schema and arrow_schema.names == ["n", "customer"]
 
 
 def written_by_spark(path: Path) -> bool:
