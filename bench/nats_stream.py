@@ -129,6 +129,8 @@ async def _raw_consume(stream: str, subjects: list[str], total, seen, ready, go,
                 msgs = await sub.fetch(10_000, timeout=0.5)
             except nats.errors.TimeoutError:
                 continue
+            if not msgs:  # a fetch may end with none (nats-py 2.x), as a timeout does
+                continue
             await msgs[-1].ack()
             with seen.get_lock():
                 seen.value += len(msgs)
