@@ -97,6 +97,7 @@ class SourceHarness(Generic[SplitT]):
         parallelism: int | None = None,
         linger_s: float = 0.0,
         max_batch_records: int | None = None,
+        max_errors: int | None = None,
     ) -> None:
         self.source = source
         self.serializer = source.split_serializer
@@ -112,6 +113,7 @@ class SourceHarness(Generic[SplitT]):
             location="memory",
             linger_s=linger_s,
             max_batch_records=max_batch_records,
+            max_errors=max_errors,
         )
         self.readers: dict[int, ReaderSlot[SplitT]] = {}
         #: Subtasks whose reader died in a failed slice, to start again at the next round.

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from source_support.api import (
+    BadRecord,
     Boundedness,
     OffsetEntry,
     RecordBatch,
@@ -161,12 +162,19 @@ class StreamSplitReader(SplitReader[StreamSplit]):
             entries = self.streams.entries[name][position : position + max_records]
             if entries:
                 end = position + len(entries)
+                # An entry {"bad": why} is one the format could not parse.
+                bad = [
+                    BadRecord(position + i, str(entry), entry["bad"])
+                    for i, entry in enumerate(entries)
+                    if "bad" in entry
+                ]
                 batches.append(
                     RecordBatch(
                         name,
                         OffsetEntry(name, position),
                         OffsetEntry(name, end),
-                        pa.Table.from_pylist(entries),
+                        pa.Table.from_pylist([entry for entry in entries if "bad" not in entry]),
+                        bad_records=bad,
                     )
                 )
                 self.held[name] = end

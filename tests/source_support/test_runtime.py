@@ -103,3 +103,36 @@ def test_a_reader_lands_what_lingers_once_the_transform_asks_for_input():
     for name in written:  # all it had polled; the last entry or two may not be yet
         assert committed[name] == written[name][: len(committed[name])]
         assert len(committed[name]) >= len(written[name]) - 2
+
+
+def test_a_reader_commits_once_the_bad_records_waiting_pass_max_errors():
+    """Lingering a minute under ``skip_errors``, a reader holds its good and bad records
+    until the linger ends, unless the bad ones waiting pass the run's ``max_errors``: then it
+    commits at once (the store fails the split past the limit), so a wrong schema costs
+    about ``max_errors`` dead letters, not one per record of a long linger."""
+    context = MemoryStreamContext()
+    context.splits_wanted(1)
+    clock = ManualClock()
+    harness = SourceHarness(
+        context.source(SourceOptions(batch_size=1000, clock=clock)),
+        clock=clock,
+        tick_s=TICK_S,
+        linger_s=60.0,
+        skip_errors=True,
+        max_errors=3,
+    )
+    good = []
+    for n in range(3):
+        good += context.write(0, [{"id": n}, {"bad": f"unparseable {n}"}])[:1]
+        harness.round()
+        harness.round()
+    assert harness.records_by_split() == {}  # three bad records wait: not past the limit
+    assert harness.store.state.dead_letters == []
+
+    good += context.write(0, [{"id": 3}, {"bad": "unparseable 3"}])[:1]
+    harness.round()
+
+    assert harness.records_by_split() == {"s0": good}
+    assert [d.record.reason for d in harness.store.state.dead_letters] == [
+        f"unparseable {n}" for n in range(4)
+    ]
