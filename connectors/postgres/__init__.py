@@ -1,8 +1,12 @@
-"""PostgreSQL: the ``postgres`` connection kind (its key patterns are ``schema.table``
-globs); ``connection`` and ``types`` hold what the source and the sink share."""
+"""PostgreSQL: a source that reads a table (or a checked query) in key-range or ctid chunks
+at one exported snapshot, and the ``postgres`` connection kind (table patterns are
+``schema.table`` globs). ``connection`` and ``types`` hold what the sink shares."""
 
+from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.connection import CONNECTION_KIND, DEFAULT_PORT, qualified_key, validate_url
+from connectors.postgres.source import PostgresSource
 from source_support.connections import ConnectionKind, register_connection_kind
+from source_support.registry import SourceConnector, register_source
 
 
 def register() -> None:
@@ -16,5 +20,14 @@ def register() -> None:
             default_port=DEFAULT_PORT,
             pinnable_schemes=("postgres", "postgresql"),
             key_of=qualified_key,
+        )
+    )
+    register_source(
+        SourceConnector(
+            type="postgres",
+            config=PostgresSourceConfig,
+            build=PostgresSource.from_config,
+            description="A PostgreSQL table (or a checked SELECT) read at one point in time, in key-range "
+            "chunks read in parallel.",
         )
     )
