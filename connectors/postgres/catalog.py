@@ -74,8 +74,50 @@ def key_column(conn: psycopg.Connection, oid: int, name: str) -> tuple[str, bool
     return (row[0], row[1]) if row else None
 
 
-def row_estimate(conn: psycopg.Connection, table: TableName, oid: int) -> int:
-    """The planner's row count of the table; counted when it was never analyzed."""
+def column_type(conn: psycopg.Connection, oid: int, name: str) -> str | None:
+    """The SQL type of column ``name`` (``format_type``), None when it has none."""
+    row = conn.execute(
+        "SELECT format_type(atttypid, atttypmod) FROM pg_catalog.pg_attribute "
+        "WHERE attrelid = %s AND attname = %s AND attnum > 0 AND NOT attisdropped",
+        (oid, name),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def cursor_marks(
+    conn: psycopg.Connection, table: TableName, cursor: str, cursor_type: str, low: str | None
+) -> str | None:
+    """The highest ``cursor`` past ``low`` (as text), None when no row is past it."""
+    condition = cursor_condition(cursor, cursor_type, low, None)
+    row = conn.execute(
+        sql.SQL("SELECT max({c})::text FROM {t} WHERE {w}").format(
+            c=sql.Identifier(cursor), t=table.identifier, w=condition
+        )
+    ).fetchone()
+    return row[0] if row else None
+
+
+def cursor_condition(cursor: str, cursor_type: str, low: str | None, high: str | None) -> sql.Composable:
+    """``low < cursor <= high`` (either side left out when None), the marks cast to the
+    column's type."""
+    column, kind = sql.Identifier(cursor), sql.SQL(cursor_type)
+    parts: list[sql.Composable] = [sql.SQL("{} IS NOT NULL").format(column)]
+    if low is not None:
+        parts.append(sql.SQL("{} > {}::{}").format(column, sql.Literal(low), kind))
+    if high is not None:
+        parts.append(sql.SQL("{} <= {}::{}").format(column, sql.Literal(high), kind))
+    return sql.SQL(" AND ").join(parts)
+
+
+def row_estimate(
+    conn: psycopg.Connection, table: TableName, oid: int, where: sql.Composable | None = None
+) -> int:
+    """The planner's row count of the table (counted when it was never analyzed, or over
+    ``where`` when given)."""
+    if where is not None:
+        counted = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE {}").format(table.identifier, where))
+        found = counted.fetchone()
+        return int(found[0]) if found else 0
     row = conn.execute("SELECT reltuples::bigint FROM pg_catalog.pg_class WHERE oid = %s", (oid,)).fetchone()
     if row and row[0] and row[0] > 0:
         return int(row[0])
@@ -91,14 +133,15 @@ def plan_chunks(
     key: str | None,
     chunk_rows: int,
     snapshot: str | None,
+    where: sql.Composable | None = None,
 ) -> ChunkPlan:
     """The cut of ``table`` (see ``connectors.postgres.enumerator``), by ``key`` (an integer
-    column) when given, else by ctid pages."""
-    rows = row_estimate(conn, table, oid)
+    column) when given, else by ctid pages; over the rows ``where`` holds of, if given."""
+    rows = row_estimate(conn, table, oid, where)
     if key is not None:
         bounds = conn.execute(
-            sql.SQL("SELECT min({k})::int8, max({k})::int8 FROM {t}").format(
-                k=sql.Identifier(key), t=table.identifier
+            sql.SQL("SELECT min({k})::int8, max({k})::int8 FROM {t} WHERE {w}").format(
+                k=sql.Identifier(key), t=table.identifier, w=where if where is not None else sql.SQL("TRUE")
             )
         ).fetchone()
         low, high = bounds if bounds else (None, None)

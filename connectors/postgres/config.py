@@ -137,6 +137,8 @@ class PostgresSourceConfig(ConfigBase):
             )
         if self.mode != "incremental" and self.cursor is not None:
             raise ConfigError("source.cursor", "is read only in incremental mode (source.mode)")
+        if self.query is not None and self.mode == "incremental":
+            raise ConfigError("source.mode", "incremental reads a table or a model, not a query")
         if self.query is not None and self.key is not None:
             raise ConfigError("source.key", "a query is read as one split: leave source.key out")
         return config

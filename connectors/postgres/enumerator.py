@@ -30,13 +30,19 @@ class ChunkPlan:
     count: int
     estimate: int
     snapshot: str | None = None
+    #: Incremental: the rows read have ``mark_low < cursor <= mark_high`` (the marks as
+    #: text; ``mark_low`` None: from the first row). ``mark_high`` None: no row to read.
+    mark_low: str | None = None
+    mark_high: str | None = None
 
     def chunk(self, index: int) -> ChunkSplit:
         low = self.low + index * self.step
         high = None if index == self.count - 1 else low + self.step
         if self.kind == "query":
             low, high = 0, None
-        return ChunkSplit(self.kind, index, low, high, 0, self.estimate, self.snapshot)
+        return ChunkSplit(
+            self.kind, index, low, high, 0, self.estimate, self.snapshot, self.mark_low, self.mark_high
+        )
 
 
 class ChunkEnumerator(SplitEnumerator[ChunkSplit]):

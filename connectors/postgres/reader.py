@@ -20,7 +20,7 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.postgres.catalog import POSITION_COLUMN
+from connectors.postgres.catalog import POSITION_COLUMN, cursor_condition
 from connectors.postgres.connection import TableName, connect, error_words
 from connectors.postgres.snapshot import reader_application_name
 from connectors.postgres.split import LINE_BITS, ChunkSplit
@@ -48,6 +48,9 @@ class ChunkQuery:
     table: TableName | None
     key: str | None
     query: str | None = None
+    #: Incremental: the cursor column and its SQL type.
+    cursor: str | None = None
+    cursor_type: str | None = None
 
     def select(self, split: ChunkSplit) -> sql.Composable:
         """The SELECT of what is left of ``split``, its last column the row's position."""
@@ -79,6 +82,13 @@ class ChunkQuery:
                 "(((ctid::text::point)[0])::int8 << {}) + ((ctid::text::point)[1])::int8"
             ).format(sql.Literal(LINE_BITS))
             order = sql.SQL("ctid")
+        if self.cursor is not None and self.cursor_type is not None:
+            if split.mark_high is None:
+                conditions.append(sql.SQL("FALSE"))  # no row past the last run's mark
+            else:
+                conditions.append(
+                    cursor_condition(self.cursor, self.cursor_type, split.mark_low, split.mark_high)
+                )
         return sql.SQL("SELECT {}, {} AS {} FROM {} WHERE {} ORDER BY {}").format(
             cols,
             position,

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 
-from connectors.postgres.catalog import chunk_key, describe, plan_chunks, relation
+from connectors.postgres.catalog import (
+    chunk_key,
+    column_type,
+    cursor_condition,
+    cursor_marks,
+    describe,
+    plan_chunks,
+    relation,
+)
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
 from connectors.postgres.connection import TableName, connect, error_words, mask_url
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
@@ -42,11 +51,15 @@ class PostgresSource(Source[ChunkSplit]):
         patterns: tuple[str, ...] = (),
         reserved: tuple[str, ...] = (),
         hold: bool = True,
+        cursor: str | None = None,
+        previous_mark: str | None = None,
     ) -> None:
         self.url, self.table, self.key, self.chunk_rows = url, table, key, chunk_rows
         self.query = query
         self.batch_size, self.schema, self.address_field = batch_size, schema, address_field
         self.patterns, self.reserved, self.hold = patterns, reserved, hold
+        #: Incremental: the cursor column, and the high mark of the last succeeded run.
+        self.cursor, self.previous_mark = cursor, previous_mark
         self._chunk_query: ChunkQuery | None = None
 
     @classmethod
@@ -78,6 +91,8 @@ class PostgresSource(Source[ChunkSplit]):
             address_field=target.address_field,
             patterns=target.patterns,
             reserved=target.reserved,
+            cursor=config.cursor if config.mode == "incremental" else None,
+            previous_mark=previous_mark(context.previous_state),
         )
 
     @property
@@ -93,6 +108,14 @@ class PostgresSource(Source[ChunkSplit]):
             return connect(self.url)
         except ConnectionError as exc:
             raise ConfigError(self.address_field, str(exc)) from None
+
+    def _cursor_type(self, conn: psycopg.Connection, oid: int) -> str | None:
+        if self.cursor is None:
+            return None
+        found = column_type(conn, oid, self.cursor)
+        if found is None:
+            raise ConfigError("source.cursor", f"the table has no column {self.cursor!r}")
+        return found
 
     def _chunking(self, conn: psycopg.Connection) -> tuple[int | None, str | None]:
         """(the table's oid, the chunk key) ; ConfigError naming the field."""
@@ -119,21 +142,32 @@ class PostgresSource(Source[ChunkSplit]):
             return plan
         if not self.hold:
             with self._connect() as conn:
-                oid, key = self._chunking(conn)
-                assert oid is not None
-                return plan_chunks(conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=None)
+                return self._table_plan(conn, None)
         holder = hold_snapshot(self.url)
         try:
-            oid, key = self._chunking(holder.conn)
-            assert oid is not None
-            plan = plan_chunks(
-                holder.conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=holder.snapshot
-            )
+            plan = self._table_plan(holder.conn, holder.snapshot)
         except BaseException:
             holder.release()
             raise
         holder.start()
         return plan
+
+    def _table_plan(self, conn: psycopg.Connection, snapshot: str | None) -> ChunkPlan:
+        assert self.table is not None
+        oid, key = self._chunking(conn)
+        assert oid is not None
+        cursor_type = self._cursor_type(conn, oid)
+        if self.cursor is None or cursor_type is None:
+            return plan_chunks(conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=snapshot)
+        low = self.previous_mark
+        high = cursor_marks(conn, self.table, self.cursor, cursor_type, low)
+        if high is None:  # nothing past the mark: one empty chunk, and the mark carried on
+            return ChunkPlan("key" if key else "ctid", 0, 1, 1, 0, snapshot, low, None)
+        where = cursor_condition(self.cursor, cursor_type, low, high)
+        plan = plan_chunks(
+            conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=snapshot, where=where
+        )
+        return replace(plan, mark_low=low, mark_high=high)
 
     def create_enumerator(self, context: SplitEnumeratorContext[ChunkSplit]) -> ChunkEnumerator:
         return ChunkEnumerator(context, plan=self._plan, state=None)
@@ -155,7 +189,8 @@ class PostgresSource(Source[ChunkSplit]):
                     oid, key = self._chunking(conn)
                     assert oid is not None
                     columns = describe(conn, sql.SQL("SELECT * FROM {}").format(self.table.identifier))
-                    self._chunk_query = ChunkQuery(columns, self.table, key)
+                    cursor_type = self._cursor_type(conn, oid)
+                    self._chunk_query = ChunkQuery(columns, self.table, key, None, self.cursor, cursor_type)
         return self._chunk_query
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[ChunkSplit]:
@@ -187,3 +222,11 @@ class PostgresSource(Source[ChunkSplit]):
             else:
                 lags[split_id] = split.estimate if position == 0 else None
         return lags
+
+
+def previous_mark(state: Mapping[str, Any] | None) -> str | None:
+    """The high mark an incremental run left in its enumerator state (the mark it read up
+    to, or the one it carried on when it found nothing new)."""
+    plan = (state or {}).get("plan") or {}
+    mark = plan.get("mark_high") or plan.get("mark_low")
+    return mark if isinstance(mark, str) else None

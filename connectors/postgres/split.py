@@ -36,6 +36,9 @@ class ChunkSplit(SourceSplit):
     position: int = 0
     estimate: int = 0
     snapshot: str | None = None
+    #: Incremental: only rows with ``mark_low < cursor <= mark_high`` (text forms).
+    mark_low: str | None = None
+    mark_high: str | None = None
 
     @property
     def split_id(self) -> str:
@@ -73,6 +76,8 @@ class ChunkSplitSerializer(SplitSerializer[ChunkSplit]):
             "position": split.position,
             "estimate": split.estimate,
             "snapshot": split.snapshot,
+            **({"mark_low": split.mark_low} if split.mark_low is not None else {}),
+            **({"mark_high": split.mark_high} if split.mark_high is not None else {}),
         }
 
     def deserialize(self, data: dict[str, Any]) -> ChunkSplit:

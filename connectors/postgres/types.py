@@ -11,7 +11,7 @@ as, and so the Spark type a transform sees (the sink reads it backwards).
 | numeric(p,s) (DecimalField)                            | decimal128(p,s)          | DECIMAL(p,s)   |
 | numeric without precision                              | string (exact digits)    | STRING         |
 | text, varchar, char (CharField, TextField, EmailField…)| string                   | STRING         |
-| citext, enums, inet, cidr, macaddr (GenericIPAddress…) | string                   | STRING         |
+| citext, enums, inet (GenericIPAddressField), cidr…    | string (inet: abbrev())  | STRING         |
 | json, jsonb (JSONField)                                | string (the JSON text)   | STRING         |
 | uuid (UUIDField)                                       | string                   | STRING         |
 | bytea (BinaryField)                                    | binary                   | BINARY         |
@@ -91,6 +91,8 @@ class PgColumn:
         column = sql.Identifier(qualifier, self.name) if qualifier else sql.Identifier(self.name)
         if not self.cast_to_text:
             return column
+        if self.type_name == "inet":  # as Django's GenericIPAddressField shows it: no /32
+            return sql.SQL("abbrev({}) AS {}").format(column, sql.Identifier(self.name))
         cast = sql.SQL("text[]" if self.element is not None else "text")
         return sql.SQL("{}::{} AS {}").format(column, cast, sql.Identifier(self.name))
 
