@@ -1,10 +1,13 @@
 """Reads chunks: one binary COPY per chunk (and per resume), cut into Arrow batches.
 
-A chunk is read by ``COPY (SELECT ... ORDER BY key) TO STDOUT (FORMAT binary)`` in a
-REPEATABLE READ, READ ONLY transaction that imports the run's exported snapshot. Rows are
-turned into an Arrow batch every ``max_records`` rows, so a chunk is never held whole; the
-COPY stays open between batches of a slice (its connection is the chunk's own) and is
-closed, connection and all, when the chunk is dropped or the reader closes. A resumed
+A chunk is read by one ``SELECT ... ORDER BY key`` through ``adbc-driver-postgresql``, which
+runs it as a binary COPY and decodes it into Arrow in C++ (1M rows of the bench's table:
+1.4 s, against 11 s for psycopg's binary COPY rows turned into Arrow in Python), in a
+REPEATABLE READ, READ ONLY transaction that imports the run's exported snapshot. The
+driver's record batches are re-cut into batches of ``max_records`` rows as they stream, so
+a chunk is never held whole; the query stays open between batches of a slice (its
+connection is the chunk's own) and is closed, connection and all, when the chunk is
+dropped or the reader closes. A resumed
 chunk starts after its last landed key (``ChunkSplit.resume_after``): what landed before
 a SIGKILL is not read again.
 """
@@ -15,13 +18,16 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import psycopg
+import adbc_driver_manager as adbc
+import adbc_driver_postgresql.dbapi as adbc_postgresql
 import pyarrow as pa
 from psycopg import sql
 
 from connectors.postgres.catalog import POSITION_COLUMN, cursor_condition
-from connectors.postgres.connection import TableName, connect, error_words
+from connectors.postgres.connection import TableName, error_words
 from connectors.postgres.snapshot import reader_application_name
 from connectors.postgres.split import LINE_BITS, ChunkSplit
 from connectors.postgres.types import PgColumn, arrow_schema
@@ -35,6 +41,9 @@ LOST_SNAPSHOT_NOTE = (
 )
 #: PostgreSQL's "invalid snapshot identifier" and "object not in prerequisite state".
 LOST_SNAPSHOT_STATES = frozenset({"22023", "55000"})
+#: Errors that mean the database went away (a restart, a cut connection), not a bad chunk.
+TRANSIENT = (adbc.OperationalError, adbc.InternalError, ConnectionError, OSError)
+BEGIN = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 #: How long a chunk waits for its database to come back before it fails, naming why.
 OUTAGE_LIMIT_S = 300.0
 
@@ -98,18 +107,6 @@ class ChunkQuery:
             order,
         )
 
-    @property
-    def copy_types(self) -> list[str]:
-        types = [
-            "text[]" if c.element and c.cast_to_text else "text" if c.cast_to_text else _copy_type(c)
-            for c in self.columns
-        ]
-        return [*types, "int8"]
-
-
-def _copy_type(column: PgColumn) -> str:
-    return f"{column.element}[]" if column.element is not None else column.type_name
-
 
 def _tid(encoded: int) -> str:
     return f"({encoded >> LINE_BITS},{encoded & ((1 << LINE_BITS) - 1)})"
@@ -123,8 +120,8 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
         self.url = url
         self.chunk_query = chunk_query
         self.schema = schema or arrow_schema(chunk_query.columns)
-        self._streams: dict[str, Iterator[tuple[list[tuple[object, ...]], bool, str]]] = {}
-        self._connections: dict[str, psycopg.Connection] = {}
+        self._streams: dict[str, Iterator[tuple[pa.Table, bool, str]]] = {}
+        self._connections: dict[str, Any] = {}
         #: When the database stopped answering (None: it answers).
         self._down_since: float | None = None
 
@@ -134,7 +131,7 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
         away for ``OUTAGE_LIMIT_S``."""
         try:
             batches = super().fetch(max_records, timeout_s)
-        except (psycopg.OperationalError, ConnectionError) as exc:
+        except TRANSIENT as exc:
             split_id = next(iter(self.splits), "")
             self._drop(split_id)
             now = time.monotonic()
@@ -151,69 +148,82 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
     def read_batch(self, split: ChunkSplit, max_records: int) -> RecordBatch:
         stream = self._streams.get(split.split_id)
         if stream is None:
-            stream = self._streams[split.split_id] = self._rows(split, max_records)
+            stream = self._streams[split.split_id] = self._batches(split, max_records)
         try:
-            rows, finished, note = next(stream)
-        except psycopg.OperationalError:
+            table, finished, note = next(stream)
+        except TRANSIENT:
             raise  # the database went away: ``fetch`` waits for it
-        except psycopg.Error as exc:
+        except adbc.Error as exc:
             self._drop(split.split_id)
             raise SplitFailed(
                 f"{split.split_id}: reading failed: {error_words(exc)}", split_id=split.split_id
             ) from exc
+        positions = table.column(POSITION_COLUMN)
         if split.kind == "query":
-            end = split.position + len(rows)
+            end = split.position + table.num_rows
         elif finished and split.kind == "key" and split.high is not None:
             end = split.high - split.low  # read through the chunk's last key
         else:
-            end = split.position_of(rows[-1][-1]) if rows else split.position
+            end = split.position_of(positions[-1].as_py()) if table.num_rows else split.position
         return RecordBatch(
             split_id=split.split_id,
             start=split.offset,
             end=OffsetEntry(split.split_id, end),
-            records=self._table(rows),
+            records=self._records(table),
             finished=finished,
             note=note,
         )
 
-    def _table(self, rows: list[tuple[object, ...]]) -> pa.Table:
-        width = len(self.chunk_query.columns)
-        columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(width + 1)]
-        arrays = [pa.array(columns[i], type=field.type) for i, field in enumerate(self.schema)]
+    def _records(self, table: pa.Table) -> pa.Table:
+        """The batch in the run's schema: the position column dropped, numerics (which the
+        driver hands over as text) cast to their decimals, microseconds to durations."""
+        arrays: list[pa.Array | pa.ChunkedArray] = []
+        for field in self.schema:
+            column = table.column(field.name)
+            if isinstance(column.type, pa.ExtensionType):
+                column = pa.chunked_array(
+                    [chunk.storage for chunk in column.chunks], type=column.type.storage_type
+                )
+            arrays.append(column if column.type == field.type else column.cast(field.type))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def _rows(
-        self, split: ChunkSplit, max_records: int
-    ) -> Iterator[tuple[list[tuple[object, ...]], bool, str]]:
-        conn = self._connections[split.split_id] = connect(
-            self.url, application_name=reader_application_name(split.snapshot or "none")
+    def _batches(self, split: ChunkSplit, max_records: int) -> Iterator[tuple[pa.Table, bool, str]]:
+        """The rest of ``split`` as tables of ``max_records`` rows (the last one may be
+        shorter, or empty), each with whether it is the last and the note to give."""
+        conn = self._connections[split.split_id] = adbc_postgresql.connect(
+            url_with_application(self.url, reader_application_name(split.snapshot or "none"))
         )
-        note = self._begin(conn, split.snapshot)
-        query = sql.SQL("COPY ({}) TO STDOUT (FORMAT binary)").format(self.chunk_query.select(split))
-        with conn.cursor() as cur, cur.copy(query) as copy:
-            copy.set_types(self.chunk_query.copy_types)
-            rows: list[tuple[object, ...]] = []
-            for row in copy.rows():
-                rows.append(row)
-                if len(rows) >= max_records:
-                    yield rows, False, note
-                    rows, note = [], ""
-            yield rows, True, note
-        conn.commit()
+        cur = conn.cursor()
+        note = self._begin(conn, cur, split.snapshot)
+        cur.execute(self.chunk_query.select(split).as_string(None))
+        reader = cur.fetch_record_batch()
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in reader:
+            pending.append(batch)
+            held += batch.num_rows
+            while held >= max_records:
+                table = pa.Table.from_batches(pending)
+                yield table.slice(0, max_records), False, note
+                note = ""
+                rest = table.slice(max_records)
+                pending, held = rest.to_batches(), rest.num_rows
+        table = pa.Table.from_batches(pending, schema=reader.schema)
+        yield table, True, note
 
-    def _begin(self, conn: psycopg.Connection, snapshot: str | None) -> str:
+    def _begin(self, conn: Any, cur: Any, snapshot: str | None) -> str:
         """Starts the chunk's transaction in the run's snapshot; the note to give when the
         snapshot is gone and the chunk reads one of its own."""
-        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        cur.execute(BEGIN)
         if snapshot is None:
             return ""
         try:
-            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-        except psycopg.Error as exc:
-            if exc.sqlstate not in LOST_SNAPSHOT_STATES:
+            cur.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)).as_string(None))
+        except adbc.Error as exc:
+            if getattr(exc, "sqlstate", None) not in LOST_SNAPSHOT_STATES:
                 raise
             conn.rollback()
-            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            cur.execute(BEGIN)
             return LOST_SNAPSHOT_NOTE
         return ""
 
@@ -221,12 +231,19 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
         self._drop(split_id)
 
     def _drop(self, split_id: str) -> None:
-        """Closes the chunk's COPY and connection; its next read starts a new one."""
+        """Closes the chunk's query and connection; its next read starts a new one."""
         stream = self._streams.pop(split_id, None)
         conn = self._connections.pop(split_id, None)
         if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()  # an unfinished COPY ends with its connection
+            with contextlib.suppress(adbc.Error):
+                conn.close()  # an unfinished query ends with its connection
         if stream is not None:
-            with contextlib.suppress(Exception):  # the COPY's connection is closed already
+            with contextlib.suppress(Exception):  # the query's connection is closed already
                 stream.close()
+
+
+def url_with_application(url: str, name: str) -> str:
+    """``url`` with ``application_name`` set (the snapshot's holder counts its readers so)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "application_name"]
+    return urlunsplit(parts._replace(query=urlencode([*query, ("application_name", name)])))

@@ -19,7 +19,7 @@ as, and so the Spark type a transform sees (the sink reads it backwards).
 | time (TimeField)                                       | time64[us]               | (no Spark time: read as BIGINT µs) |
 | timestamptz (DateTimeField, USE_TZ)                    | timestamp[us, UTC]       | TIMESTAMP (the instant) |
 | timestamp (DateTimeField without USE_TZ)               | timestamp[us]            | TIMESTAMP_NTZ  |
-| interval (DurationField)                               | duration[us]             | BIGINT µs (months as 30 days, as Django's DurationField) |
+| interval (DurationField)                               | duration[us]             | BIGINT µs (``extract(epoch)``: a month is 30 days, a year 365.25; Django's DurationField stores neither) |
 | T[] (ArrayField)                                       | list<T>                  | ARRAY<T>       |
 | anything else (ranges, hstore, xml, geometry…)         | string (its text form)   | STRING         |
 
@@ -89,6 +89,10 @@ class PgColumn:
     def select_expression(self, qualifier: str | None = None) -> sql.Composable:
         """The column in a SELECT list: itself, or cast to text, under its own name."""
         column = sql.Identifier(qualifier, self.name) if qualifier else sql.Identifier(self.name)
+        if self.type_name == "interval":  # microseconds, made a duration on the Arrow side
+            return sql.SQL("(extract(epoch FROM {}) * 1000000)::int8 AS {}").format(
+                column, sql.Identifier(self.name)
+            )
         if not self.cast_to_text:
             return column
         if self.type_name == "inet":  # as Django's GenericIPAddressField shows it: no /32
