@@ -8,7 +8,7 @@ import math
 import psycopg
 from psycopg import sql
 
-from connectors.postgres.connection import TableName
+from connectors.postgres.connection import TableName, trusted_sql
 from connectors.postgres.enumerator import ChunkPlan
 from connectors.postgres.types import INTEGER_TYPES, TYPES_QUERY, PgColumn, numeric_modifier
 
@@ -100,7 +100,7 @@ def cursor_marks(
 def cursor_condition(cursor: str, cursor_type: str, low: str | None, high: str | None) -> sql.Composable:
     """``low < cursor <= high`` (either side left out when None), the marks cast to the
     column's type."""
-    column, kind = sql.Identifier(cursor), sql.SQL(cursor_type)
+    column, kind = sql.Identifier(cursor), trusted_sql(cursor_type)
     parts: list[sql.Composable] = [sql.SQL("{} IS NOT NULL").format(column)]
     if low is not None:
         parts.append(sql.SQL("{} > {}::{}").format(column, sql.Literal(low), kind))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import LiteralString, cast
 from urllib.parse import urlsplit
 
 import psycopg
@@ -155,6 +156,14 @@ def table_refusal(table: TableName, patterns: Iterable[str], reserved: Iterable[
     if listed and not any(fnmatch.fnmatchcase(table.qualified, p) for p in listed):
         return f"{table.qualified!r} is outside the tables its connection allows ({', '.join(listed)})"
     return None
+
+
+def trusted_sql(text: str) -> sql.SQL:
+    """``text`` as SQL, for text the connector made itself or checked before: a type name
+    from the catalog's ``format_type``, a query parsed and written again by
+    ``connectors.postgres.query`` (psycopg asks for a literal string: nothing a user typed
+    goes through here unchecked)."""
+    return sql.SQL(cast(LiteralString, text))
 
 
 def connect(

@@ -46,7 +46,8 @@ def checked_query(query: str) -> tuple[str, list[TableName]]:
     if len(query) > MAX_QUERY_CHARS:
         raise ConfigError(FIELD, f"is longer than {MAX_QUERY_CHARS} characters")
     try:
-        statements = [s for s in sqlglot.parse(query, read="postgres") if s is not None]
+        parsed = sqlglot.parse(query, read="postgres")  # pyright: ignore[reportUnknownMemberType]
+        statements = [s for s in parsed if s is not None]
     except ParseError as exc:
         raise ConfigError(FIELD, f"is not a query PostgreSQL would run: {str(exc).splitlines()[0]}") from None
     if len(statements) != 1:
@@ -62,18 +63,24 @@ def checked_query(query: str) -> tuple[str, list[TableName]]:
     tables: dict[str, TableName] = {}
     for table in tree.find_all(exp.Table):
         if not isinstance(table.this, exp.Identifier):
-            raise ConfigError(FIELD, f"{table.sql('postgres')!r}: only tables may be read in FROM")
+            raise ConfigError(FIELD, f"{_sql(table)!r}: only tables may be read in FROM")
         if not table.args.get("db") and table.name.lower() in ctes:
             continue
         if table.args.get("catalog"):
-            raise ConfigError(FIELD, f"{table.sql('postgres')!r}: name tables as schema.table")
+            raise ConfigError(FIELD, f"{_sql(table)!r}: name tables as schema.table")
         name = TableName(_part(table.args.get("db")) or DEFAULT_SCHEMA, _part(table.this))
         table.set("db", exp.Identifier(this=name.schema, quoted=True))
         table.set("this", exp.Identifier(this=name.name, quoted=True))
         tables.setdefault(name.qualified, name)
     if not tables:
         raise ConfigError(FIELD, "reads no table")
-    return tree.sql("postgres"), list(tables.values())
+    return _sql(tree), list(tables.values())
+
+
+def _sql(node: exp.Expression) -> str:
+    """``node`` written as PostgreSQL SQL."""
+    text: str = node.sql("postgres")  # pyright: ignore[reportUnknownMemberType]
+    return text
 
 
 def _part(identifier: object) -> str:
@@ -84,7 +91,7 @@ def _part(identifier: object) -> str:
 
 def _check_node(node: exp.Expression) -> None:
     if isinstance(node, REFUSED_EXPRESSIONS):
-        raise ConfigError(FIELD, f"{node.sql('postgres')[:80]!r} is not allowed in a read-only query")
+        raise ConfigError(FIELD, f"{_sql(node)[:80]!r} is not allowed in a read-only query")
     if isinstance(node, exp.Anonymous):
         name = str(node.this).lower()
         if name not in ALLOWED_ANONYMOUS:

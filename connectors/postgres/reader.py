@@ -16,18 +16,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import adbc_driver_manager as adbc
-import adbc_driver_postgresql.dbapi as adbc_postgresql
+import adbc_driver_postgresql.dbapi as adbc_postgresql  # pyright: ignore[reportMissingTypeStubs]
 import pyarrow as pa
 from psycopg import sql
 
 from connectors.postgres.catalog import POSITION_COLUMN, cursor_condition
-from connectors.postgres.connection import TableName, error_words
+from connectors.postgres.connection import TableName, error_words, trusted_sql
 from connectors.postgres.snapshot import reader_application_name
 from connectors.postgres.split import LINE_BITS, ChunkSplit
 from connectors.postgres.types import PgColumn, arrow_schema
@@ -67,13 +67,13 @@ class ChunkQuery:
         if self.query is not None:
             cols = sql.SQL(", ").join(c.select_expression("q") for c in self.columns)
             return sql.SQL("SELECT {}, 0::int8 AS {} FROM ({}) AS q OFFSET {}").format(
-                cols, sql.Identifier(POSITION_COLUMN), sql.SQL(self.query), sql.Literal(split.position)
+                cols, sql.Identifier(POSITION_COLUMN), trusted_sql(self.query), sql.Literal(split.position)
             )
         assert self.table is not None
         cols = sql.SQL(", ").join(c.select_expression() for c in self.columns)
         if self.key is not None:
             key = sql.Identifier(self.key)
-            conditions = [
+            conditions: list[sql.Composable] = [
                 sql.SQL("{} >= {}").format(key, sql.Literal(split.low if after is None else after + 1))
             ]
             if split.high is not None:
@@ -82,7 +82,7 @@ class ChunkQuery:
             order: sql.Composable = key
         else:
             start = f"({split.low},0)" if after is None else _tid(after)
-            conditions = [
+            conditions: list[sql.Composable] = [
                 sql.SQL("ctid {} {}::tid").format(sql.SQL(">=" if after is None else ">"), sql.Literal(start))
             ]
             if split.high is not None:
@@ -120,7 +120,7 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
         self.url = url
         self.chunk_query = chunk_query
         self.schema = schema or arrow_schema(chunk_query.columns)
-        self._streams: dict[str, Iterator[tuple[pa.Table, bool, str]]] = {}
+        self._streams: dict[str, Generator[tuple[pa.Table, bool, str]]] = {}
         self._connections: dict[str, Any] = {}
         #: When the database stopped answering (None: it answers).
         self._down_since: float | None = None
@@ -177,23 +177,21 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
     def _records(self, table: pa.Table) -> pa.Table:
         """The batch in the run's schema: the position column dropped, numerics (which the
         driver hands over as text) cast to their decimals, microseconds to durations."""
-        arrays: list[pa.Array | pa.ChunkedArray] = []
-        for field in self.schema:
-            column = table.column(field.name)
+        arrays: list[Any] = []
+        for name, target in zip(self.schema.names, self.schema.types, strict=True):
+            column: Any = table.column(name)
             if isinstance(column.type, pa.ExtensionType):
-                column = pa.chunked_array(
-                    [chunk.storage for chunk in column.chunks], type=column.type.storage_type
-                )
-            arrays.append(column if column.type == field.type else column.cast(field.type))
+                column = _storage(column)
+            arrays.append(column if column.type == target else column.cast(target))
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
-    def _batches(self, split: ChunkSplit, max_records: int) -> Iterator[tuple[pa.Table, bool, str]]:
+    def _batches(self, split: ChunkSplit, max_records: int) -> Generator[tuple[pa.Table, bool, str]]:
         """The rest of ``split`` as tables of ``max_records`` rows (the last one may be
         shorter, or empty), each with whether it is the last and the note to give."""
-        conn = self._connections[split.split_id] = adbc_postgresql.connect(
+        conn = self._connections[split.split_id] = adbc_postgresql.connect(  # pyright: ignore[reportUnknownMemberType]
             url_with_application(self.url, reader_application_name(split.snapshot or "none"))
         )
-        cur = conn.cursor()
+        cur: Any = conn.cursor()
         note = self._begin(conn, cur, split.snapshot)
         cur.execute(self.chunk_query.select(split).as_string(None))
         reader = cur.fetch_record_batch()
@@ -240,6 +238,12 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
         if stream is not None:
             with contextlib.suppress(Exception):  # the query's connection is closed already
                 stream.close()
+
+
+def _storage(column: Any) -> Any:
+    """An extension column (the driver's ``numeric``) as its storage (text)."""
+    chunks = [chunk.storage for chunk in column.chunks]
+    return cast(Any, pa.chunked_array(chunks, type=column.type.storage_type))  # pyright: ignore[reportCallIssue, reportArgumentType]
 
 
 def url_with_application(url: str, name: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import pyarrow as pa
@@ -20,7 +20,7 @@ from connectors.postgres.catalog import (
     relation,
 )
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
-from connectors.postgres.connection import TableName, connect, error_words, mask_url
+from connectors.postgres.connection import TableName, connect, error_words, mask_url, trusted_sql
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
 from connectors.postgres.query import checked_query
 from connectors.postgres.reader import ChunkQuery, ChunkReader
@@ -183,7 +183,7 @@ class PostgresSource(Source[ChunkSplit]):
             with self._connect() as conn:
                 if self.table is None:
                     assert self.query is not None
-                    columns = describe(conn, sql.SQL(self.query))
+                    columns = describe(conn, trusted_sql(self.query))
                     self._chunk_query = ChunkQuery(columns, None, None, self.query)
                 else:
                     oid, key = self._chunking(conn)
@@ -227,6 +227,9 @@ class PostgresSource(Source[ChunkSplit]):
 def previous_mark(state: Mapping[str, Any] | None) -> str | None:
     """The high mark an incremental run left in its enumerator state (the mark it read up
     to, or the one it carried on when it found nothing new)."""
-    plan = (state or {}).get("plan") or {}
-    mark = plan.get("mark_high") or plan.get("mark_low")
+    plan: Any = (state or {}).get("plan")
+    if not isinstance(plan, dict):
+        return None
+    marks = cast(dict[str, Any], plan)
+    mark = marks.get("mark_high") or marks.get("mark_low")
     return mark if isinstance(mark, str) else None

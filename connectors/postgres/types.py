@@ -31,6 +31,7 @@ client-side loader is needed for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from psycopg import sql
@@ -101,7 +102,7 @@ class PgColumn:
         return sql.SQL("{}::{} AS {}").format(column, cast, sql.Identifier(self.name))
 
     @property
-    def field(self) -> pa.Field:
+    def field(self) -> pa.Field[Any]:
         return pa.field(self.name, self.arrow_type, nullable=True)
 
 
