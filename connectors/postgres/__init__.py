@@ -1,0 +1,2 @@
+"""PostgreSQL tables: an exactly-once table sink (``sink``: staged binary COPY, one move
+transaction with a ledger)."""

@@ -1,0 +1,400 @@
+"""The ``postgres`` sink: a table written exactly once per run or stream epoch.
+
+Every attempt copies its rows (binary ``COPY``, built from Arrow: ``binary_copy``) into a
+staging table of its own, then the caller's fence (``publish``) lets one transaction move
+them into the table and record the run's or the epoch's key in the ledger (``ledger``): an
+attempt that repeats, or that crashed after its commit, finds its key and adds nothing.
+``replace`` deletes the old rows in that same transaction, so readers see the old rows or
+the new ones, never a mix, and a run that fails leaves the old rows. A stream's epochs are
+appended or upserted, each once.
+
+A Spark result is copied partition by partition in Spark's own workers (``mapInArrow``):
+memory holds one Arrow batch per partition, whatever the output's size. Landed Parquet files
+(the identity transform) are copied batch by batch without Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Self, cast
+from urllib.parse import urlsplit
+
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+from psycopg import errors
+
+from connectors.postgres.ddl import TableName, check_key, check_output, table_columns
+from connectors.postgres.ledger import CommitKey, Mode, Staging, ensure_ledger, move, sweep_staging
+from source_support.config import ConfigBase, connection_field, option
+from source_support.errors import ConfigError
+from source_support.options import mask_url_credentials
+from source_support.registry import Environment, Publish, SinkConnector, register_sink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+log = logging.getLogger("connectors.postgres")
+
+#: The kind of named connection ``url`` may be replaced by.
+CONNECTION_KIND = "postgres"
+MODES = ("replace", "append", "upsert")
+URL_SCHEMES = ("postgres", "postgresql")
+CONNECT_TIMEOUT_S = 10
+#: Rows per Arrow batch read from landed files and copied.
+BATCH_ROWS = 65_536
+#: A test's hook: with this set to a file path, an attempt creates that file once its rows
+#: are staged and waits there, before its fence and the move, until it is killed.
+PAUSE_BEFORE_MOVE_ENV = "DATAFLOW_TEST_POSTGRES_SINK_PAUSE"
+
+
+def validate_url(url: str, field_name: str) -> str:
+    """``url`` if it names a PostgreSQL server; errors show it masked."""
+    parts = urlsplit(url)
+    if parts.scheme not in URL_SCHEMES:
+        raise ConfigError(
+            field_name, f"{mask_url_credentials(url)!r} must start with postgres:// or postgresql://"
+        )
+    if not parts.hostname or not parts.path.strip("/"):
+        raise ConfigError(field_name, f"{mask_url_credentials(url)!r} must name a host and a database")
+    return url
+
+
+class PostgresSinkConfig(ConfigBase, section="sink"):
+    """A validated ``[sink]`` table of a postgres sink."""
+
+    connection: str | None = connection_field(CONNECTION_KIND)
+    url: str | None = option(
+        "The database, as postgres://user:password@host:5432/dbname (the password is a secret); "
+        "for staff and the operator only (others name a connection).",
+        default=None,
+        secret="url",
+        example="postgres://app@127.0.0.1:5432/shop",
+        address=CONNECTION_KIND,
+    )
+    table: str = option(
+        "The table to write, as schema.table (public when the schema is left out).",
+        example="analytics.order_totals",
+        scoped=True,
+    )
+    mode: str = option(
+        "replace: each bounded run's rows replace the table's in one transaction; append: each run's "
+        "or stream epoch's rows are added once; upsert: inserted, or updating the row of the same key.",
+        choices=MODES,
+    )
+    key: list[str] = option(
+        "upsert: the columns of the table's primary key or unique index (ON CONFLICT (key) DO UPDATE).",
+        default=[],
+        example=["customer"],
+    )
+    create: bool = option(
+        "Whether a missing table is created from the output's columns and types (upsert: with the key as "
+        "its primary key), in the transaction that first writes it.",
+        default=False,
+    )
+
+    def validate(self, env: Environment) -> Self:
+        if self.connection is not None and not self.connection.strip():
+            raise ConfigError("sink.connection", "must name a connection")
+        if self.connection is not None and self.url is not None:
+            raise ConfigError("sink.connection", "give sink.connection or sink.url, not both")
+        if self.connection is None and self.url is None:
+            raise ConfigError("sink.url", "is required (or name a connection in sink.connection)")
+        url = None if self.url is None else validate_url(self.url, "sink.url")
+        table = TableName.parse(self.table, "sink.table")
+        if self.mode == "upsert" and not self.key:
+            raise ConfigError("sink.key", "is required with mode upsert: the columns a row is found by")
+        if self.mode != "upsert" and self.key:
+            raise ConfigError("sink.key", f"is for mode upsert only (mode is {self.mode})")
+        if len(set(self.key)) != len(self.key) or not all(isinstance(k, str) and k for k in self.key):
+            raise ConfigError("sink.key", "must list distinct column names")
+        return replace(self, url=url, table=str(table))
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where a sink config writes, resolved for a run."""
+
+    url: str
+    table: TableName
+    mode: Mode
+    key: list[str]
+    create: bool
+
+
+def sink_target(config: dict[str, Any], env: Environment) -> SinkTarget:
+    """The database and table of a stored config; a ConfigError if the table is outside
+    what its connection allows."""
+    typed = PostgresSinkConfig.from_dict(config)
+    table = TableName.parse(typed.table, "sink.table")
+    if typed.connection:
+        target = env.connection(typed.connection, "sink.connection")
+        refusal = target.key_refusal(str(table), "sink.table")
+        if refusal is not None:
+            raise refusal
+        url = target.url
+    else:
+        assert typed.url is not None  # validate required one of them
+        url = typed.url
+    return SinkTarget(url, table, cast(Mode, typed.mode), list(typed.key), typed.create)
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+
+
+def prepare(conn: psycopg.Connection[Any], target: SinkTarget, schema: pa.Schema) -> None:
+    """Refuses, before anything is written, an output the table cannot take (naming the
+    column), a missing table without ``create``, or an upsert key without a unique index."""
+    if len(set(schema.names)) != len(schema.names):
+        raise ConfigError("sink.table", f"the output has a column name twice ({', '.join(schema.names)})")
+    for name in target.key:
+        if name not in schema.names:
+            raise ConfigError(
+                "sink.key", f"{name!r} is not a column of the output ({', '.join(schema.names)})"
+            )
+    columns = table_columns(conn, target.table)
+    if columns is None:
+        if not target.create:
+            raise ConfigError(
+                "sink.table", f"{target.table} does not exist; create it, or set create = true to make it"
+            )
+    else:
+        check_output(schema, columns, target.table)
+        if target.mode == "upsert":
+            check_key(conn, target.table, target.key)
+    with suppress(errors.UniqueViolation):  # another sink made it at the same moment
+        ensure_ledger(conn, target.table)
+
+
+def publish_staged(
+    config: dict[str, Any],
+    env: Environment,
+    schema: pa.Schema,
+    stage: Callable[[Staging, str], int],
+    *,
+    commit_key: CommitKey,
+    attempt: str,
+    publish: Publish,
+) -> bool:
+    """Stages the output through ``stage(staging, url)`` (the rows it staged), then lets
+    ``publish`` move them into the table; whether it was published."""
+    target = sink_target(config, env)
+    with connect(target.url) as conn:
+        prepare(conn, target, schema)
+        staging = Staging.create(conn, target.table, schema, commit_key, attempt)
+        published = False
+        try:
+            stage(staging, target.url)
+            rows = staging.count(conn)
+            _pause_for_test()
+
+            def swap() -> None:
+                move(
+                    conn,
+                    staging,
+                    target.table,
+                    mode=target.mode,
+                    key=target.key,
+                    create=target.create,
+                    commit_key=commit_key,
+                )
+
+            published = publish(rows, swap)
+        finally:
+            staging.drop(conn)
+        if published:
+            sweep_staging(conn, target.table, commit_key)
+    return published
+
+
+def _pause_for_test() -> None:
+    marker = os.environ.get(PAUSE_BEFORE_MOVE_ENV)
+    if not marker:
+        return
+    with open(marker, "a"):
+        pass
+    while True:  # until the test kills the process
+        time.sleep(1)
+
+
+def _check_mode_for_stream(config: dict[str, Any]) -> None:
+    if config.get("mode") == "replace":
+        raise ConfigError(
+            "sink.mode",
+            "replace is for bounded flows; a stream's epochs are appended or upserted (append, upsert)",
+        )
+
+
+# The sink's four ways in.
+
+
+def write(
+    df: DataFrame, config: dict[str, Any], *, attempt_key: str, publish: Publish, env: Environment
+) -> bool:
+    """A bounded run's Spark result, copied by each partition in Spark's workers."""
+    schema = frame_schema(df)
+    return publish_staged(
+        config,
+        env,
+        schema,
+        lambda staging, url: _stage_frame(df, staging, url),
+        commit_key=CommitKey.of_attempt(attempt_key),
+        attempt=attempt_key,
+        publish=publish,
+    )
+
+
+def append(
+    df: DataFrame, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+) -> bool:
+    """One epoch of a streaming transform, added once per ``epoch_key``."""
+    _check_mode_for_stream(config)
+    schema = frame_schema(df)
+    return publish_staged(
+        config,
+        env,
+        schema,
+        lambda staging, url: _stage_frame(df, staging, url),
+        commit_key=CommitKey.of_epoch(epoch_key),
+        attempt=epoch_key,
+        publish=publish,
+    )
+
+
+def append_table(
+    table: pa.Table, config: dict[str, Any], *, epoch_key: str, publish: Publish, env: Environment
+) -> bool:
+    """A small epoch collected as Arrow, added once per ``epoch_key``."""
+    _check_mode_for_stream(config)
+    return publish_staged(
+        config,
+        env,
+        table.schema,
+        lambda staging, url: _stage_batches(staging, url, [table.to_batches(max_chunksize=BATCH_ROWS)]),
+        commit_key=CommitKey.of_epoch(epoch_key),
+        attempt=epoch_key,
+        publish=publish,
+    )
+
+
+def write_landed(
+    paths: Sequence[str],
+    schema: pa.Schema,
+    config: dict[str, Any],
+    *,
+    attempt_key: str,
+    publish: Publish,
+    env: Environment,
+) -> bool:
+    """A bounded run's landed Parquet files as its whole output, without Spark."""
+    return publish_staged(
+        config,
+        env,
+        schema,
+        lambda staging, url: _stage_batches(staging, url, _landed_batches(paths, schema)),
+        commit_key=CommitKey.of_attempt(attempt_key),
+        attempt=attempt_key,
+        publish=publish,
+    )
+
+
+def append_landed(
+    paths: Sequence[str],
+    schema: pa.Schema,
+    config: dict[str, Any],
+    *,
+    epoch_key: str,
+    publish: Publish,
+    env: Environment,
+) -> bool:
+    """One epoch's landed Parquet files, added once per ``epoch_key``, without Spark."""
+    _check_mode_for_stream(config)
+    return publish_staged(
+        config,
+        env,
+        schema,
+        lambda staging, url: _stage_batches(staging, url, _landed_batches(paths, schema)),
+        commit_key=CommitKey.of_epoch(epoch_key),
+        attempt=epoch_key,
+        publish=publish,
+    )
+
+
+def takes_landed(config: dict[str, Any]) -> bool:
+    return True
+
+
+def _landed_batches(paths: Sequence[str], schema: pa.Schema) -> Iterator[Iterator[pa.RecordBatch]]:
+    """Each landed file's batches (one part per file), cast to the run's schema."""
+    for path in paths:
+        yield (
+            batch.cast(schema)
+            for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=schema.names)
+        )
+
+
+def _stage_batches(staging: Staging, url: str, parts: Iterable[Iterable[pa.RecordBatch]]) -> int:
+    """Copies each part's batches into ``staging`` on one connection; the rows copied."""
+    rows = 0
+    with connect(url) as conn:
+        for part, batches in enumerate(parts):
+            rows += staging.copy_part(conn, part, batches)
+    return rows
+
+
+# Spark.
+
+
+def frame_schema(df: DataFrame) -> pa.Schema:
+    """The Arrow schema of a DataFrame's rows as ``mapInArrow`` hands them over."""
+    from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415 - Spark only where a job runs
+
+    return to_arrow_schema(df.schema)
+
+
+def _stage_frame(df: DataFrame, staging: Staging, url: str) -> int:
+    """Each partition of ``df`` copied into ``staging`` by the Spark task that computes it;
+    the rows copied (a retried task replaces its partition's rows)."""
+    copy = _PartitionCopy(url, staging)
+    counts = df.mapInArrow(copy, "rows long").collect()  # pyright: ignore[reportArgumentType]
+    return sum(int(row["rows"]) for row in counts)
+
+
+@dataclass(frozen=True)
+class _PartitionCopy:
+    """What a Spark task runs (pickled to the worker): its partition's batches into staging."""
+
+    url: str
+    staging: Staging
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext  # noqa: PLC0415 - in the Spark worker
+
+        context = TaskContext.get()
+        part = context.partitionId() if context is not None else 0
+        with connect(self.url) as conn:
+            rows = self.staging.copy_part(conn, part, batches)
+        yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
+
+
+def register() -> None:
+    """The entry point of the ``activedataflow.connectors`` group (``pyproject.toml``)."""
+    register_sink(
+        SinkConnector(
+            type="postgres",
+            config=PostgresSinkConfig,
+            write=write,
+            append=append,
+            write_landed=write_landed,
+            append_landed=append_landed,
+            append_table=append_table,
+            takes_landed=takes_landed,
+            description="A PostgreSQL table, written exactly once per run or stream epoch (replace, append or upsert).",
+        )
+    )
