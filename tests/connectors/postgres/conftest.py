@@ -35,3 +35,13 @@ def pg_schema() -> Iterator[str]:
 @pytest.fixture()
 def pg_env(tmp_path) -> Environment:
     return Environment(allowed_roots=(tmp_path,), base_dir=Path(tmp_path))
+
+
+@pytest.fixture()
+def fleet(dirs, tmp_path):
+    """Worker and beat processes started by the test; all are SIGKILLed at its end."""
+    from tests.e2e.fleet import Fleet  # noqa: PLC0415 - Django's settings are set up by then
+
+    fleet = Fleet(tmp_path)
+    yield fleet
+    fleet.close()
