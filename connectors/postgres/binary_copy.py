@@ -14,11 +14,13 @@ import datetime
 import json
 import struct
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from source_support.typed_arrow import timestamp_zone
 
 #: The stream's header (signature, flags, extension length) and its trailer.
 HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
@@ -28,6 +30,9 @@ _PG_EPOCH_US = 946_684_800_000_000
 _PG_EPOCH_DAYS = 10_957
 
 #: Fixed-width wire types: the numpy big-endian dtype of each.
+#: ``pc.fill_null`` (the stubs take no plain scalar for its fill value).
+_fill_null: Any = pc.fill_null
+
 _FIXED = {
     "smallint": ">i2",
     "integer": ">i4",
@@ -59,7 +64,7 @@ def wire_type(arrow_type: pa.DataType) -> str:
     if pa.types.is_date(t):
         return "date"
     if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz is None else "timestamptz"  # pyright: ignore[reportAttributeAccessIssue]
+        return "timestamp" if timestamp_zone(t) is None else "timestamptz"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return "bytea"
     return "text"  # strings, decimals, times, intervals, lists, structs, maps, uint64
@@ -77,7 +82,8 @@ def copy_stream(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
 def encode_rows(batch: pa.RecordBatch) -> bytes:
     """The rows of ``batch`` in the binary COPY format (no header or trailer)."""
     n = batch.num_rows
-    columns = [_column_bytes(column) for column in batch.columns]
+    arrays: list[pa.Array[Any]] = [batch.column(i) for i in range(batch.num_columns)]
+    columns = [_column_bytes(column) for column in arrays]
     # Each row: its field count (2 bytes), then per field a length (4 bytes) and the value.
     row_sizes = np.full(n, 2 + 4 * len(columns), dtype=np.int64)
     for lengths, _, _ in columns:
@@ -134,9 +140,14 @@ def _column_bytes(column: pa.Array[Any]) -> _Column:
         lengths = np.where(valid, dtype.itemsize, -1).astype(np.int64)
         return lengths, matrix, None
     binary = _as_binary(column)
-    offsets = np.frombuffer(binary.buffers()[1], dtype=np.int64)[binary.offset : binary.offset + n + 1]
-    data = binary.buffers()[2]
-    values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    buffers: list[Any] = binary.buffers()
+    offsets: np.ndarray[Any, Any] = np.frombuffer(buffers[1], dtype=np.int64)[
+        binary.offset : binary.offset + n + 1
+    ]
+    data = buffers[2]
+    values: np.ndarray[Any, Any] = (
+        np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, dtype=np.uint8)
+    )
     lengths = np.where(valid, offsets[1:] - offsets[:-1], -1).astype(np.int64)
     return lengths, values, offsets[:-1].astype(np.int64)
 
@@ -144,14 +155,16 @@ def _column_bytes(column: pa.Array[Any]) -> _Column:
 def _fixed_values(column: pa.Array[Any], wire: str) -> np.ndarray[Any, Any]:
     """The values of a fixed-width column as numbers of the wire type (nulls as 0)."""
     if wire in ("timestamp", "timestamptz"):
-        micros = column.cast(pa.timestamp("us", tz=column.type.tz), safe=False).cast(pa.int64())  # pyright: ignore[reportAttributeAccessIssue]
-        return pc.fill_null(micros, 0).to_numpy() - _PG_EPOCH_US
+        zone = timestamp_zone(column.type)
+        unit = pa.timestamp("us") if zone is None else pa.timestamp("us", tz=zone)
+        micros = column.cast(unit, safe=False).cast(pa.int64())
+        return _fill_null(micros, 0).to_numpy() - _PG_EPOCH_US
     if wire == "date":
-        days = pc.cast(column, pa.date32()).cast(pa.int32())
-        return pc.fill_null(days, 0).to_numpy() - _PG_EPOCH_DAYS
+        days = column.cast(pa.date32()).cast(pa.int32())
+        return _fill_null(days, 0).to_numpy() - _PG_EPOCH_DAYS
     if wire == "boolean":
-        return pc.fill_null(column, False).to_numpy(zero_copy_only=False).astype(np.uint8)
-    return pc.fill_null(column, 0).to_numpy(zero_copy_only=False)
+        return _fill_null(column, False).to_numpy(zero_copy_only=False).astype(np.uint8)
+    return _fill_null(column, 0).to_numpy(zero_copy_only=False)
 
 
 def _as_binary(column: pa.Array[Any]) -> pa.Array[Any]:
@@ -175,8 +188,8 @@ def _as_binary(column: pa.Array[Any]) -> pa.Array[Any]:
             type=pa.large_binary(),
         )
     else:  # decimals, times, unsigned 64-bit: Arrow's text of them is PostgreSQL's
-        out = pc.cast(column, pa.string()).cast(pa.large_binary())
-    return pc.fill_null(out, b"")
+        out = column.cast(pa.string()).cast(pa.large_binary())
+    return _fill_null(out, b"")
 
 
 def _micros(value: datetime.timedelta) -> int:
@@ -187,7 +200,7 @@ def _json_text(value: Any) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, list):  # a map comes as its (key, value) pairs
-        value = dict(value)  # pyright: ignore[reportUnknownArgumentType]
+        value = dict(cast(list[tuple[Any, Any]], value))
     return json.dumps(value, default=str, ensure_ascii=False).encode()
 
 
@@ -195,7 +208,7 @@ def _array_literal(values: list[Any] | None) -> bytes | None:
     """A one-dimensional PostgreSQL array literal (``{1,2,NULL}``, ``{"a","b"}``)."""
     if values is None:
         return None
-    items = []
+    items: list[str] = []
     for value in values:
         if value is None:
             items.append("NULL")

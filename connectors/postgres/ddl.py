@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, LiteralString, cast
 
 import psycopg
 import pyarrow as pa
 from psycopg import sql
 
 from source_support.errors import ConfigError
+from source_support.typed_arrow import fields_of, timestamp_zone
 
 #: A table name part we accept: PostgreSQL's unquoted identifiers (kept as written).
 IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
@@ -82,7 +83,7 @@ def declared_type(arrow_type: pa.DataType) -> str:
     if pa.types.is_date(t):
         return "date"
     if pa.types.is_timestamp(t):
-        return "timestamp" if t.tz is None else "timestamptz"  # pyright: ignore[reportAttributeAccessIssue]
+        return "timestamp" if timestamp_zone(t) is None else "timestamptz"
     if pa.types.is_time(t):
         return "time"
     if pa.types.is_duration(t):
@@ -167,7 +168,7 @@ def table_columns(conn: psycopg.Connection[Any], table: TableName) -> list[Targe
 def check_output(schema: pa.Schema, columns: list[TargetColumn], table: TableName) -> None:
     """Refuses (ConfigError naming the column) an output that ``table`` cannot take as it is."""
     by_name = {c.name: c for c in columns}
-    for field in schema:
+    for field in fields_of(schema):
         column = by_name.get(field.name)
         if column is None:
             raise ConfigError(
@@ -211,7 +212,15 @@ def check_key(conn: psycopg.Connection[Any], table: TableName, key: list[str]) -
 
 def create_statement(schema: pa.Schema, table: TableName, key: list[str]) -> sql.Composed:
     """``CREATE TABLE IF NOT EXISTS`` of ``table`` for ``schema`` (the key as primary key)."""
-    parts = [sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(declared_type(f.type))) for f in schema]
+    parts = [
+        sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(declared_type(f.type)))
+        for f in fields_of(schema)
+    ]
     if key:
         parts.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, key))))
     return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table.sql, sql.SQL(", ").join(parts))
+
+
+def type_sql(type_name: str) -> sql.SQL:
+    """A type name made here or read from the catalog (never a user's text) as SQL."""
+    return sql.SQL(cast(LiteralString, type_name))

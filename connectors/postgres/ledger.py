@@ -24,7 +24,15 @@ import pyarrow as pa
 from psycopg import errors, sql
 
 from connectors.postgres.binary_copy import copy_stream, wire_type
-from connectors.postgres.ddl import LEDGER_TABLE, STAGING_PREFIX, TableName, create_statement, table_columns
+from connectors.postgres.ddl import (
+    LEDGER_TABLE,
+    STAGING_PREFIX,
+    TableName,
+    create_statement,
+    table_columns,
+    type_sql,
+)
+from source_support.typed_arrow import fields_of
 
 log = logging.getLogger("connectors.postgres")
 
@@ -85,7 +93,8 @@ class Staging:
         name = f"{STAGING_PREFIX}{key.run_digest}_{_digest(attempt, 8)}_{int(time.time())}"
         staging = cls(target.sibling(name), schema)
         columns = [sql.SQL("{} bigint").format(sql.Identifier(ORDER_COLUMN))] + [
-            sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(wire_type(f.type))) for f in schema
+            sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(wire_type(f.type)))
+            for f in fields_of(schema)
         ]
         with conn.transaction():
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.table.sql))
@@ -109,9 +118,8 @@ class Staging:
                     range(part * PART_SPAN + rows, part * PART_SPAN + rows + batch.num_rows), pa.int64()
                 )
                 rows += batch.num_rows
-                yield pa.RecordBatch.from_arrays(
-                    [order, *batch.columns], names=[ORDER_COLUMN, *batch.schema.names]
-                )
+                columns: list[pa.Array[Any]] = [order, *(batch.column(i) for i in range(batch.num_columns))]
+                yield pa.record_batch(columns, names=[ORDER_COLUMN, *batch.schema.names])
 
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (str(self.table), part))
@@ -182,7 +190,7 @@ def move(
         names = staging.schema.names
         columns = sql.SQL(", ").join(map(sql.Identifier, names))
         values = sql.SQL(", ").join(
-            sql.SQL("{}::{}").format(sql.Identifier(n), sql.SQL(types[n])) for n in names
+            sql.SQL("{}::{}").format(sql.Identifier(n), type_sql(types[n])) for n in names
         )
         if mode == "replace":
             conn.execute(sql.SQL("DELETE FROM {}").format(target.sql))
@@ -204,7 +212,7 @@ def move(
                 columns=columns,
                 keys=keys,
                 values=sql.SQL(", ").join(
-                    sql.SQL("{}::{} AS {}").format(sql.Identifier(n), sql.SQL(types[n]), sql.Identifier(n))
+                    sql.SQL("{}::{} AS {}").format(sql.Identifier(n), type_sql(types[n]), sql.Identifier(n))
                     for n in names
                 ),
                 staging=staging.table.sql,

@@ -111,7 +111,7 @@ class PostgresSinkConfig(ConfigBase, section="sink"):
             raise ConfigError("sink.key", "is required with mode upsert: the columns a row is found by")
         if self.mode != "upsert" and self.key:
             raise ConfigError("sink.key", f"is for mode upsert only (mode is {self.mode})")
-        if len(set(self.key)) != len(self.key) or not all(isinstance(k, str) and k for k in self.key):
+        if len(set(self.key)) != len(self.key) or not all(self.key):
             raise ConfigError("sink.key", "must list distinct column names")
         return replace(self, url=url, table=str(table))
 
@@ -333,10 +333,13 @@ def takes_landed(config: dict[str, Any]) -> bool:
 def _landed_batches(paths: Sequence[str], schema: pa.Schema) -> Iterator[Iterator[pa.RecordBatch]]:
     """Each landed file's batches (one part per file), cast to the run's schema."""
     for path in paths:
-        yield (
-            batch.cast(schema)
-            for batch in pq.ParquetFile(path).iter_batches(BATCH_ROWS, columns=schema.names)
-        )
+        yield (batch.cast(schema) for batch in _file_batches(path, schema.names))
+
+
+def _file_batches(path: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    reader: Any = pq.ParquetFile(path)  # the stubs leave iter_batches' arguments untyped
+    batches: Iterator[pa.RecordBatch] = reader.iter_batches(BATCH_ROWS, columns=columns)
+    return batches
 
 
 def _stage_batches(staging: Staging, url: str, parts: Iterable[Iterable[pa.RecordBatch]]) -> int:
@@ -380,7 +383,7 @@ class _PartitionCopy:
         part = context.partitionId() if context is not None else 0
         with connect(self.url) as conn:
             rows = self.staging.copy_part(conn, part, batches)
-        yield pa.RecordBatch.from_arrays([pa.array([rows], pa.int64())], names=["rows"])
+        yield pa.record_batch({"rows": pa.array([rows], pa.int64())})
 
 
 def register() -> None:
