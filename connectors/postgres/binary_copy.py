@@ -25,6 +25,9 @@ from source_support.typed_arrow import timestamp_zone
 #: The stream's header (signature, flags, extension length) and its trailer.
 HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 TRAILER = struct.pack("!h", -1)
+#: Decimals up to this precision go in ``numeric``'s binary form (their unscaled value fits
+#: an int64); wider ones as text.
+MAX_BINARY_NUMERIC_PRECISION = 18
 #: Microseconds and days between the Unix epoch and PostgreSQL's (2000-01-01).
 _PG_EPOCH_US = 946_684_800_000_000
 _PG_EPOCH_DAYS = 10_957
@@ -67,7 +70,9 @@ def wire_type(arrow_type: pa.DataType) -> str:
         return "timestamp" if timestamp_zone(t) is None else "timestamptz"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
         return "bytea"
-    return "text"  # strings, decimals, times, intervals, lists, structs, maps, uint64
+    if pa.types.is_decimal128(t) and _decimal_precision(t) <= MAX_BINARY_NUMERIC_PRECISION:
+        return "numeric"
+    return "text"  # strings, wider decimals, times, intervals, lists, structs, maps, uint64
 
 
 def copy_stream(batches: Iterable[pa.RecordBatch]) -> Iterator[bytes]:
@@ -92,31 +97,29 @@ def encode_rows(batch: pa.RecordBatch) -> bytes:
     np.cumsum(row_sizes[:-1], out=row_starts[1:])
     out = np.empty(int(row_sizes.sum()), dtype=np.uint8)
     count = np.frombuffer(struct.pack("!h", len(columns)), dtype=np.uint8)
-    for k in range(2):
-        out[row_starts + k] = count[k]
+    out[row_starts[:, None] + np.arange(2)] = count
     position = row_starts + 2
     for lengths, values, value_starts in columns:
+        present = lengths >= 0
         length_bytes = lengths.astype(">i4").view(np.uint8).reshape(n, 4)
-        for k in range(4):
-            out[position + k] = length_bytes[:, k]
-        position += 4
-        present = lengths > 0
-        if values is not None and present.any():
-            sizes = lengths[present]
-            destinations = position[present]
-            if value_starts is None:  # fixed width: a matrix of rows x width
-                width = int(sizes[0])
-                for k in range(width):
-                    out[destinations + k] = values[present][:, k]
+        if values is not None and value_starts is None:  # fixed width: length and value at once
+            width = values.shape[1]
+            fields = np.concatenate([length_bytes, values], axis=1)
+            if present.all():
+                out[position[:, None] + np.arange(4 + width)] = fields
             else:
+                out[position[present][:, None] + np.arange(4 + width)] = fields[present]
+                out[position[~present][:, None] + np.arange(4)] = length_bytes[~present]
+        else:
+            out[position[:, None] + np.arange(4)] = length_bytes
+            sizes = np.maximum(lengths, 0)
+            if values is not None and value_starts is not None and sizes.any():
                 total = int(sizes.sum())
-                offsets = np.zeros(len(sizes), dtype=np.int64)
+                offsets = np.zeros(n, dtype=np.int64)
                 np.cumsum(sizes[:-1], out=offsets[1:])
                 within = np.arange(total, dtype=np.int64) - np.repeat(offsets, sizes)
-                out[np.repeat(destinations, sizes) + within] = values[
-                    np.repeat(value_starts[present], sizes) + within
-                ]
-        position += np.maximum(lengths, 0)
+                out[np.repeat(position + 4, sizes) + within] = values[np.repeat(value_starts, sizes) + within]
+        position += 4 + np.maximum(lengths, 0)
     return out.tobytes()
 
 
@@ -133,6 +136,8 @@ def _column_bytes(column: pa.Array[Any]) -> _Column:
         if column.null_count == 0
         else np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
     )
+    if wire == "numeric":
+        return _numeric_column(column, valid)
     if wire in _FIXED:
         numbers = _fixed_values(column, wire)
         dtype = np.dtype(_FIXED[wire])
@@ -150,6 +155,42 @@ def _column_bytes(column: pa.Array[Any]) -> _Column:
     )
     lengths = np.where(valid, offsets[1:] - offsets[:-1], -1).astype(np.int64)
     return lengths, values, offsets[:-1].astype(np.int64)
+
+
+def _decimal_precision(t: pa.DataType) -> int:
+    precision: int = getattr(t, "precision")  # noqa: B009 - the stubs type no decimal's precision
+    return precision
+
+
+def _numeric_column(column: pa.Array[Any], valid: np.ndarray[Any, Any]) -> _Column:
+    """A decimal128 column (unscaled values within int64) in ``numeric``'s binary form, the
+    same width for every value: ``ndigits, weight, sign, dscale`` then ``ndigits`` base-10000
+    digits, leading and trailing zero digits kept (the server strips them)."""
+    n = len(column)
+    scale: int = getattr(column.type, "scale")  # noqa: B009
+    buffers: list[Any] = column.buffers()
+    words: np.ndarray[Any, Any] = np.frombuffer(buffers[1], dtype=np.int64).reshape(-1, 2)
+    unscaled = words[column.offset : column.offset + n, 0]
+    precision = _decimal_precision(column.type)
+    fraction_groups = -(-scale // 4)
+    integer_groups = max(1, -(-(precision - scale) // 4))
+    groups = integer_groups + fraction_groups
+    magnitude = np.abs(unscaled).astype(np.uint64)
+    whole, fraction = np.divmod(magnitude, np.uint64(10**scale))
+    # The fraction's digits up to a whole group of four (it stays below 10**(4 * groups)).
+    fraction = fraction * np.uint64(10 ** (4 * fraction_groups - scale))
+    header_and_digits = np.zeros((n, 4 + groups), dtype=">i2")
+    header_and_digits[:, 0] = groups
+    header_and_digits[:, 1] = integer_groups - 1
+    header_and_digits[:, 2] = np.where(unscaled < 0, 0x4000, 0)
+    header_and_digits[:, 3] = scale
+    for k in range(groups - 1, -1, -1):
+        part = fraction if k >= integer_groups else whole
+        header_and_digits[:, 4 + k] = (part % np.uint64(10_000)).astype(np.int16)
+        part //= np.uint64(10_000)
+    width = 2 * (4 + groups)
+    lengths = np.where(valid, width, -1).astype(np.int64)
+    return lengths, header_and_digits.view(np.uint8).reshape(n, width), None
 
 
 def _fixed_values(column: pa.Array[Any], wire: str) -> np.ndarray[Any, Any]:
