@@ -86,11 +86,16 @@ class Staging:
     table: TableName
     schema: pa.Schema
 
+    @staticmethod
+    def name_prefix(key: CommitKey, attempt: str) -> str:
+        """The name of an attempt's staging table but for its time."""
+        return f"{STAGING_PREFIX}{key.run_digest}_{_digest(attempt, 8)}_"
+
     @classmethod
     def create(
         cls, conn: psycopg.Connection[Any], target: TableName, schema: pa.Schema, key: CommitKey, attempt: str
     ) -> Staging:
-        name = f"{STAGING_PREFIX}{key.run_digest}_{_digest(attempt, 8)}_{int(time.time())}"
+        name = f"{cls.name_prefix(key, attempt)}{int(time.time())}"
         staging = cls(target.sibling(name), schema)
         columns = [sql.SQL("{} bigint").format(sql.Identifier(ORDER_COLUMN))] + [
             sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(wire_type(f.type)))
@@ -142,6 +147,16 @@ class Staging:
 
     def drop(self, conn: psycopg.Connection[Any]) -> None:
         drop_quietly(conn, self.table)
+
+
+def staged_bytes(conn: psycopg.Connection[Any], target: TableName, key: CommitKey, attempt: str) -> int:
+    """The bytes the staging tables of ``attempt`` hold now."""
+    row = conn.execute(
+        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname LIKE %s",
+        (target.schema, Staging.name_prefix(key, attempt).replace("_", r"\_") + "%"),
+    ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def ensure_ledger(conn: psycopg.Connection[Any], target: TableName) -> None:

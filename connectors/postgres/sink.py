@@ -30,7 +30,15 @@ import pyarrow.parquet as pq
 from psycopg import errors
 
 from connectors.postgres.ddl import TableName, check_key, check_output, table_columns
-from connectors.postgres.ledger import CommitKey, Mode, Staging, ensure_ledger, move, sweep_staging
+from connectors.postgres.ledger import (
+    CommitKey,
+    Mode,
+    Staging,
+    ensure_ledger,
+    move,
+    staged_bytes,
+    sweep_staging,
+)
 from source_support.config import ConfigBase, connection_field, option
 from source_support.errors import ConfigError
 from source_support.options import mask_url_credentials
@@ -330,6 +338,18 @@ def takes_landed(config: dict[str, Any]) -> bool:
     return True
 
 
+def staging_bytes(config: dict[str, Any], attempt_key: str) -> int | None:
+    """What the bounded write ``attempt_key`` holds in its staging table so far (the
+    transform's watch stops a write past ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``); None
+    when the database cannot be asked (a connection's URL is only known to a run)."""
+    typed = PostgresSinkConfig.from_dict(config)
+    if typed.url is None:
+        return None
+    table = TableName.parse(typed.table, "sink.table")
+    with connect(typed.url) as conn:
+        return staged_bytes(conn, table, CommitKey.of_attempt(attempt_key), attempt_key)
+
+
 def _landed_batches(paths: Sequence[str], schema: pa.Schema) -> Iterator[Iterator[pa.RecordBatch]]:
     """Each landed file's batches (one part per file), cast to the run's schema."""
     for path in paths:
@@ -398,6 +418,7 @@ def register() -> None:
             append_landed=append_landed,
             append_table=append_table,
             takes_landed=takes_landed,
+            staging_bytes=staging_bytes,
             description="A PostgreSQL table, written exactly once per run or stream epoch (replace, append or upsert).",
         )
     )

@@ -253,3 +253,22 @@ def test_the_api_refuses_a_url_from_a_user_who_is_not_staff():
 
     assert response.status_code == 400, response.content
     assert "only staff may give an address" in response.json()["sink.url"][0]
+
+
+def test_the_staging_of_a_write_is_measured_while_it_waits_to_publish(pg_schema, pg_env, tmp_path):
+    cfg = config(pg_env, f"{pg_schema}.measured", "append", create=True)
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": pa.array(range(20_000), pa.int64())}), path)
+    measured: list[int | None] = []
+
+    def publish(rows: int, swap) -> bool:
+        measured.append(sink.staging_bytes(cfg, "run1-1"))
+        swap()
+        return True
+
+    assert sink.write_landed(
+        [str(path)], pq.read_schema(path), cfg, attempt_key="run1-1", publish=publish, env=pg_env
+    )
+
+    assert measured[0] is not None and measured[0] > 20_000 * 8
+    assert sink.staging_bytes(cfg, "run1-1") == 0  # dropped once published
