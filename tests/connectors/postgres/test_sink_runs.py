@@ -48,6 +48,7 @@ create = true
 """
 
 START = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+CENT = decimal.Decimal("0.01")
 
 
 def sent_frame(ids: range, *, salt: int = 0) -> pd.DataFrame:
@@ -56,7 +57,7 @@ def sent_frame(ids: range, *, salt: int = 0) -> pd.DataFrame:
         {
             "id": list(ids),
             "customer": [f"c{(i + salt) % 7}" for i in ids],
-            "amount": [None if i % 97 == 5 else decimal.Decimal(i * 7 + salt).scaleb(-2) for i in ids],
+            "amount": [None if i % 97 == 5 else (decimal.Decimal(i * 7 + salt) / 100).quantize(CENT) for i in ids],
             "ts": [START + datetime.timedelta(seconds=i, microseconds=salt) for i in ids],
         }
     )
