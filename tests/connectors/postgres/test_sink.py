@@ -272,3 +272,29 @@ def test_the_staging_of_a_write_is_measured_while_it_waits_to_publish(pg_schema,
 
     assert measured[0] is not None and measured[0] > 20_000 * 8
     assert sink.staging_bytes(cfg, "run1-1") == 0  # dropped once published
+
+
+def test_a_streams_landed_epochs_are_added_once_each_whatever_repeats(pg_schema, pg_env, tmp_path):
+    table = f"{pg_schema}.events"
+    cfg = config(pg_env, table, "append", create=True)
+    paths = []
+    for n in range(3):
+        path = tmp_path / f"landed-{n}.parquet"
+        pq.write_table(pa.table({"id": pa.array(range(n * 100, n * 100 + 100), pa.int64())}), path)
+        paths.append(str(path))
+    schema = pq.read_schema(paths[0])
+
+    def add(epoch: int, files: list[str], publish=accept) -> bool:
+        return sink.append_landed(
+            files, schema, cfg, epoch_key=f"0123abcd-{epoch:08d}", publish=publish, env=pg_env
+        )
+
+    assert add(1, paths[:2])
+    assert add(1, paths[:2])  # the same epoch again: published, nothing added
+    assert not add(2, paths[2:], publish=lambda rows, swap: False)  # a stale attempt
+    assert add(2, paths[2:])
+
+    assert query(f"SELECT count(*), count(DISTINCT id), min(id), max(id) FROM {table}") == [
+        (300, 300, 0, 299)
+    ]
+    assert staging_tables(pg_schema) == []

@@ -57,7 +57,9 @@ def sent_frame(ids: range, *, salt: int = 0) -> pd.DataFrame:
         {
             "id": list(ids),
             "customer": [f"c{(i + salt) % 7}" for i in ids],
-            "amount": [None if i % 97 == 5 else (decimal.Decimal(i * 7 + salt) / 100).quantize(CENT) for i in ids],
+            "amount": [
+                None if i % 97 == 5 else (decimal.Decimal(i * 7 + salt) / 100).quantize(CENT) for i in ids
+            ],
             "ts": [START + datetime.timedelta(seconds=i, microseconds=salt) for i in ids],
         }
     )
