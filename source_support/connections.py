@@ -42,6 +42,9 @@ class ConnectionKind:
     pinnable_schemes: tuple[str, ...] = ()
     #: URL schemes that name no network host (a unix socket): never for non-staff users.
     local_schemes: tuple[str, ...] = ()
+    #: A key, a key pattern or a scoped option's value as the patterns compare it
+    #: (PostgreSQL: ``orders`` is ``public.orders``); the identity for most kinds.
+    key_of: Callable[[str], str] = str
 
 
 CONNECTION_KINDS: dict[str, ConnectionKind] = {}

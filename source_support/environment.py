@@ -13,6 +13,20 @@ from source_support.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class ModelTable:
+    """A Django model's table as a connector reads it: its schema and name, and the URL of
+    the database its alias names."""
+
+    schema: str
+    name: str
+    url: str
+
+
+def _no_models(label: str, field_name: str) -> ModelTable:
+    raise ConfigError(field_name, f"{label!r}: Django models are not known here")
+
+
+@dataclass(frozen=True)
 class Environment:
     """What validation and connectors may know of the deployment."""
 
@@ -27,6 +41,16 @@ class Environment:
     reserved_keys: tuple[str, ...] = ()
     #: Whether a Redis URL names the deployment's own server (however it is written).
     is_deployment_redis: Callable[[str], bool] = field(default=lambda url: False)
+    #: The deployment's own database when it is PostgreSQL (a postgres source's default
+    #: for staff and the operator); empty otherwise.
+    database_url: str = ""
+    #: Globs over ``schema.table`` names the deployment itself uses (Django's, its own, the
+    #: postgres sink's ledger and staging tables): never read or written by a flow.
+    reserved_tables: tuple[str, ...] = ()
+    #: ``model_table(label, field)``: the table and database of a Django model
+    #: (``app_label.ModelName``), or a ConfigError naming ``field`` (resolved on the Django
+    #: side: connectors know nothing of Django).
+    model_table: Callable[[str, str], ModelTable] = field(default=_no_models)
 
     def reserved_keys_at(self, url: str) -> tuple[str, ...]:
         """The reserved globs on the Redis of ``url``: none on another server."""

@@ -10,7 +10,6 @@ refused as a ConfigError naming the column.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, LiteralString, cast
 
@@ -18,49 +17,21 @@ import psycopg
 import pyarrow as pa
 from psycopg import sql
 
+from connectors.postgres.connection import LEDGER_TABLE, STAGING_PREFIX, TableName
 from source_support.errors import ConfigError
 from source_support.typed_arrow import fields_of, timestamp_zone
 
-#: A table name part we accept: PostgreSQL's unquoted identifiers (kept as written).
-IDENTIFIER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
-#: The sink's own tables in the target's schema, never a user's target (the reserved list).
-LEDGER_TABLE = "adf_ledger"
-STAGING_PREFIX = "adf_staging_"
+
+def own_table_refusal(table: TableName) -> str | None:
+    """Why ``table`` is one of the sink's own (its ledger or a staging table), if it is."""
+    if table.name == LEDGER_TABLE or table.name.startswith(STAGING_PREFIX):
+        return f"{table.qualified!r} is a table the sink itself uses (its ledger or staging)"
+    return None
 
 
-@dataclass(frozen=True)
-class TableName:
-    """A qualified table name, each part an identifier as written."""
-
-    schema: str
-    name: str
-
-    @classmethod
-    def parse(cls, text: str, field_name: str) -> TableName:
-        """``schema.table`` (or ``table``, in ``public``), or a ConfigError naming the field."""
-        parts = text.strip().split(".")
-        if len(parts) == 1:
-            parts = ["public", *parts]
-        if len(parts) != 2 or not all(IDENTIFIER_RE.fullmatch(p) for p in parts):
-            raise ConfigError(
-                field_name,
-                f"{text!r} is not schema.table (letters, digits, _ and $, not starting with a digit)",
-            )
-        table = cls(parts[0], parts[1])
-        if table.name == LEDGER_TABLE or table.name.startswith(STAGING_PREFIX):
-            raise ConfigError(field_name, f"{text!r} is a table the sink itself uses (its ledger or staging)")
-        return table
-
-    def __str__(self) -> str:
-        return f"{self.schema}.{self.name}"
-
-    @property
-    def sql(self) -> sql.Composed:
-        return sql.SQL(".").join([sql.Identifier(self.schema), sql.Identifier(self.name)])
-
-    def sibling(self, name: str) -> TableName:
-        """A table of the sink's own in the same schema."""
-        return TableName(self.schema, name)
+def sibling(table: TableName, name: str) -> TableName:
+    """A table of the sink's own in ``table``'s schema."""
+    return TableName(table.schema, name)
 
 
 def declared_type(arrow_type: pa.DataType) -> str:
@@ -218,7 +189,7 @@ def create_statement(schema: pa.Schema, table: TableName, key: list[str]) -> sql
     ]
     if key:
         parts.append(sql.SQL("PRIMARY KEY ({})").format(sql.SQL(", ").join(map(sql.Identifier, key))))
-    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table.sql, sql.SQL(", ").join(parts))
+    return sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(table.identifier, sql.SQL(", ").join(parts))
 
 
 def type_sql(type_name: str) -> sql.SQL:

@@ -1,6 +1,6 @@
 """The sink's exactly-once commit: an attempt's rows wait in a staging table of its own, and
 one transaction moves them into the target and records the run's (or the stream epoch's) key
-in the ledger table, ``<schema>.adf_ledger``; an attempt that finds its key there moves
+in the ledger table, ``<schema>.adf_sink_ledger``; an attempt that finds its key there moves
 nothing.
 
 Staging tables are ``<schema>.adf_staging_<run>_<attempt>_<unix time>`` (UNLOGGED: a crash of
@@ -24,14 +24,8 @@ import pyarrow as pa
 from psycopg import errors, sql
 
 from connectors.postgres.binary_copy import copy_stream, wire_type
-from connectors.postgres.ddl import (
-    LEDGER_TABLE,
-    STAGING_PREFIX,
-    TableName,
-    create_statement,
-    table_columns,
-    type_sql,
-)
+from connectors.postgres.connection import LEDGER_TABLE, STAGING_PREFIX, TableName
+from connectors.postgres.ddl import create_statement, sibling, table_columns, type_sql
 from source_support.typed_arrow import fields_of
 
 log = logging.getLogger("connectors.postgres")
@@ -96,16 +90,16 @@ class Staging:
         cls, conn: psycopg.Connection[Any], target: TableName, schema: pa.Schema, key: CommitKey, attempt: str
     ) -> Staging:
         name = f"{cls.name_prefix(key, attempt)}{int(time.time())}"
-        staging = cls(target.sibling(name), schema)
+        staging = cls(sibling(target, name), schema)
         columns = [sql.SQL("{} bigint").format(sql.Identifier(ORDER_COLUMN))] + [
             sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(wire_type(f.type)))
             for f in fields_of(schema)
         ]
         with conn.transaction():
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.table.sql))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(staging.table.identifier))
             conn.execute(
                 sql.SQL("CREATE UNLOGGED TABLE {} ({})").format(
-                    staging.table.sql, sql.SQL(", ").join(columns)
+                    staging.table.identifier, sql.SQL(", ").join(columns)
                 )
             )
         return staging
@@ -130,19 +124,19 @@ class Staging:
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, %s))", (str(self.table), part))
             conn.execute(
                 sql.SQL("DELETE FROM {} WHERE {} >= %s AND {} < %s").format(
-                    self.table.sql, sql.Identifier(ORDER_COLUMN), sql.Identifier(ORDER_COLUMN)
+                    self.table.identifier, sql.Identifier(ORDER_COLUMN), sql.Identifier(ORDER_COLUMN)
                 ),
                 (part * PART_SPAN, (part + 1) * PART_SPAN),
             )
             with conn.cursor().copy(
-                sql.SQL("COPY {} FROM STDIN (FORMAT binary)").format(self.table.sql)
+                sql.SQL("COPY {} FROM STDIN (FORMAT binary)").format(self.table.identifier)
             ) as copy:
                 for chunk in copy_stream(ordered()):
                     copy.write(chunk)
         return rows
 
     def count(self, conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self.table.sql)).fetchone()
+        row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(self.table.identifier)).fetchone()
         return int(row[0]) if row else 0
 
     def drop(self, conn: psycopg.Connection[Any]) -> None:
@@ -165,7 +159,7 @@ def ensure_ledger(conn: psycopg.Connection[Any], target: TableName) -> None:
         sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (target text NOT NULL, stream text NOT NULL, seq bigint NOT NULL, "
             "rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (target, stream))"
-        ).format(target.sibling(LEDGER_TABLE).sql)
+        ).format(sibling(target, LEDGER_TABLE).identifier)
     )
 
 
@@ -173,7 +167,7 @@ def committed(conn: psycopg.Connection[Any], target: TableName, key: CommitKey) 
     """Whether the ledger holds ``key`` (or a later epoch of its stream) for ``target``."""
     row = conn.execute(
         sql.SQL("SELECT seq FROM {} WHERE target = %s AND stream = %s FOR UPDATE").format(
-            target.sibling(LEDGER_TABLE).sql
+            sibling(target, LEDGER_TABLE).identifier
         ),
         (str(target), key.stream),
     ).fetchone()
@@ -208,7 +202,7 @@ def move(
             sql.SQL("{}::{}").format(sql.Identifier(n), type_sql(types[n])) for n in names
         )
         if mode == "replace":
-            conn.execute(sql.SQL("DELETE FROM {}").format(target.sql))
+            conn.execute(sql.SQL("DELETE FROM {}").format(target.identifier))
         if mode == "upsert":
             keys = sql.SQL(", ").join(map(sql.Identifier, key))
             rest = [n for n in names if n not in key]
@@ -223,24 +217,24 @@ def move(
                 "INSERT INTO {target} ({columns}) SELECT {columns} FROM (SELECT DISTINCT ON ({keys}) {values} "
                 "FROM {staging} ORDER BY {keys}, {order} DESC) AS latest ON CONFLICT ({keys}) {action}"
             ).format(
-                target=target.sql,
+                target=target.identifier,
                 columns=columns,
                 keys=keys,
                 values=sql.SQL(", ").join(
                     sql.SQL("{}::{} AS {}").format(sql.Identifier(n), type_sql(types[n]), sql.Identifier(n))
                     for n in names
                 ),
-                staging=staging.table.sql,
+                staging=staging.table.identifier,
                 order=sql.Identifier(ORDER_COLUMN),
                 action=action,
             )
         else:
             statement = sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
-                target.sql, columns, values, staging.table.sql
+                target.identifier, columns, values, staging.table.identifier
             )
         conn.execute(statement)
         rows = staging.count(conn)
-        ledger = target.sibling(LEDGER_TABLE).sql
+        ledger = sibling(target, LEDGER_TABLE).identifier
         conn.execute(
             sql.SQL(
                 "INSERT INTO {} (target, stream, seq, rows) VALUES (%s, %s, %s, %s) ON CONFLICT (target, stream) "
@@ -267,7 +261,7 @@ def sweep_staging(conn: psycopg.Connection[Any], target: TableName, key: CommitK
         stamp = name.rsplit("_", 1)[-1]
         stale = stamp.isdigit() and now - int(stamp) > STALE_STAGING_S
         if name.startswith(f"{STAGING_PREFIX}{key.run_digest}_") or stale:
-            drop_quietly(conn, target.sibling(name))
+            drop_quietly(conn, sibling(target, name))
 
 
 def drop_quietly(conn: psycopg.Connection[Any], table: TableName) -> None:
@@ -276,6 +270,6 @@ def drop_quietly(conn: psycopg.Connection[Any], table: TableName) -> None:
     try:
         with conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '2s'")
-            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.sql))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table.identifier))
     except (errors.LockNotAvailable, errors.QueryCanceled):
         log.info("staging table %s is in use; left for the next sweep", table)

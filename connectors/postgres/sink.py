@@ -22,14 +22,22 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Self, cast
-from urllib.parse import urlsplit
 
 import psycopg
 import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import errors
 
-from connectors.postgres.ddl import TableName, check_key, check_output, table_columns
+from connectors.postgres.connection import (
+    CONNECTION_KIND,
+    TableName,
+    parse_table_name,
+    qualified_key,
+    table_refusal,
+    validate_url,
+)
+from connectors.postgres.connection import connect as connect_to
+from connectors.postgres.ddl import check_key, check_output, own_table_refusal, table_columns
 from connectors.postgres.ledger import (
     CommitKey,
     Mode,
@@ -41,36 +49,19 @@ from connectors.postgres.ledger import (
 )
 from source_support.config import ConfigBase, connection_field, option
 from source_support.errors import ConfigError
-from source_support.options import mask_url_credentials
-from source_support.registry import Environment, Publish, SinkConnector, register_sink
+from source_support.registry import Environment, Publish, SinkConnector
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 log = logging.getLogger("connectors.postgres")
 
-#: The kind of named connection ``url`` may be replaced by.
-CONNECTION_KIND = "postgres"
 MODES = ("replace", "append", "upsert")
-URL_SCHEMES = ("postgres", "postgresql")
-CONNECT_TIMEOUT_S = 10
 #: Rows per Arrow batch read from landed files and copied.
 BATCH_ROWS = 65_536
 #: A test's hook: with this set to a file path, an attempt creates that file once its rows
 #: are staged and waits there, before its fence and the move, until it is killed.
 PAUSE_BEFORE_MOVE_ENV = "DATAFLOW_TEST_POSTGRES_SINK_PAUSE"
-
-
-def validate_url(url: str, field_name: str) -> str:
-    """``url`` if it names a PostgreSQL server; errors show it masked."""
-    parts = urlsplit(url)
-    if parts.scheme not in URL_SCHEMES:
-        raise ConfigError(
-            field_name, f"{mask_url_credentials(url)!r} must start with postgres:// or postgresql://"
-        )
-    if not parts.hostname or not parts.path.strip("/"):
-        raise ConfigError(field_name, f"{mask_url_credentials(url)!r} must name a host and a database")
-    return url
 
 
 class PostgresSinkConfig(ConfigBase, section="sink"):
@@ -79,16 +70,23 @@ class PostgresSinkConfig(ConfigBase, section="sink"):
     connection: str | None = connection_field(CONNECTION_KIND)
     url: str | None = option(
         "The database, as postgres://user:password@host:5432/dbname (the password is a secret); "
-        "for staff and the operator only (others name a connection).",
+        "for staff and the operator only (others name a connection). Left out with no connection: the "
+        "deployment's own database when it is PostgreSQL (staff and the operator only).",
         default=None,
         secret="url",
         example="postgres://app@127.0.0.1:5432/shop",
         address=CONNECTION_KIND,
     )
-    table: str = option(
-        "The table to write, as schema.table (public when the schema is left out).",
+    table: str | None = option(
+        "The table to write, as schema.table (a bare name is in public).",
+        default=None,
         example="analytics.order_totals",
         scoped=True,
+    )
+    model: str | None = option(
+        'Instead of table: a Django model ("app_label.ModelName"), whose table and database are written.',
+        default=None,
+        example="shop.OrderTotal",
     )
     mode: str = option(
         "replace: each bounded run's rows replace the table's in one transaction; append: each run's "
@@ -107,21 +105,43 @@ class PostgresSinkConfig(ConfigBase, section="sink"):
     )
 
     def validate(self, env: Environment) -> Self:
+        if (self.table is None) == (self.model is None):
+            raise ConfigError("sink.table", "give sink.table or sink.model (one of them)")
         if self.connection is not None and not self.connection.strip():
             raise ConfigError("sink.connection", "must name a connection")
         if self.connection is not None and self.url is not None:
             raise ConfigError("sink.connection", "give sink.connection or sink.url, not both")
-        if self.connection is None and self.url is None:
-            raise ConfigError("sink.url", "is required (or name a connection in sink.connection)")
-        url = None if self.url is None else validate_url(self.url, "sink.url")
-        table = TableName.parse(self.table, "sink.table")
+        if self.connection is None and self.url is None and self.model is None and not env.database_url:
+            raise ConfigError(
+                "sink.url",
+                "is required: the deployment's own database is not PostgreSQL (or name a connection)",
+            )
+        config = self
+        if self.url is not None:
+            config = replace(config, url=validate_url(self.url, "sink.url"))
+        if self.table is not None:
+            name = parse_table_name(self.table, "sink.table")
+            check_sink_table(name, (), env.reserved_tables, "sink.table")
+            config = replace(config, table=name.qualified)
+        if self.model is not None:
+            model = env.model_table(self.model, "sink.model")
+            check_sink_table(TableName(model.schema, model.name), (), env.reserved_tables, "sink.model")
         if self.mode == "upsert" and not self.key:
             raise ConfigError("sink.key", "is required with mode upsert: the columns a row is found by")
         if self.mode != "upsert" and self.key:
             raise ConfigError("sink.key", f"is for mode upsert only (mode is {self.mode})")
         if len(set(self.key)) != len(self.key) or not all(self.key):
             raise ConfigError("sink.key", "must list distinct column names")
-        return replace(self, url=url, table=str(table))
+        return config
+
+
+def check_sink_table(
+    table: TableName, patterns: tuple[str, ...], reserved: tuple[str, ...], field_name: str
+) -> None:
+    """Refuses the sink's own tables, the deployment's, and one outside ``patterns``."""
+    refusal = own_table_refusal(table) or table_refusal(table, patterns, reserved)
+    if refusal is not None:
+        raise ConfigError(field_name, refusal)
 
 
 @dataclass(frozen=True)
@@ -136,24 +156,33 @@ class SinkTarget:
 
 
 def sink_target(config: dict[str, Any], env: Environment) -> SinkTarget:
-    """The database and table of a stored config; a ConfigError if the table is outside
-    what its connection allows."""
+    """The database and table of a stored config, resolved in ``env``: a ConfigError if the
+    table is the deployment's own or outside what its connection allows."""
     typed = PostgresSinkConfig.from_dict(config)
-    table = TableName.parse(typed.table, "sink.table")
+    patterns: tuple[str, ...] = ()
     if typed.connection:
         target = env.connection(typed.connection, "sink.connection")
-        refusal = target.key_refusal(str(table), "sink.table")
-        if refusal is not None:
-            raise refusal
-        url = target.url
-    else:
-        assert typed.url is not None  # validate required one of them
+        url, patterns = target.url, tuple(qualified_key(p) for p in target.key_patterns)
+    elif typed.url:
         url = typed.url
+    elif typed.model:
+        url = env.model_table(typed.model, "sink.model").url
+    elif env.database_url:
+        url = env.database_url
+    else:
+        raise ConfigError("sink.url", "is required: the deployment's own database is not PostgreSQL")
+    if typed.model is not None:
+        model = env.model_table(typed.model, "sink.model")
+        table, field_name = TableName(model.schema, model.name), "sink.model"
+    else:
+        assert typed.table is not None  # validate required one of them
+        table, field_name = parse_table_name(typed.table, "sink.table"), "sink.table"
+    check_sink_table(table, patterns, env.reserved_tables, field_name)
     return SinkTarget(url, table, cast(Mode, typed.mode), list(typed.key), typed.create)
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
-    return psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
+    return connect_to(url, autocommit=True, application_name="activedataflow-sink")
 
 
 def prepare(conn: psycopg.Connection[Any], target: SinkTarget, schema: pa.Schema) -> None:
@@ -343,9 +372,9 @@ def staging_bytes(config: dict[str, Any], attempt_key: str) -> int | None:
     transform's watch stops a write past ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``); None
     when the database cannot be asked (a connection's URL is only known to a run)."""
     typed = PostgresSinkConfig.from_dict(config)
-    if typed.url is None:
+    if typed.url is None or typed.table is None:
         return None
-    table = TableName.parse(typed.table, "sink.table")
+    table = parse_table_name(typed.table, "sink.table")
     with connect(typed.url) as conn:
         return staged_bytes(conn, table, CommitKey.of_attempt(attempt_key), attempt_key)
 
@@ -406,19 +435,16 @@ class _PartitionCopy:
         yield pa.record_batch({"rows": pa.array([rows], pa.int64())})
 
 
-def register() -> None:
-    """The entry point of the ``activedataflow.connectors`` group (``pyproject.toml``)."""
-    register_sink(
-        SinkConnector(
-            type="postgres",
-            config=PostgresSinkConfig,
-            write=write,
-            append=append,
-            write_landed=write_landed,
-            append_landed=append_landed,
-            append_table=append_table,
-            takes_landed=takes_landed,
-            staging_bytes=staging_bytes,
-            description="A PostgreSQL table, written exactly once per run or stream epoch (replace, append or upsert).",
-        )
-    )
+#: The sink type, registered with the connector (``connectors.postgres.register``).
+SINK = SinkConnector(
+    type="postgres",
+    config=PostgresSinkConfig,
+    write=write,
+    append=append,
+    write_landed=write_landed,
+    append_landed=append_landed,
+    append_table=append_table,
+    takes_landed=takes_landed,
+    staging_bytes=staging_bytes,
+    description="A PostgreSQL table, written exactly once per run or stream epoch (replace, append or upsert).",
+)

@@ -31,6 +31,7 @@ refused wherever it is used (``SecretUndecryptable``, naming it and the setting)
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from collections.abc import Iterable
@@ -45,12 +46,14 @@ from dataflow.encryption import secrets_check
 from dataflow.models import Connection
 from dataflow.redis_client import redis_url
 from dataflow.services.addresses import url_address_check
-from dataflow.services.reserved import reserved_redis_keys
+from dataflow.services.models_tables import model_table
+from dataflow.services.reserved import reserved_redis_keys, reserved_tables
 from source_support import addresses
 from source_support.connections import (
     CONNECTION_KINDS,
     ConnectionKind,
     ConnectionTarget,
+    glob_static_prefix,
     glob_within,
     globs_intersect,
     url_with_credentials,
@@ -117,8 +120,9 @@ def connection_save(
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("url", f"is required: where the {type} server is")
     url = kind.validate_url(url.strip(), "url")
-    patterns = _checked_patterns(key_patterns)
+    patterns = [kind.key_of(pattern) for pattern in _checked_patterns(key_patterns)]
     _check_deployment_keys(kind, url, patterns, field="key_patterns")
+    _check_reserved_tables(kind, patterns, field="key_patterns")
     connection = connection or Connection()
     connection.name, connection.type, connection.url = name, type, url
     connection.username, connection.password = username or "", password or ""
@@ -176,6 +180,35 @@ def _check_deployment_keys(kind: ConnectionKind, url: str, patterns: list[str], 
             )
 
 
+def _check_reserved_tables(kind: ConnectionKind, patterns: list[str], *, field: str) -> None:
+    """Refuses a postgres connection's pattern that can reach only tables the deployment
+    uses (``public.auth_*``, ``public.django_session``); a wider one (``public.*``) is
+    kept, and the reserved tables stay out of it wherever a flow names a table."""
+    if kind.type != "postgres":
+        return
+    reserved = reserved_tables()
+    for pattern in patterns:
+        clash = next((glob for glob in reserved if _only_reserved(pattern, glob)), None)
+        if clash is not None:
+            raise ConfigError(
+                field, f"{pattern!r} names tables the deployment itself uses ({clash}): never readable"
+            )
+
+
+def _only_reserved(pattern: str, reserved: str) -> bool:
+    """Whether every ``schema.table`` that ``pattern`` matches matches ``reserved`` (decided
+    conservatively: a False may be a pattern that reaches only reserved tables too; those
+    are still refused wherever a flow names one)."""
+    schema, _, table = pattern.partition(".")
+    reserved_schema, _, reserved_table = reserved.partition(".")
+    if reserved_schema != "*" and schema != reserved_schema:
+        return False
+    prefix = glob_static_prefix(table)
+    if prefix == table:
+        return fnmatch.fnmatchcase(table, reserved_table)
+    return reserved_table.endswith("*") and fnmatch.fnmatchcase(prefix, reserved_table)
+
+
 def reserved_clash(glob: str, reserved: tuple[str, ...]) -> str | None:
     """The first reserved glob that ``glob`` (a key or a pattern) can match a key of."""
     return next((name for name in reserved if globs_intersect(glob, name)), None)
@@ -219,6 +252,10 @@ def flow_connections_check(doc: dict[str, Any], *, owner) -> None:
         keys = registry[table["type"]].config.address_keys(table)
         if address is None or keys is None:
             continue
+        if isinstance(table.get("model"), str) and address.address == "postgres":
+            # A Django model's table (resolved here: connectors know nothing of Django).
+            found = model_table(table["model"], f"{section}.model")
+            keys = [*keys, ("model", f"{found.schema}.{found.name}")]
         _check_use(section, table, options, address, owner=owner, keys=keys)
     _check_format_addresses(doc.get("format"), owner=owner)
 
@@ -264,18 +301,23 @@ def _check_use(
     if not isinstance(name, str):
         raise ConfigError(f"{section}.connection", "must be a string: a connection's name")
     connection = _usable_connection(name, owner, field=f"{section}.connection", kind=address.address)
+    key_of = CONNECTION_KINDS[connection.type].key_of
     for option in options:
         value = table.get(option.name)
         # A scoped option names one key or glob, or a list of them (NATS subject filters).
         for item in value if isinstance(value, list) else [value]:
-            if option.scoped and isinstance(item, str) and not glob_within(item, connection.key_patterns):
+            if (
+                option.scoped
+                and isinstance(item, str)
+                and not glob_within(key_of(item), connection.key_patterns)
+            ):
                 raise ConfigError(
                     f"{section}.{option.name}",
                     f"{item!r} may reach keys outside what connection {name!r} allows "
                     f"({', '.join(connection.key_patterns)})",
                 )
     for field, key in keys:
-        if not glob_within(key, connection.key_patterns):
+        if not glob_within(key_of(key), connection.key_patterns):
             raise ConfigError(
                 f"{section}.{field}",
                 f"{key!r} may reach keys outside what connection {name!r} allows "

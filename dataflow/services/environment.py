@@ -9,7 +9,8 @@ from django.conf import settings
 
 from dataflow.redis_client import redis_url
 from dataflow.services.connections import flow_connections_resolve, is_deployment_redis
-from dataflow.services.reserved import reserved_redis_keys
+from dataflow.services.models_tables import database_url, model_table
+from dataflow.services.reserved import reserved_redis_keys, reserved_tables
 from source_support.registry import Environment
 
 
@@ -23,6 +24,9 @@ def environment(*, connections=None) -> Environment:
         connections=connections or {},
         reserved_keys=reserved_redis_keys(),
         is_deployment_redis=is_deployment_redis,
+        database_url=database_url(),
+        reserved_tables=reserved_tables(),
+        model_table=model_table,
     )
 
 

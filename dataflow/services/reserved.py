@@ -8,15 +8,21 @@ become (a namespaced queue, a key prefix given to kombu).
 
 Every check asks ``reserved_redis_keys``: a connection's key patterns when it is saved and
 when a run resolves it (``connections``), and each key a run reads or writes on the
-deployment's Redis (``Environment.reserved_keys``, checked by the connectors)."""
+deployment's Redis (``Environment.reserved_keys``, checked by the connectors).
+
+``reserved_tables`` is the same for tables: every table of the deployment's own apps and of
+the postgres sink, asked when a postgres connection is saved, when a spec is validated and
+when a run builds its source or sink (``Environment.reserved_tables``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 
+from connectors.postgres.connection import CATALOG_GLOBS, OWN_TABLE_GLOBS
 from connectors.redis_streams.sink import NAMESPACE as STREAM_SINK_NAMESPACE
 from dataflow.models import DataFlow
 from dataflow.services.queues import runflow_queue_name
@@ -62,6 +68,26 @@ def reserved_redis_keys() -> tuple[str, ...]:
         # keys were namespaced (its old queues may still hold tasks).
         *([*kombu_keys, *queue_keys] if kombu_prefix else []),
     )
+
+
+#: Prefixes of the tables the deployment's own apps make (Django's, DRF's token, beat's, ours).
+OWN_TABLE_PREFIXES = ("auth_", "django_", "dataflow_", "authtoken_", "django_celery_beat_")
+#: The apps whose models' tables are the deployment's own, whatever they are named.
+OWN_APP_MODULES = ("django.contrib.", "rest_framework", "django_celery_beat", "dataflow")
+
+
+def reserved_tables() -> tuple[str, ...]:
+    """Globs over ``schema.table`` (lower case) of every table the deployment itself uses:
+    the prefixes of Django's, DRF's token, beat's and this app's tables, the table of each
+    installed model of those apps (a renamed ``db_table`` too), the postgres sink's ledger
+    and staging tables, and PostgreSQL's catalogs. No flow reads or writes one, whatever
+    its connection's patterns say."""
+    tables = {f"*.{_literal(prefix)}*" for prefix in OWN_TABLE_PREFIXES}
+    for model in apps.get_models(include_auto_created=True):
+        db_table = model._meta.db_table.lower()
+        if model.__module__.startswith(OWN_APP_MODULES) and not db_table.startswith(OWN_TABLE_PREFIXES):
+            tables.add(_literal(db_table) if "." in db_table else f"*.{_literal(db_table)}")
+    return (*sorted(tables), *OWN_TABLE_GLOBS, *CATALOG_GLOBS)
 
 
 def celery_queue_names() -> set[str]:

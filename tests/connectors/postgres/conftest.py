@@ -1,35 +1,98 @@
-"""A real PostgreSQL for the sink's tests: the database of ``POSTGRES_TEST_URL``, else of
-``DATABASE_URL`` when it is PostgreSQL, else ``postgres`` on 127.0.0.1:5432; each test gets
-a schema of its own, dropped after it."""
+"""The connector's tests read real PostgreSQL: a database of their own on the machine's
+server (``DATABASE_URL``'s, with ``_pgconn`` and the xdist worker appended to its name), a
+schema per test; and, for the restart cases, a private cluster (``tests.postgres_server``).
+
+The sink's tests write into the database of ``POSTGRES_TEST_URL``, else ``DATABASE_URL``'s
+when it is PostgreSQL (``postgres_url``), a schema per test (``pg_schema``): worker processes
+of a run (``fleet``) reach it by the same URL."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
+from psycopg import sql
 
+from connectors.postgres import snapshot
 from source_support.registry import Environment
+from tests.postgres_server import PrivatePostgres
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """A database of the session's own on the machine's server."""
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith(("postgres://", "postgresql://")):
+        base = DEFAULT_URL
+    parts = urlsplit(base)
+    name = f"{parts.path.strip('/') or 'postgres'}_pgconn_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture()
+def schema(pg_url):
+    """A schema of the test's own, dropped after it (with the snapshots it left held)."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    snapshot.release_all()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        # A case that stops mid-chunk leaves its readers' COPY open (as a killed worker
+        # would): their sessions hold the table until they are ended.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture(scope="module")
+def private_postgres():
+    """A cluster of the module's own, which its tests may stop and start (in a directory of
+    /tmp: the postgres user cannot reach pytest's own temporary directories)."""
+    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="adf-pg-")))
+    server.init()
+    server.start()
+    yield server
+    snapshot.release_all()
+    with contextlib.suppress(subprocess.CalledProcessError):  # stopped by the test already
+        server.stop()
+    shutil.rmtree(server.dir, ignore_errors=True)
 
 
 def postgres_url() -> str:
+    """The sink tests' database."""
     url = os.environ.get("POSTGRES_TEST_URL") or os.environ.get("DATABASE_URL", "")
     if url.startswith(("postgres://", "postgresql://")):
         return url
-    return "postgres://postgres@127.0.0.1:5432/postgres"
+    return DEFAULT_URL
 
 
 @pytest.fixture()
 def pg_schema() -> Iterator[str]:
-    schema = f"t_{uuid.uuid4().hex[:10]}"
+    """A schema of the sink test's own in ``postgres_url``, dropped after it."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield schema
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
     with psycopg.connect(postgres_url(), autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture()

@@ -84,7 +84,7 @@ def test_bad_configs_are_refused_naming_the_field(pg_env):
     url = postgres_url()
     cases = [
         ({"url": url, "table": "a.b.c", "mode": "append"}, "sink.table"),
-        ({"url": url, "table": "public.adf_ledger", "mode": "append"}, "sink.table"),
+        ({"url": url, "table": "public.adf_sink_ledger", "mode": "append"}, "sink.table"),
         ({"url": url, "table": "t", "mode": "upsert"}, "sink.key"),
         ({"url": url, "table": "t", "mode": "append", "key": ["id"]}, "sink.key"),
         ({"url": url, "table": "t", "mode": "merge"}, "sink.mode"),
@@ -298,3 +298,31 @@ def test_a_streams_landed_epochs_are_added_once_each_whatever_repeats(pg_schema,
         (300, 300, 0, 299)
     ]
     assert staging_tables(pg_schema) == []
+
+
+def test_the_deployments_tables_and_tables_outside_a_connections_patterns_are_never_written(tmp_path):
+    from connectors.postgres.sink import sink_target  # noqa: PLC0415
+    from source_support.connections import ConnectionTarget  # noqa: PLC0415
+    from source_support.registry import Environment  # noqa: PLC0415
+
+    shop = ConnectionTarget(
+        name="shop-db", type="postgres", url=postgres_url(), key_patterns=("analytics.*",)
+    )
+    env = Environment(
+        allowed_roots=(tmp_path,),
+        base_dir=tmp_path,
+        connections={"shop-db": shop},
+        reserved_tables=("*.auth_*", "*.adf_sink_ledger", "*.adf_staging_*"),
+    )
+    with pytest.raises(ConfigError, match="deployment itself uses") as refused:
+        sink.validate({"url": postgres_url(), "table": "public.Auth_User", "mode": "append"}, env)
+    assert refused.value.field == "sink.table"
+    with pytest.raises(ConfigError, match="the sink itself uses"):
+        sink.validate({"url": postgres_url(), "table": "analytics.adf_staging_x", "mode": "append"}, env)
+
+    mine = sink.validate({"connection": "shop-db", "table": "analytics.totals", "mode": "append"}, env)
+    assert str(sink_target(mine, env).table) == "analytics.totals"
+    theirs = sink.validate({"connection": "shop-db", "table": "public.orders", "mode": "append"}, env)
+    with pytest.raises(ConfigError, match="outside the tables its connection allows") as refused:
+        sink_target(theirs, env)  # at run time, whatever the spec layer let through
+    assert refused.value.field == "sink.table"

@@ -51,6 +51,6 @@ def test_the_docs_flow_writes_the_table_its_model_reads(worker, dirs):
             rows = list(order_total.objects.order_by("-total").values_list("customer", "total", "orders"))
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("DROP TABLE IF EXISTS public.order_totals, public.adf_ledger")
+            conn.execute("DROP TABLE IF EXISTS public.order_totals, public.adf_sink_ledger")
 
     assert rows == [("ann", decimal.Decimal("14.50"), 2), ("bob", decimal.Decimal("3.25"), 1)]

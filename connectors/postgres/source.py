@@ -1,0 +1,189 @@
+"""The postgres source: a table (or a checked query) read in chunks at one point in time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+from psycopg import sql
+
+from connectors.postgres.catalog import chunk_key, describe, plan_chunks, relation
+from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
+from connectors.postgres.connection import TableName, connect, error_words, mask_url
+from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
+from connectors.postgres.query import checked_query
+from connectors.postgres.reader import ChunkQuery, ChunkReader
+from connectors.postgres.snapshot import hold_snapshot
+from connectors.postgres.split import ChunkSplit, ChunkSplitSerializer
+from connectors.postgres.types import arrow_schema
+from source_support.api import Boundedness, Source, SourceReaderContext, SplitEnumeratorContext
+from source_support.errors import ConfigError
+from source_support.formats import FormatSpec
+from source_support.reader_base import SourceReaderBase
+from source_support.registry import BuildContext
+
+
+class PostgresSource(Source[ChunkSplit]):
+    """Reads ``table`` (or ``query``) of the database at ``url`` (see the package)."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        table: TableName | None,
+        query: str | None = None,
+        key: str | None = None,
+        chunk_rows: int = 100_000,
+        batch_size: int = 10_000,
+        schema: pa.Schema | None = None,
+        address_field: str = "source.url",
+        patterns: tuple[str, ...] = (),
+        reserved: tuple[str, ...] = (),
+        hold: bool = True,
+    ) -> None:
+        self.url, self.table, self.key, self.chunk_rows = url, table, key, chunk_rows
+        self.query = query
+        self.batch_size, self.schema, self.address_field = batch_size, schema, address_field
+        self.patterns, self.reserved, self.hold = patterns, reserved, hold
+        self._chunk_query: ChunkQuery | None = None
+
+    @classmethod
+    def from_config(
+        cls, config: PostgresSourceConfig, fmt: FormatSpec, context: BuildContext
+    ) -> PostgresSource:
+        if fmt.options.get("schema"):
+            raise ConfigError(
+                "format.schema", "a postgres source's columns come from the table: leave it out"
+            )
+        target = postgres_target(config, context.env)
+        table = source_table(config, context.env)
+        field = "source.model" if config.model else "source.table"
+        if table is not None:
+            check_table(table, target.patterns, target.reserved, field)
+        query = None
+        if config.query is not None:
+            query, tables = checked_query(config.query)
+            for name in tables:
+                check_table(name, target.patterns, target.reserved, "source.query")
+        return cls(
+            url=target.url,
+            table=table,
+            query=query,
+            key=config.key,
+            chunk_rows=config.chunk_rows,
+            batch_size=context.batch_size,
+            schema=context.schema,
+            address_field=target.address_field,
+            patterns=target.patterns,
+            reserved=target.reserved,
+        )
+
+    @property
+    def boundedness(self) -> Boundedness:
+        return Boundedness.BOUNDED
+
+    @property
+    def split_serializer(self) -> ChunkSplitSerializer:
+        return ChunkSplitSerializer()
+
+    def _connect(self) -> psycopg.Connection:
+        try:
+            return connect(self.url)
+        except ConnectionError as exc:
+            raise ConfigError(self.address_field, str(exc)) from None
+
+    def _chunking(self, conn: psycopg.Connection) -> tuple[int | None, str | None]:
+        """(the table's oid, the chunk key) ; ConfigError naming the field."""
+        if self.table is None:
+            return None, None
+        oid = relation(conn, self.table)
+        if oid is None:
+            raise ConfigError(
+                "source.table", f"{self.table.qualified!r} does not exist in {mask_url(self.url)}"
+            )
+        try:
+            return oid, chunk_key(conn, oid, self.key, "source.key")
+        except ValueError as exc:
+            raise ConfigError("source.key", str(exc)) from None
+
+    def _plan(self) -> ChunkPlan:
+        """The cut of the table, computed inside a freshly exported snapshot that is then
+        held for the readers (``connectors.postgres.snapshot``)."""
+        if self.table is None:
+            holder = hold_snapshot(self.url) if self.hold else None
+            plan = ChunkPlan("query", 0, 1, 1, 0, holder.snapshot if holder else None)
+            if holder is not None:
+                holder.start()
+            return plan
+        if not self.hold:
+            with self._connect() as conn:
+                oid, key = self._chunking(conn)
+                assert oid is not None
+                return plan_chunks(conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=None)
+        holder = hold_snapshot(self.url)
+        try:
+            oid, key = self._chunking(holder.conn)
+            assert oid is not None
+            plan = plan_chunks(
+                holder.conn, self.table, oid, key=key, chunk_rows=self.chunk_rows, snapshot=holder.snapshot
+            )
+        except BaseException:
+            holder.release()
+            raise
+        holder.start()
+        return plan
+
+    def create_enumerator(self, context: SplitEnumeratorContext[ChunkSplit]) -> ChunkEnumerator:
+        return ChunkEnumerator(context, plan=self._plan, state=None)
+
+    def restore_enumerator(
+        self, context: SplitEnumeratorContext[ChunkSplit], state: dict[str, Any]
+    ) -> ChunkEnumerator:
+        return ChunkEnumerator(context, plan=self._plan, state=state)
+
+    def chunk_query(self) -> ChunkQuery:
+        """The columns and the way chunks are selected (asked of the database once)."""
+        if self._chunk_query is None:
+            with self._connect() as conn:
+                if self.table is None:
+                    assert self.query is not None
+                    columns = describe(conn, sql.SQL(self.query))
+                    self._chunk_query = ChunkQuery(columns, None, None, self.query)
+                else:
+                    oid, key = self._chunking(conn)
+                    assert oid is not None
+                    columns = describe(conn, sql.SQL("SELECT * FROM {}").format(self.table.identifier))
+                    self._chunk_query = ChunkQuery(columns, self.table, key)
+        return self._chunk_query
+
+    def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[ChunkSplit]:
+        reader = ChunkReader(self.url, self.chunk_query(), self.schema)
+        return SourceReaderBase(context, reader, batch_size=self.batch_size)
+
+    def infer_schema(self) -> pa.Schema:
+        return arrow_schema(self.chunk_query().columns)
+
+    def check_input(self) -> None:
+        """Refuses to start a run whose database cannot be reached, whose table is missing or
+        whose chunk key cannot cut it."""
+        try:
+            self.chunk_query()
+        except psycopg.Error as exc:
+            raise ConfigError(
+                self.address_field, f"cannot read {mask_url(self.url)}: {error_words(exc)}"
+            ) from None
+
+    def split_lags(self, splits: Mapping[str, tuple[dict[str, Any], int]]) -> dict[str, int | None]:
+        """Rows of each chunk not read yet, of its estimate (a key chunk: its keys past the
+        position, at the chunk's density; others: the estimate until finished)."""
+        lags: dict[str, int | None] = {}
+        for split_id, (payload, position) in splits.items():
+            split = ChunkSplitSerializer().deserialize(payload)
+            if split.kind == "key" and split.high is not None and split.high > split.low:
+                left = max(0.0, 1 - position / (split.high - split.low))
+                lags[split_id] = round(split.estimate * left)
+            else:
+                lags[split_id] = split.estimate if position == 0 else None
+        return lags
