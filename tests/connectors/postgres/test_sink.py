@@ -255,6 +255,49 @@ def test_the_api_refuses_a_url_from_a_user_who_is_not_staff():
     assert "only staff may give an address" in response.json()["sink.url"][0]
 
 
+@pytest.mark.django_db
+def test_the_api_refuses_a_users_sink_outside_her_connection_or_on_the_deployments_tables(settings):
+    from django.db import connection as django_connection  # noqa: PLC0415
+
+    from tests.dataflow.api.conftest import client_of  # noqa: PLC0415
+    from tests.factories import ConnectionFactory, UserFactory  # noqa: PLC0415
+
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    db = django_connection.settings_dict
+    alice = UserFactory(username="alice")
+    ConnectionFactory(
+        name="shop-db",
+        type="postgres",
+        url=f"postgres://{db['USER']}@127.0.0.1:{db['PORT'] or 5432}/{db['NAME']}",
+        key_patterns=["analytics.*", "public.*"],
+        users=[alice],
+    )
+    api = client_of(alice)
+
+    def refusal(table: str) -> tuple[int, dict]:
+        body = {
+            "name": f"mine-{table.replace('.', '-')}",
+            "source": {"type": "sequence", "count": 10},
+            "transform": {"sql": "SELECT * FROM source"},
+            "sink": {
+                "type": "postgres",
+                "connection": "shop-db",
+                "table": table,
+                "mode": "append",
+                "create": True,
+            },
+        }
+        response = api.post("/api/flows/", body, format="json")
+        return response.status_code, response.json()
+
+    status, body = refusal("billing.invoices")
+    assert status == 400 and "sink.table" in body, body
+    status, body = refusal("public.auth_user")
+    assert status == 400 and "sink.table" in body, body
+    status, body = refusal("analytics.totals")
+    assert status == 201, body
+
+
 def test_the_staging_of_a_write_is_measured_while_it_waits_to_publish(pg_schema, pg_env, tmp_path):
     cfg = config(pg_env, f"{pg_schema}.measured", "append", create=True)
     path = tmp_path / "rows.parquet"
