@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("connectors.postgres")
 
 MODES = ("replace", "append", "upsert")
+#: The most Spark tasks (each a connection and a COPY) that copy a result into staging: a
+#: shuffle's 200 small partitions would each pay for a connection and a transaction.
+COPY_PARTITIONS = 8
 #: Rows per Arrow batch read from landed files and copied.
 BATCH_ROWS = 65_536
 #: A test's hook: with this set to a file path, an attempt creates that file once its rows
@@ -414,7 +417,7 @@ def _stage_frame(df: DataFrame, staging: Staging, url: str) -> int:
     """Each partition of ``df`` copied into ``staging`` by the Spark task that computes it;
     the rows copied (a retried task replaces its partition's rows)."""
     copy = _PartitionCopy(url, staging)
-    counts = df.mapInArrow(copy, "rows long").collect()  # pyright: ignore[reportArgumentType]
+    counts = df.coalesce(COPY_PARTITIONS).mapInArrow(copy, "rows long").collect()  # pyright: ignore[reportArgumentType]
     return sum(int(row["rows"]) for row in counts)
 
 

@@ -113,6 +113,7 @@ def apply_and_run(env, tmp_path: Path, name: str, **fields: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # six runflow processes, two of them with a JVM
 def test_each_mode_from_toml_through_runflow_holds_what_was_sent(tmp_path, runflow_env, pg_schema):
     env, data = runflow_env, tmp_path / "data"
     first, second = sent_frame(range(0, 1500)), sent_frame(range(1000, 2200), salt=3)
@@ -157,6 +158,7 @@ def test_each_mode_from_toml_through_runflow_holds_what_was_sent(tmp_path, runfl
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(900)  # three workers' start, two runs and a lease to lapse
 def test_an_upsert_killed_between_copy_and_commit_is_replayed_with_no_key_twice_and_no_row_lost(
     fleet, dirs, pg_schema, settings
 ):
@@ -197,7 +199,7 @@ def test_an_upsert_killed_between_copy_and_commit_is_replayed_with_no_key_twice_
     same(table_frame(table, "id"), first)  # nothing of the killed attempt is visible
 
     fleet.worker("w3")
-    run = wait_for_run(run, timeout=300)
+    run = wait_for_run(run, timeout=600)
     assert run.status == "succeeded", run.message + fleet.log("w3")[-3000:]
     expected = pd.concat([first, second]).drop_duplicates("id", keep="last").sort_values("id")
     same(table_frame(table, "id"), expected)
