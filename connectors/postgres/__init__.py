@@ -1,12 +1,14 @@
 """PostgreSQL: a source that reads a table (or a checked query) in key-range or ctid chunks
-at one exported snapshot, and the ``postgres`` connection kind (table patterns are
-``schema.table`` globs). ``connection`` and ``types`` hold what the sink shares."""
+at one exported snapshot, an exactly-once table sink (``sink``: staged binary COPY, one
+move transaction with a ledger), and the ``postgres`` connection kind (table patterns are
+``schema.table`` globs). ``connection`` and ``types`` hold what the source and sink share."""
 
 from connectors.postgres.config import PostgresSourceConfig
 from connectors.postgres.connection import CONNECTION_KIND, DEFAULT_PORT, qualified_key, validate_url
+from connectors.postgres.sink import SINK
 from connectors.postgres.source import PostgresSource
 from source_support.connections import ConnectionKind, register_connection_kind
-from source_support.registry import SourceConnector, register_source
+from source_support.registry import SourceConnector, register_sink, register_source
 
 
 def register() -> None:
@@ -31,3 +33,4 @@ def register() -> None:
             "chunks read in parallel.",
         )
     )
+    register_sink(SINK)

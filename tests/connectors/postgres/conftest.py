@@ -1,6 +1,10 @@
 """The connector's tests read real PostgreSQL: a database of their own on the machine's
 server (``DATABASE_URL``'s, with ``_pgconn`` and the xdist worker appended to its name), a
-schema per test; and, for the restart cases, a private cluster (``tests.postgres_server``)."""
+schema per test; and, for the restart cases, a private cluster (``tests.postgres_server``).
+
+The sink's tests write into the database of ``POSTGRES_TEST_URL``, else ``DATABASE_URL``'s
+when it is PostgreSQL (``postgres_url``), a schema per test (``pg_schema``): worker processes
+of a run (``fleet``) reach it by the same URL."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import shutil
 import subprocess
 import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,6 +23,7 @@ import pytest
 from psycopg import sql
 
 from connectors.postgres import snapshot
+from source_support.registry import Environment
 from tests.postgres_server import PrivatePostgres
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -68,3 +74,37 @@ def private_postgres():
     with contextlib.suppress(subprocess.CalledProcessError):  # stopped by the test already
         server.stop()
     shutil.rmtree(server.dir, ignore_errors=True)
+
+
+def postgres_url() -> str:
+    """The sink tests' database."""
+    url = os.environ.get("POSTGRES_TEST_URL") or os.environ.get("DATABASE_URL", "")
+    if url.startswith(("postgres://", "postgresql://")):
+        return url
+    return DEFAULT_URL
+
+
+@pytest.fixture()
+def pg_schema() -> Iterator[str]:
+    """A schema of the sink test's own in ``postgres_url``, dropped after it."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    yield name
+    with psycopg.connect(postgres_url(), autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture()
+def pg_env(tmp_path) -> Environment:
+    return Environment(allowed_roots=(tmp_path,), base_dir=Path(tmp_path))
+
+
+@pytest.fixture()
+def fleet(dirs, tmp_path):
+    """Worker and beat processes started by the test; all are SIGKILLed at its end."""
+    from tests.e2e.fleet import Fleet  # noqa: PLC0415 - Django's settings are set up by then
+
+    fleet = Fleet(tmp_path)
+    yield fleet
+    fleet.close()
