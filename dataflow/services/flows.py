@@ -97,6 +97,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
         if not created:
             for field, value in values.items():
                 setattr(flow, field, value)
+            flow.schedule_paused_message = ""  # saved again: the schedule goes on (services.health)
             flow.save()
         schedule_sync(flow=flow)  # beat's entry follows [schedule], in the same transaction
     return flow, created
