@@ -14,6 +14,7 @@ from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, Split
 from dataflow.services.cleanup import run_resumable
 from dataflow.services.context import coordinator_for, landing_zone, run_key
 from dataflow.services.health import run_failures_check
+from dataflow.services.lineage import run_lineage_emit
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.notify import run_notify
 from dataflow.services.ticks import flow_ticks_set
@@ -66,8 +67,15 @@ def run_finish(
         run_notify(run=run, status=status)  # the webhook is called once this commits
         run_failures_check(run=run, status=status)
         transaction.on_commit(lambda: _release_run(run, status))
+        transaction.on_commit(lambda: _lineage_end(run.pk), robust=True)
     log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)
     return True
+
+
+def _lineage_end(run_id: int) -> None:
+    run = FlowRun.objects.select_related("flow__owner").filter(pk=run_id).first()
+    if run is not None:
+        run_lineage_emit(run=run)  # COMPLETE, FAIL or ABORT, sent off this thread
 
 
 def _release_run(run: FlowRun, status: str) -> None:
