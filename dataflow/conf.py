@@ -257,6 +257,14 @@ def defaults(base_dir: Path, host: Any = None) -> dict[str, Any]:
         if host.strip()
     ]
     DATAFLOW_PUBLIC_URL = os.environ.get("DATAFLOW_PUBLIC_URL", "")
+    # OpenLineage events of every run (services/lineage.py): an HTTP receiver's base URL (events
+    # POSTed to its ENDPOINT) or a file:// URL; or FILE, a file of one event per line. Neither
+    # set: no events. A call waits TIMEOUT s; at most QUEUE events wait to be sent per process.
+    DATAFLOW_OPENLINEAGE_URL = os.environ.get("DATAFLOW_OPENLINEAGE_URL", "")
+    DATAFLOW_OPENLINEAGE_ENDPOINT = os.environ.get("DATAFLOW_OPENLINEAGE_ENDPOINT", "api/v1/lineage")
+    DATAFLOW_OPENLINEAGE_FILE = os.environ.get("DATAFLOW_OPENLINEAGE_FILE", "")
+    DATAFLOW_OPENLINEAGE_TIMEOUT_SECONDS = float(os.environ.get("DATAFLOW_OPENLINEAGE_TIMEOUT_SECONDS", "5"))
+    DATAFLOW_OPENLINEAGE_QUEUE = int(os.environ.get("DATAFLOW_OPENLINEAGE_QUEUE", "1000"))
     # Internal addresses (loopback, private, link-local, multicast, reserved) that webhooks and
     # the connections of non-staff users may reach anyway: comma-separated IP addresses, CIDRs
     # (10.1.2.0/24) or host names ("*.corp.example" globs). Empty: none; every host is resolved

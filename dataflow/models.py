@@ -83,6 +83,18 @@ class DataFlow(models.Model):
     schedule = models.JSONField(default=dict, blank=True)
     #: ``[notify]``: a webhook called when a run ends (``webhook``, ``on``).
     notify = SealedJSONField(default=dict, blank=True, secrets="notify")
+    #: ``[flow] freshness``: how long the sink may go without moving ("15 minutes"; "" off).
+    freshness = models.CharField(max_length=100, blank=True, default="")
+    #: ``freshness`` in seconds (0: off), so the beat's check compares in the database.
+    freshness_seconds = models.PositiveIntegerField(default=0)
+    #: Set by the freshness check when the flow became stale; None while it is fresh.
+    stale_since = models.DateTimeField(null=True, blank=True)
+    #: ``[flow] disable_after_failures``: a scheduled flow's schedule is paused after this
+    #: many failed runs in a row (0: never).
+    disable_after_failures = models.PositiveIntegerField(default=0)
+    #: Why the schedule is paused ("" it is not): set by the failure policy, cleared when
+    #: the flow is saved again or a run succeeds.
+    schedule_paused_message = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -402,7 +414,10 @@ class WebhookDelivery(models.Model):
     """One call of a flow's webhook about one run's outcome, with its retries."""
 
     flow = models.ForeignKey(DataFlow, on_delete=models.CASCADE, related_name="webhook_deliveries")
-    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="webhook_deliveries")
+    #: None for a flow's event that no run caused (``flow.stale`` of a flow never run).
+    run = models.ForeignKey(
+        FlowRun, null=True, blank=True, on_delete=models.CASCADE, related_name="webhook_deliveries"
+    )
     event = models.CharField(max_length=20)
     #: The webhook as it was when the run ended (it may carry a token): encrypted at rest.
     url = SealedTextField()
@@ -415,12 +430,20 @@ class WebhookDelivery(models.Model):
 
     if TYPE_CHECKING:
         flow_id: int
-        run_id: int
+        run_id: int | None
 
     class Meta:
         verbose_name_plural = "webhook deliveries"
         ordering = ["-id"]
-        constraints = [models.UniqueConstraint(fields=["run", "event"], name="one_delivery_per_run_event")]
+        # A run's outcome is told once; a flow's events (stale, paused) once per change,
+        # which the flow's own state guards.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "event"],
+                condition=models.Q(event__startswith="run."),
+                name="one_delivery_per_run_event",
+            )
+        ]
 
 
 class Connection(models.Model):

@@ -88,13 +88,22 @@ class FlowFigures:
     last_run_rows_written: int | None = None
     lag: int | None = None
     live_readers: int = 0
+    #: ``[flow] freshness``: whether the flow is stale; None when it has no freshness.
+    stale: bool | None = None
 
 
 def flow_figures() -> list[FlowFigures]:
     """Every flow's figures, read in five queries whatever the number of flows, and one
     Redis round trip per active run. Without Redis, live readers read 0 (and it is logged)."""
     flows = _flows_with_run_ids()
-    figures = {flow["id"]: FlowFigures(name=flow["name"], status=flow["status"]) for flow in flows}
+    figures = {
+        flow["id"]: FlowFigures(
+            name=flow["name"],
+            status=flow["status"],
+            stale=(flow["stale_since"] is not None) if flow["freshness_seconds"] else None,
+        )
+        for flow in flows
+    }
     runs = FlowRun.objects.annotate(newest_lag=_newest_lag()).in_bulk(
         [run_id for flow in flows for run_id in (flow["latest_run_id"], flow["last_ended_run_id"]) if run_id]
     )
@@ -122,7 +131,16 @@ def _flows_with_run_ids() -> list[dict]:
     return list(
         DataFlow.objects.annotate(
             latest_run_id=Subquery(runs[:1]), last_ended_run_id=Subquery(ended[:1])
-        ).values("id", "name", "status", "parallelism", "latest_run_id", "last_ended_run_id")
+        ).values(
+            "id",
+            "name",
+            "status",
+            "parallelism",
+            "latest_run_id",
+            "last_ended_run_id",
+            "freshness_seconds",
+            "stale_since",
+        )
     )
 
 
@@ -231,6 +249,7 @@ class _Families:
     last_seconds: GaugeMetricFamily
     last_rows: GaugeMetricFamily
     seconds: SummaryMetricFamily
+    stale: GaugeMetricFamily
 
     def each(self) -> Iterator[Metric]:
         return (getattr(self, f.name) for f in fields(self))
@@ -284,6 +303,11 @@ def _families() -> _Families:
         seconds=SummaryMetricFamily(
             "dataflow_run_duration_seconds", "Start to end of the flow's ended runs.", labels=flow
         ),
+        stale=GaugeMetricFamily(
+            "dataflow_flow_stale",
+            "1 when the flow's sink has not moved for its [flow] freshness, else 0 (flows with one).",
+            labels=flow,
+        ),
     )
 
 
@@ -322,6 +346,8 @@ def _report(families: _Families, figures: FlowFigures) -> None:
         families.last_seconds.add_metric(name, figures.last_run_seconds)
     if figures.last_run_rows_written is not None:
         families.last_rows.add_metric(name, figures.last_run_rows_written)
+    if figures.stale is not None:
+        families.stale.add_metric(name, 1 if figures.stale else 0)
 
 
 class BeatCollector:

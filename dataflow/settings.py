@@ -249,6 +249,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "dataflow.tasks.webhook_deliveries_resume",
         "schedule": 60.0,
     },
+    # [flow] freshness: which flows became stale or fresh again (services/health.py).
+    "dataflow-flows-health-check": {
+        "task": "dataflow.tasks.flows_health_check",
+        "schedule": 60.0,
+    },
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 

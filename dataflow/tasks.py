@@ -8,7 +8,7 @@ from __future__ import annotations
 from celery import current_app, shared_task
 
 from dataflow.celery_hooks import DeploymentTask
-from dataflow.services import flows, notify, queues
+from dataflow.services import flows, health, notify, queues
 from dataflow.services.runs import slices, tick, transform
 from dataflow.services.streams import driver as stream_driver
 from dataflow.services.streams.tick import stream_transform_requeue
@@ -79,3 +79,9 @@ def webhook_deliver(self, delivery_id: int) -> None:
 def webhook_deliveries_resume() -> None:
     """Beat, each minute: pending webhook deliveries whose task was lost are sent again."""
     notify.webhook_deliveries_resume()
+
+
+@shared_task(base=DeploymentTask, name=queues.FLOWS_HEALTH_CHECK, ignore_result=True)
+def flows_health_check() -> None:
+    """Beat, each minute: flows whose sink has not moved for their freshness become stale."""
+    health.flows_health_check()

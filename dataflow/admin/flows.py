@@ -22,7 +22,7 @@ from django.views.decorators.http import require_POST
 from dataflow.admin.forms import FlowForm, TomlImportForm, flow_fieldsets, flow_form_class
 from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
-from dataflow.selectors.flows import flow_actions, flows_with_last_run
+from dataflow.selectors.flows import flow_actions, flow_health_lines, flows_with_last_run
 from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import (
@@ -149,6 +149,7 @@ class DataFlowAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "status",
+        "health",
         "source_type",
         "sink_type",
         "last_run",
@@ -159,7 +160,7 @@ class DataFlowAdmin(admin.ModelAdmin):
     ]
     list_filter = ["status", "source_type", "sink_type"]
     search_fields = ["name", "description"]
-    readonly_fields = ["status", "owner", "created_at", "updated_at"]
+    readonly_fields = ["status", "health", "owner", "created_at", "updated_at"]
     inlines = [RunInline]
     actions = ["start_flows", "stop_flows", "delete_flows_with_output"]
 
@@ -175,13 +176,18 @@ class DataFlowAdmin(admin.ModelAdmin):
         if obj is not None and not self.has_change_permission(request, obj):
             # Read-only: the option fields would show no values; the spec says it all.
             return [
-                ("Flow", {"fields": ["name", "description", "status", "owner", "updated_at"]}),
+                ("Flow", {"fields": ["name", "description", "status", "health", "owner", "updated_at"]}),
                 ("Spec", {"fields": ["spec_toml"]}),
             ]
         return flow_fieldsets(change=obj is not None)
 
     def get_readonly_fields(self, request, obj=None):
         return [*self.readonly_fields, "spec_toml"]
+
+    @admin.display(description="health")
+    def health(self, flow: DataFlow) -> str:
+        """``[flow] freshness`` and ``disable_after_failures`` in words ("ok" when neither bites)."""
+        return "; ".join(flow_health_lines(flow=flow)) or "ok"
 
     @admin.display(description="TOML")
     def spec_toml(self, flow: DataFlow) -> str:

@@ -28,7 +28,13 @@ from dataflow.encryption import secrets_check
 from dataflow.models import DataFlow
 from dataflow.services.notify import DEFAULT_ON, NOTIFY_OUTCOMES, notify_masked, notify_unmasked
 from dataflow.services.schedules import CRON_HELP, MIN_EVERY_SECONDS, SCHEDULE_FIELDS
-from dataflow.services.specs import FLOW_FIELDS, TRANSFORM_FIELDS, flow_spec_of, flow_spec_validate
+from dataflow.services.specs import (
+    FLOW_FIELDS,
+    HEALTH_FIELDS,
+    TRANSFORM_FIELDS,
+    flow_spec_of,
+    flow_spec_validate,
+)
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS
 from source_support.registry import SINKS, SOURCES, mask_section, section_options, unmask_section
@@ -50,6 +56,10 @@ FLOW_HELP = {
     "max_errors": "With skip errors: the run fails once more records than this were bad.",
     "backpressure_records": "An unbounded flow's readers pause while more records than this are "
     "landed but not yet transformed.",
+    "freshness": "How long the sink may go without moving (e.g. '15 minutes') before the flow is "
+    "marked stale and the webhook told; empty: never.",
+    "disable_after_failures": "A scheduled flow's schedule is paused after this many failed runs "
+    "in a row; 0: never.",
 }
 TRANSFORM_HELP = {
     "trigger_ms": "Unbounded flows: how often, in milliseconds, what landed is transformed.",
@@ -219,7 +229,8 @@ def flow_fieldsets(*, change: bool) -> list[tuple[str | None, dict[str, Any]]]:
     are shown, each saying for which type it counts)."""
     fieldsets: list[tuple[str | None, dict[str, Any]]] = [
         ("Flow", {"fields": ["name", "description"]}),
-        ("Reading", {"fields": [n for n in FLOW_FIELDS if n not in ("name", "description")]}),
+        ("Reading", {"fields": [n for n in FLOW_FIELDS if n not in ("name", "description", *HEALTH_FIELDS)]}),
+        ("Freshness and failures", {"fields": list(HEALTH_FIELDS)}),
         *_type_fieldsets("source"),
         *_type_fieldsets("format"),
         ("Transform", {"fields": ["transform_sql", *(f"transform_{n}" for n in TRANSFORM_FIELDS)]}),
@@ -240,7 +251,7 @@ def flow_fieldsets(*, change: bool) -> list[tuple[str | None, dict[str, Any]]]:
     )
     fieldsets.append(("Notify", {"fields": ["notify_webhook", "notify_on"]}))
     if change:
-        fieldsets.append(("State", {"fields": ["status", "owner", "created_at", "updated_at"]}))
+        fieldsets.append(("State", {"fields": ["status", "health", "owner", "created_at", "updated_at"]}))
     return fieldsets
 
 

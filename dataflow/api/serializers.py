@@ -22,7 +22,17 @@ from source_support.registry import mask_section
 #: The sections of a flow besides ``[flow]``, as objects of the body.
 SECTION_NAMES = tuple(s for s in SECTIONS if s != "flow")
 #: Keys the API writes in a flow's JSON that a client may send back unchanged (ignored).
-READ_ONLY_KEYS = ("status", "owner", "created_at", "updated_at", "last_run", "url")
+READ_ONLY_KEYS = (
+    "status",
+    "owner",
+    "created_at",
+    "updated_at",
+    "last_run",
+    "url",
+    "stale",
+    "stale_since",
+    "schedule_paused",
+)
 SECTION_HELP = (
     "The [{}] table of the TOML file, as an object; its fields per type are listed, with "
     "their JSON Schemas, by GET /api/connectors/."
@@ -84,6 +94,17 @@ class FlowSerializer(serializers.Serializer):
     skip_errors = serializers.BooleanField(required=False)
     max_errors = serializers.IntegerField(required=False, min_value=0, max_value=2**31 - 1)
     backpressure_records = serializers.IntegerField(required=False, min_value=1000, max_value=2**31 - 1)
+    freshness = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="How long the sink may go without moving before the flow is stale ('15 minutes'; '' never).",
+    )
+    disable_after_failures = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1000,
+        help_text="A scheduled flow's schedule is paused after this many failed runs in a row (0 never).",
+    )
     # The serializer's metaclass moves declared fields out of the class into
     # _declared_fields, so this shadows no Field.source (what the checker sees).
     source = _section("source", required=True)  # pyright: ignore[reportAssignmentType]
@@ -99,6 +120,13 @@ class FlowSerializer(serializers.Serializer):
     updated_at = serializers.DateTimeField(read_only=True)
     last_run = LastRunSerializer(read_only=True, allow_null=True)
     url = serializers.URLField(read_only=True)
+    stale = serializers.BooleanField(
+        read_only=True, help_text="Whether the sink has not moved for the flow's freshness."
+    )
+    stale_since = serializers.DateTimeField(read_only=True, allow_null=True)
+    schedule_paused = serializers.CharField(
+        read_only=True, help_text="Why the flow's schedule is paused ('' it is not)."
+    )
 
     def to_internal_value(self, data) -> dict[str, Any]:
         """The TOML-shaped spec: ``{"flow": {...}, "<section>": {...}}``; a section given
@@ -146,6 +174,13 @@ class FlowSerializer(serializers.Serializer):
             # The declared field renders it: a serializer made per flow copied its fields each time.
             "last_run": None if last_run is None else self.fields["last_run"].to_representation(last_run),
             "url": reverse("dataflow:api:flow-detail", kwargs={"name": flow.name}, request=request),
+            "freshness": flow.freshness,
+            "disable_after_failures": flow.disable_after_failures,
+            "stale": flow.stale_since is not None,
+            "stale_since": None
+            if flow.stale_since is None
+            else self.fields["stale_since"].to_representation(flow.stale_since),
+            "schedule_paused": flow.schedule_paused_message,
         }
         return out
 
@@ -280,6 +315,11 @@ class SplitStateSerializer(ValuesSerializer):
 class FlowStatusSerializer(ValuesSerializer):
     flow = serializers.CharField()
     status = serializers.ChoiceField(choices=FlowStatus.choices)
+    stale = serializers.BooleanField(help_text="Whether the sink has not moved for the flow's freshness.")
+    stale_since = serializers.DateTimeField(allow_null=True)
+    schedule_paused = serializers.CharField(
+        allow_blank=True, help_text="Why the flow's schedule is paused ('' it is not)."
+    )
     run = StatusRunSerializer(allow_null=True, help_text="The latest run, with live counters.")
     splits = SplitStateSerializer(many=True, help_text="One page of the run's splits, by id.")
     splits_listed = serializers.IntegerField(help_text="Splits on this page.")

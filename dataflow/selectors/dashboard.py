@@ -10,7 +10,7 @@ import redis
 from django.db.models import Model, OuterRef, Subquery, Sum
 
 from dataflow.models import ACTIVE_RUN_STATUSES, DataFlow, DeadLetter, FlowRun, MetricSample, RunStatus
-from dataflow.selectors.flows import flow_status
+from dataflow.selectors.flows import flow_health_lines, flow_status
 from dataflow.selectors.runs import (
     ENDED_RUN_STATUSES,
     flow_latest_run,
@@ -73,6 +73,8 @@ def _flow_card(flow: DataFlow) -> dict:
         "name": flow.name,
         "description": flow.description,
         "status": flow.status,
+        "stale": flow.stale_since is not None,
+        "health": flow_health_lines(flow=flow),
         "source_type": flow.source_type,
         "format_type": flow.format_type,
         "sink_type": flow.sink_type,

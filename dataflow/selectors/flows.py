@@ -21,6 +21,19 @@ def flow_list() -> list[tuple[DataFlow, FlowRun | None]]:
     return [(flow, runs.get(flow.pk)) for flow in flows]
 
 
+def flow_health_lines(*, flow: DataFlow) -> list[str]:
+    """What ``[flow] freshness`` and ``disable_after_failures`` say of the flow, in words:
+    nothing when it is fresh and its schedule goes on."""
+    lines = []
+    if flow.stale_since is not None:
+        lines.append(
+            f"stale: the sink has not moved for {flow.freshness} (stale since {flow.stale_since:%Y-%m-%d %H:%M:%S %Z})"
+        )
+    if flow.schedule_paused_message:
+        lines.append(flow.schedule_paused_message)
+    return lines
+
+
 def flows_with_last_run(queryset: QuerySet[DataFlow]) -> QuerySet[DataFlow]:
     """``queryset`` with each flow's latest run: ``last_run_id``, ``last_run_status``,
     ``last_run_records``, ``last_run_errors`` (live while it runs), ``last_run_started_at``
@@ -100,6 +113,9 @@ def flow_status(
     out: dict = {
         "flow": flow.name,
         "status": flow.status,
+        "stale": flow.stale_since is not None,
+        "stale_since": flow.stale_since,
+        "schedule_paused": flow.schedule_paused_message,
         "run": None,
         "splits": [],
         "splits_listed": 0,

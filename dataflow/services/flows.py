@@ -36,6 +36,7 @@ from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.environment import environment
 from dataflow.services.errors import FlowExistsError, FlowStateError, QuotaExceeded
+from dataflow.services.lineage import run_lineage_emit
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
 from dataflow.services.quotas import quota_check_flow_apply, quota_check_run_start
@@ -97,6 +98,7 @@ def flow_apply(*, spec: dict[str, Any], owner=None) -> tuple[DataFlow, bool]:
         if not created:
             for field, value in values.items():
                 setattr(flow, field, value)
+            flow.schedule_paused_message = ""  # saved again: the schedule goes on (services.health)
             flow.save()
         schedule_sync(flow=flow)  # beat's entry follows [schedule], in the same transaction
     return flow, created
@@ -246,6 +248,7 @@ def flow_start(*, flow: DataFlow, restore: Checkpoint | None = None, trigger: st
     transaction.on_commit(coordinator_for(run).note_reader_alive)  # a reader is due from now on
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
     transaction.on_commit(lambda: _queue_transform_check(run.pk))
+    transaction.on_commit(lambda: run_lineage_emit(run=run, event_type="START"), robust=True)
     return run
 
 
@@ -272,6 +275,8 @@ def _run_failed_at_start(
         flow.status = FlowStatus.FAILED
         flow.save(update_fields=["status", "updated_at"])
         run_notify(run=run, status=RunStatus.FAILED)
+        transaction.on_commit(lambda: run_lineage_emit(run=run, event_type="START"), robust=True)
+        transaction.on_commit(lambda: run_lineage_emit(run=run, event_type="FAIL"), robust=True)
     log.info("run %s of %s: failed at start: %s", run.pk, flow.name, error)
     return run
 

@@ -170,10 +170,35 @@ def run_notify(*, run: FlowRun, status: str) -> WebhookDelivery | None:
     return delivery
 
 
+#: Events about a flow rather than a run's outcome: sent whenever the flow has a webhook
+#: (``on`` lists run outcomes only), each once per change of the flow's state.
+FLOW_EVENTS = ("flow.stale", "flow.paused")
+
+
+def flow_notify(*, flow_id: int, event: str) -> WebhookDelivery | None:
+    """Inside the caller's transaction: records the call of the flow's webhook about a
+    flow event (``FLOW_EVENTS``), about its latest run if it has one, and queues it once
+    the transaction commits. The caller makes it once per change (a conditional update of
+    the flow's state); returns None if the flow has no webhook."""
+    notify = DataFlow.objects.filter(pk=flow_id).values_list("notify", flat=True).first() or {}
+    if not notify.get("webhook"):
+        return None
+    run_id = FlowRun.objects.filter(flow_id=flow_id).order_by("-id").values_list("pk", flat=True).first()
+    delivery = WebhookDelivery.objects.create(
+        flow_id=flow_id, run_id=run_id, event=event, url=notify["webhook"]
+    )
+    transaction.on_commit(lambda: current_app.send_task(WEBHOOK_DELIVER, args=[delivery.pk]), robust=True)
+    return delivery
+
+
 def webhook_payload(delivery: WebhookDelivery) -> dict[str, Any]:
-    """The JSON body of a delivery: the run's outcome and counters. ``url_of_run`` is there
+    """The JSON body of a delivery: the run's outcome and counters (a flow event: the
+    flow's state, with its latest run's counters if it has one). ``url_of_run`` is there
     when DATAFLOW_PUBLIC_URL says where the site is."""
     run = delivery.run
+    if delivery.event in FLOW_EVENTS:
+        return _flow_event_payload(delivery)
+    assert run is not None  # a run's outcome has its run
     payload = {
         "flow": delivery.flow.name,
         "run": run.pk,
@@ -190,6 +215,26 @@ def webhook_payload(delivery: WebhookDelivery) -> dict[str, Any]:
     base = settings.DATAFLOW_PUBLIC_URL
     if base:
         payload["url_of_run"] = base.rstrip("/") + reverse("admin:dataflow_flowrun_change", args=[run.pk])
+    return payload
+
+
+def _flow_event_payload(delivery: WebhookDelivery) -> dict[str, Any]:
+    flow = delivery.flow
+    payload: dict[str, Any] = {
+        "flow": flow.name,
+        "run": delivery.run_id,
+        "event": delivery.event,
+        "status": delivery.event.removeprefix("flow."),
+        "stale_since": flow.stale_since.isoformat() if flow.stale_since else None,
+        "freshness": flow.freshness or None,
+        "message": flow.schedule_paused_message if delivery.event == "flow.paused" else "",
+        "created_at": delivery.created_at.isoformat(),
+    }
+    if delivery.event == "flow.stale":
+        payload["message"] = f"the sink has not moved for {flow.freshness}"
+    base = settings.DATAFLOW_PUBLIC_URL
+    if base:
+        payload["url_of_flow"] = base.rstrip("/") + reverse("admin:dataflow_dataflow_change", args=[flow.pk])
     return payload
 
 

@@ -40,6 +40,7 @@ TRANSFORM_CHECK = "dataflow.tasks.transform_check"
 RUN_SCHEDULED = "dataflow.tasks.run_scheduled"
 WEBHOOK_DELIVER = "dataflow.tasks.webhook_deliver"
 WEBHOOK_DELIVERIES_RESUME = "dataflow.tasks.webhook_deliveries_resume"
+FLOWS_HEALTH_CHECK = "dataflow.tasks.flows_health_check"
 
 
 def broker_key_prefix() -> str:

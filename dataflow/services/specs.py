@@ -43,6 +43,11 @@ from source_support.schema import parse_ddl
 
 #: How many readers a flow may run (``flow_rescale`` checks a new count against it too).
 PARALLELISM_BOUNDS = (1, 256)
+#: ``freshness``: beat checks it each minute, so a shorter one could only be late.
+MIN_FRESHNESS_S = 60
+MAX_FRESHNESS_S = 366 * 86_400
+#: ``disable_after_failures``: 0 never; the check reads that many runs back, so it is capped.
+DISABLE_AFTER_FAILURES_BOUNDS = (0, 1000)
 FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "name": (str, None, None),
     "description": (str, "", None),
@@ -52,7 +57,11 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "skip_errors": (bool, False, None),
     "max_errors": (int, 1000, (0, 2**31 - 1)),
     "backpressure_records": (int, 1_000_000, (1000, 2**31 - 1)),
+    "freshness": (str, "", None),
+    "disable_after_failures": (int, 0, DISABLE_AFTER_FAILURES_BOUNDS),
 }
+#: ``[flow]`` keys of the flow's health (section 6 of issue 28), off by default.
+HEALTH_FIELDS = ("freshness", "disable_after_failures")
 SECTIONS = ("flow", "source", "format", "transform", "sink", "stop", "schedule", "notify")
 OPTIONAL_SECTIONS = ("format", "stop", "schedule", "notify")
 #: ``[transform]`` keys besides ``sql``: (type, default, bounds).
@@ -119,6 +128,11 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
         source.check_stop(source.config.from_dict(source_config), stop_rule)
     schedule = schedule_validate(doc.get("schedule") or {}, unbounded=unbounded)
     notify = notify_validate(doc.get("notify") or {})
+    if flow["disable_after_failures"] and not schedule:
+        raise ConfigError(
+            "flow.disable_after_failures",
+            "pauses a flow's [schedule]: this flow has none (add one, or leave it 0)",
+        )
     _check_overlap(source_config, sink_config)
     if owner is not None:
         flow_paths_check(
@@ -156,7 +170,12 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
 def flow_spec_of(flow) -> dict[str, Any]:
     """The spec of a stored flow, in the TOML shape (what ``applyflows`` would take)."""
     spec = {
-        "flow": {name: getattr(flow, name) for name in FLOW_FIELDS},
+        "flow": {
+            name: getattr(flow, name)
+            for name in FLOW_FIELDS
+            # off by default: left out, so a flow that does not use them reads as before
+            if name not in HEALTH_FIELDS or getattr(flow, name) != FLOW_FIELDS[name][1]
+        },
         "source": {"type": flow.source_type, **flow.source_config},
         "format": {"type": flow.format_type, **flow.format_options},
         "transform": {"sql": flow.transform_sql, **(flow.transform_options or {})},
@@ -233,6 +252,8 @@ def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
         if bounds and not bounds[0] <= value <= bounds[1]:
             raise ConfigError(f"flow.{name}", f"must be between {bounds[0]} and {bounds[1]}")
         out[name] = value
+    out["freshness"] = out["freshness"].strip()
+    out["freshness_seconds"] = freshness_seconds(out["freshness"])
     if not NAME_RE.fullmatch(out["name"]):
         raise ConfigError("flow.name", "must be lowercase letters, digits, '-' or '_' (at most 100)")
     if out["name"] in RESERVED_NAMES:
@@ -240,6 +261,24 @@ def _validate_flow_table(table: dict[str, Any]) -> dict[str, Any]:
             "flow.name", f"{out['name']!r} is reserved: /api/flows/{out['name']}/ is an endpoint"
         )
     return out
+
+
+def freshness_seconds(freshness: str) -> int:
+    """The seconds of ``[flow] freshness`` ("" is 0: no freshness check); ConfigError naming
+    ``flow.freshness`` unless it is a whole number of seconds from MIN to MAX_FRESHNESS_S."""
+    if not freshness:
+        return 0
+    try:
+        ms = parse_duration_ms(freshness)
+    except ValueError as exc:
+        raise ConfigError("flow.freshness", str(exc)) from None
+    if ms % 1000 or not MIN_FRESHNESS_S <= ms // 1000 <= MAX_FRESHNESS_S:
+        raise ConfigError(
+            "flow.freshness",
+            f"{freshness!r} must be a whole number of seconds, at least {MIN_FRESHNESS_S} seconds "
+            "and at most 366 days",
+        )
+    return ms // 1000
 
 
 def _validate_transform(table: dict[str, Any]):

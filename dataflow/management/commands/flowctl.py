@@ -254,6 +254,10 @@ def _cell(value: Any) -> str:
 
 def _status_text(status: dict[str, Any]) -> str:
     lines = [f"flow: {status['flow']}", f"status: {status['status']}"]
+    if status["stale"]:
+        lines.append(f"stale: since {_cell(status['stale_since'])}")
+    if status["schedule_paused"]:
+        lines.append(f"schedule: {status['schedule_paused']}")
     run = status["run"]
     if run is None:
         return "\n".join([*lines, "run: (none)"])

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from dataflow.selectors.flows import flow_list
+from dataflow.selectors.flows import flow_health_lines, flow_list
 from dataflow.selectors.runs import run_progress
 
 
@@ -13,6 +13,7 @@ class Command(BaseCommand):
         for flow, run in flow_list():
             if run is None:
                 self.stdout.write(f"{flow.name:<28} {flow.status:<10} {'-':>5}")
+                self._health(flow)
                 continue
             progress = run_progress(run_id=run.pk)
             written = "-" if progress.rows_written is None else progress.rows_written
@@ -22,3 +23,9 @@ class Command(BaseCommand):
             )
             if progress.message:  # why it failed, or why an active run makes no progress
                 self.stdout.write(f"    {progress.message}")
+            self._health(flow)
+
+    def _health(self, flow) -> None:
+        """``[flow] freshness`` and ``disable_after_failures``, said only when they bite."""
+        for line in flow_health_lines(flow=flow):
+            self.stdout.write(f"    {line}")

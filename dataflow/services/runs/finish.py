@@ -13,6 +13,8 @@ from django.utils import timezone
 from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, Split
 from dataflow.services.cleanup import run_resumable
 from dataflow.services.context import coordinator_for, landing_zone, run_key
+from dataflow.services.health import run_failures_check
+from dataflow.services.lineage import run_lineage_emit
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.notify import run_notify
 from dataflow.services.ticks import flow_ticks_set
@@ -63,9 +65,17 @@ def run_finish(
         DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
         flow_ticks_set(flow=DataFlow.objects.get(pk=run.flow_id), enabled=False)
         run_notify(run=run, status=status)  # the webhook is called once this commits
+        run_failures_check(run=run, status=status)
         transaction.on_commit(lambda: _release_run(run, status))
+        transaction.on_commit(lambda: _lineage_end(run.pk), robust=True)
     log.info("run %s of %s: %s %s", run.pk, run.flow.name, status, message)
     return True
+
+
+def _lineage_end(run_id: int) -> None:
+    run = FlowRun.objects.select_related("flow__owner").filter(pk=run_id).first()
+    if run is not None:
+        run_lineage_emit(run=run)  # COMPLETE, FAIL or ABORT, sent off this thread
 
 
 def _release_run(run: FlowRun, status: str) -> None:

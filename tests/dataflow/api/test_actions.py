@@ -165,6 +165,9 @@ def test_status_of_a_flow_never_run(api, flow):
     assert status == {
         "flow": flow.name,
         "status": "idle",
+        "stale": False,
+        "stale_since": None,
+        "schedule_paused": "",
         "run": None,
         "splits": [],
         "splits_listed": 0,
