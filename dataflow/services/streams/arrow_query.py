@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -47,7 +48,7 @@ _FLIPPED = {
     exp.EQ: exp.EQ,
     exp.NEQ: exp.NEQ,
 }
-_COMPARE: dict[type[exp.Expression], Callable[[pa.Array, pa.Scalar], pa.Array]] = {
+_COMPARE: dict[type[exp.Expression], Callable[..., Any]] = {
     exp.EQ: pc.equal,
     exp.NEQ: pc.not_equal,
     exp.GT: pc.greater,
@@ -66,7 +67,8 @@ _PLAIN_TYPES = (
     pa.types.is_date32,
 )
 
-Condition = Callable[[pa.Table], pa.Array]
+#: A table's rows -> a boolean array (or chunked array) of whether each passes.
+Condition = Callable[[pa.Table], Any]
 
 
 @dataclass(frozen=True)
