@@ -114,12 +114,13 @@ def direct_deliveries(nc: Client) -> dict[int, Deliver]:
     routes = _routes[nc] = {}
     through_nats_py = nc._process_msg  # pyright: ignore[reportPrivateUsage]
 
-    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+    # nats-py annotates ``headers`` as bytes; its parser passes None for a message without.
+    async def process_msg(sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
         deliver = routes.get(sid)
         if deliver is None:
             return await through_nats_py(sid, subject, reply, data, headers)
         try:
-            parsed = await nc._process_headers(headers) if headers else None  # pyright: ignore[reportPrivateUsage]
+            parsed = await nc._process_headers(headers) if headers else None  # pyright: ignore[reportPrivateUsage, reportUnknownMemberType]
             await deliver(nc._build_message(sid, subject, reply, data, parsed))  # pyright: ignore[reportPrivateUsage]
         except Exception as exc:  # noqa: BLE001 - as nats-py treats a callback's error: said, not fatal
             await nc._error_cb(exc)  # pyright: ignore[reportPrivateUsage]
