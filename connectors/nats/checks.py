@@ -70,3 +70,18 @@ def discarded(split: SubjectSplit, scanned: int, seen: StreamSeen) -> Discarded 
         return None
     subjects = seen.info.config.subjects or []
     return Discarded(read_to + 1, seen.first_seq - 1, certain=subjects == [split.subject])
+
+
+def discards_by_limits(seen: StreamSeen) -> bool:
+    """Whether the stream may discard messages nobody read: it keeps them under limits
+    (``max_msgs``, ``max_bytes``, ``max_age``, ``max_msgs_per_subject``) or by interest
+    (a work queue or interest stream removes what its consumers acknowledged)."""
+    config = seen.info.config
+    retention = getattr(config.retention, "value", config.retention)
+    limited = (
+        (config.max_msgs or -1) > 0
+        or (config.max_bytes or -1) > 0
+        or (config.max_age or 0) > 0
+        or (config.max_msgs_per_subject or -1) > 0
+    )
+    return limited or retention not in (None, "limits")
