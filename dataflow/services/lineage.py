@@ -106,15 +106,14 @@ def run_lineage_event(*, run: FlowRun, event_type: str) -> RunEvent:
             processingType="STREAMING" if spec.get("unbounded") or _unbounded(spec) else "BATCH",
             integration="ACTIVEDATAFLOW",
             jobType="FLOW",
-            producer=PRODUCER,
         )
     }
     if spec.get("transform_sql"):
-        job_facets["sql"] = sql_job.SQLJobFacet(query=spec["transform_sql"], producer=PRODUCER)
+        job_facets["sql"] = sql_job.SQLJobFacet(query=spec["transform_sql"])
     run_facets: dict[str, Any] = {}
     if event_type == "FAIL":
         run_facets["errorMessage"] = error_message_run.ErrorMessageRunFacet(
-            message=run.message or "the run failed", programmingLanguage="python", producer=PRODUCER
+            message=run.message or "the run failed", programmingLanguage="python"
         )
     inputs = [
         InputDataset(namespace=d.namespace, name=d.name, facets=_schema_facets(_input_fields(run)))
@@ -152,8 +151,7 @@ def _schema_facets(fields: list[tuple[str, str]]) -> dict[str, Any]:
         return {}
     return {
         "schema": schema_dataset.SchemaDatasetFacet(
-            fields=[schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in fields],
-            producer=PRODUCER,
+            fields=[schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in fields]
         )
     }
 
@@ -170,9 +168,15 @@ def _output_fields(spec: dict[str, Any]) -> list[tuple[str, str]]:
     path = (spec.get("sink_config") or {}).get("path") or ""
     if spec.get("sink_type") not in ("parquet", "json", "csv") or "://" in path or not os.path.isdir(path):
         return []
-    fmt = {"parquet": "parquet", "json": "json", "csv": "csv"}[spec["sink_type"]]
+    formats: dict[str, ds.FileFormat] = {
+        "parquet": ds.ParquetFileFormat(),
+        "json": ds.JsonFileFormat(),
+        "csv": ds.CsvFileFormat(),
+    }
     try:
-        schema = ds.dataset(path, format=fmt, partitioning="hive", exclude_invalid_files=True).schema
+        schema = ds.dataset(
+            path, format=formats[spec["sink_type"]], partitioning="hive", exclude_invalid_files=True
+        ).schema
     except Exception as exc:  # noqa: BLE001 - lineage without the output's schema, not none
         log.info("lineage: no schema of %s: %s", path, exc)
         return []
