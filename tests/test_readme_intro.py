@@ -21,6 +21,7 @@ NAMED = {
         "nats_jetstream": "NATS JetStream",
         "kafka": "Kafka",
         "kinesis": "Amazon Kinesis",
+        "postgres": "PostgreSQL tables",
         "sequence": None,  # numbers made up for trying a flow out, not a system one reads
     },
     "format": {

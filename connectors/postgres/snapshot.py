@@ -17,10 +17,11 @@ same snapshot again. The holder keeps its transaction alive with a cheap stateme
 
 Its cost is bounded: an open snapshot holds back vacuum in the whole database, so the
 holder lets go (a) once readers were seen (sessions named ``reader_application_name(id)``)
-and none has been for ``IDLE_RELEASE_S``, or (b) after ``MAX_HOLD_S`` in any case, or (c)
-when its process ends.
+and none has been for ``IDLE_RELEASE_S``, (b) when no reader came within
+``FIRST_READER_WAIT_S`` (the run was not created after all, or no worker runs), (c) after
+``MAX_HOLD_S`` in any case, or (d) when its process ends.
 
-A lost snapshot (the holder's process restarted, its connection cut, or released by (b)):
+A lost snapshot (the holder's process restarted, its connection cut, or released by (b) or (c)):
 ``SET TRANSACTION SNAPSHOT`` fails with "invalid snapshot identifier". The reader then reads
 what is left of its chunk at a snapshot of its own (REPEATABLE READ, READ ONLY: still one
 consistent point for that chunk) and says so on the split (``RecordBatch.note``): rows
@@ -41,6 +42,7 @@ from connectors.postgres.connection import connect
 
 KEEPALIVE_S = 10.0
 IDLE_RELEASE_S = 60.0
+FIRST_READER_WAIT_S = 600.0
 MAX_HOLD_S = 3600.0
 APPLICATION_PREFIX = "adf-snapshot "
 
@@ -88,7 +90,10 @@ class SnapshotHolder:
                 readers = row[0] if row else 0
                 if readers:
                     seen_at = now
-                elif seen_at is not None and now - seen_at >= IDLE_RELEASE_S:
+                    continue
+                idle = seen_at is not None and now - seen_at >= IDLE_RELEASE_S
+                never_came = seen_at is None and now - self.started >= FIRST_READER_WAIT_S
+                if idle or never_came:
                     break
         except psycopg.Error:
             pass  # the connection is gone: readers fall back (see the module)

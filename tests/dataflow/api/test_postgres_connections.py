@@ -150,3 +150,18 @@ def test_staff_cannot_read_the_deployments_tables_either(dirs):
     reason = refused(client_of(connection_staff()).post("/api/flows/", body, format="json"), "source.model")
 
     assert "the deployment itself uses" in reason
+
+
+def test_a_connection_narrowed_after_the_flow_was_saved_stops_its_start(alice, shop, dirs):
+    """Checked at run time too: staff narrow shop-db to another table; alice's flow, saved
+    while it allowed orders, cannot start, and nothing reaches its sink."""
+    api = client_of(alice)
+    body = pg_flow("mine", dirs.out, connection="shop-db", table="orders")
+    assert api.post("/api/flows/", body, format="json").status_code == 201
+    shop.key_patterns = ["public.customers"]
+    shop.save()
+
+    reason = refused(api.post("/api/flows/mine/start/"), "source.table")
+
+    assert "outside" in reason and "public.customers" in reason
+    assert not (dirs.out / "mine").exists()
