@@ -18,8 +18,9 @@ from process start to exit:
 
 Both sinks are checked (row count and the sum of ids) against the table; any difference
 exits non-zero. The normative last line is ``snapshot_ratio=<ours/raw>
-snapshot_rows_per_s=<n> sink_ratio=<ours/raw> cdc_rps=<n> cdc_p99_s=<s>``; the sink and cdc
-parts are not measured yet and print ``nan``.
+snapshot_rows_per_s=<n> sink_ratio=<ours/raw> cdc_rps=<n> cdc_p99_s=<s>``: ``sink_ratio`` is
+``bench/postgres_sink.py``'s (run after the snapshot, as a process of its own; ``--no-sink``
+leaves it out as ``nan``); cdc is not built yet and prints ``nan``.
 """
 
 from __future__ import annotations
@@ -158,6 +159,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--url", default=DEFAULT_URL)
+    parser.add_argument("--no-sink", action="store_true", help="leave the sink part out (sink_ratio=nan)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     ensure_database(args.url)
@@ -165,11 +167,26 @@ def main() -> None:
     raw_s = run_raw(args.url, table)
     ours_s = run_ours(args.url, table, args.rows)
     verify(args.url, table, args.rows)
-    print(f"rows={args.rows} ours_s={ours_s:.2f} raw_s={raw_s:.2f} (sink and cdc: not measured yet, nan)")
+    print(f"rows={args.rows} ours_s={ours_s:.2f} raw_s={raw_s:.2f}")
+    sink_ratio = "nan" if args.no_sink else measure_sink(args.rows)
     print(
         f"snapshot_ratio={ours_s / raw_s:.3f} snapshot_rows_per_s={args.rows / ours_s:.0f} "
-        "sink_ratio=nan cdc_rps=nan cdc_p99_s=nan"
+        f"sink_ratio={sink_ratio} cdc_rps=nan cdc_p99_s=nan"
     )
+
+
+def measure_sink(rows: int) -> str:
+    """``bench/postgres_sink.py``'s ratio for ``rows`` rows, run as a process of its own (each
+    bench a leaf: see bench/procs.py)."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("postgres_sink.py")), "--rows", str(rows)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    print(done.stdout, end="", flush=True)
+    last = done.stdout.strip().splitlines()[-1]
+    return dict(part.split("=", 1) for part in last.split())["sink_ratio"]
 
 
 if __name__ == "__main__":
