@@ -286,14 +286,16 @@ path = "{sink}"
         return float(began), int(read)
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds (user + system) of runflow's processes so far, by name (``python``:
-        readers, landing, the driver; ``java``: Spark; ``redis-server``)."""
+        """CPU seconds (user + system) of runflow's processes so far, by name (``runflow``:
+        its own process, the driver and ticks, and its readers unless they run in children;
+        ``python``: its reader processes; ``java``: Spark; ``redis-server``)."""
         seconds: dict[str, float] = {}
         root = psutil.Process(self.proc.pid)
         for proc in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
                 times = proc.cpu_times()
-                seconds[proc.name()] = seconds.get(proc.name(), 0.0) + times.user + times.system
+                name = "runflow" if proc.pid == root.pid else proc.name()
+                seconds[name] = seconds.get(name, 0.0) + times.user + times.system
         return seconds
 
     def records_read(self) -> int:
