@@ -2,8 +2,8 @@
 
 A reader's work holds Python's GIL for much of its time (a Kafka consume makes a Python
 object of each message; a Redis reply is parsed in Python), so readers that are threads of
-one process share one core whatever the machine has. ``runflow`` therefore starts its
-readers, for a stream flow with ``parallelism`` > 1, in child processes: each child is a
+one process share one core whatever the machine has. ``runflow`` can therefore run its
+readers in child processes (``DATAFLOW_RUNFLOW_READER_PROCESSES``): each child is a
 Celery worker (threads pool) on a queue of its own (``runflow_reader_queue``), and reader
 ``subtask``'s slices always go to child ``subtask % children`` (``runflow_claim``), where its
 last slice kept its Kafka consumer open. Ticks, the transform and Spark stay in ``runflow``'s
@@ -50,7 +50,7 @@ PARENT_CHECK_S = 1.0
 
 def reader_processes_wanted(setting: str, *, parallelism: int, unbounded: bool) -> int:
     """How many reader processes ``runflow`` starts for a flow, from the setting
-    ``DATAFLOW_RUNFLOW_READER_PROCESSES``: ``"auto"`` (the default) is one per reader, up to
+    ``DATAFLOW_RUNFLOW_READER_PROCESSES``: ``"auto"`` is one per reader, up to
     the machine's CPUs, for a stream flow with more than one reader on a machine with more
     than one CPU, and none otherwise (its readers are threads of ``runflow``); a number N
     is N children (0: none), never more than the flow's readers. Raises ValueError naming
