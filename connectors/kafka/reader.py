@@ -7,11 +7,13 @@ from __future__ import annotations
 import bisect
 import hashlib
 import logging
+import operator
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -98,15 +100,17 @@ class HeldPartition:
         """Adds a partition's ``messages`` (in the order fetched) past what it holds;
         whether any was added. A message before that (prefetched for an earlier
         assignment of the partition) is dropped."""
-        offsets = [o or 0 for o in map(Message.offset, messages)]
+        # No step per message in Python: librdkafka's calls through map, numpy for the rest
+        # (a message here is no error: it has an offset).
+        found = np.fromiter(map(Message.offset, messages), np.int64, len(messages))
         expected = self.offsets[-1] + 1 if self.offsets else self.split.position
-        if offsets[0] >= expected and (len(offsets) == 1 or bool(np.all(np.diff(offsets) > 0))):
+        if found[0] >= expected and (len(found) == 1 or bool(np.all(found[1:] > found[:-1]))):
             self.pending += messages
-            self.offsets += offsets
+            self.offsets += found.tolist()
             self.fetched_since_assigned = True
             return True
         took = False
-        for message, offset in zip(messages, offsets, strict=True):
+        for message, offset in zip(messages, found.tolist(), strict=True):
             if offset >= expected:
                 self.pending.append(message)
                 self.offsets.append(offset)
@@ -370,7 +374,7 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         errors = list(map(Message.error, messages))
         # ``is``, not ``==``: KafkaError compares itself with None as with an error code,
         # and leaves a TypeError pending (the next call then fails with a SystemError).
-        if any(error is not None for error in errors):
+        if any(map(operator.is_not, errors, repeat(None))):
             for message, error in zip(messages, errors, strict=True):
                 if error is not None:
                     self._error(message, error)

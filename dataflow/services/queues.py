@@ -10,6 +10,11 @@ The claim is a Redis key that ``runflow`` renews as it ticks and that lapses by 
 should ``runflow`` die, the flow's next tasks go to the shared queue again, where a fleet
 takes them up (what was queued for the dead ``runflow`` is stale: readers and the
 transform are leased, so a lost task is replaced, never needed).
+
+A ``runflow`` whose readers run in child processes (``DATAFLOW_RUNFLOW_READER_PROCESSES``)
+claims with them a queue per child (``<runflow queue>.readers.<k>``): reader ``subtask``'s
+slices go to child ``subtask % children``, always the same one, so a reader's next slice
+finds the Kafka consumer its last slice kept open in that process.
 """
 
 from __future__ import annotations
@@ -85,12 +90,21 @@ def _claim_key(flow_id: int, flow_name: str) -> str:
     return f"{settings.DATAFLOW_REDIS_NAMESPACE}:runflow-queue:{flow_id}:{flow_name}"
 
 
-def runflow_claim(flow: DataFlow) -> str:
+def runflow_reader_queue(queue: str, index: int) -> str:
+    """The queue of child ``index`` of the ``runflow`` that consumes ``queue``, which runs
+    its readers (``runflow_claim`` with ``reader_queues``)."""
+    return f"{queue}.readers.{index}"
+
+
+def runflow_claim(flow: DataFlow, *, reader_queues: int = 0) -> str:
     """Sends the flow's tasks to its ``runflow`` queue for the next ``RUNFLOW_CLAIM_TTL_S``
-    seconds (called again to renew); returns the queue."""
+    seconds (called again to renew); returns the queue. With ``reader_queues`` (N > 0),
+    reader slices go to the N queues of ``runflow``'s reader processes instead, reader
+    ``subtask`` to ``runflow_reader_queue(queue, subtask % N)``."""
     queue = runflow_queue_name(flow)
     ttl_s = max(RUNFLOW_CLAIM_TTL_S, 3 * settings.DATAFLOW_TICK_SECONDS)
-    get_redis().set(_claim_key(flow.pk, flow.name), queue, ex=ttl_s)
+    claim = f"{queue} {reader_queues}" if reader_queues > 0 else queue
+    get_redis().set(_claim_key(flow.pk, flow.name), claim, ex=ttl_s)
     return queue
 
 
@@ -103,22 +117,38 @@ def run_queue(run_id: int) -> str | None:
     """The queue of the ``runflow`` that runs the run's flow, if one does; None: the
     task's usual route (the shared queue, or the Spark queue)."""
     flow = FlowRun.objects.filter(pk=run_id).values_list("flow_id", "flow__name").first()
-    return None if flow is None else _claimed_queue(*flow)
+    claim = None if flow is None else _claim(*flow)
+    return None if claim is None else claim[0]
 
 
-def _claimed_queue(flow_id: int, flow_name: str) -> str | None:
-    queue = get_redis().get(_claim_key(flow_id, flow_name))
+def _claim(flow_id: int, flow_name: str) -> tuple[str, int] | None:
+    """The claimed queue and how many reader queues go with it (0: none), if claimed."""
+    claim = get_redis().get(_claim_key(flow_id, flow_name))
     # bytes, or None without a claim (redis-py types a reply as possibly awaitable)
-    return queue.decode() if isinstance(queue, bytes) else None
+    if not isinstance(claim, bytes):
+        return None
+    queue, _, readers = claim.decode().partition(" ")
+    return queue, int(readers or 0)
+
+
+def _task_queue(claim: tuple[str, int] | None, task: str, args: tuple[Any, ...]) -> str | None:
+    """Where a claimed flow's ``task`` with ``args`` (after the run id) goes."""
+    if claim is None:
+        return None
+    queue, readers = claim
+    if task == READ_SPLITS and readers > 0 and args:
+        return runflow_reader_queue(queue, int(args[0]) % readers)
+    return queue
 
 
 def run_task_send(task: str, run_id: int, *args: Any) -> None:
     """Queues the task named ``task`` with ``(run_id, *args)`` where the run's tasks go (see
-    ``run_queue``; without a ``runflow``, ``CELERY_TASK_ROUTES`` routes it by its name).
+    ``run_queue``, and ``runflow_claim`` for reader slices; without a ``runflow``,
+    ``CELERY_TASK_ROUTES`` routes it by its name).
     A reader slice or a tick for the shared queue waits in its owner's line instead
     (``fair_work_send``), so that owners share the fleet fairly."""
     flow = FlowRun.objects.filter(pk=run_id).values_list("flow_id", "flow__name", "flow__owner_id").first()
-    queue = None if flow is None else _claimed_queue(flow[0], flow[1])
+    queue = None if flow is None else _task_queue(_claim(flow[0], flow[1]), task, args)
     if queue is None and flow is not None and task in FAIR_TASKS:
         fair_work_send(task, run_id, *args, owner_id=flow[2])
         return

@@ -17,16 +17,18 @@ from django.db import close_old_connections, connection
 from tqdm import tqdm
 
 from dataflow.management.lookup import flow_named
+from dataflow.management.reader_processes import ReaderProcesses, reader_processes_wanted
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
 from dataflow.redis_client import get_redis
 from dataflow.selectors.runs import RunProgress, run_progress, stream_progress
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_resume, flow_start, flow_stop
-from dataflow.services.queues import runflow_claim, runflow_release
+from dataflow.services.queues import runflow_claim, runflow_reader_queue, runflow_release
 from dataflow.services.runs.landed import flow_needs_spark
 from dataflow.services.runs.tick import flow_tick, request_tick, run_is_unbounded
 from dataflow.spark.session import cancel_jobs, milestone, milestones, session_started, warm_up_for_runflow
 from source_support.errors import ConfigError
+from source_support.registry import source_is_unbounded
 
 
 def _celery_app() -> Celery:
@@ -77,19 +79,35 @@ class Command(BaseCommand):
             sink_type=flow.sink_type,
             sink_config=flow.sink_config,
         )
+        try:
+            processes = reader_processes_wanted(
+                settings.DATAFLOW_RUNFLOW_READER_PROCESSES,
+                parallelism=flow.parallelism,
+                unbounded=source_is_unbounded(flow.source_type, flow.source_config),
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         stop = threading.Event()
-        beat = threading.Thread(target=_beat, args=(flow, stop), name="beat", daemon=True)
+        beat = threading.Thread(target=_beat, args=(flow, stop, processes), name="beat", daemon=True)
         interrupted = None
         # This flow's tasks, and no other flow's: a queue of its own (dataflow/services/queues.py),
-        # claimed before the run's first task is sent.
-        queue = runflow_claim(flow)
-        with _own_queue(flow, queue), ExitStack() as started:
-            run = None
+        # claimed before the run's first task is sent; its readers' slices go to the queues of
+        # its reader processes, if it has any.
+        queue = runflow_claim(flow, reader_queues=processes)
+        reader_queues = [runflow_reader_queue(queue, index) for index in range(processes)]
+        with _own_queue(flow, [queue, *reader_queues]), ExitStack() as started:
+            run = readers = None
             try:
                 # The run starts (its source checked) before Spark or the worker does: a run
                 # that cannot start (a missing file, a server that is not there) says why at
                 # once, with no JVM to wait for. Its first tasks wait in the queue meanwhile.
                 run = self._run_to_follow(flow, new=new)
+                if reader_queues:
+                    # Spawned (never forked: the JVM below may start at once), before the
+                    # worker: a child takes a second or two to import what it needs.
+                    readers = started.enter_context(
+                        ReaderProcesses(reader_queues, parallelism=flow.parallelism)
+                    )
                 if needs_spark:
                     warm_up_for_runflow()  # the JVM starts while the readers read
                 worker = started.enter_context(
@@ -122,6 +140,8 @@ class Command(BaseCommand):
                 _stop_now(worker)
             except KeyboardInterrupt as exc:
                 interrupted = signal.SIGTERM if isinstance(exc, Terminated) else signal.SIGINT
+                if readers is not None:
+                    readers.hold()  # a signal to the process group may have stopped them too
                 # A second Ctrl-C or SIGTERM while the worker shuts down leaves at once.
                 for signum in EXIT_STATUS:
                     signal.signal(signum, lambda *_, code=EXIT_STATUS[interrupted]: os._exit(code))
@@ -296,13 +316,14 @@ def _unblock_when_stopping(worker, timeout_s: float = 2.0) -> None:
 
 
 @contextmanager
-def _own_queue(flow, queue: str):
-    """While the block runs, the flow's tasks go to ``queue``; then they go to the shared
-    queue again, and what is left in ``queue`` is dropped: the run has ended or stopped by
-    then (runflow follows it to its end or stops it), so those tasks are stale, and kombu's
-    "Requeuing undeliverable message ... No consumers" for them as the worker stops says
-    nothing an operator can act on."""
-    undeliverable = _DropRequeueNotice(queue)
+def _own_queue(flow, queues: list[str]):
+    """While the block runs, the flow's tasks go to ``queues`` (runflow's own, then its
+    reader processes'); then they go to the shared queue again, and what is left in
+    ``queues`` is dropped: the run has ended or stopped by then (runflow follows it to its
+    end or stops it), so those tasks are stale, and kombu's "Requeuing undeliverable
+    message ... No consumers" for them as the worker stops says nothing an operator can
+    act on."""
+    undeliverable = _DropRequeueNotice(queues)
     logging.getLogger("kombu.transport.virtual.base").addFilter(undeliverable)
     try:
         yield
@@ -310,37 +331,38 @@ def _own_queue(flow, queue: str):
         try:
             runflow_release(flow)
             with _celery_app().connection_for_write() as connection:
-                # A Redis transport's channel (kombu's virtual Channel) purges; the stubs'
-                # StdChannel, the base of every transport's, does not declare it.
-                connection.default_channel.queue_purge(queue)  # pyright: ignore[reportAttributeAccessIssue]
+                for queue in queues:
+                    # A Redis transport's channel (kombu's virtual Channel) purges; the stubs'
+                    # StdChannel, the base of every transport's, does not declare it.
+                    connection.default_channel.queue_purge(queue)  # pyright: ignore[reportAttributeAccessIssue]
         except Exception as exc:  # noqa: BLE001 - the claim lapses by itself, the tasks are stale
-            logging.getLogger("dataflow.runflow").warning("could not release queue %s: %s", queue, exc)
+            logging.getLogger("dataflow.runflow").warning("could not release queue %s: %s", queues[0], exc)
         logging.getLogger("kombu.transport.virtual.base").removeFilter(undeliverable)
 
 
 class _DropRequeueNotice(logging.Filter):
-    """Drops kombu's notice that a message of runflow's own queue was put back as its
-    consumer stopped (the queue is purged right after)."""
+    """Drops kombu's notice that a message of runflow's own queues was put back as its
+    consumer stopped (the queues are purged right after)."""
 
-    def __init__(self, queue: str) -> None:
+    def __init__(self, queues: list[str]) -> None:
         super().__init__()
-        self.queue = queue
+        self.queues = queues
 
     def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
         return not (
-            record.getMessage().startswith("Requeuing undeliverable")
-            and repr(self.queue) in record.getMessage()
+            message.startswith("Requeuing undeliverable") and any(repr(q) in message for q in self.queues)
         )
 
 
-def _beat(flow, stop: threading.Event) -> None:
+def _beat(flow, stop: threading.Event, reader_queues: int) -> None:
     """The periodic tick that celery beat would send, run in this process; it renews the
-    claim on runflow's queue. A failed tick (the database or Redis away for a moment) is
-    retried at the next one, as beat would."""
+    claim on runflow's queue (and its ``reader_queues``). A failed tick (the database or
+    Redis away for a moment) is retried at the next one, as beat would."""
     log = logging.getLogger("dataflow.runflow")
     while not stop.wait(settings.DATAFLOW_TICK_SECONDS):
         try:
-            runflow_claim(flow)
+            runflow_claim(flow, reader_queues=reader_queues)
             flow_tick(flow_id=flow.pk)
         except Exception as exc:  # noqa: BLE001 - the next tick tries again
             log.warning("tick failed, retrying: %s", str(exc).strip().splitlines()[0] if str(exc) else exc)
