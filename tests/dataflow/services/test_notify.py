@@ -23,6 +23,7 @@ from source_support import addresses
 from source_support.errors import ConfigError
 from tests.factories import FlowRunFactory, WebhookDeliveryFactory
 from tests.helpers import logs_of, spec, wait_until, write_csv
+from tests.server_process import free_port
 
 
 @dataclass
@@ -208,18 +209,13 @@ def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs,
     assert len(receiver.calls) == 1
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_up(
     worker, dirs, quick_retries, settings
 ):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    nothing_listens = free_port()
     run = FlowRunFactory(
-        running=True, flow__notify={"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"}
+        running=True, flow__notify={"webhook": f"http://127.0.0.1:{nothing_listens}/hooks/flows"}
     )
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
