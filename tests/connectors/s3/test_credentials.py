@@ -61,6 +61,7 @@ def check(moto_endpoint: str, env, **table) -> ConfigError:
     return caught.value
 
 
+@pytest.mark.slow
 def test_the_right_key_pair_passes_the_check(moto, key, env):
     build_source({"endpoint_url": moto.endpoint_url, "bucket": "secured", **key}, CSV, env).check_input()
 
@@ -75,6 +76,7 @@ def test_a_wrong_secret_is_refused_naming_the_key_field_without_the_secret(moto,
     assert "not-the-secret" not in str(error) and key["access_key_id"] not in str(error)
 
 
+@pytest.mark.slow
 def test_an_unknown_key_is_refused_naming_the_key_field(moto, key, env):
     error = check(moto.endpoint_url, env, access_key_id="AKIAUNKNOWN0000", secret_access_key="x")
 

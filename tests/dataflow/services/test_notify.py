@@ -111,6 +111,7 @@ def _delivery_over(run: FlowRun) -> WebhookDelivery:
     return WebhookDelivery.objects.get(run=run)
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dirs, receiver, quick_retries):
     receiver.answers = [500, 200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -146,6 +147,7 @@ def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dir
     }
 
 
+@pytest.mark.slow
 def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quick_retries):
     receiver.answers = [404]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -158,6 +160,7 @@ def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quic
     assert len(receiver.calls) == 1
 
 
+@pytest.mark.slow
 def test_a_host_no_longer_allowed_is_not_called(worker, dirs, receiver, quick_retries, settings):
     receiver.answers = [200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -194,6 +197,7 @@ def test_webhook_hosts_can_be_limited_to_a_list(dirs, settings, host, allowed):
         assert f"{host} is not a host webhooks may call" in refused.value.reason
 
 
+@pytest.mark.slow
 def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs, receiver, quick_retries):
     receiver.answers = [200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -209,6 +213,7 @@ def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs,
     assert len(receiver.calls) == 1
 
 
+@pytest.mark.slow
 def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_up(
     worker, dirs, quick_retries, settings
 ):
@@ -225,6 +230,7 @@ def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_u
     assert "Connection refused" in delivery.last_error
 
 
+@pytest.mark.slow
 def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver, quick_retries):
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
@@ -240,6 +246,7 @@ def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver
     assert len(receiver.calls) == 1
 
 
+@pytest.mark.slow
 def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, quick_retries):
     receiver.go_on.clear()  # the receiver takes the call and answers only when told
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -254,6 +261,7 @@ def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, q
     assert _delivery_over(run).status == DeliveryStatus.DELIVERED
 
 
+@pytest.mark.slow
 def test_credentials_in_the_url_go_as_basic_auth_and_never_into_the_log(
     worker, dirs, receiver, quick_retries, notify_log
 ):
@@ -387,6 +395,7 @@ class RebindingResolver:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
 
 
+@pytest.mark.slow
 def test_a_webhook_whose_name_rebinds_to_loopback_is_not_called(
     worker, dirs, receiver, quick_retries, settings, monkeypatch
 ):
