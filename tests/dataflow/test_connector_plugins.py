@@ -53,6 +53,7 @@ def test_the_api_catalog_lists_the_packages_source_and_format(tiny, admin_client
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_admin_form_offers_the_packages_source_with_its_options(tiny, admin_client):
     response = admin_client.get(ADD_URL)
 

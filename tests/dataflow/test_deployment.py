@@ -35,6 +35,7 @@ def test_the_queues_are_under_the_deployments_namespace(rds):
         celery_app.control.purge()
 
 
+@pytest.mark.slow
 def test_a_task_of_another_deployment_is_refused_loudly_and_never_run(worker, dirs, caplog):
     write_csv(dirs.data / "a.csv", range(10))
     flow = DataFlowFactory(name="theirs-by-id", schedule={"every": "1 hour"})
@@ -52,6 +53,7 @@ def test_a_task_of_another_deployment_is_refused_loudly_and_never_run(worker, di
     assert not FlowRun.objects.filter(flow=flow).exists(), "the stranger's task ran here"
 
 
+@pytest.mark.slow
 def test_a_task_of_this_deployment_runs(worker, dirs):
     write_csv(dirs.data / "a.csv", range(10))
     flow = DataFlowFactory(name="ours-by-id", schedule={"every": "1 hour"})

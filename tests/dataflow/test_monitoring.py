@@ -212,6 +212,7 @@ def test_metrics_public_opens_them_to_anyone(client, settings):
 
 
 @pytest.mark.parametrize("flows", [3, 30])
+@pytest.mark.slow
 def test_a_scrape_makes_as_many_queries_for_30_flows_as_for_3(client, django_assert_max_num_queries, flows):
     for _ in range(flows):
         active = DataFlowFactory(running=True, with_history=True).runs.first()
@@ -243,6 +244,7 @@ def _beat_stopped_for(seconds: float) -> None:
     client.set(BEAT_KEY, now_s + now_us / 1e6 - seconds)
 
 
+@pytest.mark.slow
 def test_healthz_reports_ok_when_database_and_redis_answer_and_beat_ticks(client, beat_ticked):
     response = client.get("/healthz")
 
@@ -250,6 +252,7 @@ def test_healthz_reports_ok_when_database_and_redis_answer_and_beat_ticks(client
     assert response.json() == {"status": "ok", "database": "ok", "redis": "ok", "beat": "ok"}
 
 
+@pytest.mark.slow
 def test_a_beat_down_for_four_minutes_is_degraded_in_healthz_metrics_and_the_dashboard(client, beat_ticked):
     _beat_stopped_for(240)
 
@@ -281,6 +284,7 @@ def test_a_beat_that_never_ticked_is_degraded_and_its_gauge_infinite(client):
     assert _of(_scrape(client), "dataflow_beat_seconds_since_tick") == float("inf")
 
 
+@pytest.mark.slow
 def test_a_ticking_beat_shows_no_warning_on_the_dashboard(client, beat_ticked):
     client.force_login(UserFactory(username="alice"))
 

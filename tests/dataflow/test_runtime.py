@@ -77,6 +77,7 @@ def sequence_run(dirs, *, count: int, splits: int, batch_size: int) -> FlowRun:
     return flow_start(flow=flow)
 
 
+@pytest.mark.slow
 def test_small_splits_that_end_together_are_committed_together(dirs):
     run = sequence_run(dirs, count=3000, splits=300, batch_size=100)
     store = CountingStore(run)
@@ -91,6 +92,7 @@ def test_small_splits_that_end_together_are_committed_together(dirs):
     assert max(store.commits) == 50
 
 
+@pytest.mark.slow
 def test_a_batch_in_the_middle_of_a_split_is_committed_at_once(dirs):
     run = sequence_run(dirs, count=1000, splits=1, batch_size=100)
     store = CountingStore(run)
@@ -102,6 +104,7 @@ def test_a_batch_in_the_middle_of_a_split_is_committed_at_once(dirs):
     assert (split.status, split.position, split.records_read) == ("finished", 1000, 1000)
 
 
+@pytest.mark.slow
 def test_a_reader_serves_its_own_split_requests_when_no_tick_runs(dirs, settings):
     # No Celery worker runs here: the queued ticks are never taken, so every split this
     # reader reads was assigned by the enumerator it ran itself when it asked.

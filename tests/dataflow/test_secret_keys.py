@@ -53,6 +53,7 @@ def test_a_fresh_var_directory_gets_a_key_of_its_own_kept_private_unless_keys_ar
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_process_with_a_fresh_var_directory_refuses_the_secrets_saying_which_setting(tmp_path):
     """The database's secrets were sealed with this process's keys; another process is
     given a fresh var directory and no DATAFLOW_SECRET_KEYS (its key file lost): it makes a

@@ -37,6 +37,7 @@ def _stored_text() -> str:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_the_migration_seals_clear_secrets_and_clears_them_again_backwards():
     executor = _migrate(BEFORE)
     try:

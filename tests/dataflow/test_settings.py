@@ -44,6 +44,7 @@ def _settings_seen(var_dir: Path, **changes: str) -> list[str]:
     return shown.stdout.strip().splitlines()[-1].split(" ")
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_under_the_production_profile(tmp_path):
     checked = _manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING", DATAFLOW_PROFILE="production")
 
@@ -51,6 +52,7 @@ def test_check_deploy_is_clean_under_the_production_profile(tmp_path):
     assert "System check identified no issues" in checked.stdout
 
 
+@pytest.mark.slow
 def test_check_deploy_names_the_https_settings_outside_the_production_profile(tmp_path):
     checked = _manage(tmp_path, "check", "--deploy", "--fail-level", "WARNING")
 

@@ -169,6 +169,7 @@ def test_a_query_of_more_tokens_than_the_limit_is_refused_before_it_is_parsed():
     assert reason.startswith("has 1,208 tokens")
 
 
+@pytest.mark.slow
 def test_function_nodes_are_what_the_allowed_functions_parse_to():
     # FUNCTION_NODES is written out so that the allow-list can be read; it must stay what the
     # allowed names parse to with the installed sqlglot.

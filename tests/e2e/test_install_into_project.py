@@ -33,6 +33,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from tests.server_process import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "install-into-your-project.md"
 PASSWORD = "install-test-pw-1"
@@ -53,12 +55,6 @@ def _run(args: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 30
     done = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{args}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
     return done.stdout
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _checkout_copy(dest: Path) -> Path:
@@ -112,7 +108,7 @@ class Browser:
 
 
 def _serve(python: Path, project: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [str(python), "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
         cwd=project,

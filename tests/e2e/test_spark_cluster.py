@@ -37,20 +37,24 @@ from tests.helpers import (
     wait_until,
     write_csv,
 )
+from tests.server_process import free_port
 
 SPARK_HOME = Path(pyspark.__file__).parent  # the pip package is a Spark distribution
 
 
 def _port(preferred: int | None = None) -> int:
-    """``preferred`` if nothing listens there, else a free port."""
-    for candidate in ([preferred] if preferred else []) + [0]:
+    """``preferred`` (Spark's default, as the logs name it) if nothing listens there, else a
+    free port of this worker's (``free_port``: never an ephemeral port another process may
+    take before the server binds it)."""
+    if preferred:
         with socket.socket() as s:
             try:
-                s.bind(("127.0.0.1", candidate))
+                s.bind(("127.0.0.1", preferred))
             except OSError:
-                continue
-            return s.getsockname()[1]
-    raise AssertionError("no free port")
+                pass
+            else:
+                return preferred
+    return free_port()
 
 
 def _get_json(url: str):
@@ -69,6 +73,15 @@ def _wait_until(predicate, *, timeout: float, what: str):
             return value
         time.sleep(0.25)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _started(spark: SparkProcesses, name: str, line: str) -> bool:
+    """Whether process ``name`` has logged ``line``; fails with its log if it has exited."""
+    if line in spark.log(name):
+        return True
+    proc = spark.procs[name]
+    assert proc.poll() is None, f"{name} exited with {proc.returncode}: {spark.log(name)[-3000:]}"
+    return False
 
 
 class SparkProcesses:
@@ -132,14 +145,14 @@ class StandaloneCluster:
         )  # fmt: skip
         # The worker starts once the master answers: a worker that finds no master waits
         # 5-15 s before it tries again.
-        _wait_until(self.status, timeout=60, what="the Spark master")
+        _wait_until(self.status, timeout=180, what="the Spark master")
         self.spark.start(
             "worker",
             [spark_class, "org.apache.spark.deploy.worker.Worker", self.url,
              "--host", "127.0.0.1", "--webui-port", str(_port()),
              "--cores", "2", "--memory", "2g", "--work-dir", str(self.work_dir)],
         )  # fmt: skip
-        _wait_until(lambda: self.status()["aliveworkers"] == 1, timeout=60, what="the Spark worker")
+        _wait_until(lambda: self.status()["aliveworkers"] == 1, timeout=180, what="the Spark worker")
 
     def stop(self) -> None:
         self.spark.stop("worker")
@@ -253,9 +266,11 @@ def connect_server(log_dir: Path):
          "--conf", f"spark.ui.port={ui_port}"],
     )  # fmt: skip
     try:
+        # A wait for the server, not a measure: its JVM took over 90 s to start on 2 cores
+        # beside the other tests' (pytest-xdist); a server that exits fails at once.
         _wait_until(
-            lambda: "Spark Connect server started" in spark.log("connect"),
-            timeout=90,
+            lambda: _started(spark, "connect", "Spark Connect server started"),
+            timeout=300,
             what="the Spark Connect server",
         )
         yield f"sc://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}/api/v1"

@@ -34,6 +34,7 @@ from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.runs.tick import flow_tick
 from tests.helpers import Beat, live, multiset, wait_for_run, wait_until
 from tests.redis_server import PrivateRedis
+from tests.server_process import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -820,9 +821,7 @@ def test_an_unreachable_url_fails_runflow_naming_source_url_without_its_password
     cli, prefix, dirs, tcp_server, server, auth
 ):
     if server == "nothing":
-        with socket.socket() as probe:  # a port nothing listens on
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
+        port = free_port()  # nothing listens there (tests/server_process.py says why not a probe)
     else:
         port = tcp_server({"web": b"HTTP/1.1 400 Bad Request\r\n\r\n", "closes": b""}[server])
     url = f"redis://{auth}127.0.0.1:{port}/0"

@@ -78,6 +78,7 @@ BREAKAGES = [
 
 
 @pytest.mark.parametrize(("case", "broken"), BREAKAGES, ids=[case for case, _ in BREAKAGES])
+@pytest.mark.slow
 def test_each_case_fails_for_the_breakage_it_guards_against(case, broken, tmp_path):
     with pytest.raises(AssertionError):
         getattr(SinkConformanceSuite(), case)(BrokenContext(tmp_path, **broken), local_spark())

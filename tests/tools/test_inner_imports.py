@@ -118,6 +118,7 @@ def test_imports_that_all_say_why_pass_up_to_the_limit(tree, capsys):
     assert "6 imports inside functions (at most 5), 0 without a reason" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_packages_have_at_most_ten_imports_inside_functions_each_saying_why():
     result = subprocess.run(
         [sys.executable, "tools/inner_imports.py"], cwd=ROOT, capture_output=True, text=True, check=False

@@ -83,6 +83,7 @@ def test_every_avro_type_lands_as_the_type_a_user_expects(data):
 @pytest.mark.parametrize(
     ("codec", "sync_interval"), [("null", 16000), ("deflate", 4000), ("snappy", 1000), ("deflate", 200_000)]
 )
+@pytest.mark.slow
 def test_public_flights_read_as_fastavro_reads_them_with_each_codec(data, flight_data, codec, sync_interval):
     schema, records = flight_data
     path = write_container(data / "flights.avro", schema, records, codec=codec, sync_interval=sync_interval)
@@ -96,6 +97,7 @@ def test_public_flights_read_as_fastavro_reads_them_with_each_codec(data, flight
 
 
 @pytest.mark.parametrize("split_bytes", [997, 4096, 50_000])
+@pytest.mark.slow
 def test_splits_cut_inside_a_multi_block_file_read_each_record_once(data, flight_data, split_bytes):
     schema, records = flight_data
     path = write_container(data / "flights.avro", schema, records, codec="deflate", sync_interval=2000)
@@ -106,6 +108,7 @@ def test_splits_cut_inside_a_multi_block_file_read_each_record_once(data, flight
     assert read.table.to_pylist() == expected_rows(schema, fastavro_records(path))
 
 
+@pytest.mark.slow
 def test_a_batch_ends_after_a_whole_block_and_holds_at_most_the_batch_size(data, flight_data):
     schema, records = flight_data
     path = write_container(data / "flights.avro", schema, records[:5000], sync_interval=1000)
@@ -133,6 +136,7 @@ def _corrupt_middle_block(path):
     return offset, range(first, first + count)
 
 
+@pytest.mark.slow
 def test_a_corrupt_block_is_a_bad_record_at_its_offset_and_the_rest_is_read(data, flight_data):
     schema, records = flight_data
     path = write_container(data / "flights.avro", schema, records[:3000], codec="deflate", sync_interval=2000)

@@ -96,6 +96,7 @@ def test_public_flights_are_written_as_json_as_fastavro_reads_them(worker, dirs)
     assert written == expected
 
 
+@pytest.mark.slow
 def test_a_corrupt_block_is_dead_lettered_with_file_and_position_when_skipping(worker, dirs):
     schema, records = flights(2000)
     path = write_container(dirs.data / "flights.avro", schema, records, sync_interval=2000)

@@ -190,6 +190,7 @@ def test_a_deleted_file_is_a_bad_record_and_the_others_are_read(data, env):
     ]
 
 
+@pytest.mark.slow
 def test_the_split_payload_stays_small(data, env):
     small_files(data, 1000, subdirs=2)
     payload = FileSplitSerializer().serialize(group_of(data, env))

@@ -141,6 +141,7 @@ def test_nycflights_airports_equal_pandas():
     assert_same_as_pandas(read.table, pandas_csv(path))
 
 
+@pytest.mark.slow
 def test_nycflights_weather_in_byte_ranges_with_na_as_null_equals_pandas():
     path = NYCFLIGHTS / "weather.csv"
 

@@ -175,6 +175,7 @@ def test_an_s3_path_keeps_its_fields_and_a_connection_excludes_typed_keys(env):
 # Reaching the store
 
 
+@pytest.mark.slow
 def test_a_wrong_secret_is_a_config_error_naming_the_field_and_nothing_is_written(strict_moto, env):
     config = SINKS["parquet"].validate(_config(strict_moto, "out/refused", secret=WRONG_SECRET), env)
 
@@ -189,6 +190,7 @@ def test_a_wrong_secret_is_a_config_error_naming_the_field_and_nothing_is_writte
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=BUCKET)
 
 
+@pytest.mark.slow
 def test_a_bucket_that_does_not_exist_is_named(moto, env):
     config = SINKS["csv"].validate(_config(moto, "out", bucket="no-such-bucket"), env)
 
@@ -262,6 +264,7 @@ def test_a_dataset_reader_sees_one_runs_files_and_the_success_manifest_names_the
     assert success == {"attempt": "run2-1", "rows": 6, "files": data_keys(moto, "out/dataset")}
 
 
+@pytest.mark.slow
 def test_a_repeated_epoch_that_writes_fewer_files_leaves_only_its_own(moto):
     place = S3Place(BUCKET, "out/epochs")
     client = aws_client(_target(moto), "s3")

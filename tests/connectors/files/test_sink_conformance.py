@@ -63,14 +63,17 @@ class FilesSinkContext(SinkContext):
 
 
 class TestParquetSinkConformance(SinkConformanceSuite):
+    # Each case runs Spark jobs (up to a minute each on 3 busy workers): the whole suite runs
+    # the kit; the fast lane has the files sink's own tests (test_sink.py).
+    pytestmark = pytest.mark.slow
+
     @pytest.fixture()
     def sink_context(self, tmp_path):
         return FilesSinkContext(tmp_path, "parquet")
 
 
 class TestCsvSinkConformance(SinkConformanceSuite):
-    # The kit repeats the Parquet case's staging, publish and epoch path with another
-    # writer: the whole suite runs it, the fast lane only the Parquet one.
+    # The kit repeats the Parquet case's staging, publish and epoch path with another writer.
     pytestmark = pytest.mark.slow
 
     @pytest.fixture()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from connectors.kafka.split import PartitionSplit
 from tests.connectors.kafka.conftest import Topics
 from tests.connectors.kafka.test_reader import reader_of
@@ -15,6 +17,7 @@ from tests.helpers import logs_of, wait_until
 OUTAGE_S = 4.0
 
 
+@pytest.mark.slow
 def test_a_lost_broker_is_said_once_then_summed_up_when_it_answers_again(tansu, env, caplog):
     Topics(tansu).make("outage")  # empty: the broker comes back empty, and no split went back
     _, reader = reader_of(env, tansu, "outage")

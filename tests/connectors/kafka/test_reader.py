@@ -48,6 +48,7 @@ def orders(ids):
     return [{"id": i, "customer": f"c{i}"} for i in ids]
 
 
+@pytest.mark.slow
 def test_reads_from_the_position_with_metadata_and_ends_at_the_next_offset(env, cluster, topics, prefix):
     topics.send_json(prefix, 1, orders(range(5)), key=b"k", ts_ms=1_700_000_000_000)
     source, reader = reader_of(env, cluster, prefix, metadata=True)

@@ -32,6 +32,7 @@ def _past_the_end(broker, env, **options) -> tuple[str, SourceHarness]:
     return topic, SourceHarness(source, readers=1, poll_timeout_s=0.05)
 
 
+@pytest.mark.slow
 def test_a_checkpoint_past_the_partitions_log_fails_its_split_naming_both_offsets(broker, env):
     topic, harness = _past_the_end(broker, env)
 
@@ -74,6 +75,7 @@ def test_a_declared_restart_reads_the_new_log_from_its_first_offset_and_says_so(
     assert not any(s.failed for s in splits.values())
 
 
+@pytest.mark.slow
 def test_tansu_restarted_empty_fails_a_split_by_default_and_restarts_it_when_declared(tansu, env, caplog):
     topic = f"e{uuid.uuid4().hex[:10]}"
     topics = Topics(tansu)
@@ -108,6 +110,7 @@ def test_tansu_restarted_empty_fails_a_split_by_default_and_restarts_it_when_dec
 
 
 @pytest.mark.parametrize("on_reset", ["fail", "restart"])
+@pytest.mark.slow
 def test_a_topic_made_again_past_the_checkpoint_is_told_by_its_topic_id(tansu, env, on_reset):
     # Offsets cannot tell this one: the new log already reaches past the checkpoint. Tansu
     # tells topic ids (KIP-516); the mock cluster does not (there offsets are all there is).

@@ -65,6 +65,7 @@ def test_a_connection_url_must_name_kafka_brokers():
         ConnectionFactory(name="bad", type="kafka", url="http://127.0.0.1:9092", key_patterns=[], users=[])
 
 
+@pytest.mark.slow
 def test_kafka_is_in_the_catalog_and_the_admin_form(admin_client):
     catalog = admin_client.get("/api/connectors/").json()
     kafka = {c["type"]: c for c in catalog["sources"]}["kafka"]

@@ -89,6 +89,7 @@ def test_a_stop_makes_the_source_bounded_and_after_records_keeps_it_unbounded(en
     assert build(env, GOOD, stop={"after_records": 5, "kind": "records"}).boundedness.value != "bounded"
 
 
+@pytest.mark.slow
 def test_a_missing_stream_is_refused_naming_source_stream_name(env, moto):
     source = build(env, source_table(moto, "nowhere"))
 
@@ -99,6 +100,7 @@ def test_a_missing_stream_is_refused_naming_source_stream_name(env, moto):
     assert "ResourceNotFoundException" in refused.value.reason
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_does_not_answer_is_refused_naming_source_endpoint_url(env):
     table = {
         **GOOD,

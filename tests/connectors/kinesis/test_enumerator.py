@@ -55,6 +55,7 @@ def finish(enumerator, context, shard: str) -> None:
     enumerator.handle_source_event(0, SourceEvent(SHARD_FINISHED, {"shard": shard}))
 
 
+@pytest.mark.slow
 def test_each_shard_is_a_split_spread_over_the_readers(env, moto, kinesis, stream_name, clock):
     kinesis.create_stream(StreamName=stream_name, ShardCount=4)
     context = RecordingContext(parallelism=2)

@@ -49,6 +49,7 @@ def test_the_catalog_lists_the_kinesis_source_with_its_schema():
     assert source["schema"]["properties"]["start"]["enum"] == ["TRIM_HORIZON", "LATEST", "AT_TIMESTAMP"]
 
 
+@pytest.mark.slow
 def test_the_admin_offers_the_kinesis_source_and_saves_a_flow_with_its_secret_masked(admin_client, add_flow):  # noqa: F811
     page = admin_client.get(ADD_URL).content.decode()
     assert "adf-type-kinesis" in page

@@ -80,6 +80,7 @@ def one_shard(kinesis, stream_name) -> str:
     return shard_ids(kinesis, stream_name)[0]
 
 
+@pytest.mark.slow
 def test_records_come_at_their_positions_from_the_shards_start(env, moto, stream_name, one_shard):
     reader = reader_of(source_of(env, moto, stream_name))
     reader.handle_splits_changes([split_of(stream_name, one_shard)], [])

@@ -58,6 +58,9 @@ class NatsSinkContext(SinkContext):
 
 
 class TestNatsSinkConformance(SinkConformanceSuite):
+    # Spark jobs in each case: the whole suite runs the kit, the fast lane test_sink.py.
+    pytestmark = pytest.mark.slow
+
     @pytest.fixture()
     def sink_context(self, stream_name, env):
         return NatsSinkContext(stream_name, env)

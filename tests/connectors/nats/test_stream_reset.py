@@ -107,6 +107,7 @@ def test_a_server_restarted_on_fresh_storage_under_a_reading_split_fails_it(env,
         server.kill()
 
 
+@pytest.mark.slow
 def test_messages_discarded_by_max_msgs_before_they_were_read_are_a_loss_at_their_range(env, stream):
     stream.run(stream.js.delete_stream(stream.name))
     stream.create(subjects=("a",), max_msgs=50)
@@ -133,6 +134,7 @@ def test_messages_discarded_by_max_msgs_before_they_were_read_are_a_loss_at_thei
     reader.close()
 
 
+@pytest.mark.slow
 def test_messages_discarded_while_no_reader_read_fail_a_split_that_skips_no_errors(env, stream):
     stream.run(stream.js.delete_stream(stream.name))
     stream.create(subjects=("a",), max_msgs=50)
@@ -151,6 +153,7 @@ def test_messages_discarded_while_no_reader_read_fail_a_split_that_skips_no_erro
     reader.close()
 
 
+@pytest.mark.slow
 def test_discarded_messages_of_a_stream_of_several_subjects_are_a_note_not_a_failure(env, stream):
     stream.run(stream.js.delete_stream(stream.name))
     stream.create(max_msgs=50)  # subjects a and b
@@ -180,6 +183,7 @@ def source_of(env, stream: Stream, **options) -> NatsJetStreamSource:
     )
 
 
+@pytest.mark.slow
 def test_a_declared_restart_reads_a_stream_created_again_from_its_first_sequence(env, stream, caplog):
     stream.orders("a", range(10))
     first = created(stream)

@@ -9,6 +9,7 @@ from tests.helpers import read_parquet_rows, run_flow
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_flow_reads_every_stream_of_the_topic_up_to_latest(worker, rds, prefix, dirs):
     for i in range(30):
         rds.xadd(f"{prefix}orders:{i % 3}", {"id": i, "customer": f"c{i % 4}", "amount": i / 2})
@@ -54,6 +55,7 @@ def test_a_flow_writes_its_result_to_a_stream_once(worker, rds, prefix, dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_alice_reads_and_writes_only_her_keys_through_her_connection(worker, rds, prefix, dirs, settings):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # the tests' Redis, on loopback
     alice = UserFactory(username=f"alice-{prefix[:-1]}")

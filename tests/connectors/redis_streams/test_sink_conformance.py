@@ -49,6 +49,10 @@ class RedisStreamSinkContext(SinkContext):
 
 
 class TestRedisStreamSinkConformance(SinkConformanceSuite):
+    # Spark jobs in each case: the whole suite runs the kit, the fast lane test_sink.py's
+    # quick tests.
+    pytestmark = pytest.mark.slow
+
     @pytest.fixture()
     def sink_context(self, rds, prefix, env):
         context = RedisStreamSinkContext(rds, prefix, env)

@@ -85,6 +85,7 @@ def test_staff_save_an_s3_flow_and_see_its_secrets_masked(tmp_path):
     assert DataFlow.objects.get(name="events").source_config["secret_access_key"] == "s3cret-key"
 
 
+@pytest.mark.slow
 def test_the_admin_offers_the_s3_source_and_saves_a_flow_through_it(admin_client, add_flow):  # noqa: F811
     page = admin_client.get(ADD_URL).content.decode()
     assert 'class="module aligned adf-options adf-source-options adf-type-s3"' in page
@@ -113,6 +114,7 @@ def test_alice_needs_a_connection_and_may_not_give_an_endpoint(alice):
     assert "only staff may give an address" in refused(typed, "source.endpoint_url")
 
 
+@pytest.mark.slow
 def test_alice_reads_her_prefix_through_her_connection(alice, loopback_allowed):
     lake("alice-lake", ["alice-data/in/*"], users=[alice])
 

@@ -34,6 +34,7 @@ def only_split(source, split_size: int | None = None):
 
 
 @pytest.mark.parametrize("key", ["orders.csv", "orders.csv.gz"])
+@pytest.mark.slow
 def test_an_object_rewritten_while_read_fails_its_split_naming_the_change(moto, s3, bucket, env, key):
     data = body(0, 20_000)
     s3.put_object(Bucket=bucket, Key=key, Body=gzip.compress(data) if key.endswith(".gz") else data)
@@ -56,6 +57,7 @@ def test_an_object_rewritten_while_read_fails_its_split_naming_the_change(moto, 
     )
 
 
+@pytest.mark.slow
 def test_a_retried_split_takes_the_rewritten_whole_object(moto, s3, bucket, env):
     s3.put_object(Bucket=bucket, Key="a.csv", Body=body(0, 5))
     source = build_source(source_table(moto, bucket), CSV, env)
@@ -91,6 +93,7 @@ def test_a_deleted_object_is_a_bad_record_of_its_split(moto, s3, bucket, env):
     assert "deleted after it was discovered" in batch.bad_records[0].reason
 
 
+@pytest.mark.slow
 def test_an_object_deleted_while_read_fails_its_split_at_once(moto, s3, bucket, env, monkeypatch):
     monkeypatch.setattr(objects, "FIRST_RANGE_BYTES", 1 << 16)
     monkeypatch.setattr(objects, "RANGE_BYTES", 1 << 16)
@@ -162,6 +165,7 @@ def next_slice_reader(source, split) -> S3SplitReader:
     return reader
 
 
+@pytest.mark.slow
 def test_a_gzip_object_is_not_inflated_again_at_each_slice(moto, s3, bucket, env, monkeypatch):
     s3.put_object(Bucket=bucket, Key="orders.csv.gz", Body=gzip.compress(body(0, 20_000)))
     source = build_source(source_table(moto, bucket), CSV, env)
@@ -186,6 +190,7 @@ def test_a_gzip_object_is_not_inflated_again_at_each_slice(moto, s3, bucket, env
     assert opened == ["orders.csv.gz"]  # opened once, taken back by each later slice
 
 
+@pytest.mark.slow
 def test_an_object_rewritten_while_parked_fails_its_split(moto, s3, bucket, env, monkeypatch):
     monkeypatch.setattr(objects, "RANGE_BYTES", 64 << 10)
     monkeypatch.setattr(objects, "FIRST_RANGE_BYTES", 64 << 10)

@@ -8,14 +8,13 @@ which only keys made through its IAM are taken (the first calls make that key)."
 
 from __future__ import annotations
 
-import socket
-
 import boto3
 import pytest
 
 from source_support.errors import ConfigError
 from tests.connectors.s3.helpers import build_source
 from tests.moto_server import PrivateMotoServer
+from tests.server_process import free_port
 
 CSV = {"type": "csv", "schema": "id BIGINT", "header": False}
 ALLOW_ALL = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
@@ -62,6 +61,7 @@ def check(moto_endpoint: str, env, **table) -> ConfigError:
     return caught.value
 
 
+@pytest.mark.slow
 def test_the_right_key_pair_passes_the_check(moto, key, env):
     build_source({"endpoint_url": moto.endpoint_url, "bucket": "secured", **key}, CSV, env).check_input()
 
@@ -76,6 +76,7 @@ def test_a_wrong_secret_is_refused_naming_the_key_field_without_the_secret(moto,
     assert "not-the-secret" not in str(error) and key["access_key_id"] not in str(error)
 
 
+@pytest.mark.slow
 def test_an_unknown_key_is_refused_naming_the_key_field(moto, key, env):
     error = check(moto.endpoint_url, env, access_key_id="AKIAUNKNOWN0000", secret_access_key="x")
 
@@ -96,9 +97,7 @@ def test_a_missing_bucket_is_refused_naming_the_bucket(moto, key, env):
 
 @pytest.mark.slow  # over 5 s on 2 cores: not in the fast lane
 def test_an_endpoint_that_does_not_answer_is_refused_naming_it(key, env, quick_retries):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]  # nothing listens there once the probe is closed
+    port = free_port()  # nothing listens there
     error = check(f"http://127.0.0.1:{port}", env, **key)
 
     assert error.field == "source.endpoint_url"

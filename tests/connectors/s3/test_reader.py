@@ -20,6 +20,7 @@ from tests.connectors.s3.helpers import build_source, read_all
 
 
 @pytest.mark.parametrize("gzipped", [False, True])
+@pytest.mark.slow
 def test_penguins_from_an_object_equal_pandas(moto, s3, bucket, env, gzipped):
     body = PENGUINS.read_bytes()
     key = "data/penguins.csv" + (".gz" if gzipped else "")
@@ -34,6 +35,7 @@ def test_penguins_from_an_object_equal_pandas(moto, s3, bucket, env, gzipped):
     assert_same_as_pandas(table, pandas_csv(PENGUINS, na_values=["", "NA"]))
 
 
+@pytest.mark.slow
 def test_nycflights_weather_in_byte_ranges_equals_pandas(moto, s3, bucket, env):
     path = NYCFLIGHTS / "weather.csv"
     s3.put_object(Bucket=bucket, Key="weather.csv", Body=path.read_bytes())
@@ -48,6 +50,7 @@ def test_nycflights_weather_in_byte_ranges_equals_pandas(moto, s3, bucket, env):
     assert_same_as_pandas(table, frame)
 
 
+@pytest.mark.slow
 def test_json_lines_and_latin1_csv_objects_are_read(moto, s3, bucket, env):
     rows = [{"id": n, "name": f"n{n}", "amount": n / 4} for n in range(2500)]
     s3.put_object(

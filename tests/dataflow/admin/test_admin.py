@@ -20,6 +20,7 @@ def test_admin_creates_a_valid_flow(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_admin_shows_the_config_error_on_its_field(add_flow):
     response = add_flow(source__files__path="/etc/*")
 
@@ -30,6 +31,7 @@ def test_admin_shows_the_config_error_on_its_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_admin_action_starts_the_flow(admin_client, add_flow):
     add_flow()
     flow = DataFlow.objects.get(name="admin-flow")
@@ -41,6 +43,7 @@ def test_admin_action_starts_the_flow(admin_client, add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_flows_admin_page_makes_as_many_queries_for_3000_splits_as_for_10(
     admin_client, django_assert_max_num_queries
 ):

@@ -95,6 +95,7 @@ def test_view_only_staff_cannot_change_or_add_connections(client):
     assert Connection.objects.get(pk=connection.pk).name == connection.name
 
 
+@pytest.mark.slow
 def test_the_flow_form_offers_a_connection_for_redis_sources_and_sinks(admin_client):
     form = admin_client.get("/admin/dataflow/dataflow/add/").context["adminform"].form
 

@@ -40,6 +40,7 @@ def test_the_list_offers_discard_and_replay_not_a_plain_delete(admin_client, csv
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_replay_of_a_running_flow_is_refused_with_a_message(admin_client, csv_flow):
     letter = DeadLetterFactory(run=FlowRunFactory(flow=csv_flow))
     flow_start(flow=csv_flow)

@@ -20,6 +20,7 @@ def _running_flow(dirs, name: str) -> DataFlow:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_deleting_a_running_flow_in_the_admin_leaves_no_periodic_task(admin_client, dirs):
     flow = _running_flow(dirs, "doomed")
 
@@ -32,6 +33,7 @@ def test_deleting_a_running_flow_in_the_admin_leaves_no_periodic_task(admin_clie
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_deleting_selected_flows_in_the_admin_leaves_no_periodic_task(admin_client, dirs):
     flows = [_running_flow(dirs, "first"), _running_flow(dirs, "second")]
 

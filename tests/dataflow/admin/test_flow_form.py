@@ -38,6 +38,7 @@ def test_add_form_lists_the_registered_types_and_each_options_help(admin_client)
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_add_form_shows_each_options_default(admin_client):
     response = admin_client.get(ADD_URL)
 
@@ -48,6 +49,7 @@ def test_add_form_shows_each_options_default(admin_client):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_each_types_options_are_in_a_fieldset_named_for_the_type(admin_client):
     page = admin_client.get(ADD_URL).content.decode()
 
@@ -56,6 +58,7 @@ def test_each_types_options_are_in_a_fieldset_named_for_the_type(admin_client):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_posting_a_valid_flow_creates_it_owned_by_the_user(add_flow, admin_user):
     response = add_flow()
 
@@ -68,6 +71,7 @@ def test_posting_a_valid_flow_creates_it_owned_by_the_user(add_flow, admin_user)
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_path_outside_the_allowed_roots_is_shown_on_the_source_path_field(add_flow):
     response = add_flow(source__files__path="/etc/passwd")
 
@@ -79,6 +83,7 @@ def test_a_path_outside_the_allowed_roots_is_shown_on_the_source_path_field(add_
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_sink_option_error_is_shown_on_its_field(add_flow):
     response = add_flow(sink_type="csv", sink__csv__path="/etc/out")
 
@@ -87,6 +92,7 @@ def test_a_sink_option_error_is_shown_on_its_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_stray_value_in_a_type_not_chosen_is_ignored(add_flow):
     response = add_flow(source__redis_streams__discovery_interval_ms="not a number")
 
@@ -96,6 +102,7 @@ def test_a_stray_value_in_a_type_not_chosen_is_ignored(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_missing_required_option_is_named_on_its_field(add_flow):
     response = add_flow(source__files__path="")
 
@@ -104,6 +111,7 @@ def test_a_missing_required_option_is_named_on_its_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_name_already_taken_is_refused_on_add(add_flow):
     add_flow()
 
@@ -115,6 +123,7 @@ def test_a_name_already_taken_is_refused_on_add(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_bad_schedule_is_shown_on_the_cron_field(add_flow):
     response = add_flow(schedule_cron="every day")
 
@@ -122,6 +131,7 @@ def test_a_bad_schedule_is_shown_on_the_cron_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_schedule_and_a_webhook_are_saved(add_flow):
     response = add_flow(
         schedule_every="15 minutes", notify_webhook="https://example.com/hook", notify_on=["failed"]
@@ -134,6 +144,7 @@ def test_a_schedule_and_a_webhook_are_saved(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_change_form_shows_the_stored_values_and_saves_an_edit(admin_client, csv_flow):
     page = admin_client.get(_change_url(csv_flow))
     form = page.context["adminform"].form
@@ -150,6 +161,7 @@ def test_change_form_shows_the_stored_values_and_saves_an_edit(admin_client, csv
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_secret_is_shown_masked_and_kept_when_left_unchanged(admin_client, dirs):
     flow = DataFlowFactory(stream=True, stream_url="redis://:s3cret@127.0.0.1:6379/7")
 
@@ -169,6 +181,7 @@ def test_a_secret_is_shown_masked_and_kept_when_left_unchanged(admin_client, dir
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_secret_typed_anew_replaces_the_stored_one(admin_client, dirs):
     flow = DataFlowFactory(stream=True, stream_url="redis://:s3cret@127.0.0.1:6379/7")
     page = admin_client.get(_change_url(flow))
@@ -191,6 +204,7 @@ def test_an_options_help_is_shown_as_text_not_markup():
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_null_values_with_an_empty_text_are_taken_and_shown_as_a_json_array(admin_client, add_flow):
     response = add_flow(format__csv__null_values='["", "NA"]', format__csv__date_format="yyyy/MM/dd")
 
@@ -203,6 +217,7 @@ def test_null_values_with_an_empty_text_are_taken_and_shown_as_a_json_array(admi
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_null_values_that_are_not_a_list_are_refused_on_their_field(add_flow):
     response = add_flow(format__csv__null_values='["NA"')
 
@@ -211,6 +226,7 @@ def test_null_values_that_are_not_a_list_are_refused_on_their_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_avro_format_is_offered_and_a_flow_in_it_is_saved(admin_client, add_flow):
     page = admin_client.get(ADD_URL).content.decode()
     assert 'class="module aligned adf-options adf-format-options adf-type-avro"' in page
@@ -224,6 +240,7 @@ def test_the_avro_format_is_offered_and_a_flow_in_it_is_saved(admin_client, add_
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_bad_avro_writer_schema_is_shown_on_its_field(add_flow):
     response = add_flow(format_type="avro", format__avro__writer_schema='{"type": "record"')
 
@@ -234,6 +251,7 @@ def test_a_bad_avro_writer_schema_is_shown_on_its_field(add_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_nats_source_and_sink_are_offered_and_a_flow_through_them_is_saved(admin_client, add_flow):
     page = admin_client.get(ADD_URL).content.decode()
     assert 'class="module aligned adf-options adf-source-options adf-type-nats_jetstream"' in page
@@ -259,6 +277,7 @@ def test_the_nats_source_and_sink_are_offered_and_a_flow_through_them_is_saved(a
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_no_admin_form_shows_an_example_as_a_placeholder(admin_client, dirs):
     # A placeholder in an empty field reads as a value already filled in (orders-aws,
     # http://127.0.0.1:9000): examples are help text, on every add and change page.

@@ -212,6 +212,7 @@ def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, 
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_non_staff_user_reaches_no_admin_page_whatever_their_permissions(
     non_staff_with_every_permission, dirs
 ):
@@ -229,6 +230,7 @@ def test_a_non_staff_user_reaches_no_admin_page_whatever_their_permissions(
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(dirs):
     rows = _one_of_each(dirs)
     client = _client_of("steerer", _app_permissions("view_dataflow", "change_dataflow"), is_staff=True)
@@ -242,6 +244,7 @@ def test_staff_who_may_change_flows_steer_any_users_flow_as_through_the_api(dirs
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_discarding_a_dead_letter_takes_the_permission_the_api_asks_for(dirs):
     rows = _one_of_each(dirs)
     letter = rows[DeadLetterFactory._meta.model]

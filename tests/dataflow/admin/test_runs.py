@@ -98,6 +98,7 @@ def test_the_run_page_shows_live_records_and_links_to_its_splits_and_dead_letter
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_flow_page_shows_its_latest_runs_progress(admin_client, reading_run):
     page = admin_client.get(f"/admin/dataflow/dataflow/{reading_run.flow_id}/change/").content.decode()
 
@@ -204,6 +205,7 @@ def _list_queries(admin_client) -> tuple[int, str]:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_flows(
     admin_client, dirs, reading_run
 ):
@@ -227,6 +229,7 @@ def test_the_flow_list_shows_the_last_run_in_as_many_queries_for_any_number_of_f
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_flow_page_lists_its_latest_runs_only(admin_client, csv_flow, dirs):
     runs = [FlowRunFactory(flow=csv_flow) for _ in range(22)]
     FlowRunFactory()  # of another flow

@@ -23,6 +23,7 @@ def _messages(response) -> list[str]:
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_start_pause_resume_and_stop_buttons_change_the_flows_state(admin_client, csv_flow):
     response = _steer(admin_client, csv_flow, "start")
     assert response.status_code == 200
@@ -44,6 +45,7 @@ def test_start_pause_resume_and_stop_buttons_change_the_flows_state(admin_client
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_refused_action_is_an_error_message_not_an_error_page(admin_client, csv_flow):
     response = _steer(admin_client, csv_flow, "pause")
 
@@ -54,6 +56,7 @@ def test_a_refused_action_is_an_error_message_not_an_error_page(admin_client, cs
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_restart_stops_the_run_and_starts_a_new_one(admin_client, csv_flow):
     first = flow_start(flow=csv_flow)
 
@@ -65,6 +68,7 @@ def test_restart_stops_the_run_and_starts_a_new_one(admin_client, csv_flow):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_restart_failed_reads_only_the_failed_splits_again(admin_client, csv_flow):
     run = flow_start(flow=csv_flow)
     SplitFactory(run=run, split_id="a@0", status=SplitStatus.FINISHED)
@@ -83,6 +87,7 @@ def test_restart_failed_reads_only_the_failed_splits_again(admin_client, csv_flo
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_the_page_shows_the_buttons_that_fit_the_state(admin_client, csv_flow):
     url = f"/admin/dataflow/dataflow/{csv_flow.pk}/change/"
     idle = admin_client.get(url).content.decode()

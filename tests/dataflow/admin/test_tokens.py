@@ -34,6 +34,7 @@ def _pages(token: Token) -> list[str]:
     return [LIST, f"{LIST}?q=bob", f"{row}/change/", f"{row}/history/", f"{row}/delete/"]
 
 
+@pytest.mark.slow
 def test_staff_who_may_view_tokens_cannot_read_another_users_key(django_user_model, bobs_token):
     viewer = _staff(django_user_model, "viewer", "view_tokenproxy")
 
@@ -46,6 +47,7 @@ def test_staff_who_may_view_tokens_cannot_read_another_users_key(django_user_mod
     assert f"{bobs_token.key[:4]}****" in pages[LIST].content.decode()
 
 
+@pytest.mark.slow
 def test_a_superuser_cannot_read_another_users_key_either(admin_client, bobs_token):
     pages = {path: admin_client.get(path) for path in _pages(bobs_token)}
     deleted = admin_client.post(f"{LIST}{bobs_token.user_id}/delete/", {"post": "yes"}, follow=True)

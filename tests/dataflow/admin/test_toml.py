@@ -42,6 +42,7 @@ path = "{dirs.out / name}"
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_pasted_toml_creates_the_flow(admin_client, admin_user, dirs):
     response = admin_client.post(IMPORT_URL, {"toml": _toml(dirs)}, follow=True)
 
@@ -98,6 +99,7 @@ def test_the_list_links_to_the_import(admin_client):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_export_downloads_toml_that_imports_back(admin_client, csv_flow):
     expected = flow_spec_validate(flow_spec_of(csv_flow))
     page = admin_client.get(f"/admin/dataflow/dataflow/{csv_flow.pk}/change/").content.decode()

@@ -65,6 +65,7 @@ def test_a_wrong_token_is_401(anonymous):
     assert response.json()["detail"] == "Invalid token."
 
 
+@pytest.mark.slow
 def test_the_schema_and_the_docs_need_no_login(anonymous):
     schema = anonymous.get("/api/schema/")
     docs = anonymous.get("/api/docs/")
@@ -197,6 +198,7 @@ def test_a_session_login_must_send_the_csrf_token(owner, body):
     assert not DataFlow.objects.exists()
 
 
+@pytest.mark.slow
 def test_writes_beyond_the_rate_are_throttled_and_reads_are_not(api, flow, settings):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api-write": "3/min"}}
 

@@ -66,6 +66,7 @@ def test_stop_stops_the_run_and_a_second_stop_is_a_conflict(api, flow):
     assert "no active run to stop" in again.json()["detail"]
 
 
+@pytest.mark.slow
 def test_pause_and_resume(api, flow):
     run_id = act(api, flow, "start").json()["run"]
 
@@ -88,6 +89,7 @@ def test_resume_of_a_flow_never_run_is_a_conflict(api, flow):
     assert "has no stopped run to resume" in response.json()["detail"]
 
 
+@pytest.mark.slow
 def test_restart_stops_the_run_and_starts_another(api, flow):
     first = act(api, flow, "start").json()["run"]
 
@@ -99,6 +101,7 @@ def test_restart_stops_the_run_and_starts_another(api, flow):
     assert FlowRun.objects.get(pk=first).status == RunStatus.STOPPED
 
 
+@pytest.mark.slow
 def test_restart_only_failed_restarts_the_failed_splits(api, flow, csv_path):
     run_id = act(api, flow, "start").json()["run"]
     act(api, flow, "stop")
@@ -129,6 +132,7 @@ def test_restart_with_a_bad_only_failed_is_a_400(api, flow):
     assert "only_failed" in response.json()
 
 
+@pytest.mark.slow
 def test_status_shows_the_state_the_run_and_its_splits(api, flow):
     run_id = act(api, flow, "start").json()["run"]
     Split.objects.create(
@@ -178,6 +182,7 @@ def test_status_of_a_flow_never_run(api, flow):
     }
 
 
+@pytest.mark.slow
 def test_runs_are_listed_newest_first_with_their_counters(api, flow):
     first = act(api, flow, "start").json()["run"]
     act(api, flow, "stop")
@@ -200,6 +205,7 @@ def test_runs_are_listed_newest_first_with_their_counters(api, flow):
     assert stopped["finished_at"] is not None
 
 
+@pytest.mark.slow
 def test_metrics_are_the_latest_runs_series_by_default(api, flow):
     old = act(api, flow, "start").json()["run"]
     act(api, flow, "stop")
@@ -226,6 +232,7 @@ def test_metrics_are_the_latest_runs_series_by_default(api, flow):
     assert [s["records_read"] for s in of_old["series"]] == [999]
 
 
+@pytest.mark.slow
 def test_metrics_of_another_flows_run_is_404_and_a_bad_since_400(api, flow, make_flow):
     other = make_flow("other")
     run_id = act(api, other, "start").json()["run"]
@@ -240,6 +247,7 @@ def test_metrics_of_another_flows_run_is_404_and_a_bad_since_400(api, flow, make
     }
 
 
+@pytest.mark.slow
 def test_offsets_can_be_changed_only_while_stopped(api, flow):
     run_id = act(api, flow, "start").json()["run"]
     Split.objects.create(run_id=run_id, split_id="orders.csv@0", payload={}, position=40, records_read=3)
@@ -257,6 +265,7 @@ def test_offsets_can_be_changed_only_while_stopped(api, flow):
     assert set_running.status_code == 409
 
 
+@pytest.mark.slow
 def test_offsets_of_an_unknown_split_are_a_field_error_and_a_reset_forgets_them(api, flow):
     run_id = act(api, flow, "start").json()["run"]
     Split.objects.create(run_id=run_id, split_id="orders.csv@0", payload={}, position=40)
@@ -272,6 +281,7 @@ def test_offsets_of_an_unknown_split_are_a_field_error_and_a_reset_forgets_them(
     assert not Split.objects.filter(run_id=run_id).exists()
 
 
+@pytest.mark.slow
 def test_checkpoints_are_listed_newest_first_and_restored(api, flow):
     run_id = act(api, flow, "start").json()["run"]
     act(api, flow, "stop")

@@ -343,6 +343,7 @@ def test_the_connector_catalog_offers_connection_as_an_option(alice):
     assert "connection" in sink["schema"]["properties"]
 
 
+@pytest.mark.slow
 def test_the_openapi_schema_lists_the_connections_endpoint(alice):
     schema = client_of(alice).get("/api/schema/", {"format": "json"}).json()
 

@@ -90,6 +90,7 @@ def test_a_replay_starts_a_run_of_the_dead_letters(api, flow, letters):
     assert DeadLetter.objects.count() == 3  # settled only when the replay's rows are published
 
 
+@pytest.mark.slow
 def test_a_replay_while_the_flow_runs_is_a_conflict(api, flow, letters):
     flow_start(flow=flow)
 

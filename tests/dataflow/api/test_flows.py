@@ -184,6 +184,7 @@ def test_a_patched_section_keeps_its_stored_secret(staff_api, secret_flow):
     assert flow.sink_config == {"url": SECRET_URL, "key": "orders:other"}
 
 
+@pytest.mark.slow
 def test_a_new_secret_replaces_the_stored_one(staff_api, secret_flow):
     new_url = "redis://:n3w-pw@127.0.0.1:6379/5"
 

@@ -40,6 +40,7 @@ def test_a_flow_beyond_the_users_flows_quota_is_refused_naming_it(api, owner, bo
     assert allowed.status_code == 201, allowed.content
 
 
+@pytest.mark.slow
 def test_schedules_beyond_the_quota_or_too_often_are_refused(api, body, make_flow, quotas):
     quotas(schedules=1, min_schedule_seconds=600)
     make_flow("nightly", schedule={"every": "1 hour"})
@@ -54,6 +55,7 @@ def test_schedules_beyond_the_quota_or_too_often_are_refused(api, body, make_flo
     assert unscheduled.status_code == 201, unscheduled.content
 
 
+@pytest.mark.slow
 def test_a_run_beyond_the_concurrent_runs_quota_is_refused(api, make_flow, quotas):
     quotas(concurrent_runs=1)
     first, second = make_flow("first"), make_flow("second")
@@ -65,6 +67,7 @@ def test_a_run_beyond_the_concurrent_runs_quota_is_refused(api, make_flow, quota
     assert refused.status_code == 403 and refused.json()["quota"] == "concurrent_runs", refused.content
 
 
+@pytest.mark.slow
 def test_a_run_whose_discovery_passes_the_splits_quota_fails_naming_it(dirs, owner, quotas):
     quotas(splits=2)
     for i in range(3):
@@ -79,6 +82,7 @@ def test_a_run_whose_discovery_passes_the_splits_quota_fails_naming_it(dirs, own
     assert "quota 'splits'" in run.message, run.message
 
 
+@pytest.mark.slow
 def test_a_superuser_has_no_quota(dirs, make_flow, quotas):
     quotas(flows=0, concurrent_runs=0)
     root = UserFactory(username="root", is_staff=True, is_superuser=True)
@@ -90,6 +94,7 @@ def test_a_superuser_has_no_quota(dirs, make_flow, quotas):
 # a restart of failed splits, a replay of dead letters, besides a start.
 
 
+@pytest.mark.slow
 def test_a_scheduled_run_beyond_the_quota_is_recorded_as_a_failed_run_naming_it(make_flow, quotas):
     quotas(concurrent_runs=1)
     flow_start(flow=make_flow("busy"))
@@ -105,6 +110,7 @@ def test_a_scheduled_run_beyond_the_quota_is_recorded_as_a_failed_run_naming_it(
     assert nightly.status == "failed"
 
 
+@pytest.mark.slow
 def test_resuming_a_stopped_run_beyond_the_quota_is_refused_and_said_on_the_run(api, make_flow, quotas):
     quotas(concurrent_runs=1)
     first, second = make_flow("first"), make_flow("second")

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.django_db
 CHECKS = [not_a_server_error, response_schema_conformance]
 
 
+@pytest.mark.slow
 def test_the_schema_validates_without_warnings(tmp_path):
     # What CI runs; a view without a serializer or an untyped parameter fails it.
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(tmp_path / "schema.yml"))
@@ -62,6 +63,7 @@ def test_every_operation_answers_within_its_schema(case, staff_token):
     case.call_and_validate(headers={"Authorization": f"Token {staff_token}"}, checks=CHECKS)
 
 
+@pytest.mark.slow
 def test_the_answers_about_real_objects_match_the_schema(api_schema, make_flow, staff_token):
     flow = make_flow("orders")
     run = flow_start(flow=flow)

@@ -25,6 +25,7 @@ def _status(api, flow, query: str = ""):
     return response
 
 
+@pytest.mark.slow
 def test_a_status_makes_as_many_queries_and_as_large_an_answer_for_3000_splits_as_for_100(
     api, flow, run, django_assert_max_num_queries
 ):
@@ -44,6 +45,7 @@ def test_a_status_makes_as_many_queries_and_as_large_an_answer_for_3000_splits_a
     assert len(large.content) - len(small.content) < 50
 
 
+@pytest.mark.slow
 def test_splits_are_listed_a_page_at_a_time(api, flow, run):
     splits_bulk(run, 120)
 
@@ -66,6 +68,7 @@ def test_a_page_out_of_bounds_is_a_400_naming_the_parameter(api, flow, run, quer
     assert list(response.json()) == [field]
 
 
+@pytest.mark.slow
 def test_the_last_error_is_found_on_a_split_not_listed(api, flow, run):
     splits = splits_bulk(run, 300)
     Split.objects.filter(pk=splits[-1].pk).update(status=SplitStatus.FAILED, error="line 9: bad record")

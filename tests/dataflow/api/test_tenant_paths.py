@@ -193,6 +193,7 @@ def _delete(api, name: str, query: str = ""):
     assert not DataFlow.objects.filter(name=name).exists()
 
 
+@pytest.mark.slow
 def test_a_deleted_flows_output_stays_its_owners(dirs, alice, bob, bobs_flow, alices_input):
     alice_api, bob_api = client_of(alice), client_of(bob)
     _delete(bob_api, "bob-flow")

@@ -61,6 +61,7 @@ def test_saving_a_user_without_changing_the_password_keeps_the_token(alice):
     assert client.get("/api/flows/").status_code == 200
 
 
+@pytest.mark.slow
 def test_delete_revokes_the_callers_token_only(alice, bob):
     client, _ = logged_in(alice)
     bobs, _ = logged_in(bob)

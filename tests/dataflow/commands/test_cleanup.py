@@ -59,6 +59,7 @@ def _exists(runs, *names):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_cleanup_is_a_dry_run_that_prints_counts_and_bytes(history, capsys):
     call_command("cleanup")
 
@@ -76,6 +77,7 @@ def test_cleanup_is_a_dry_run_that_prints_counts_and_bytes(history, capsys):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_cleanup_apply_removes_old_runs_and_landed_files_but_keeps_what_can_be_needed(history, capsys):
     call_command("cleanup", "--apply")
 
@@ -93,6 +95,7 @@ def test_cleanup_apply_removes_old_runs_and_landed_files_but_keeps_what_can_be_n
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_cleanup_older_than_overrides_the_retention(history, capsys):
     call_command("cleanup", "--apply", "--older-than", "25")
 

@@ -5,7 +5,6 @@ first, and the command waited on them: 25 s for a NATS server that was not there
 from __future__ import annotations
 
 import re
-import socket
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -13,6 +12,7 @@ from django.core.management import CommandError, call_command
 from dataflow.management.commands import runflow
 from dataflow.models import FlowRun, RunStatus
 from dataflow.spark import session
+from tests.server_process import free_port
 
 TOML = """
 [flow]
@@ -28,13 +28,6 @@ sql = "SELECT id FROM source WHERE id > 0"
 type = "parquet"
 path = "{out}/sink"
 """
-
-
-def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then let go)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture()
@@ -70,7 +63,7 @@ def test_a_run_whose_source_cannot_be_reached_fails_before_spark_starts(
 ):
     monkeypatch.setattr(session, "milestones", {})
     path = tmp_path / "flow.toml"
-    path.write_text(TOML.format(name="unreachable", source=source.format(port=closed_port()), out=dirs.out))
+    path.write_text(TOML.format(name="unreachable", source=source.format(port=free_port()), out=dirs.out))
     call_command("applyflows", str(path))
 
     with pytest.raises(CommandError, match=reason):

@@ -66,6 +66,7 @@ def first_run(worker, dirs):
     return run, rows
 
 
+@pytest.mark.slow
 def test_a_replay_after_fixing_the_schema_adds_the_records_and_removes_their_dead_letters(first_run, dirs):
     run, rows = first_run
     assert _sink(dirs) == {i: row for i, row in rows.items() if i not in BAD_IDS}
@@ -84,6 +85,7 @@ def test_a_replay_after_fixing_the_schema_adds_the_records_and_removes_their_dea
     assert not DeadLetter.objects.filter(flow=flow).exists()
 
 
+@pytest.mark.slow
 def test_replayed_records_that_fail_again_stay_dead_letters_of_the_replay_run(first_run, dirs):
     run, rows = first_run
     before = {d.raw for d in DeadLetter.objects.filter(run=run)}
@@ -99,6 +101,7 @@ def test_replayed_records_that_fail_again_stay_dead_letters_of_the_replay_run(fi
     assert _sink(dirs) == {i: row for i, row in rows.items() if i not in BAD_IDS}
 
 
+@pytest.mark.slow
 def test_a_replay_of_some_ids_leaves_the_others(first_run, dirs):
     run, rows = first_run
     flow, _ = flow_apply(spec=_doc(dirs, schema=FIXED))

@@ -75,6 +75,7 @@ def test_the_token_endpoint_refuses_a_user_name_after_too_many_wrong_passwords(r
     }
 
 
+@pytest.mark.slow
 def test_one_address_guessing_across_user_names_is_refused(rates, alice):
     wrong = [_token(f"user-{i}", "guess").status_code for i in range(5)]
 
@@ -82,6 +83,7 @@ def test_one_address_guessing_across_user_names_is_refused(rates, alice):
     assert _token("alice", PASSWORD).status_code == 429
 
 
+@pytest.mark.slow
 def test_one_user_name_guessed_from_many_addresses_is_refused(rates, alice):
     wrong = [_token("alice", "guess", REMOTE_ADDR=f"198.51.100.{i}").status_code for i in range(3)]
 
@@ -89,6 +91,7 @@ def test_one_user_name_guessed_from_many_addresses_is_refused(rates, alice):
     assert _token("alice", PASSWORD, REMOTE_ADDR="198.51.100.99").status_code == 429
 
 
+@pytest.mark.slow
 def test_a_made_up_x_forwarded_for_does_not_escape_the_address_limit(rates, alice):
     spoofed = [
         _token(f"user-{i}", "guess", HTTP_X_FORWARDED_FOR=f"203.0.113.{i}").status_code for i in range(5)
@@ -98,6 +101,7 @@ def test_a_made_up_x_forwarded_for_does_not_escape_the_address_limit(rates, alic
     assert _token("bob", "guess", HTTP_X_FORWARDED_FOR="203.0.113.200").status_code == 429
 
 
+@pytest.mark.slow
 def test_behind_a_trusted_proxy_the_client_is_the_address_the_proxy_wrote(rates, alice):
     rates.DATAFLOW_TRUSTED_PROXIES = 1
     # The client makes up the left part; the proxy (10.0.0.2) appends the address it saw.
@@ -114,6 +118,7 @@ def test_behind_a_trusted_proxy_the_client_is_the_address_the_proxy_wrote(rates,
     assert another_client.status_code == 200
 
 
+@pytest.mark.slow
 def test_a_login_is_no_failure_and_forgets_the_user_names_failures(rates, alice):
     before = [_token("alice", "guess").status_code for _ in range(2)]
     right = _token("alice", PASSWORD)
@@ -190,6 +195,7 @@ def test_concurrent_guesses_get_no_more_tries_than_the_limit(rates):
     assert outcomes.count(False) == 3
 
 
+@pytest.mark.slow
 def test_another_web_process_sees_the_same_failures(rates, alice):
     for _ in range(3):
         _token("alice", "guess")

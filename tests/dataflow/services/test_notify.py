@@ -23,6 +23,7 @@ from source_support import addresses
 from source_support.errors import ConfigError
 from tests.factories import FlowRunFactory, WebhookDeliveryFactory
 from tests.helpers import logs_of, spec, wait_until, write_csv
+from tests.server_process import free_port
 
 
 @dataclass
@@ -110,6 +111,7 @@ def _delivery_over(run: FlowRun) -> WebhookDelivery:
     return WebhookDelivery.objects.get(run=run)
 
 
+@pytest.mark.slow
 def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dirs, receiver, quick_retries):
     receiver.answers = [500, 200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -145,6 +147,7 @@ def test_a_failed_run_is_posted_again_after_a_500_and_then_delivered(worker, dir
     }
 
 
+@pytest.mark.slow
 def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quick_retries):
     receiver.answers = [404]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -157,6 +160,7 @@ def test_a_404_fails_the_delivery_after_one_attempt(worker, dirs, receiver, quic
     assert len(receiver.calls) == 1
 
 
+@pytest.mark.slow
 def test_a_host_no_longer_allowed_is_not_called(worker, dirs, receiver, quick_retries, settings):
     receiver.answers = [200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -193,6 +197,7 @@ def test_webhook_hosts_can_be_limited_to_a_list(dirs, settings, host, allowed):
         assert f"{host} is not a host webhooks may call" in refused.value.reason
 
 
+@pytest.mark.slow
 def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs, receiver, quick_retries):
     receiver.answers = [200]
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -208,18 +213,14 @@ def test_a_delivery_whose_task_was_lost_is_sent_again_by_the_sweep(worker, dirs,
     assert len(receiver.calls) == 1
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
+@pytest.mark.slow
 def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_up(
     worker, dirs, quick_retries, settings
 ):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    nothing_listens = free_port()
     run = FlowRunFactory(
-        running=True, flow__notify={"webhook": f"http://127.0.0.1:{_closed_port()}/hooks/flows"}
+        running=True, flow__notify={"webhook": f"http://127.0.0.1:{nothing_listens}/hooks/flows"}
     )
 
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
@@ -229,6 +230,7 @@ def test_a_receiver_that_refuses_connections_is_tried_every_attempt_then_given_u
     assert "Connection refused" in delivery.last_error
 
 
+@pytest.mark.slow
 def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver, quick_retries):
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
@@ -244,6 +246,7 @@ def test_ending_a_run_again_never_calls_the_webhook_twice(worker, dirs, receiver
     assert len(receiver.calls) == 1
 
 
+@pytest.mark.slow
 def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, quick_retries):
     receiver.go_on.clear()  # the receiver takes the call and answers only when told
     run = FlowRunFactory(running=True, flow__notify={"webhook": receiver.url})
@@ -258,6 +261,7 @@ def test_the_run_ends_without_waiting_for_the_receiver(worker, dirs, receiver, q
     assert _delivery_over(run).status == DeliveryStatus.DELIVERED
 
 
+@pytest.mark.slow
 def test_credentials_in_the_url_go_as_basic_auth_and_never_into_the_log(
     worker, dirs, receiver, quick_retries, notify_log
 ):
@@ -391,6 +395,7 @@ class RebindingResolver:
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
 
 
+@pytest.mark.slow
 def test_a_webhook_whose_name_rebinds_to_loopback_is_not_called(
     worker, dirs, receiver, quick_retries, settings, monkeypatch
 ):

@@ -124,6 +124,7 @@ def test_a_cron_schedule_becomes_a_beat_entry_and_reads_back_as_written(nightly)
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_beat_reads_the_entry_and_its_task_starts_a_scheduled_run(nightly):
     flow, _ = flow_apply(spec=_with_schedule(nightly, {"every": "15 minutes"}))
 

@@ -300,6 +300,7 @@ def test_an_api_put_without_the_key_is_refused_naming_the_secret_not_its_option(
     assert DataFlow.objects.get(name="direct").batch_size != 500
 
 
+@pytest.mark.slow
 def test_an_admin_change_without_the_key_is_refused_naming_the_secret(stored, settings, admin_client):
     settings.DATAFLOW_SECRET_KEYS = [Fernet.generate_key().decode()]
     url = f"/admin/dataflow/dataflow/{DataFlow.objects.get(name='direct').pk}/change/"

@@ -48,6 +48,7 @@ def test_a_partition_by_column_the_query_does_not_output_is_named(make_run):
 
 
 @pytest.mark.django_db
+@pytest.mark.slow
 def test_a_transform_that_fits_the_schema_passes(make_run):
     sql = (
         "SELECT country, user.name AS who, size(user.tags) AS tags, window(ts, '5 minutes') AS w "

@@ -162,6 +162,7 @@ def test_a_result_over_max_output_rows_is_not_published_and_the_sink_stays(worke
     assert sorted(p.name for p in dirs.out.iterdir()) == ["sink"], "no staging directory is left"
 
 
+@pytest.mark.slow
 def test_the_sites_ceiling_bounds_a_flow_that_sets_no_max_output_rows(worker, dirs, settings):
     write_csv(dirs.data / "part-0.csv", range(10))
     flow, _ = flow_apply(spec=_explode_spec(dirs, "ceiling"))
@@ -175,6 +176,7 @@ def test_the_sites_ceiling_bounds_a_flow_that_sets_no_max_output_rows(worker, di
     assert not (dirs.out / "sink").exists()
 
 
+@pytest.mark.slow
 def test_a_transform_far_over_its_bound_stops_writing_one_row_past_it(worker, dirs):
     # Issue 25, 2.6: the bound holds while the job writes, not after every row is written.
     write_csv(dirs.data / "part-0.csv", range(10))
@@ -191,6 +193,7 @@ def test_a_transform_far_over_its_bound_stops_writing_one_row_past_it(worker, di
     assert sorted(p.name for p in dirs.out.iterdir()) == [], "no staging directory is left"
 
 
+@pytest.mark.slow
 def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run(worker, dirs, settings):
     settings.DATAFLOW_TRANSFORM_MAX_STAGING_BYTES = 100  # less than one Parquet file's footer
     write_csv(dirs.data / "part-0.csv", range(10))
@@ -212,6 +215,7 @@ def moto():
     yield from moto_with_bucket()
 
 
+@pytest.mark.slow
 def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run_into_s3_too(
     worker, dirs, settings, moto
 ):
@@ -234,6 +238,7 @@ def test_a_transform_whose_staging_outgrows_the_sites_bound_fails_its_run_into_s
     assert not local_staging(f"{run_key(run)}-1").exists(), "no local staging left"
 
 
+@pytest.mark.slow
 def test_the_site_bounds_every_transforms_output_by_default():
     from django.conf import settings as site  # noqa: PLC0415 - the shipped values, not a test's
 
@@ -241,6 +246,7 @@ def test_the_site_bounds_every_transforms_output_by_default():
     assert transform_limits({}).max_staging_bytes == 20 * 1024**3
 
 
+@pytest.mark.slow
 def test_a_result_within_max_output_rows_is_published(worker, dirs):
     write_csv(dirs.data / "part-0.csv", range(10))
 

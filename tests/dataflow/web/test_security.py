@@ -44,6 +44,7 @@ def flow(dirs):
         "/api/docs/",
     ],
 )
+@pytest.mark.slow
 def test_every_page_has_a_strict_policy_and_needs_nothing_it_forbids(client, flow, path):
     if path != "/login/":
         client.force_login(flow.owner)

@@ -132,6 +132,7 @@ def test_another_users_flow_is_not_found(client, owner):
     assert client.get("/flows/bob-clicks/live.json").status_code == 404
 
 
+@pytest.mark.slow
 def test_flow_page_shows_splits_runs_and_errors(client, owner):
     dashboard_flow(owner=owner, name="ada-orders")
 
@@ -192,6 +193,7 @@ def test_flow_json_has_status_series_runs_errors_and_parts(client, owner):
     assert data["errors"]["runs"][0]["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_flow_json_sends_only_samples_after_since_of_the_same_run(client, owner):
     flow = dashboard_flow(owner=owner, name="ada-orders", samples=6)
     run = flow.runs.order_by("-id").first()
@@ -208,6 +210,7 @@ def test_flow_json_sends_only_samples_after_since_of_the_same_run(client, owner)
     assert len(older_run["series"]) == 6
 
 
+@pytest.mark.slow
 def test_split_without_a_byte_range_has_no_progress(client, owner, settings):
     settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]  # ada's connection to the tests' Redis
     run = FlowRunFactory(flow=DataFlowFactory(name="ada-stream", owner=owner, stream=True), running=True)
@@ -290,6 +293,7 @@ def test_favicon_is_served_so_no_page_logs_a_404(client):
     assert '<link rel="icon" href="/favicon.ico">' in client.get("/admin/login/").content.decode()
 
 
+@pytest.mark.slow
 def test_flow_page_makes_as_many_queries_for_3000_splits_as_for_10(
     client, owner, django_assert_max_num_queries
 ):

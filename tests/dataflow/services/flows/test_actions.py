@@ -190,6 +190,7 @@ def test_restart_only_failed_reads_the_fixed_split_again_and_every_row_once(work
     assert after == finished
 
 
+@pytest.mark.slow
 def test_restart_of_a_running_flow_stops_its_run_and_starts_a_new_one(worker, dirs):
     sent = []
     for i in range(4):

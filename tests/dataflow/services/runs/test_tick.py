@@ -29,6 +29,7 @@ from tests.helpers import write_csv
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 def test_a_run_that_no_worker_reads_says_so(transactional_db, dirs, settings):
     # No Celery worker runs in this test: the readers' tasks wait in the queue.
     settings.DATAFLOW_STALL_SECONDS = 1
@@ -66,6 +67,7 @@ def _views_of(flow, run, client) -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
     transactional_db, dirs, settings, client
 ):
@@ -89,6 +91,7 @@ def test_a_run_whose_reader_died_says_so_in_every_view_with_nothing_ticking(
     celery_app.control.purge()
 
 
+@pytest.mark.slow
 def test_a_run_with_a_live_reader_is_not_said_to_stall(transactional_db, dirs, settings, client):
     write_csv(dirs.data / "a.csv", range(10))
     flow = DataFlowFactory(name="reader-alive")
@@ -146,6 +149,7 @@ def test_a_source_past_the_split_ceiling_at_start_fails_its_run_naming_the_limit
     assert not Split.objects.exists() and not PendingSplit.objects.exists()
 
 
+@pytest.mark.slow
 def test_splits_discovered_past_the_ceiling_fail_the_run_at_the_tick(transactional_db, dirs, settings):
     settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
     flow = _files_flow(dirs, "growing", 3, watch=True)
@@ -162,6 +166,7 @@ def test_splits_discovered_past_the_ceiling_fail_the_run_at_the_tick(transaction
     assert run.backlog.count() + run.splits.count() == 3  # the pass that found too many was rolled back
 
 
+@pytest.mark.slow
 def test_a_users_own_split_ceiling_overrides_the_sites(transactional_db, dirs, settings):
     settings.DATAFLOW_MAX_SPLITS_PER_FLOW = 5
     roomy, tight = UserFactory(username="roomy"), UserFactory(username="tight")
@@ -179,6 +184,7 @@ def test_a_users_own_split_ceiling_overrides_the_sites(transactional_db, dirs, s
     assert "(max_splits_per_flow of user tight)" in refused.value.reason
 
 
+@pytest.mark.slow
 def test_readers_whose_clock_is_skewed_keep_their_leases_and_raise_no_false_stall(
     transactional_db, dirs, settings, monkeypatch, rds, prefix
 ):

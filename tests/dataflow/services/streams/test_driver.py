@@ -173,6 +173,7 @@ def sink_rows(sink: Path) -> list[tuple]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_identity_epochs_publish_the_landed_rows_without_spark(dirs):
     """``SELECT * FROM source`` into a local Parquet sink: each epoch adds the landed files
     as they are, under the epoch's names, row for row what was landed, and no Spark session
@@ -208,6 +209,7 @@ def test_identity_epochs_publish_the_landed_rows_without_spark(dirs):
         "SELECT * FROM source",
     ],
 )
+@pytest.mark.slow
 def test_a_query_other_than_the_identity_goes_through_spark(dirs, sql):
     """Only the identity itself skips Spark: a filter or a projection (even of every
     column), or a sink that lays out its own files, runs each epoch as a Spark job."""
@@ -266,6 +268,7 @@ def one_epoch_file(dirs, name: str, sql: str) -> Path:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_small_epoch_is_written_without_sparks_writer_as_spark_writes_it(dirs, monkeypatch):
     """A small stateless epoch is collected as Arrow and written by pyarrow, skipping the
     commit protocol of Spark's writer: the file reads back as Spark's would, schema and rows.
@@ -284,6 +287,7 @@ def test_a_small_epoch_is_written_without_sparks_writer_as_spark_writes_it(dirs,
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
     stream = Stream(dirs, "SELECT * FROM source")
     stream.land("s1", [1])
@@ -295,6 +299,7 @@ def test_a_trigger_with_no_new_batch_makes_no_epoch_and_no_file(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_driver_that_waits_for_input_asks_the_readers_for_it(dirs):
     """Between epochs the driver asks readers to land what they hold (their inbox shows the
     count move), so the next epoch takes it rather than waiting for their linger to end."""
@@ -308,6 +313,7 @@ def test_a_driver_that_waits_for_input_asks_the_readers_for_it(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_an_epoch_whose_rows_are_all_filtered_out_writes_no_file(dirs):
     stream = Stream(dirs, "SELECT * FROM source WHERE amount > 1000")
     stream.land("s1", [1, 2])
@@ -320,6 +326,7 @@ def test_an_epoch_whose_rows_are_all_filtered_out_writes_no_file(dirs):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["json", "csv"])
+@pytest.mark.slow
 def test_json_and_csv_sinks_get_each_row_once(dirs, kind):
     stream = Stream(dirs, "SELECT id, customer FROM source", sink={"type": kind})
     stream.land("s1", [1, 2])
@@ -337,6 +344,7 @@ def test_json_and_csv_sinks_get_each_row_once(dirs, kind):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_partitioned_sink_gets_one_file_per_partition_and_epoch(dirs):
     stream = Stream(dirs, "SELECT * FROM source", sink={"partition_by": ["customer"]})
     stream.land("s1", [1, 2, 3])
@@ -361,6 +369,7 @@ def crash_before_commit(monkeypatch):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_an_epoch_published_but_not_committed_runs_again_without_duplicates(dirs, monkeypatch):
     stream = Stream(dirs, "SELECT * FROM source", sink={"partition_by": ["customer"]})
     stream.land("s1", [1, 2, 3, 4])
@@ -394,6 +403,7 @@ def test_an_epoch_published_but_not_committed_runs_again_without_duplicates(dirs
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_stopped_run_commits_nothing_more(dirs):
     stream = Stream(dirs, "SELECT * FROM source")
     stream.land("s1", [1])
@@ -409,6 +419,7 @@ def test_a_stopped_run_commits_nothing_more(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_driver_whose_epoch_another_driver_committed_meanwhile_steps_back(dirs):
     # After a quick stop and resume two drivers may run the same planned epoch: the one that
     # commits first removes its landed input, and the other's Spark job then finds it gone.
@@ -609,6 +620,7 @@ def test_windows_are_emitted_once_each_as_the_slowest_split_passes_their_end(dir
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_window_results_equal_pandas_over_all_records_when_the_input_ends(dirs):
     stream = Stream(dirs, WINDOW_SQL, transform={"watermark_delay": "5 seconds"})
     rng = random.Random(3)
@@ -627,6 +639,7 @@ def test_window_results_equal_pandas_over_all_records_when_the_input_ends(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_an_idle_split_does_not_hold_the_watermark_back(dirs):
     stream = Stream(dirs, WINDOW_SQL)
     stream.land("busy", [1, 15, 27])
@@ -644,6 +657,7 @@ def test_an_idle_split_does_not_hold_the_watermark_back(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_an_aggregation_without_window_writes_only_when_the_input_ends(dirs):
     stream = Stream(
         dirs, "SELECT customer, count(*) AS n, sum(amount) AS total FROM source GROUP BY customer"
@@ -722,6 +736,7 @@ def test_a_spark_plan_that_contradicts_the_querys_kind_is_named():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_query_that_does_not_fit_the_data_fails_the_run_at_once(dirs):
     stream = Stream(dirs, "SELECT id FROM source")
     # A run keeps the spec it started with; the schema checks of its time may have passed it.
@@ -737,6 +752,7 @@ def test_a_query_that_does_not_fit_the_data_fails_the_run_at_once(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_run_that_cannot_stream_fails_with_the_reason_before_any_epoch(dirs):
     stream = Stream(dirs, WINDOW_SQL)
     # A window needs the run's schema: the driver refuses the run before it plans an epoch.
@@ -752,6 +768,7 @@ def test_a_run_that_cannot_stream_fails_with_the_reason_before_any_epoch(dirs):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_other_failures_are_retried_then_fail_the_run_after_the_limit(dirs, monkeypatch, settings):
     settings.DATAFLOW_STREAM_FAILURE_LIMIT = 2
     monkeypatch.setattr(stream_driver, "_backoff_s", lambda failures: 0)
@@ -771,6 +788,7 @@ def test_other_failures_are_retried_then_fail_the_run_after_the_limit(dirs, monk
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_a_success_after_a_failure_clears_the_retry_note(dirs, monkeypatch):
     monkeypatch.setattr(stream_driver, "_backoff_s", lambda failures: 0)
     stream = Stream(dirs, "SELECT * FROM source")
@@ -790,6 +808,7 @@ def test_a_success_after_a_failure_clears_the_retry_note(dirs, monkeypatch):
 
 
 @pytest.mark.usefixtures("worker")
+@pytest.mark.slow
 def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, settings):
     settings.DATAFLOW_STREAM_SLICE_SECONDS = 2
     stream = Stream(dirs, "SELECT * FROM source", transform={"trigger_ms": 100})
@@ -811,6 +830,7 @@ def test_the_task_streams_landed_rows_and_ends_the_run_with_the_input(dirs, sett
 
 
 @pytest.mark.usefixtures("worker")
+@pytest.mark.slow
 def test_a_watched_directory_streams_into_the_sink_until_its_stop_rule(dirs):
     flow = DataFlowFactory(
         source={
