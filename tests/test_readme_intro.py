@@ -37,6 +37,7 @@ NAMED = {
         "json": "JSON-lines",
         "redis_stream": "a Redis stream",
         "nats": "a NATS subject",
+        "postgres": "a PostgreSQL table",
     },
 }
 

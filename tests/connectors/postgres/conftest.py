@@ -9,6 +9,7 @@ of a run (``fleet``) reach it by the same URL."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import subprocess
@@ -76,12 +77,25 @@ def private_postgres():
     shutil.rmtree(server.dir, ignore_errors=True)
 
 
+@functools.cache
 def postgres_url() -> str:
-    """The sink tests' database."""
-    url = os.environ.get("POSTGRES_TEST_URL") or os.environ.get("DATABASE_URL", "")
+    """The sink tests' database: ``POSTGRES_TEST_URL``, else a database of this worker's own
+    beside ``DATABASE_URL``'s (``_pgsink`` and the xdist worker appended to its name; made
+    when missing: on a fresh machine ``DATABASE_URL``'s own database need not exist, only
+    pytest-django's test databases do)."""
+    url = os.environ.get("POSTGRES_TEST_URL", "")
     if url.startswith(("postgres://", "postgresql://")):
         return url
-    return DEFAULT_URL
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith(("postgres://", "postgresql://")):
+        base = DEFAULT_URL
+    parts = urlsplit(base)
+    name = f"{parts.path.strip('/') or 'postgres'}_pgsink_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @pytest.fixture()
