@@ -30,19 +30,26 @@ from tests.postgres_server import PrivatePostgres
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> str:
-    """A database of the session's own on the machine's server."""
+def own_database(suffix: str) -> str:
+    """The URL of a database beside DATABASE_URL's (its name with ``suffix`` and the xdist
+    worker appended), made when missing: on a fresh machine DATABASE_URL's own database need
+    not exist, only pytest-django's test databases do."""
     base = os.environ.get("DATABASE_URL", "")
     if not base.startswith(("postgres://", "postgresql://")):
         base = DEFAULT_URL
     parts = urlsplit(base)
-    name = f"{parts.path.strip('/') or 'postgres'}_pgconn_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    name = f"{parts.path.strip('/') or 'postgres'}_{suffix}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
     admin = urlunsplit(parts._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> str:
+    """A database of the session's own on the machine's server."""
+    return own_database("pgconn")
 
 
 @pytest.fixture()
@@ -79,23 +86,11 @@ def private_postgres():
 
 @functools.cache
 def postgres_url() -> str:
-    """The sink tests' database: ``POSTGRES_TEST_URL``, else a database of this worker's own
-    beside ``DATABASE_URL``'s (``_pgsink`` and the xdist worker appended to its name; made
-    when missing: on a fresh machine ``DATABASE_URL``'s own database need not exist, only
-    pytest-django's test databases do)."""
+    """The sink tests' database: ``POSTGRES_TEST_URL``, else one of this worker's own."""
     url = os.environ.get("POSTGRES_TEST_URL", "")
     if url.startswith(("postgres://", "postgresql://")):
         return url
-    base = os.environ.get("DATABASE_URL", "")
-    if not base.startswith(("postgres://", "postgresql://")):
-        base = DEFAULT_URL
-    parts = urlsplit(base)
-    name = f"{parts.path.strip('/') or 'postgres'}_pgsink_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return urlunsplit(parts._replace(path=f"/{name}"))
+    return own_database("pgsink")
 
 
 @pytest.fixture()
