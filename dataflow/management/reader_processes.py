@@ -33,6 +33,10 @@ import threading
 import time
 from multiprocessing.process import BaseProcess
 
+import django
+from celery import current_app  # a proxy: the app it stands for is set up by django.setup()
+from celery.contrib.testing.worker import start_worker
+
 log = logging.getLogger("dataflow.runflow")
 
 #: The most reader processes one ``runflow`` starts, whatever the setting says.
@@ -77,12 +81,7 @@ def reader_process_main(queue: str, concurrency: int, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # runflow stops the run first, then us
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
-    import django  # noqa: PLC0415 - a spawned child sets Django up before anything of the app
-
-    django.setup()
-    from celery import current_app  # noqa: PLC0415
-    from celery.contrib.testing.worker import start_worker  # noqa: PLC0415
-
+    django.setup()  # a spawned child sets Django up before anything of the app
     app = current_app._get_current_object()  # pyright: ignore[reportAttributeAccessIssue]
     with start_worker(
         app,

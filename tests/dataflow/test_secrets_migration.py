@@ -91,8 +91,10 @@ def test_the_migration_seals_clear_secrets_and_clears_them_again_backwards():
             assert AWS_SECRET not in cursor.fetchone()[0]
         assert Connection.objects.get(name="old").password == PASSWORD
         assert Connection.objects.get(name="old").url == URL
-        assert DataFlow.objects.get(name="old-flow").source_config["url"] == URL
-        assert DataFlow.objects.get(name="old-objects").source_config["secret_access_key"] == AWS_SECRET
+        # Only the column read: at 0013 the table has none of the later migrations' columns.
+        configs = dict(DataFlow.objects.values_list("name", "source_config"))
+        assert configs["old-flow"]["url"] == URL
+        assert configs["old-objects"]["secret_access_key"] == AWS_SECRET
         assert FlowRun.objects.get().spec["notify"]["webhook"] == WEBHOOK
         assert WebhookDelivery.objects.get().url == WEBHOOK
 
