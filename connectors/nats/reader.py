@@ -459,7 +459,8 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         generation = split.generation + 1
         note = (
             f"{why}; source.on_reset is 'restart': subject filter {split.subject} is read again from "
-            f"sequence {seen.first_seq} of the stream created at {seen.created}, as generation "
+            # A stream made again and still empty tells first_seq 0: its first message is 1.
+            f"sequence {seen.first_seq or 1} of the stream created at {seen.created}, as generation "
             f"{generation + 1} of the split (reset {generation} of this split in this run); messages of "
             f"the old stream after sequence {split.position} that were not read are lost"
         )

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connection
+from kombu.transport.virtual.base import QoS
 from tqdm import tqdm
 
 from dataflow.management.lookup import flow_named
@@ -325,9 +326,15 @@ def _own_queue(flow, queues: list[str]):
     act on."""
     undeliverable = _DropRequeueNotice(queues)
     logging.getLogger("kombu.transport.virtual.base").addFilter(undeliverable)
+    # kombu prints "Restoring N unacknowledged message(s)" to stderr (a print, not a log
+    # record) when the worker stops holding tasks it had prefetched: they go back to these
+    # queues, purged below. Said in the log at debug instead, with nothing else changed.
+    restore = QoS.restore_unacked_once
+    QoS.restore_unacked_once = lambda qos, stderr=None: restore(qos, stderr=_DebugLines())
     try:
         yield
     finally:
+        QoS.restore_unacked_once = restore
         try:
             runflow_release(flow)
             with _celery_app().connection_for_write() as connection:
@@ -353,6 +360,18 @@ class _DropRequeueNotice(logging.Filter):
         return not (
             message.startswith("Requeuing undeliverable") and any(repr(q) in message for q in self.queues)
         )
+
+
+class _DebugLines:
+    """A file that sends what is printed to it to runflow's log, at debug."""
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            logging.getLogger("dataflow.runflow").debug("%s", text.strip())
+        return len(text)
+
+    def flush(self) -> None:
+        pass
 
 
 def _beat(flow, stop: threading.Event, reader_queues: int) -> None:
