@@ -33,6 +33,7 @@ from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
 from source_support.formats.messages import MessageDecoder
+from source_support.parking import ParkedHandles
 from source_support.streams.reader import Decoding, DecodingSplitReader
 
 log = logging.getLogger("connectors.nats")
@@ -53,6 +54,9 @@ STREAM_RESET = "stream-reset"
 PULL_WAIT_S = 5.0
 #: How often an idle split with a stop asks its consumer whether anything is left.
 CHECK_INTERVAL_S = 1.0
+#: How long a split's pull consumer waits, parked, for the next slice of a reader in this
+#: process to take the split on (``PARKED_SPLITS``).
+PARKED_S = 15.0
 #: How long a look at a stream of several subjects without limits stands for it: a gap
 #: in a split's sequences (other subjects' messages) is then not asked about again.
 LOOK_FRESH_S = 1.0
@@ -84,6 +88,28 @@ class HeldSplit:
     #: The last look at the stream, and when (the reader's clock).
     look: StreamSeen | None = None
     looked_at: float = 0.0
+
+
+def _unpark(parked: tuple[NatsClient, HeldSplit]) -> None:
+    client, state = parked
+    if state.puller is not None and client.alive:
+        try:
+            client.run(state.puller.stop())
+        except Exception:  # noqa: BLE001 - the connection went away: nothing to release
+            log.debug("release failed", exc_info=True)
+
+
+#: Held splits kept, with their ``Puller``, between the time slices of the readers of this
+#: process, by (servers, flow, split id). A reader lives one slice (a few seconds); a
+#: puller stopped as it ends left its pull request waiting on the server, which handed
+#: the request messages for up to its expiry with nobody to read them, while the next
+#: slice's puller waited behind it: the messages came again only after the consumer was
+#: set up anew. That cost the NATS bench's latency p99 6-15 s, every few slices. The next
+#: slice takes the split's puller, its request and what it delivered, where the split's
+#: checkpoint is where the parked split stood.
+PARKED_SPLITS: ParkedHandles[tuple[NatsClient, HeldSplit]] = ParkedHandles(
+    close=_unpark, capacity=256, ttl_s=PARKED_S
+)
 
 
 class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
@@ -124,7 +150,7 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
 
     def handle_splits_changes(self, added: Sequence[SubjectSplit], removed: Sequence[str]) -> None:
         for split in added:
-            self.held[split.split_id] = HeldSplit(split)
+            self.held[split.split_id] = self._unparked(split) or HeldSplit(split)
         for split_id in removed:
             state = self.held.pop(split_id, None)
             if state is not None:
@@ -196,9 +222,35 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         return f"stream {split.stream} subject filter {split.subject} sequence {position}"
 
     def close(self) -> None:
+        """Parks each held split whose puller goes on as it was (``PARKED_SPLITS``); any
+        other is released."""
         for state in self.held.values():
-            self._release(state)
+            if state.puller is not None and not state.puller.broken and state.reset is None:
+                PARKED_SPLITS.park(self._parking_key(state.split), (self.client, state))
+            else:
+                self._release(state)
         self.held.clear()
+
+    def _parking_key(self, split: SubjectSplit) -> tuple[str, str, str]:
+        return (self.client.servers, self.flow, split.split_id)
+
+    def _unparked(self, split: SubjectSplit) -> HeldSplit | None:
+        """The split as a reader of this process parked it, if it stands at ``split``'s
+        position (its checkpoint) with this process's connection; else None (one parked
+        at another position is released)."""
+        parked = PARKED_SPLITS.take(self._parking_key(split))
+        if parked is None:
+            return None
+        client, state = parked
+        kept = state.split
+        if client is not self.client or (kept.position, kept.generation) != (
+            split.position,
+            split.generation,
+        ):
+            _unpark(parked)
+            return None
+        state.split, state.next_check = replace(split, created=split.created or kept.created), 0.0
+        return state
 
     # Reading
 

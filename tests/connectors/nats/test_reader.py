@@ -276,3 +276,52 @@ def test_avro_messages_are_read_as_fastavro_reads_them_and_a_bad_one_at_its_sequ
     assert [r.position for b in batches for r in b.bad_records] == [bad]
     assert batches[-1].end.position == bad and seqs[-1] < bad
     reader.close()
+
+
+def _ids(batches) -> list[int]:
+    return [r["id"] for b in batches for r in b.records.to_pylist()]
+
+
+def _one_slice(env, stream: Stream, split: SubjectSplit, count: int) -> int:
+    """A reader's slice: ``count`` records of ``split`` read and committed, then the reader
+    closed as a slice ends; the position it reached."""
+    reader = reader_of(env, stream)
+    reader.handle_splits_changes([split], [])
+    end = fetch_until(reader, lambda b: len(_ids(b)) >= count)[-1].end.position
+    reader.notify_checkpoint_complete({split.split_id: end})
+    reader.close()
+    return end
+
+
+def test_the_next_slice_in_the_process_reads_on_with_the_splits_consumer_as_it_was(env, stream):
+    # A reader lives one time slice. Its puller stopped as the slice ended left its pull
+    # request waiting on the server, which gave it the next messages with nobody reading
+    # them, while the next slice set its consumer up again (STREAM.INFO, CONSUMER.INFO)
+    # behind it: the NATS bench's latency p99 was 6-15 s. The next slice takes it back.
+    stream.orders("a", range(5))
+    split = SubjectSplit(stream.name, stream.subject("a"), 0)
+    end = _one_slice(env, stream, split, 5)
+    asked = stream.run(stream.nc.subscribe("$JS.API.>"))
+    stream.orders("a", range(5, 10))  # between the two slices
+
+    reader = reader_of(env, stream)
+    reader.handle_splits_changes([split.at(end)], [])
+    batches = fetch_until(reader, lambda b: len(_ids(b)) >= 5)
+    stream.run(stream.nc.flush())
+
+    assert _ids(batches) == list(range(5, 10)), "each once, in order"
+    assert asked.pending_msgs == 0, "no JetStream API request: the consumer goes on as it was"
+    reader.close()
+
+
+def test_a_slice_that_starts_elsewhere_than_the_last_one_ended_sets_its_consumer_up_there(env, stream):
+    stream.orders("a", range(10))
+    split = SubjectSplit(stream.name, stream.subject("a"), 0)
+    _one_slice(env, stream, split, 10)
+
+    reader = reader_of(env, stream)  # a checkpoint restored to the fourth message
+    reader.handle_splits_changes([split.at(4)], [])
+    batches = fetch_until(reader, lambda b: len(_ids(b)) >= 6)
+
+    assert _ids(batches) == list(range(4, 10))
+    reader.close()
