@@ -23,6 +23,7 @@ from dataflow.celery import app as celery_app
 from dataflow.redis_client import get_redis, redis_url
 from dataflow.spark.session import warm_up
 from source_support import addresses
+from tests.db_template import copy_template_into_test_database
 from tests.factories import UserFactory
 from tests.worker_env import worker_number
 
@@ -42,6 +43,14 @@ def pytest_configure(config):
     # The processes a test starts (runflow, a worker, a server) read the secrets this one
     # stored in the test database, whatever var directory they are given.
     os.environ.setdefault("DATAFLOW_SECRET_KEYS", ",".join(settings.DATAFLOW_SECRET_KEYS))
+
+
+@pytest.fixture(scope="session")
+def django_db_keepdb(request, django_db_modify_db_settings) -> bool:
+    """The test database is a copy of the migrated template (tests/db_template.py), made
+    after xdist gave it its worker's name: pytest-django keeps it instead of migrating a
+    new one."""
+    return bool(request.config.getvalue("reuse_db")) or copy_template_into_test_database()
 
 
 def pytest_collection_modifyitems(items):
