@@ -1,13 +1,14 @@
 import os
 import tomllib
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from dataflow.management.base import DataflowCommand
 from dataflow.services.toml_import import flow_import, flow_spec_with_environment
 from source_support.errors import ConfigError
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = (
         "Creates or updates flows from TOML files ([flow] [source] [format] [transform] [sink]); "
         "${NAME:-default} in a string is the environment variable NAME."

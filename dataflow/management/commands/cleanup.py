@@ -1,9 +1,10 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from dataflow.management.base import DataflowCommand
 from dataflow.services.cleanup import cleanup_apply, cleanup_plan
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = (
         "Removes the landed files and rows of runs that ended more than DATAFLOW_RETENTION_DAYS "
         "ago (active runs and runs that can be resumed are kept, and listed with what they "

@@ -7,8 +7,9 @@ import json
 import os
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
 from dataflow.models import DataFlow
 from dataflow.selectors.flows import flow_runs, flow_status
@@ -55,7 +56,7 @@ DEPLOYMENT_ACTIONS = ("rotate-secrets",)
 SPLIT_COLUMNS = ("split_id", "state", "reader", "offset", "records_read", "errors_count", "lag", "error")
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = (
         "Steers one flow: start, stop, pause (hold its readers), resume (a paused run, or a stopped "
         "one from its checkpoints), restart [--only-failed] (a new run, or only the latest run's "

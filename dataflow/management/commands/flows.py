@@ -1,10 +1,9 @@
-from django.core.management.base import BaseCommand
-
+from dataflow.management.base import DataflowCommand
 from dataflow.selectors.flows import flow_health_lines, flow_list
 from dataflow.selectors.runs import run_progress
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = "Lists flows with their status and the counters of their latest run."
 
     def handle(self, *args, **options):

@@ -11,12 +11,13 @@ from celery.bootsteps import RUN  # pyright: ignore[reportAttributeAccessIssue] 
 from celery.contrib.testing.worker import start_worker
 from celery.worker import state
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 from django.db import Error as DatabaseError
 from django.db import close_old_connections, connection
 from kombu.transport.virtual.base import QoS
 from tqdm import tqdm
 
+from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
 from dataflow.management.reader_processes import ReaderProcesses, reader_processes_wanted
 from dataflow.models import ACTIVE_RUN_STATUSES, RunStatus
@@ -54,7 +55,7 @@ def _raise_terminated(signum, frame) -> None:
     raise Terminated()
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = (
         "Runs one flow in the foreground: an in-process Celery worker and beat, the same "
         "tasks and services as a fleet. A stopped run of the flow is resumed from its "
@@ -330,7 +331,7 @@ def _own_queue(flow, queues: list[str]):
     # record) when the worker stops holding tasks it had prefetched: they go back to these
     # queues, purged below. Said in the log at debug instead, with nothing else changed.
     restore = QoS.restore_unacked_once
-    QoS.restore_unacked_once = lambda qos, stderr=None: restore(qos, stderr=_DebugLines())
+    QoS.restore_unacked_once = lambda self, stderr=None: restore(self, stderr=_DebugLines())
     try:
         yield
     finally:

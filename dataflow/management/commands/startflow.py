@@ -1,12 +1,13 @@
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
+from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flows import flow_resume, flow_start
 from source_support.errors import ConfigError
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = "Starts a run of a flow on the worker fleet (celery worker + beat must be running)."
 
     def add_arguments(self, parser):

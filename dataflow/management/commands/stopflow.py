@@ -1,10 +1,9 @@
-from django.core.management.base import BaseCommand
-
+from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
 from dataflow.services.flows import flow_stop
 
 
-class Command(BaseCommand):
+class Command(DataflowCommand):
     help = "Stops the active run of a flow; its checkpoints and landed data are kept."
 
     def add_arguments(self, parser):

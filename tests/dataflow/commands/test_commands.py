@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
 import pytest
 from django.core.management import CommandError, call_command
 
 from dataflow.models import DataFlow
+from tests.connectors.postgres.conftest import own_database
+from tests.db_template import REPO
 from tests.helpers import write_csv
 
 TOML = """
@@ -82,3 +89,20 @@ def test_commands_refuse_an_unknown_flow():
     for command in ("runflow", "startflow", "stopflow"):
         with pytest.raises(CommandError, match="no flow named 'ghost'"):
             call_command(command, "ghost")
+
+
+@pytest.mark.slow
+def test_a_command_on_a_database_never_migrated_says_to_migrate_it(tmp_path):
+    # A fresh PostgreSQL database of its own, never migrated: each command used to end in a
+    # traceback of a missing table.
+    url = own_database("unmigrated")
+    env = {**os.environ, "DATABASE_URL": url, "DATAFLOW_VAR_DIR": str(tmp_path)}
+    for command in (["flows"], ["applyflows", "examples/sensors.toml"], ["runflow", "nothing"]):
+        done = subprocess.run(
+            [sys.executable, "manage.py", *command], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 1, done.stderr
+        name = urlsplit(url).path.strip("/")
+        assert f"CommandError: the database (postgresql {name}) is missing" in done.stderr, done.stderr
+        assert "run `python manage.py migrate` first" in done.stderr
+        assert "Traceback" not in done.stderr
