@@ -166,3 +166,29 @@ def test_ctrl_c_or_sigterm_stops_the_run_and_runflow_resumes_it_exactly(tmp_path
     assert f"run 1 succeeded: {len(sent)} records read" in resumed
     assert multiset(read_parquet_rows(tmp_path / "out" / "interrupted")) == multiset(sent)
     assert pq.read_table(tmp_path / "out" / "interrupted").num_rows == len(sent)
+
+
+def test_ctrl_c_after_the_run_ended_says_it_had_ended_and_stops_nothing(tmp_path):
+    # runflow without --until-done stays in the foreground after the run ends (a fleet of
+    # one); Ctrl-C then said "run 1 stopped ... Resume it" of a run that had succeeded.
+    sent = _csv_source(tmp_path / "data" / "readings", files=1, rows=100)
+    (tmp_path / "flow.toml").write_text(FLOW)
+    env = manage_env(tmp_path)
+    run_manage(env, "migrate", "-v0")
+    run_manage(env, "applyflows", str(tmp_path / "flow.toml"))
+    proc = runflow_once_landed(env, "interrupted", tmp_path / "var" / "landing")
+
+    def succeeded() -> bool:
+        assert proc.poll() is None, proc.communicate()
+        return ["interrupted", "succeeded"] in [
+            r.split()[:2] for r in run_manage(env, "flows").stdout.splitlines()
+        ]
+
+    wait_until(succeeded, 120, lambda: run_manage(env, "flows").stdout)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 130, out + err
+    assert "run 1 had already succeeded; nothing was stopped." in err, err
+    assert "Resume it" not in err
+    assert pq.read_table(tmp_path / "out" / "interrupted").num_rows == len(sent)

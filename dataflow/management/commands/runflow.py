@@ -165,10 +165,14 @@ class Command(DataflowCommand):
             if run is None:
                 self.stderr.write(f"no run of {name} was started")
                 raise SystemExit(EXIT_STATUS[interrupted])
-            self.stderr.write(
-                f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
-                f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
-            )
+            run.refresh_from_db(fields=["status"])
+            if run.status != RunStatus.STOPPED:  # it had ended before the signal: nothing stopped
+                self.stderr.write(f"run {run.pk} had already {run.status}; nothing was stopped.")
+            else:
+                self.stderr.write(
+                    f"run {run.pk} stopped; its checkpoints and landed data are kept. Resume it with "
+                    f"'python manage.py runflow {name}' (or 'startflow {name} --resume' on a fleet)."
+                )
             raise SystemExit(EXIT_STATUS[interrupted])
         assert run is not None  # not interrupted: _run_to_follow returned it, and it was followed
         written = progress.rows_written if progress.rows_written is not None else "-"
