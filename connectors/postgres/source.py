@@ -19,6 +19,7 @@ from connectors.postgres.catalog import (
     plan_chunks,
     relation,
 )
+from connectors.postgres.cdc import ChangeStream, default_slot_name, drop_slot, start_slot, with_cdc_columns
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
 from connectors.postgres.connection import TableName, connect, error_words, mask_url, trusted_sql
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
@@ -53,6 +54,9 @@ class PostgresSource(Source[ChunkSplit]):
         hold: bool = True,
         cursor: str | None = None,
         previous_mark: str | None = None,
+        slot: str | None = None,
+        publication: str | None = None,
+        schema_change: str = "fail",
     ) -> None:
         self.url, self.table, self.key, self.chunk_rows = url, table, key, chunk_rows
         self.query = query
@@ -60,6 +64,8 @@ class PostgresSource(Source[ChunkSplit]):
         self.patterns, self.reserved, self.hold = patterns, reserved, hold
         #: Incremental: the cursor column, and the high mark of the last succeeded run.
         self.cursor, self.previous_mark = cursor, previous_mark
+        #: cdc (a slot given): the slot and publication, and the schema-change policy.
+        self.slot, self.publication, self.schema_change = slot, publication or slot, schema_change
         self._chunk_query: ChunkQuery | None = None
 
     @classmethod
@@ -93,11 +99,12 @@ class PostgresSource(Source[ChunkSplit]):
             reserved=target.reserved,
             cursor=config.cursor if config.mode == "incremental" else None,
             previous_mark=previous_mark(context.previous_state),
+            **cdc_options(config, context, table),
         )
 
     @property
     def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED if self.slot else Boundedness.BOUNDED
 
     @property
     def split_serializer(self) -> ChunkSplitSerializer:
@@ -134,6 +141,8 @@ class PostgresSource(Source[ChunkSplit]):
     def _plan(self) -> ChunkPlan:
         """The cut of the table, computed inside a freshly exported snapshot that is then
         held for the readers (``connectors.postgres.snapshot``)."""
+        if self.slot is not None:
+            return self._cdc_plan()
         if self.table is None:
             holder = hold_snapshot(self.url) if self.hold else None
             plan = ChunkPlan("query", 0, 1, 1, 0, holder.snapshot if holder else None)
@@ -151,6 +160,27 @@ class PostgresSource(Source[ChunkSplit]):
             raise
         holder.start()
         return plan
+
+    def _cdc_plan(self) -> ChunkPlan:
+        """The chunks cut in the snapshot a new slot exported at its consistent point, and
+        the change stream from there (``connectors.postgres.cdc``)."""
+        assert self.table is not None and self.slot is not None and self.publication is not None
+        try:
+            start = start_slot(self.url, self.slot, self.publication, self.table)
+        except ConnectionError as exc:
+            raise ConfigError(self.address_field, str(exc)) from None
+        holder = hold_snapshot(self.url, (start.connection, start.snapshot))
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(start.snapshot)))
+                plan = self._table_plan(conn, start.snapshot)
+        except BaseException:
+            holder.release()
+            drop_slot(self.url, self.slot)
+            raise
+        holder.start()
+        return replace(plan, stream_lsn=start.lsn)
 
     def _table_plan(self, conn: psycopg.Connection, snapshot: str | None) -> ChunkPlan:
         assert self.table is not None
@@ -194,11 +224,23 @@ class PostgresSource(Source[ChunkSplit]):
         return self._chunk_query
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[ChunkSplit]:
-        reader = ChunkReader(self.url, self.chunk_query(), self.schema)
+        reader = ChunkReader(self.url, self.chunk_query(), self.run_schema(), self._change_stream)
         return SourceReaderBase(context, reader, batch_size=self.batch_size)
 
+    def _change_stream(self) -> ChangeStream:
+        assert self.table is not None and self.slot is not None and self.publication is not None
+        columns = self.chunk_query().columns
+        return ChangeStream(
+            self.url, self.slot, self.publication, self.table, columns, self.run_schema(), self.schema_change
+        )
+
+    def run_schema(self) -> pa.Schema:
+        """The run's schema, or the table's columns (and a cdc source's change columns)."""
+        return self.schema or self.infer_schema()
+
     def infer_schema(self) -> pa.Schema:
-        return arrow_schema(self.chunk_query().columns)
+        schema = arrow_schema(self.chunk_query().columns)
+        return with_cdc_columns(schema) if self.slot else schema
 
     def check_input(self) -> None:
         """Refuses to start a run whose database cannot be reached, whose table is missing or
@@ -222,6 +264,16 @@ class PostgresSource(Source[ChunkSplit]):
             else:
                 lags[split_id] = split.estimate if position == 0 else None
         return lags
+
+
+def cdc_options(
+    config: PostgresSourceConfig, context: BuildContext, table: TableName | None
+) -> dict[str, Any]:
+    """The slot, publication and schema-change policy of a cdc config (none otherwise)."""
+    if config.mode != "cdc" or table is None:
+        return {}
+    slot = config.slot or default_slot_name(context.flow_name, table)
+    return {"slot": slot, "publication": config.publication or slot, "schema_change": config.schema_change}
 
 
 def previous_mark(state: Mapping[str, Any] | None) -> str | None:
