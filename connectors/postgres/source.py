@@ -242,6 +242,14 @@ class PostgresSource(Source[ChunkSplit]):
         schema = arrow_schema(self.chunk_query().columns)
         return with_cdc_columns(schema) if self.slot else schema
 
+    def release(self) -> None:
+        """Drops the cdc slot (a slot left behind holds WAL back until the disk fills)."""
+        if self.slot is not None:
+            try:
+                drop_slot(self.url, self.slot)
+            except ConnectionError as exc:
+                raise ConfigError(self.address_field, str(exc)) from None
+
     def check_input(self) -> None:
         """Refuses to start a run whose database cannot be reached, whose table is missing or
         whose chunk key cannot cut it."""

@@ -27,7 +27,10 @@ from connectors.postgres.connection import TableName
 from connectors.postgres.pgoutput import parse_lsn
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.split import STREAM_SPLIT_ID
+from dataflow.services.flows import flow_create, flow_delete, flow_start
+from dataflow.services.runs.tick import flow_tick
 from source_support.testing import SourceHarness
+from tests.factories import UserFactory
 from tests.postgres_server import PrivatePostgres
 
 pytestmark = pytest.mark.slow
@@ -285,3 +288,38 @@ def test_change_rows_have_the_snapshot_rows_types_and_full_old_rows(
         assert '"id": "1"' in update["_before"] and update["_ts"] is not None
     finally:
         drop_slot(logical_postgres.url, name)
+
+
+@pytest.mark.django_db
+def test_deleting_the_flow_drops_its_slot_and_no_other(
+    logical_postgres: PrivatePostgres, table: str, dirs: Any, settings: Any
+) -> None:
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    staff = UserFactory(username="ops", is_staff=True)
+    spec = {
+        "flow": {"name": "orders-cdc"},
+        "source": {"type": "postgres", "url": logical_postgres.url, "table": table, "mode": "cdc"},
+        "transform": {"sql": "SELECT * FROM source"},
+        "sink": {"type": "parquet", "path": str(dirs.out / "orders-cdc")},
+    }
+    flow = flow_create(spec=spec, owner=staff)
+    flow_start(flow=flow)
+    flow_tick(flow_id=flow.pk)  # the run's first tick starts its enumerator: the slot is made
+    with logical_postgres.connect() as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot('adf_someone_else', 'pgoutput')")
+    try:
+        assert slot_names(logical_postgres) >= {"adf_orders_cdc", "adf_someone_else"}
+
+        flow_delete(flow=flow)
+
+        assert "adf_orders_cdc" not in slot_names(logical_postgres)
+        assert "adf_someone_else" in slot_names(logical_postgres)
+    finally:
+        snapshot.release_all()
+        drop_slot(logical_postgres.url, "adf_someone_else")
+        drop_slot(logical_postgres.url, "adf_orders_cdc")
+
+
+def slot_names(server: PrivatePostgres) -> set[str]:
+    with server.connect() as conn:
+        return {row[0] for row in conn.execute("SELECT slot_name FROM pg_replication_slots")}
