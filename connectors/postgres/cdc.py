@@ -255,11 +255,11 @@ class ChangeStream:
         deadline = time.monotonic() + timeout_s
         try:
             batch, end = self._read(split, max_records, deadline)
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, ConnectionError) as exc:
             self._close()
             now = time.monotonic()
             self._down_since = self._down_since or now
-            if now - self._down_since >= OUTAGE_LIMIT_S or getattr(exc, "sqlstate", None) == "42704":
+            if now - self._down_since >= OUTAGE_LIMIT_S:
                 raise SplitFailed(
                     f"{split.split_id}: slot {self.slot!r} cannot be read: {error_words(exc)}",
                     split_id=split.split_id,

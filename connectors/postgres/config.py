@@ -104,10 +104,10 @@ class PostgresSourceConfig(ConfigBase):
         default=None,
         example="adf_orders",
     )
-    schema_change: str = option(
-        "cdc: a column added, dropped or retyped while the flow runs: fail stops the run naming the "
-        "column and the LSN; ignore goes on without it, counting the values dropped.",
-        default="fail",
+    schema_change: str | None = option(
+        "cdc: a column added, dropped or retyped while the flow runs: fail (left out) stops the run "
+        "naming the column and the LSN; ignore goes on without it, counting the values dropped.",
+        default=None,
         choices=SCHEMA_CHANGES,
     )
 
@@ -163,13 +163,13 @@ class PostgresSourceConfig(ConfigBase):
             raise ConfigError("source.mode", "incremental reads a table or a model, not a query")
         if self.mode == "cdc" and self.query is not None:
             raise ConfigError("source.mode", "cdc reads a table or a model, not a query")
-        for field_name in ("slot", "publication"):
+        for field_name in ("slot", "publication", "schema_change"):
             value = getattr(self, field_name)
             if value is None:
                 continue
             if self.mode != "cdc":
                 raise ConfigError(f"source.{field_name}", "is read only in cdc mode (source.mode)")
-            if not SLOT_NAME.fullmatch(value):
+            if field_name != "schema_change" and not SLOT_NAME.fullmatch(value):
                 raise ConfigError(
                     f"source.{field_name}", "must be 1 to 63 lower-case letters, digits and underscores"
                 )

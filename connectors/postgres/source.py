@@ -23,6 +23,7 @@ from connectors.postgres.cdc import ChangeStream, default_slot_name, drop_slot, 
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
 from connectors.postgres.connection import TableName, connect, error_words, mask_url, trusted_sql
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
+from connectors.postgres.pgoutput import format_lsn
 from connectors.postgres.query import checked_query
 from connectors.postgres.reader import ChunkQuery, ChunkReader
 from connectors.postgres.snapshot import hold_snapshot
@@ -242,6 +243,16 @@ class PostgresSource(Source[ChunkSplit]):
         schema = arrow_schema(self.chunk_query().columns)
         return with_cdc_columns(schema) if self.slot else schema
 
+    def _wal_lag(self, lsn: int) -> int | None:
+        """The change stream's lag: bytes of WAL written past ``lsn`` (None: the database
+        cannot be asked now)."""
+        try:
+            with connect(self.url) as conn:
+                row = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (format_lsn(lsn),)).fetchone()
+        except (psycopg.Error, ConnectionError):
+            return None
+        return max(0, int(row[0])) if row and row[0] is not None else None
+
     def release(self) -> None:
         """Drops the cdc slot (a slot left behind holds WAL back until the disk fills)."""
         if self.slot is not None:
@@ -266,7 +277,9 @@ class PostgresSource(Source[ChunkSplit]):
         lags: dict[str, int | None] = {}
         for split_id, (payload, position) in splits.items():
             split = ChunkSplitSerializer().deserialize(payload)
-            if split.kind == "key" and split.high is not None and split.high > split.low:
+            if split.kind == "cdc":
+                lags[split_id] = self._wal_lag(split.low + position)
+            elif split.kind == "key" and split.high is not None and split.high > split.low:
                 left = max(0.0, 1 - position / (split.high - split.low))
                 lags[split_id] = round(split.estimate * left)
             else:
@@ -281,7 +294,11 @@ def cdc_options(
     if config.mode != "cdc" or table is None:
         return {}
     slot = config.slot or default_slot_name(context.flow_name, table)
-    return {"slot": slot, "publication": config.publication or slot, "schema_change": config.schema_change}
+    return {
+        "slot": slot,
+        "publication": config.publication or slot,
+        "schema_change": config.schema_change or "fail",
+    }
 
 
 def previous_mark(state: Mapping[str, Any] | None) -> str | None:

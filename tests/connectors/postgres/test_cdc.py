@@ -185,6 +185,7 @@ def test_snapshot_and_changes_give_the_final_table_through_a_kill_and_a_restart(
     assert len(changes) == len(set(changes)), "no change twice"
     assert len(changes) >= writer.done * 0.5  # updates and deletes of missing ids change nothing
     assert apply(records) == final
+    assert harness.failures == [], "the restart was waited for, not a failed reader"
     assert confirmed(logical_postgres, table) > min(r["_lsn"] for r in records), "the slot was confirmed"
 
 
@@ -202,7 +203,10 @@ def test_the_slot_is_confirmed_only_up_to_the_checkpoint(
                     sql.SQL("INSERT INTO {} VALUES (%s, 'x', 1)").format(sql.Identifier(table)), (i,)
                 )
 
+    caught_up = harness.lags()[STREAM_SPLIT_ID]
     insert(range(5000, 5005))
+    lag = harness.lags()[STREAM_SPLIT_ID]
+    assert caught_up is not None and lag is not None and lag > caught_up, "the stream's lag in WAL bytes"
     start = confirmed(logical_postgres, table)
     first = harness.read(0, batches=1, commit=False)
     assert [r["id"] for r in first[0].records] == list(range(5000, 5005))
