@@ -148,7 +148,7 @@ def start_slot(url: str, slot: str, publication: str, table: TableName) -> SlotS
             raise ConfigError(
                 "source.slot",
                 f"replication slot {slot!r} exists already (another flow's, or left behind: "
-                "`flowctl slots` lists them); name another",
+                "pg_replication_slots lists them); name another",
             )
         ensure_publication(conn, publication, table)
     replication = psycopg.connect(url, autocommit=True, replication="database", connect_timeout=10)

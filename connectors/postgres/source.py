@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -253,9 +253,15 @@ class PostgresSource(Source[ChunkSplit]):
             return None
         return max(0, int(row[0])) if row and row[0] is not None else None
 
-    def release(self) -> None:
-        """Drops the cdc slot (a slot left behind holds WAL back until the disk fills)."""
-        if self.slot is not None:
+    def release(self, states: Sequence[Mapping[str, Any] | None]) -> None:
+        """Drops the cdc slot (a slot left behind holds WAL back until the disk fills) if a
+        run of the flow made it: a slot of that name the flow was refused is another's."""
+        made = any(
+            isinstance((state or {}).get("plan"), dict) and state["plan"].get("stream_lsn")
+            for state in states
+            if state
+        )
+        if self.slot is not None and made:
             try:
                 drop_slot(self.url, self.slot)
             except ConnectionError as exc:

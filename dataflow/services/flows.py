@@ -510,7 +510,7 @@ def _source_release(flow: DataFlow, runs: list[FlowRun]) -> None:
     if latest is None:
         return
     try:
-        source_for(latest).release()
+        source_for(latest).release([run.enumerator_state for run in runs])
     except Exception as exc:  # noqa: BLE001 - a database away must not keep the flow
         log.warning("flow %s deleted; its source could not release what it holds: %s", flow.name, exc)
 

@@ -28,7 +28,7 @@ from connectors.postgres.pgoutput import parse_lsn
 from connectors.postgres.source import PostgresSource
 from connectors.postgres.split import STREAM_SPLIT_ID
 from dataflow.services.flows import flow_create, flow_delete, flow_start
-from dataflow.services.runs.tick import flow_tick
+from source_support.errors import ConfigError
 from source_support.testing import SourceHarness
 from tests.factories import UserFactory
 from tests.postgres_server import PrivatePostgres
@@ -307,8 +307,7 @@ def test_deleting_the_flow_drops_its_slot_and_no_other(
         "sink": {"type": "parquet", "path": str(dirs.out / "orders-cdc")},
     }
     flow = flow_create(spec=spec, owner=staff)
-    flow_start(flow=flow)
-    flow_tick(flow_id=flow.pk)  # the run's first tick starts its enumerator: the slot is made
+    flow_start(flow=flow)  # the run's enumerator starts: the slot is made
     with logical_postgres.connect() as conn:
         conn.execute("SELECT pg_create_logical_replication_slot('adf_someone_else', 'pgoutput')")
     try:
@@ -318,6 +317,14 @@ def test_deleting_the_flow_drops_its_slot_and_no_other(
 
         assert "adf_orders_cdc" not in slot_names(logical_postgres)
         assert "adf_someone_else" in slot_names(logical_postgres)
+
+        naming = {**spec, "flow": {"name": "naming-another"}}
+        naming["source"] = {**spec["source"], "slot": "adf_someone_else"}
+        other = flow_create(spec=naming, owner=staff)
+        with pytest.raises(ConfigError, match="adf_someone_else' exists already"):
+            flow_start(flow=other)  # its run fails at start
+        flow_delete(flow=other)
+        assert "adf_someone_else" in slot_names(logical_postgres), "a slot the flow did not make is kept"
     finally:
         snapshot.release_all()
         drop_slot(logical_postgres.url, "adf_someone_else")
