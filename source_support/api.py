@@ -358,6 +358,11 @@ class Source(ABC, Generic[SplitT]):
         restarts with: the connection may have been narrowed since the split was found."""
         return None
 
+    def release(self, states: Sequence[Mapping[str, Any] | None]) -> None:
+        """The flow is deleted: drops what the source made upstream for it (a PostgreSQL
+        cdc source's replication slot), as the enumerator ``states`` of its runs show it
+        made; the default made nothing."""
+
     def check_input(self) -> None:
         """Refuses, before a run reads anything, input that cannot fit the schema (e.g. a CSV
         header without a schema column), raising ``ConfigError``; the default checks nothing."""

@@ -26,8 +26,10 @@ def postgres_bin() -> Path:
 class PrivatePostgres:
     """One cluster in ``directory``, database ``postgres``, user ``postgres``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, logical: bool = False) -> None:
         self.dir = directory
+        #: ``wal_level = logical`` (change data capture), which the shared server lacks.
+        self.logical = logical
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -47,6 +49,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         options = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir}"
+        if self.logical:
+            options += " -c wal_level=logical -c max_replication_slots=10 -c max_wal_senders=10"
         self._run(
             str(self.bin / "pg_ctl"),
             "-D",

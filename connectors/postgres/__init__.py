@@ -30,7 +30,9 @@ def register() -> None:
             config=PostgresSourceConfig,
             build=PostgresSource.from_config,
             description="A PostgreSQL table (or a checked SELECT) read at one point in time, in key-range "
-            "chunks read in parallel.",
+            "chunks read in parallel; in cdc mode, then every change to it from a replication slot.",
+            boundedness="config",
+            unbounded=lambda config: config.mode == "cdc",
         )
     )
     register_sink(SINK)

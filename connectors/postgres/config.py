@@ -11,6 +11,7 @@ patterns say, the deployment's own tables (``Environment.reserved_tables``) are 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Self
@@ -29,8 +30,11 @@ from source_support.config import ConfigBase, connection_field, option
 from source_support.errors import ConfigError
 from source_support.registry import Environment
 
-MODES = ("snapshot", "incremental")
+MODES = ("snapshot", "incremental", "cdc")
+SCHEMA_CHANGES = ("fail", "ignore")
 DEFAULT_CHUNK_ROWS = 100_000
+#: What PostgreSQL allows in a replication slot's name (and what we allow a publication's).
+SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
 
 
 class PostgresSourceConfig(ConfigBase):
@@ -65,8 +69,8 @@ class PostgresSourceConfig(ConfigBase):
     )
     mode: str = option(
         "snapshot: every row at one point in time, in key-range chunks read in parallel; incremental: "
-        "the rows whose cursor column is past the last successful run's high mark (for scheduled runs). "
-        "cdc is not supported yet.",
+        "the rows whose cursor column is past the last successful run's high mark (for scheduled runs); "
+        "cdc: a snapshot, then every change from a replication slot (unbounded; wal_level = logical).",
         default="snapshot",
         choices=MODES,
     )
@@ -87,6 +91,24 @@ class PostgresSourceConfig(ConfigBase):
         "previous successful run's highest value.",
         default=None,
         example="updated_at",
+    )
+
+    slot: str | None = option(
+        "cdc: the logical replication slot the flow makes when its run starts and drops when the "
+        "flow is deleted (left out: adf_ and the flow's name).",
+        default=None,
+        example="adf_orders",
+    )
+    publication: str | None = option(
+        "cdc: the publication the slot reads, made for the table when missing (left out: the slot's name).",
+        default=None,
+        example="adf_orders",
+    )
+    schema_change: str | None = option(
+        "cdc: a column added, dropped or retyped while the flow runs: fail (left out) stops the run "
+        "naming the column and the LSN; ignore goes on without it, counting the values dropped.",
+        default=None,
+        choices=SCHEMA_CHANGES,
     )
 
     @classmethod
@@ -139,6 +161,18 @@ class PostgresSourceConfig(ConfigBase):
             raise ConfigError("source.cursor", "is read only in incremental mode (source.mode)")
         if self.query is not None and self.mode == "incremental":
             raise ConfigError("source.mode", "incremental reads a table or a model, not a query")
+        if self.mode == "cdc" and self.query is not None:
+            raise ConfigError("source.mode", "cdc reads a table or a model, not a query")
+        for field_name in ("slot", "publication", "schema_change"):
+            value = getattr(self, field_name)
+            if value is None:
+                continue
+            if self.mode != "cdc":
+                raise ConfigError(f"source.{field_name}", "is read only in cdc mode (source.mode)")
+            if field_name != "schema_change" and not SLOT_NAME.fullmatch(value):
+                raise ConfigError(
+                    f"source.{field_name}", "must be 1 to 63 lower-case letters, digits and underscores"
+                )
         if self.query is not None and self.key is not None:
             raise ConfigError("source.key", "a query is read as one split: leave source.key out")
         return config

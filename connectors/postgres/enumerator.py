@@ -34,14 +34,31 @@ class ChunkPlan:
     #: text; ``mark_low`` None: from the first row). ``mark_high`` None: no row to read.
     mark_low: str | None = None
     mark_high: str | None = None
+    #: cdc: the slot's consistent point; the change stream is one more split after the chunks.
+    stream_lsn: int | None = None
+
+    @property
+    def splits(self) -> int:
+        return self.count + (1 if self.stream_lsn is not None else 0)
 
     def chunk(self, index: int) -> ChunkSplit:
+        if self.stream_lsn is not None and index == self.count:
+            return ChunkSplit("cdc", index, self.stream_lsn, None, lsn=self.stream_lsn)
         low = self.low + index * self.step
         high = None if index == self.count - 1 else low + self.step
         if self.kind == "query":
             low, high = 0, None
         return ChunkSplit(
-            self.kind, index, low, high, 0, self.estimate, self.snapshot, self.mark_low, self.mark_high
+            self.kind,
+            index,
+            low,
+            high,
+            0,
+            self.estimate,
+            self.snapshot,
+            self.mark_low,
+            self.mark_high,
+            self.stream_lsn,
         )
 
 
@@ -69,7 +86,7 @@ class ChunkEnumerator(SplitEnumerator[ChunkSplit]):
 
     @property
     def count(self) -> int:
-        return self.plan.count if self.plan is not None else 0
+        return self.plan.splits if self.plan is not None else 0
 
     def handle_split_request(self, subtask: int, requester_location: str = "") -> None:
         if self.is_exhausted():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -27,9 +27,10 @@ import pyarrow as pa
 from psycopg import sql
 
 from connectors.postgres.catalog import POSITION_COLUMN, cursor_condition
+from connectors.postgres.cdc import CDC_NAMES, ChangeStream, snapshot_columns
 from connectors.postgres.connection import TableName, error_words, trusted_sql
 from connectors.postgres.snapshot import reader_application_name
-from connectors.postgres.split import LINE_BITS, ChunkSplit
+from connectors.postgres.split import LINE_BITS, STREAM_SPLIT_ID, ChunkSplit
 from connectors.postgres.types import PgColumn, arrow_schema
 from source_support.api import OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
@@ -115,20 +116,47 @@ def _tid(encoded: int) -> str:
 class ChunkReader(SequentialSplitReader[ChunkSplit]):
     """Reads the held chunks one after the other (``SequentialSplitReader``)."""
 
-    def __init__(self, url: str, chunk_query: ChunkQuery, schema: pa.Schema | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        chunk_query: ChunkQuery,
+        schema: pa.Schema | None = None,
+        stream: Callable[[], ChangeStream] | None = None,
+    ) -> None:
         super().__init__()
         self.url = url
         self.chunk_query = chunk_query
         self.schema = schema or arrow_schema(chunk_query.columns)
+        #: cdc: makes the reader of the change-stream split (read after the held chunks).
+        self.make_stream = stream
+        self.stream: ChangeStream | None = None
         self._streams: dict[str, Generator[tuple[pa.Table, bool, str]]] = {}
         self._connections: dict[str, Any] = {}
         #: When the database stopped answering (None: it answers).
         self._down_since: float | None = None
 
+    def handle_splits_changes(self, added: Sequence[ChunkSplit], removed: Sequence[str]) -> None:
+        """As ``SequentialSplitReader``'s, with the change stream kept last: it never ends."""
+        super().handle_splits_changes(added, removed)
+        stream = self.splits.pop(STREAM_SPLIT_ID, None)
+        if stream is not None:
+            self.splits[STREAM_SPLIT_ID] = stream
+
     def fetch(self, max_records: int, timeout_s: float) -> list[RecordBatch]:
         """The next batch of the head chunk; nothing while the database is away (the chunk
         resumes after its last batch when it is back), and ``SplitFailed`` once it has been
-        away for ``OUTAGE_LIMIT_S``."""
+        away for ``OUTAGE_LIMIT_S``. The change stream, once it is the head, waits up to
+        ``timeout_s`` for changes."""
+        head = next(iter(self.splits.values()), None)
+        if head is not None and head.kind == "cdc":
+            if self.stream is None:
+                assert self.make_stream is not None, "a cdc split needs a cdc source's reader"
+                self.stream = self.make_stream()
+            batch = self.stream.fetch(head, max_records, timeout_s)
+            if batch is None:
+                return []
+            self.splits[STREAM_SPLIT_ID] = head.at(batch.end.position)
+            return [batch]
         try:
             batches = super().fetch(max_records, timeout_s)
         except TRANSIENT as exc:
@@ -169,16 +197,21 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
             split_id=split.split_id,
             start=split.offset,
             end=OffsetEntry(split.split_id, end),
-            records=self._records(table),
+            records=self._records(table, split),
             finished=finished,
             note=note,
         )
 
-    def _records(self, table: pa.Table) -> pa.Table:
+    def _records(self, table: pa.Table, split: ChunkSplit) -> pa.Table:
         """The batch in the run's schema: the position column dropped, numerics (which the
-        driver hands over as text) cast to their decimals, microseconds to durations."""
+        driver hands over as text) cast to their decimals, microseconds to durations; a cdc
+        source's snapshot rows with their ``_op`` (``r``) and ``_lsn``."""
         arrays: list[Any] = []
+        extra = iter(snapshot_columns(table.num_rows, split.lsn or 0))
         for name, target in zip(self.schema.names, self.schema.types, strict=True):
+            if name in CDC_NAMES:
+                arrays.append(next(extra))
+                continue
             column: Any = table.column(name)
             if isinstance(column.type, pa.ExtensionType):
                 column = _storage(column)
@@ -225,7 +258,16 @@ class ChunkReader(SequentialSplitReader[ChunkSplit]):
             return LOST_SNAPSHOT_NOTE
         return ""
 
+    def notify_checkpoint_complete(self, positions: Mapping[str, int]) -> None:
+        """Confirms the slot up to the change stream's committed position."""
+        split = self.splits.get(STREAM_SPLIT_ID)
+        if self.stream is not None and split is not None and STREAM_SPLIT_ID in positions:
+            self.stream.confirm(split.low + positions[STREAM_SPLIT_ID])
+
     def close_split(self, split_id: str) -> None:
+        if split_id == STREAM_SPLIT_ID and self.stream is not None:
+            self.stream.close()
+            self.stream = None
         self._drop(split_id)
 
     def _drop(self, split_id: str) -> None:

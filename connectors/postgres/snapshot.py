@@ -55,15 +55,22 @@ def reader_application_name(snapshot: str) -> str:
 class SnapshotHolder:
     """Holds an exported snapshot open in a thread until it is released (see the module)."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, exported: tuple[psycopg.Connection, str] | None = None) -> None:
+        """``exported``: a replication connection that exported ``snapshot`` (a cdc slot's),
+        which must stay idle: readers are then watched on a connection of its own."""
         self.url = url
-        self.conn: psycopg.Connection = connect(url, application_name="adf-snapshot-holder")
-        self.conn.execute("SET idle_in_transaction_session_timeout = 0")
-        self.conn.commit()
-        self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        row = self.conn.execute("SELECT pg_export_snapshot()").fetchone()
-        assert row is not None
-        self.snapshot: str = row[0]
+        if exported is not None:
+            self.conn, self.snapshot = exported
+            self.watch = connect(url, autocommit=True, application_name="adf-snapshot-holder")
+        else:
+            self.conn = connect(url, application_name="adf-snapshot-holder")
+            self.conn.execute("SET idle_in_transaction_session_timeout = 0")
+            self.conn.commit()
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            row = self.conn.execute("SELECT pg_export_snapshot()").fetchone()
+            assert row is not None
+            self.snapshot = row[0]
+            self.watch = self.conn
         self.started = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -84,7 +91,7 @@ class SnapshotHolder:
                 if now - self.started >= MAX_HOLD_S:
                     break
                 with self._lock:
-                    row = self.conn.execute(
+                    row = self.watch.execute(
                         "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
                     ).fetchone()
                 readers = row[0] if row else 0
@@ -106,15 +113,18 @@ class SnapshotHolder:
         _HOLDERS.pop(self.snapshot, None)
         with contextlib.suppress(psycopg.Error):
             self.conn.close()
+        with contextlib.suppress(psycopg.Error):
+            self.watch.close()
 
 
 _HOLDERS: dict[str, SnapshotHolder] = {}
 
 
-def hold_snapshot(url: str) -> SnapshotHolder:
-    """A new holder of a fresh exported snapshot of ``url``; it is kept in the process
-    until released (``release_snapshot``, or by itself)."""
-    holder = SnapshotHolder(url)
+def hold_snapshot(url: str, exported: tuple[psycopg.Connection, str] | None = None) -> SnapshotHolder:
+    """A new holder of a fresh exported snapshot of ``url`` (or of ``exported``, see
+    ``SnapshotHolder``); it is kept in the process until released (``release_snapshot``,
+    or by itself)."""
+    holder = SnapshotHolder(url, exported)
     _HOLDERS[holder.snapshot] = holder
     return holder
 

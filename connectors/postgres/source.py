@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -19,9 +19,11 @@ from connectors.postgres.catalog import (
     plan_chunks,
     relation,
 )
+from connectors.postgres.cdc import ChangeStream, default_slot_name, drop_slot, start_slot, with_cdc_columns
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
 from connectors.postgres.connection import TableName, connect, error_words, mask_url, trusted_sql
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
+from connectors.postgres.pgoutput import format_lsn
 from connectors.postgres.query import checked_query
 from connectors.postgres.reader import ChunkQuery, ChunkReader
 from connectors.postgres.snapshot import hold_snapshot
@@ -53,6 +55,9 @@ class PostgresSource(Source[ChunkSplit]):
         hold: bool = True,
         cursor: str | None = None,
         previous_mark: str | None = None,
+        slot: str | None = None,
+        publication: str | None = None,
+        schema_change: str = "fail",
     ) -> None:
         self.url, self.table, self.key, self.chunk_rows = url, table, key, chunk_rows
         self.query = query
@@ -60,6 +65,8 @@ class PostgresSource(Source[ChunkSplit]):
         self.patterns, self.reserved, self.hold = patterns, reserved, hold
         #: Incremental: the cursor column, and the high mark of the last succeeded run.
         self.cursor, self.previous_mark = cursor, previous_mark
+        #: cdc (a slot given): the slot and publication, and the schema-change policy.
+        self.slot, self.publication, self.schema_change = slot, publication or slot, schema_change
         self._chunk_query: ChunkQuery | None = None
 
     @classmethod
@@ -93,11 +100,12 @@ class PostgresSource(Source[ChunkSplit]):
             reserved=target.reserved,
             cursor=config.cursor if config.mode == "incremental" else None,
             previous_mark=previous_mark(context.previous_state),
+            **cdc_options(config, context, table),
         )
 
     @property
     def boundedness(self) -> Boundedness:
-        return Boundedness.BOUNDED
+        return Boundedness.CONTINUOUS_UNBOUNDED if self.slot else Boundedness.BOUNDED
 
     @property
     def split_serializer(self) -> ChunkSplitSerializer:
@@ -134,6 +142,8 @@ class PostgresSource(Source[ChunkSplit]):
     def _plan(self) -> ChunkPlan:
         """The cut of the table, computed inside a freshly exported snapshot that is then
         held for the readers (``connectors.postgres.snapshot``)."""
+        if self.slot is not None:
+            return self._cdc_plan()
         if self.table is None:
             holder = hold_snapshot(self.url) if self.hold else None
             plan = ChunkPlan("query", 0, 1, 1, 0, holder.snapshot if holder else None)
@@ -151,6 +161,27 @@ class PostgresSource(Source[ChunkSplit]):
             raise
         holder.start()
         return plan
+
+    def _cdc_plan(self) -> ChunkPlan:
+        """The chunks cut in the snapshot a new slot exported at its consistent point, and
+        the change stream from there (``connectors.postgres.cdc``)."""
+        assert self.table is not None and self.slot is not None and self.publication is not None
+        try:
+            start = start_slot(self.url, self.slot, self.publication, self.table)
+        except ConnectionError as exc:
+            raise ConfigError(self.address_field, str(exc)) from None
+        holder = hold_snapshot(self.url, (start.connection, start.snapshot))
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(start.snapshot)))
+                plan = self._table_plan(conn, start.snapshot)
+        except BaseException:
+            holder.release()
+            drop_slot(self.url, self.slot)
+            raise
+        holder.start()
+        return replace(plan, stream_lsn=start.lsn)
 
     def _table_plan(self, conn: psycopg.Connection, snapshot: str | None) -> ChunkPlan:
         assert self.table is not None
@@ -194,11 +225,47 @@ class PostgresSource(Source[ChunkSplit]):
         return self._chunk_query
 
     def create_reader(self, context: SourceReaderContext) -> SourceReaderBase[ChunkSplit]:
-        reader = ChunkReader(self.url, self.chunk_query(), self.schema)
+        reader = ChunkReader(self.url, self.chunk_query(), self.run_schema(), self._change_stream)
         return SourceReaderBase(context, reader, batch_size=self.batch_size)
 
+    def _change_stream(self) -> ChangeStream:
+        assert self.table is not None and self.slot is not None and self.publication is not None
+        columns = self.chunk_query().columns
+        return ChangeStream(
+            self.url, self.slot, self.publication, self.table, columns, self.run_schema(), self.schema_change
+        )
+
+    def run_schema(self) -> pa.Schema:
+        """The run's schema, or the table's columns (and a cdc source's change columns)."""
+        return self.schema or self.infer_schema()
+
     def infer_schema(self) -> pa.Schema:
-        return arrow_schema(self.chunk_query().columns)
+        schema = arrow_schema(self.chunk_query().columns)
+        return with_cdc_columns(schema) if self.slot else schema
+
+    def _wal_lag(self, lsn: int) -> int | None:
+        """The change stream's lag: bytes of WAL written past ``lsn`` (None: the database
+        cannot be asked now)."""
+        try:
+            with connect(self.url) as conn:
+                row = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", (format_lsn(lsn),)).fetchone()
+        except (psycopg.Error, ConnectionError):
+            return None
+        return max(0, int(row[0])) if row and row[0] is not None else None
+
+    def release(self, states: Sequence[Mapping[str, Any] | None]) -> None:
+        """Drops the cdc slot (a slot left behind holds WAL back until the disk fills) if a
+        run of the flow made it: a slot of that name the flow was refused is another's."""
+        made = any(
+            isinstance((state or {}).get("plan"), dict) and state["plan"].get("stream_lsn")
+            for state in states
+            if state
+        )
+        if self.slot is not None and made:
+            try:
+                drop_slot(self.url, self.slot)
+            except ConnectionError as exc:
+                raise ConfigError(self.address_field, str(exc)) from None
 
     def check_input(self) -> None:
         """Refuses to start a run whose database cannot be reached, whose table is missing or
@@ -216,12 +283,28 @@ class PostgresSource(Source[ChunkSplit]):
         lags: dict[str, int | None] = {}
         for split_id, (payload, position) in splits.items():
             split = ChunkSplitSerializer().deserialize(payload)
-            if split.kind == "key" and split.high is not None and split.high > split.low:
+            if split.kind == "cdc":
+                lags[split_id] = self._wal_lag(split.low + position)
+            elif split.kind == "key" and split.high is not None and split.high > split.low:
                 left = max(0.0, 1 - position / (split.high - split.low))
                 lags[split_id] = round(split.estimate * left)
             else:
                 lags[split_id] = split.estimate if position == 0 else None
         return lags
+
+
+def cdc_options(
+    config: PostgresSourceConfig, context: BuildContext, table: TableName | None
+) -> dict[str, Any]:
+    """The slot, publication and schema-change policy of a cdc config (none otherwise)."""
+    if config.mode != "cdc" or table is None:
+        return {}
+    slot = config.slot or default_slot_name(context.flow_name, table)
+    return {
+        "slot": slot,
+        "publication": config.publication or slot,
+        "schema_change": config.schema_change or "fail",
+    }
 
 
 def previous_mark(state: Mapping[str, Any] | None) -> str | None:

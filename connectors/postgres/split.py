@@ -8,7 +8,9 @@ the chunk was read, so that it only grows from 0 (nothing read):
 - key: ``last key landed - low + 1`` (the next read takes ``key >= low + position``);
 - ctid: ``(block << 16 | line) - (low << 16) + 1`` of the last row landed;
 - query: the rows landed (the next read skips them: exact when the query orders its rows
-  by a unique column and reads the held snapshot).
+  by a unique column and reads the held snapshot);
+- cdc (the change stream of a cdc source, ``low`` the slot's consistent point): ``P - low``
+  where every transaction committed below LSN ``P`` has landed (``connectors.postgres.cdc``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any, Self
 
 from source_support.api import OffsetEntry, SourceSplit, SplitSerializer
 
-KINDS = ("key", "ctid", "query")
+KINDS = ("key", "ctid", "query", "cdc")
+#: The id of a cdc source's one change-stream split.
+STREAM_SPLIT_ID = "changes"
 #: A ctid as one integer: its block number shifted past its line number (16 bits).
 LINE_BITS = 16
 
@@ -39,10 +43,12 @@ class ChunkSplit(SourceSplit):
     #: Incremental: only rows with ``mark_low < cursor <= mark_high`` (text forms).
     mark_low: str | None = None
     mark_high: str | None = None
+    #: cdc: the slot's consistent point (the LSN of the snapshot rows), None otherwise.
+    lsn: int | None = None
 
     @property
     def split_id(self) -> str:
-        return f"chunk-{self.index}"
+        return STREAM_SPLIT_ID if self.kind == "cdc" else f"chunk-{self.index}"
 
     @property
     def offset(self) -> OffsetEntry:
@@ -78,6 +84,7 @@ class ChunkSplitSerializer(SplitSerializer[ChunkSplit]):
             "snapshot": split.snapshot,
             **({"mark_low": split.mark_low} if split.mark_low is not None else {}),
             **({"mark_high": split.mark_high} if split.mark_high is not None else {}),
+            **({"lsn": split.lsn} if split.lsn is not None else {}),
         }
 
     def deserialize(self, data: dict[str, Any]) -> ChunkSplit:

@@ -487,6 +487,7 @@ def flow_delete(*, flow: DataFlow, delete_output: bool = False) -> None:
         environment().check_destructive_target(Path(flow.sink_config["path"]))
     flow_stop(flow=flow)
     runs = list(flow.runs.all())
+    _source_release(flow, runs)
     with transaction.atomic():
         flow_ticks_remove(flow=flow)
         schedule_remove(flow=flow)
@@ -500,6 +501,18 @@ def flow_delete(*, flow: DataFlow, delete_output: bool = False) -> None:
             log.warning("flow %s deleted; the landed files of run %s were kept: %s", flow.name, run.pk, exc)
     if delete_output and sink_dir is not None:
         _output_remove(flow, sink_dir)
+
+
+def _source_release(flow: DataFlow, runs: list[FlowRun]) -> None:
+    """Drops what the source made upstream for the flow (``Source.release``: a cdc slot),
+    built as its latest run was; a failure is logged, the flow is deleted all the same."""
+    latest = max(runs, key=lambda run: run.pk, default=None)
+    if latest is None:
+        return
+    try:
+        source_for(latest).release([run.enumerator_state for run in runs])
+    except Exception as exc:  # noqa: BLE001 - a database away must not keep the flow
+        log.warning("flow %s deleted; its source could not release what it holds: %s", flow.name, exc)
 
 
 def _sink_directory(flow: DataFlow) -> Path | None:

@@ -46,7 +46,7 @@ class TestPostgresSourceOptions(OptionsContract):
 
     def test_the_full_table_sets_every_declared_option(self, env):
         """connection, query and model stand instead of url and table: one of each is given."""
-        alternatives = {"connection", "query", "model"}
+        alternatives = {"connection", "query", "model", "slot", "publication", "schema_change"}
         assert set(self.full_table(env)) | alternatives == {option.name for option in self.options}
 
 
@@ -56,8 +56,22 @@ def refusal(table: dict, env: Environment) -> ConfigError:
     return refused.value
 
 
-def test_cdc_is_refused_naming_the_mode(env):
-    assert refusal({"table": "orders", "mode": "cdc"}, env).field == "source.mode"
+def test_a_cdc_table_keeps_its_slot_publication_and_policy(env):
+    table = {
+        "table": "orders",
+        "mode": "cdc",
+        "slot": "adf_orders",
+        "publication": "pub",
+        "schema_change": "ignore",
+    }
+    config = PostgresSourceConfig.parse(table, env)
+
+    assert (config.mode, config.slot, config.publication, config.schema_change) == (
+        "cdc",
+        "adf_orders",
+        "pub",
+        "ignore",
+    )
 
 
 @pytest.mark.parametrize(
@@ -75,6 +89,13 @@ def test_cdc_is_refused_naming_the_mode(env):
         ({"table": "orders", "url": "mysql://x@h/db"}, "source.url"),
         ({"table": "orders", "url": "postgres://x@h/db", "connection": "c"}, "source.connection"),
         ({"table": "orders", "chunk_rows": 0}, "source.chunk_rows"),
+        ({"query": "SELECT * FROM orders", "mode": "cdc"}, "source.mode"),
+        ({"table": "orders", "slot": "adf_orders"}, "source.slot"),
+        ({"table": "orders", "schema_change": "ignore"}, "source.schema_change"),
+        ({"table": "orders", "mode": "cdc", "slot": "Bad-Name"}, "source.slot"),
+        ({"table": "orders", "mode": "cdc", "publication": "x" * 64}, "source.publication"),
+        ({"table": "orders", "mode": "cdc", "schema_change": "evolve"}, "source.schema_change"),
+        ({"table": "auth_user", "mode": "cdc"}, "source.table"),
     ],
 )
 def test_what_cannot_be_read_is_refused_naming_the_field(env, table, field):
