@@ -84,10 +84,12 @@ class JsonLinesFormat(RecordFormat):
                 use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(block) + 1)
             ),
             parse_options=pa_json.ParseOptions(
-                explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
+                explicit_schema=self.parse_schema,
+                # other fields are read only where a drift policy looks at them
+                unexpected_field_behavior="ignore" if self.on_schema_change is None else "infer",
             ),
         )
-        return self._finish(table.select(schema.names))
+        return self._finish(table)
 
     def _parse_python(self, block: bytes) -> pa.Table:
         """Arrow's JSON reader has no MAP type: a schema with one is read with ``json``."""
@@ -316,7 +318,9 @@ class JsonDocumentsFormat(JsonLinesFormat):
         # The same format reading lines (its timestamp modes shared: learned once).
         lines = object.__new__(JsonLinesFormat)
         vars(lines).update(vars(self))
-        return lines.parse(self.as_lines(block), position, first_only=first_only)
+        parsed = lines.parse(self.as_lines(block), position, first_only=first_only)
+        self.drift_seen = lines.drift_seen
+        return parsed
 
 
 def _after_spaces(text: str, at: int) -> int:
