@@ -5,14 +5,21 @@ A parse hands ``settle`` the records in the run's columns plus what did not fit:
 the schema does not have (named as in the file), and, for a value that did not convert to
 its column's type, its text in a column ``RETYPED + name``. ``settle`` applies the policy:
 
-- ``fail``: the split fails, naming the column and where it was first seen;
+- ``fail``: the split fails, naming the new or missing column and where it was first
+  seen; a value of another type is a bad record, as without the option (the split fails
+  naming the column, file and line; dead-lettered with ``skip_errors``);
 - ``evolve``: a new column lands as a nullable STRING (as Auto Loader lands new CSV and
   JSON columns without ``inferColumnTypes``: a later file cannot disagree on its type);
-  a missing column lands as nulls; a value of another type fails the split (a column's
-  type never changes in the sink);
+  a missing column lands as nulls; a value of another type is a bad record, as under
+  ``fail`` (a column's type never changes in the sink);
 - ``rescue``: the schema's columns only, and a ``_rescued`` STRING column holding a JSON
-  object of what did not fit in each record (Auto Loader's rescued data column);
-- ``ignore``: the schema's columns only; what did not fit is dropped, and counted.
+  object of what did not fit in each record (Auto Loader's rescued data column), a CSV
+  value of another type included (its column is null then);
+- ``ignore``: the schema's columns only; what did not fit is dropped (a CSV value of
+  another type becomes null), and counted.
+
+A retyped column is seen where a value does not convert (CSV, under rescue and ignore);
+a JSON value of another type is a bad record under every policy.
 
 Without the option, a declared schema selects its columns (others are ignored, uncounted,
 as before); an inferred one fails on a change (``DEFAULT_POLICY``).
