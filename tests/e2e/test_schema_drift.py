@@ -13,8 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from dataflow.models import DeliveryStatus, SchemaChangeRecord, WebhookDelivery
+from dataflow.redis_client import redis_url
+from dataflow.services.flows import flow_apply, flow_start
 from tests.dataflow.services.test_notify import receiver  # noqa: F401 - the fixture
-from tests.helpers import run_flow, spec, wait_until
+from tests.helpers import Beat, run_flow, spec, wait_for_run, wait_until
 
 BASE = ["id", "sensor", "temperature"]
 CASTS = {"id": int, "sensor": str, "temperature": float}
@@ -192,3 +194,56 @@ def test_json_lines_gaining_a_field_evolve(worker, dirs):
     change = SchemaChangeRecord.objects.get(run=run)
     assert (change.column_name, change.kind, change.records) == ("battery", "added", 1)
     assert "b.jsonl line 1" in change.first_position
+
+
+def _stream_doc(name: str, prefix: str, dirs, policy: str) -> dict:
+    return {
+        "flow": {"name": name, "parallelism": 1, "batch_size": 50, "poll_interval_ms": 50},
+        "source": {"type": "redis_streams", "url": redis_url(), "streams": f"{prefix}orders:*"},
+        "format": {"type": "json", "schema": "id BIGINT, customer STRING", "on_schema_change": policy},
+        "transform": {"sql": "SELECT * FROM source", "trigger_ms": 200},
+        "sink": {"type": "parquet", "path": str(dirs.out / "sink")},
+        "stop": {"at": "latest"},
+    }
+
+
+def _orders_gaining_a_field(rds, prefix: str) -> tuple[list[dict], str]:
+    """Entries of JSON orders; from the 31st on they carry a field ``coupon`` too. Returns
+    the orders and the entry id of the first with a coupon."""
+    orders = [
+        {"id": i, "customer": f"c{i % 4}", **({"coupon": f"K{i}"} if i >= 30 else {})} for i in range(60)
+    ]
+    ids = [rds.xadd(f"{prefix}orders:0", {"data": json.dumps(o)}).decode() for o in orders]
+    return orders, ids[30]
+
+
+@pytest.mark.slow
+def test_a_stream_gaining_a_field_mid_stream_evolves_the_sink(worker, rds, prefix, dirs):
+    orders, first_coupon = _orders_gaining_a_field(rds, prefix)
+    flow, _ = flow_apply(spec=_stream_doc("drift-stream", prefix, dirs, "evolve"))
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=120)
+
+    assert run.status == "succeeded", run.message
+    expected = pd.DataFrame(orders).astype(object)
+    expected = expected.where(expected.notna(), None)
+    got = sorted(pq.read_table(dirs.out / "sink").to_pylist(), key=lambda r: r["id"])
+    assert got == expected.to_dict("records")
+    change = SchemaChangeRecord.objects.get(run=run)
+    assert (change.column_name, change.kind, change.records) == ("coupon", "added", 30)
+    assert change.first_position == f"stream {prefix}orders:0 entry {first_coupon}"
+
+
+@pytest.mark.slow
+def test_a_stream_gaining_a_field_fails_under_fail_naming_the_entry(worker, rds, prefix, dirs):
+    _, first_coupon = _orders_gaining_a_field(rds, prefix)
+    flow, _ = flow_apply(spec=_stream_doc("drift-stream-fail", prefix, dirs, "fail"))
+
+    with Beat():
+        run = wait_for_run(flow_start(flow=flow), timeout=120)
+
+    assert run.status == "failed"
+    assert f"entry {first_coupon}" in run.message and "new column 'coupon'" in run.message, run.message
+    change = SchemaChangeRecord.objects.get(run=run)
+    assert (change.column_name, change.kind, change.policy) == ("coupon", "added", "fail")
