@@ -31,8 +31,9 @@ import pyarrow.parquet as pq
 
 from connectors.files.sink import append_epoch, commit_directory, count_rows
 from source_support.environment import Environment
+from source_support.formats.typed_arrow import nulls
 from source_support.registry import Publish
-from source_support.typed_arrow import ParquetCompression, write_parquet
+from source_support.typed_arrow import ParquetCompression, fields_of, write_parquet
 
 #: The codec names Parquet's metadata gives for each ``compression`` of the sink.
 _CODECS = {"none": "UNCOMPRESSED", "snappy": "SNAPPY", "gzip": "GZIP", "zstd": "ZSTD", "lz4": "LZ4_RAW"}
@@ -171,8 +172,8 @@ def _rewrite(source: str, destination: Path, schema: pa.Schema, codec: ParquetCo
         for group in range(landed.num_row_groups):
             # The stubs leave the element type of ``columns`` open.
             table = landed.read_row_group(group, columns=held)  # pyright: ignore[reportUnknownMemberType]
-            for f in schema:
+            for f in fields_of(schema):
                 if f.name not in held:
-                    table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+                    table = table.append_column(f, nulls(table.num_rows, f.type))
             table = table.select(schema.names)
             writer.write_table(table.cast(schema))

@@ -21,7 +21,7 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.typed_arrow import Offsets, arrow_input
+from source_support.formats.typed_arrow import Offsets, arrow_input, nulls
 from source_support.formats.values import (
     ARROW_ERRORS,
     ValueRules,
@@ -205,13 +205,13 @@ class CsvFormat(RecordFormat):
         values: dict[str, pa.Array[Any]] = {}
         types = dict(zip(schema.names, schema.types, strict=True))
         for name in self.missing_columns:
-            values[name] = pa.nulls(text.num_rows, types[name])
+            values[name] = nulls(text.num_rows, types[name])
         for index, name in sorted((names.index(n), n) for n in schema.names if n not in self.missing_columns):
             texts = text.column(name).combine_chunks()
             values[name], failed = convert_text(texts, types[name], rules=self.rules)
             if tolerant:
                 if failed.any():
-                    retyped[RETYPED + name] = pc.if_else(pa.array(failed), pc.cast(texts, pa.string()), None)
+                    retyped[RETYPED + name] = pc.if_else(pa.array(failed), texts.cast(pa.string()), None)
                 failed = np.zeros(len(failed), dtype=bool)
             first_column[failed & (first_column < 0)] = index
             if pa.types.is_timestamp(types[name]):

@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from source_support.api import ADDED, CHANGED_TYPE, MISSING, SchemaChange
+from source_support.formats.typed_arrow import Offsets, fields_of
 from source_support.schema import spark_type
 
 POLICIES = ("fail", "evolve", "rescue", "ignore")
@@ -63,7 +63,7 @@ class SchemaDrift(ReadError):
 def landed_schema(schema: pa.Schema, policy: str | None) -> pa.Schema:
     """The columns a run lands before any change: under ``rescue``, with ``_rescued``."""
     if policy == "rescue" and RESCUED not in schema.names:
-        return schema.append(pa.field(RESCUED, pa.string()))
+        return pa.schema([*fields_of(schema), pa.field(RESCUED, pa.string())])
     return schema
 
 
@@ -77,7 +77,7 @@ def header_changes(schema: pa.Schema, header: list[str], policy: str | None) -> 
     changes = [SchemaChange(n, ADDED, "", "STRING", policy) for n in header if n.lower() not in known]
     changes += [
         SchemaChange(f.name, MISSING, spark_type(f.type), "", policy)
-        for f in schema
+        for f in fields_of(schema)
         if f.name.lower() not in found
     ]
     if changes and policy == "fail":
@@ -91,11 +91,12 @@ def settle(
     policy: str | None,
     *,
     missing: tuple[str, ...] = (),
-    row_positions: Any = None,
+    row_positions: Offsets | None = None,
 ) -> tuple[pa.Table, list[SchemaChange]]:
     """The records as the run lands them under ``policy`` and the changes seen in them
     (see the module's docstring); ``row_positions[i]`` is where record ``i`` starts."""
     extras = [n for n in table.column_names if n not in schema.names]
+    types = {f.name: spark_type(f.type) for f in fields_of(schema)}
     if policy is None:
         return _landed(table.select(schema.names), schema, policy), []
     changes: list[SchemaChange] = []
@@ -107,16 +108,15 @@ def settle(
         first = int(row_positions[int(present[0])]) if row_positions is not None else -1
         if name.startswith(RETYPED):
             column_name = name.removeprefix(RETYPED)
-            old = spark_type(schema.field(column_name).type)
             changes.append(
-                SchemaChange(column_name, CHANGED_TYPE, old, "STRING", policy, first, len(present))
+                SchemaChange(
+                    column_name, CHANGED_TYPE, types[column_name], "STRING", policy, first, len(present)
+                )
             )
         else:
             changes.append(SchemaChange(name, ADDED, "", "STRING", policy, first, len(present)))
     changes += [
-        SchemaChange(n, MISSING, spark_type(schema.field(n).type), "", policy, -1, table.num_rows)
-        for n in missing
-        if table.num_rows
+        SchemaChange(n, MISSING, types[n], "", policy, -1, table.num_rows) for n in missing if table.num_rows
     ]
     refused = [c for c in changes if policy == "fail" or (policy == "evolve" and c.kind == CHANGED_TYPE)]
     if refused:
@@ -142,7 +142,7 @@ def _as_text(column: pa.ChunkedArray[Any]) -> pa.Array[Any]:
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.combine_chunks().cast(pa.string())
     if pa.types.is_binary(column.type):
-        return pc.cast(column.combine_chunks(), pa.string(), safe=False)
+        return column.combine_chunks().cast(pa.string(), safe=False)
     return pa.array(
         [
             None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
