@@ -224,6 +224,7 @@ ON_SCHEMA_CHANGE_OPTION = Option(
     f"fit as JSON in a {RESCUED} STRING column) or ignore (dropped, and counted). Left out: fail "
     "when the schema is inferred; a declared schema then selects its columns.",
     default=None,
+    choices=POLICIES,
     example="rescue",
 )
 FORMATS: dict[str, FormatType] = {
