@@ -125,7 +125,7 @@ def settle(
     if policy == "evolve":
         for name in extras:
             if not name.startswith(RETYPED):
-                landed = landed.append_column(pa.field(name, pa.string()), _as_text(table.column(name)))
+                landed = landed.append_column(pa.field(name, pa.string()), as_text(table.column(name)))
     if policy == "rescue":
         landed = landed.append_column(pa.field(RESCUED, pa.string()), _rescued(table, extras))
     return landed, changes
@@ -137,7 +137,7 @@ def _landed(table: pa.Table, schema: pa.Schema, policy: str | None) -> pa.Table:
     return table
 
 
-def _as_text(column: pa.ChunkedArray[Any]) -> pa.Array[Any]:
+def as_text(column: pa.ChunkedArray[Any]) -> pa.Array[Any]:
     """A column as text: strings as they are, other values as JSON."""
     if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
         return column.combine_chunks().cast(pa.string())
@@ -154,7 +154,7 @@ def _as_text(column: pa.ChunkedArray[Any]) -> pa.Array[Any]:
 
 def _rescued(table: pa.Table, extras: list[str]) -> pa.Array[Any]:
     """Per record, a JSON object of its values that did not fit (null when all did)."""
-    texts = {n.removeprefix(RETYPED): _as_text(table.column(n)).to_pylist() for n in extras}
+    texts = {n.removeprefix(RETYPED): as_text(table.column(n)).to_pylist() for n in extras}
     rows: list[str | None] = []
     for i in range(table.num_rows):
         kept = {name: values[i] for name, values in texts.items() if values[i] is not None}

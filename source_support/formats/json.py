@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
+from source_support.formats.drift import as_text
 from source_support.formats.json_values import JsonValue, check_record, null_texts
 from source_support.formats.record import (
     ARROW_BLOCK_BYTES,
@@ -89,6 +90,9 @@ class JsonLinesFormat(RecordFormat):
                 unexpected_field_behavior="ignore" if self.on_schema_change is None else "infer",
             ),
         )
+        for i, name in enumerate(table.column_names):
+            if name not in schema.names:  # as text: blocks that infer other types still concatenate
+                table = table.set_column(i, name, as_text(table.column(name)))
         return self._finish(table)
 
     def _parse_python(self, block: bytes) -> pa.Table:
