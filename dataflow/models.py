@@ -404,6 +404,35 @@ class DeadLetter(models.Model):
         ]
 
 
+class SchemaChangeRecord(models.Model):
+    """A column that stopped fitting a run's schema (``format.on_schema_change``): one row
+    per run, column and kind, with where it was first seen and how many records it touched."""
+
+    run = models.ForeignKey(FlowRun, on_delete=models.CASCADE, related_name="schema_changes")
+    column_name = models.CharField(max_length=300)
+    #: added, missing or retyped
+    kind = models.CharField(max_length=16)
+    old_type = models.CharField(max_length=200, blank=True)
+    new_type = models.CharField(max_length=200, blank=True)
+    #: The policy applied: fail, evolve, rescue or ignore.
+    policy = models.CharField(max_length=16)
+    #: Where it was first seen, in the source's words (file and line, a stream entry id).
+    first_position = models.CharField(max_length=1200, blank=True)
+    records = models.BigIntegerField(default=0)
+    seen_at = models.DateTimeField(auto_now_add=True)
+
+    if TYPE_CHECKING:
+        run_id: int
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "column_name", "kind"], name="one_schema_change_per_column"
+            )
+        ]
+
+
 class DeliveryStatus(models.TextChoices):
     PENDING = "pending"
     DELIVERED = "delivered"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -27,9 +27,11 @@ from dataflow.models import (
     LandedBatch,
     PendingSplit,
     RunStatus,
+    SchemaChangeRecord,
     Split,
     SplitStatus,
 )
+from source_support.api import SchemaChange
 from source_support.coordination import AssignedSplit
 from source_support.runtime import BatchCommit
 
@@ -237,6 +239,9 @@ class DjangoRunStore:
                 ignore_conflicts=True,
             )
             self._say_notes([m.note for m in moves if m.note and m.split_id in moved])
+            self._record_schema_changes(
+                [ch for c in commits if c.split_id in moved for ch in c.schema_changes]
+            )
             finished = [(moved[m.split_id], m.end_at) for m in moves if m.finished and m.split_id in moved]
             if finished:
                 self._finish_assignments(token, finished)
@@ -295,9 +300,46 @@ class DjangoRunStore:
         with connection.cursor() as cursor:
             cursor.execute(sql, [_now(), rows, token])
 
-    def fail_split(self, split_id: str, token: str, message: str) -> None:
+    def fail_split(
+        self, split_id: str, token: str, message: str, schema_changes: Sequence[SchemaChange] = ()
+    ) -> None:
         with transaction.atomic():
             self._fail(split_id, token, message)
+            self._record_schema_changes(schema_changes)
+
+    def _record_schema_changes(self, changes: Sequence[SchemaChange]) -> None:
+        """Adds the changes to the run's: one row per column and kind (the first position
+        seen is kept), its records counted over every batch. Bounded: a batch's changes
+        are the columns of its records."""
+        if not changes:
+            return
+        merged: dict[tuple[str, str], SchemaChange] = {}
+        for c in changes:
+            seen = merged.get((c.column, c.kind))
+            merged[(c.column, c.kind)] = (
+                c if seen is None else replace(seen, records=seen.records + c.records)
+            )
+        table = SchemaChangeRecord._meta.db_table
+        rows = [
+            (
+                self.run.pk,
+                c.column[:300],
+                c.kind,
+                c.old_type[:200],
+                c.new_type[:200],
+                c.policy,
+                c.where[:1200],
+                c.records,
+            )
+            for c in merged.values()
+        ]
+        sql = (
+            f"INSERT INTO {table} (run_id, column_name, kind, old_type, new_type, policy, first_position,"
+            f" records, seen_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            f" ON CONFLICT (run_id, column_name, kind) DO UPDATE SET records = {table}.records + excluded.records"
+        )
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, [(*row, _now()) for row in rows])
 
     def _fail(self, split_id: str, token: str, message: str, *, finished_too: bool = False) -> None:
         statuses = [SplitStatus.ASSIGNED, SplitStatus.FINISHED] if finished_too else [SplitStatus.ASSIGNED]

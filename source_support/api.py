@@ -217,6 +217,34 @@ class BadRecord:
     offset: str = ""
 
 
+ADDED, MISSING, CHANGED_TYPE = "added", "missing", "retyped"
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """A column that stopped fitting: ``kind`` is added, missing or retyped; ``position``
+    the first record it was seen at (bytes from the parsed block's start; -1: the file's
+    header); ``records`` how many records of the batch it touched."""
+
+    column: str
+    kind: str
+    old_type: str
+    new_type: str
+    policy: str
+    position: int = -1
+    records: int = 0
+    #: ``position`` in words a person can act on (file and line, entry id), set by the runtime.
+    where: str = ""
+
+    def describe(self) -> str:
+        """The change as a person reads it (without its position)."""
+        if self.kind == ADDED:
+            return f"a new column {self.column!r} ({self.new_type})"
+        if self.kind == MISSING:
+            return f"the column {self.column!r} ({self.old_type}) is missing"
+        return f"the column {self.column!r} holds a {self.new_type} value, not {self.old_type}"
+
+
 @dataclass
 class RecordBatch:
     """What one ``poll`` returns: records of one split from ``start`` up to ``end``.
@@ -236,6 +264,9 @@ class RecordBatch:
     #: split's row and said in the run's message once the batch is committed; empty
     #: otherwise.
     note: str = ""
+    #: The schema changes seen in the records (``format.on_schema_change``), each at a
+    #: position of the split.
+    schema_changes: list[SchemaChange] = field(default_factory=list[SchemaChange])
 
 
 class SourceReader(ABC, Generic[SplitT]):

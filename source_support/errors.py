@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class ConfigError(ValueError):
     """A flow config is refused: ``field`` names the offending field (``source.path``)."""
@@ -30,6 +33,9 @@ class SplitFailed(RuntimeError):
     that changed while it was read).
     """
 
-    def __init__(self, message: str, *, split_id: str) -> None:
+    def __init__(self, message: str, *, split_id: str, schema_changes: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.split_id = split_id
+        #: The schema change that failed the split (``format.on_schema_change = "fail"``),
+        #: recorded on the run with the failure.
+        self.schema_changes = list(schema_changes)

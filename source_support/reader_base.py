@@ -15,11 +15,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Generic
 
 from source_support.api import RecordBatch, SourceEvent, SourceReader, SourceReaderContext, SplitT
 from source_support.errors import SplitFailed
 from source_support.formats import ReadError
+from source_support.formats.drift import SchemaDrift
 
 
 class SplitReader(ABC, Generic[SplitT]):
@@ -107,6 +109,13 @@ class SourceReaderBase(SourceReader[SplitT]):
         except SplitFailed as failed:
             self.remove_split(failed.split_id)
             raise
+        except SchemaDrift as exc:  # where it was seen, and the change, for the run
+            split_id = next(iter(self._splits))
+            where = self.describe(split_id, exc.change.position) if exc.change.position >= 0 else ""
+            self.remove_split(split_id)
+            change = replace(exc.change, where=where)
+            message = f"{where}: {exc}" if where else str(exc)
+            raise SplitFailed(message, split_id=split_id, schema_changes=[change]) from exc
         except ReadError as exc:  # a connector that did not say which split: the one it reads
             split_id = next(iter(self._splits))
             self.remove_split(split_id)

@@ -20,12 +20,20 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol
 
 import pyarrow as pa
 
-from source_support.api import BadRecord, RecordBatch, Source, SourceEvent, SplitEnumerator, SplitT
+from source_support.api import (
+    BadRecord,
+    RecordBatch,
+    SchemaChange,
+    Source,
+    SourceEvent,
+    SplitEnumerator,
+    SplitT,
+)
 from source_support.coordination import (
     SPLITS_REVOKED,
     AssignedSplit,
@@ -63,6 +71,8 @@ class BatchCommit:
     #: The connector's note on the split (its stream was deleted, replaced, or lost with
     #: its server), kept on the split and said in the run's message.
     note: str = ""
+    #: The schema changes seen in the batch, each with where it was seen.
+    schema_changes: Sequence[SchemaChange] = ()
 
 
 class RunStore(SplitStore, Protocol):
@@ -79,7 +89,12 @@ class RunStore(SplitStore, Protocol):
         returns the ids of the splits that moved."""
         ...
 
-    def fail_split(self, split_id: str, token: str, message: str) -> None: ...
+    def fail_split(
+        self, split_id: str, token: str, message: str, schema_changes: Sequence[SchemaChange] = ()
+    ) -> None:
+        """Fails the split (and so its run) with ``message``; ``schema_changes``: the
+        change that failed it, recorded with the run's other changes."""
+        ...
 
 
 @dataclass
@@ -448,7 +463,7 @@ class ReaderLoop(Generic[SplitT]):
         try:
             batch = reader.poll(max(0.0, wait_s))
         except SplitFailed as failed:  # even with skip_errors: nothing it read can be trusted
-            return self.fail(failed.split_id, str(failed))
+            return self.fail(failed.split_id, str(failed), failed.schema_changes)
         if batch is None:
             return None  # the poll waited for data where the source can
         if batch.bad_records and not settings.skip_errors:
@@ -458,6 +473,9 @@ class ReaderLoop(Generic[SplitT]):
             return self.fail(batch.split_id, f"{where}: {first.reason}{raw}")
         for bad in batch.bad_records:
             bad.offset = self.source.format_position(bad.position)
+        batch.schema_changes = [
+            replace(c, where=reader.describe(batch.split_id, c.position)) for c in batch.schema_changes
+        ]
         for ready in self.lingering.add(batch, now):
             self.commits.add(ready, _land(ready, self.landing, self.run_key), now)
         self.waiting_bad += len(batch.bad_records)
@@ -469,10 +487,10 @@ class ReaderLoop(Generic[SplitT]):
             self.requested_at = None
         return None
 
-    def fail(self, split_id: str, message: str) -> SliceOutcome:
+    def fail(self, split_id: str, message: str, schema_changes: Sequence[SchemaChange] = ()) -> SliceOutcome:
         """Fails the split (and so the run), after committing what came before it."""
         self.commit()
-        self.store.fail_split(split_id, self.token, message)
+        self.store.fail_split(split_id, self.token, message, schema_changes)
         self.coordinator.stop()
         return SliceOutcome.STOPPED
 
@@ -625,6 +643,7 @@ def _merged(first: RecordBatch, second: RecordBatch) -> RecordBatch:
         first.bad_records + second.bad_records,
         second.finished,
         "; ".join(note for note in (first.note, second.note) if note),
+        first.schema_changes + second.schema_changes,
     )
 
 
@@ -655,6 +674,7 @@ class _Commits:
                 batch.finished,
                 batch.records.nbytes,
                 batch.note,
+                batch.schema_changes,
             )
         )
 

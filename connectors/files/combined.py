@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import bisect
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
 from connectors.files.split import FileGroup, FileSplit, group_location, group_position
-from source_support.api import BadRecord, OffsetEntry, RecordBatch
+from source_support.api import BadRecord, OffsetEntry, RecordBatch, SchemaChange
 from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
+from source_support.formats.drift import SchemaDrift
 from source_support.lines import MAX_BLOCK_BYTES, MAX_RECORD_BYTES, UTF8_BOM
 
 #: Bound formats kept per distinct header line (most directories have one header).
@@ -115,7 +116,7 @@ class GroupReader:
                 break
             del self.current[split.split_id]
             index, offset = index + 1, 0
-        records, bad = self._parse(split, group, fmt, b"".join(pieces), segments)
+        records, bad, changes = self._parse(split, group, fmt, b"".join(pieces), segments)
         end = group_position(index, offset)
         return RecordBatch(
             split_id=split.split_id,
@@ -124,6 +125,7 @@ class GroupReader:
             records=records,
             bad_records=gone + bad,
             finished=index >= len(group),
+            schema_changes=changes,
         )
 
     def _parse(
@@ -133,11 +135,23 @@ class GroupReader:
         fmt: RecordFormat | None,
         block: bytes,
         segments: list[_Segment],
-    ) -> tuple[pa.Table, list[BadRecord]]:
+    ) -> tuple[pa.Table, list[BadRecord], list[SchemaChange]]:
         if fmt is None or not block:
-            return self.fmt.empty(), []
-        records, bad = fmt.parse(block, 0, first_only=self.first_bad_record_only)
+            return self.fmt.empty(), [], []
         starts = [s.block_start for s in segments]
+
+        def in_group(position: int) -> int:
+            segment = segments[bisect.bisect_right(starts, max(position, 0)) - 1]
+            if position < 0:  # the file's header
+                return group_position(segment.index, 0)
+            return group_position(segment.index, segment.offset + position - segment.block_start)
+
+        try:
+            records, bad = fmt.parse(block, 0, first_only=self.first_bad_record_only)
+        except SchemaDrift as exc:
+            raise SchemaDrift(replace(exc.change, position=in_group(exc.change.position))) from None
+
+        changes = [replace(c, position=in_group(c.position)) for c in fmt.drift_seen]
         for record in bad:
             segment = segments[bisect.bisect_right(starts, record.position) - 1]
             offset = segment.offset + record.position - segment.block_start
@@ -147,7 +161,7 @@ class GroupReader:
             if not self.first_bad_record_only:
                 # A dead letter keeps the split's name; the reason says which file.
                 record.reason = f"{path} line {record.line} (byte {offset}): {record.reason}"
-        return records, bad
+        return records, bad, changes
 
     def _file(self, split: FileSplit, group: FileGroup, index: int) -> _SmallFile | None:
         small = self.current.get(split.split_id)
@@ -180,7 +194,7 @@ class GroupReader:
                 if not (fmt.comment and line.startswith(fmt.comment)):
                     break
             if line.strip():
-                fmt = self._bound(fmt, line, path)
+                fmt = self._bound(fmt, line, path, index)
         elif fmt.preamble_bytes:
             body += fmt.preamble_length(data[body : body + fmt.preamble_bytes])
         # A small file is read in byte ranges, so its records end at newlines.
@@ -192,7 +206,7 @@ class GroupReader:
                 raise ReadError(f"{path}: a record is longer than {MAX_RECORD_BYTES >> 20} MB")
         return small
 
-    def _bound(self, fmt: RecordFormat, header: bytes, path: str) -> RecordFormat:
+    def _bound(self, fmt: RecordFormat, header: bytes, path: str, index: int) -> RecordFormat:
         """``fmt`` mapping the schema's columns by this header's names (one per header line)."""
         if not (isinstance(fmt, CsvFormat) and fmt.schema is not None):
             return fmt
@@ -203,6 +217,8 @@ class GroupReader:
                 bound = fmt.bind_header(header)
             except MissingColumns as exc:
                 raise ReadError(f"{path}: {exc}") from None
+            except SchemaDrift as exc:  # seen in the header: at the file's start
+                raise SchemaDrift(replace(exc.change, position=group_position(index, 0))) from None
             if len(self.bound) >= MAX_HEADERS_KEPT:
                 self.bound.clear()
             self.bound[key] = bound

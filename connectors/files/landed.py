@@ -31,8 +31,9 @@ import pyarrow.parquet as pq
 
 from connectors.files.sink import append_epoch, commit_directory, count_rows
 from source_support.environment import Environment
+from source_support.formats.typed_arrow import nulls
 from source_support.registry import Publish
-from source_support.typed_arrow import ParquetCompression, write_parquet
+from source_support.typed_arrow import ParquetCompression, fields_of, write_parquet
 
 #: The codec names Parquet's metadata gives for each ``compression`` of the sink.
 _CODECS = {"none": "UNCOMPRESSED", "snappy": "SNAPPY", "gzip": "GZIP", "zstd": "ZSTD", "lz4": "LZ4_RAW"}
@@ -164,9 +165,15 @@ def _link_or_copy(source: str, destination: Path) -> None:
 def _rewrite(source: str, destination: Path, schema: pa.Schema, codec: ParquetCompression) -> None:
     """The file's rows in the run's schema and the sink's codec, one row group in memory."""
     landed = pq.ParquetFile(source)
+    # A column the run's schema gained after this file landed (format.on_schema_change =
+    # "evolve") is null in its rows, as Spark's mergeSchema reads it.
+    held = [n for n in schema.names if n in landed.schema_arrow.names]
     with pq.ParquetWriter(destination, schema, compression=codec) as writer:
         for group in range(landed.num_row_groups):
             # The stubs leave the element type of ``columns`` open.
-            table = landed.read_row_group(group, columns=schema.names)  # pyright: ignore[reportUnknownMemberType]
+            table = landed.read_row_group(group, columns=held)  # pyright: ignore[reportUnknownMemberType]
+            for f in fields_of(schema):
+                if f.name not in held:
+                    table = table.append_column(f, nulls(table.num_rows, f.type))
             table = table.select(schema.names)
             writer.write_table(table.cast(schema))

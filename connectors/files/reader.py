@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -11,6 +12,7 @@ from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
 from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
+from source_support.formats.drift import SchemaDrift
 from source_support.lines import RawOpener, RecordBlockReader, line_number, open_local, open_records
 from source_support.parking import ParkedHandles
 from source_support.reader_base import SequentialSplitReader
@@ -65,7 +67,8 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
         block_start, block, finished = reader.read_block(max_records)
         if finished:
             self._check_unchanged(split, reader)  # e.g. appended to while this split was read
-        records, bad = self._parse(split, reader, block, block_start)
+        fmt = self._format_for(split, reader)
+        records, bad = self._parse(fmt, reader, block, block_start)
         return RecordBatch(
             split_id=split.split_id,
             start=split.offset,
@@ -73,12 +76,13 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             records=records,
             bad_records=bad,
             finished=finished,
+            # a change seen in the file's header (position -1) is at the file's start
+            schema_changes=[replace(c, position=max(c.position, 0)) for c in fmt.drift_seen],
         )
 
     def _parse(
-        self, split: FileSplit, reader: RecordBlockReader, block: bytes, block_start: int
+        self, fmt: RecordFormat, reader: RecordBlockReader, block: bytes, block_start: int
     ) -> tuple[pa.Table, list[BadRecord]]:
-        fmt = self._format_for(split, reader)
         records, bad = fmt.parse(block, block_start, first_only=self.first_bad_record_only)
         lines = reader.lines_of(block, [b.position - block_start for b in bad])
         for record, line in zip(bad, lines, strict=True):
@@ -107,6 +111,8 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
                     fmt = fmt.bind_header(reader.header)
                 except MissingColumns as exc:
                     raise ReadError(f"{split.path}: {exc}") from None
+                except SchemaDrift as exc:  # seen in the header: at the file's start
+                    raise SchemaDrift(replace(exc.change, position=0)) from None
             self.formats[split.split_id] = fmt
         return fmt
 

@@ -53,6 +53,7 @@ from source_support.formats import (
     RecordFormat,
     canonical_encoding,
 )
+from source_support.formats.drift import SchemaDrift
 from source_support.lines import MAX_RECORD_BYTES, UTF8_BOM, RecordFile, open_records
 from source_support.reader_base import SourceReaderBase
 from source_support.registry import BuildContext, Environment
@@ -292,6 +293,8 @@ class FileSource(Source[FileSplit]):
                 fmt.bind_header(header)
             except MissingColumns as exc:
                 raise ConfigError("format.schema", f"does not fit {path}: {exc}") from None
+            except SchemaDrift:
+                continue  # its split fails on it, and the run lists the change
 
 
 def _group_to_retry(split: FileSplit, group: FileGroup) -> FileSplit:

@@ -18,9 +18,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from source_support.api import SchemaChange
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, RecordFormat
-from source_support.formats.messages import message_decoder
+from source_support.formats.messages import LineMessages, message_decoder
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
@@ -82,6 +83,8 @@ class FieldsDecoder:
 
     def __init__(self, fmt: FieldsFormat) -> None:
         self.fmt = fmt
+        #: ``format.on_schema_change`` does not apply to field/value pairs (yet).
+        self.drift_seen: list[SchemaChange] = []
 
     def empty(self) -> pa.Table:
         return self.fmt.empty()
@@ -117,6 +120,11 @@ class RecordFieldDecoder:
 
     def decode(self, entries: Sequence[Entry], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
         return self.bodies.decode(self.values(entries).to_pylist(), first_only=first_only)
+
+    @property
+    def drift_seen(self) -> list[SchemaChange]:
+        """The schema changes the last ``decode`` saw, each at the index of its entry."""
+        return self.bodies.drift_seen if isinstance(self.bodies, LineMessages) else []
 
 
 #: What turns a batch of entries into records, by the format read.

@@ -7,7 +7,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from connectors.redis_streams.split import (
 )
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
+from source_support.formats.drift import SchemaDrift
 from source_support.streams.reader import Decoding, DecodingSplitReader
 from source_support.typed_redis import Arg, execute, execute_command, pipeline, time_ms
 
@@ -224,11 +225,27 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
         self._advance(state, end, len(entries))
         if finished:
             self.finished[split.split_id] = self.streams.pop(split.split_id)
-        return RecordBatch(split.split_id, split.offset, OffsetEntry(split.key, end), records, bad, finished)
+        changes = [replace(c, position=encode_id(entries[c.position][0])) for c in self.decoder.drift_seen]
+        return RecordBatch(
+            split.split_id,
+            split.offset,
+            OffsetEntry(split.key, end),
+            records,
+            bad,
+            finished,
+            schema_changes=changes,
+        )
 
     def _records(self, split: StreamSplit, entries: list[Entry]) -> tuple[pa.Table, list[BadRecord]]:
         first_only = self.first_bad_record_only()
-        table, reasons = self.decoder.decode(entries, first_only=first_only)
+        try:
+            table, reasons = self.decoder.decode(entries, first_only=first_only)
+        except SchemaDrift as exc:  # at its entry's id
+            change = replace(exc.change, position=encode_id(entries[exc.change.position][0]))
+            where = f"stream {split.key} entry {entries[exc.change.position][0].decode()}"
+            raise SplitFailed(
+                f"{where}: {exc}", split_id=split.split_id, schema_changes=[replace(change, where=where)]
+            ) from None
         bad = [
             BadRecord(encode_id(entries[i][0]), entry_json(entries[i]), reasons[i]) for i in sorted(reasons)
         ]

@@ -12,7 +12,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from dataflow.admin.flows import ADMIN_MEDIA_CSS
 from dataflow.admin.progress import duration_text, number_text, progress_panel
@@ -22,6 +22,7 @@ from dataflow.selectors.splits import split_share
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 from dataflow.services.errors import FlowStateError
 from dataflow.services.notify import webhook_url_masked
+from dataflow.services.schema_changes import run_schema_changes
 from dataflow.services.specs import spec_values_masked
 from source_support.errors import ConfigError
 
@@ -42,6 +43,34 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+def schema_changes_table(changes: list[dict]) -> str:
+    """A run's schema changes as a small table (what the admin's run page and the
+    dashboard show); "none" when there are none."""
+    if not changes:
+        return "none"
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                c["column"],
+                c["kind"],
+                c["old_type"],
+                c["new_type"],
+                c["policy"],
+                c["first_position"],
+                c["records"],
+            )
+            for c in changes
+        ),
+    )
+    return format_html(
+        '<table class="adf-schema-changes"><thead><tr><th>column</th><th>change</th><th>was</th>'
+        "<th>now</th><th>policy</th><th>first seen</th><th>records</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )
+
+
 def _pretty_json(value) -> str:
     return format_html(
         '<pre class="adf-json">{}</pre>', json.dumps(value, indent=2, sort_keys=True, default=str)
@@ -57,6 +86,7 @@ RUN_FIELDS = (
     "paused_at",
     "transform_started_at",
     "finished_at",
+    "schema_changes",
 )
 RUN_DETAIL_FIELDS = ("uid", "spark_app_id", "schema_ddl", "settings", "reader_failures", "transform_attempts")
 
@@ -90,6 +120,10 @@ class FlowRunAdmin(ReadOnlyAdmin):
     @admin.display(description="message")
     def message_now(self, run: FlowRun) -> str:
         return run_message(run)
+
+    @admin.display(description="schema changes")
+    def schema_changes(self, run: FlowRun) -> str:
+        return schema_changes_table(run_schema_changes(run))
 
     @admin.display(description="duration")
     def duration(self, run: FlowRun) -> str:

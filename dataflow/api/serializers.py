@@ -16,7 +16,9 @@ from dataflow.selectors.flows import STATUS_SPLITS_PAGE_MAX, STATUS_SPLITS_PAGE_
 from dataflow.selectors.runs import flow_latest_run, run_progress
 from dataflow.services.connections import connection_masked
 from dataflow.services.notify import notify_masked
+from dataflow.services.schema_changes import MAX_CHANGES_LISTED, run_schema_changes
 from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
+from source_support.formats.drift import POLICIES
 from source_support.registry import mask_section
 
 #: The sections of a flow besides ``[flow]``, as objects of the body.
@@ -227,6 +229,22 @@ class RestartQuerySerializer(serializers.Serializer):
     )
 
 
+class SchemaChangeSerializer(serializers.Serializer):
+    """A column that stopped fitting the run's schema (``format.on_schema_change``)."""
+
+    column = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["added", "missing", "retyped"])
+    old_type = serializers.CharField(
+        allow_blank=True, help_text="The schema's type (blank for a new column)."
+    )
+    new_type = serializers.CharField(
+        allow_blank=True, help_text="The type it landed as (blank when missing)."
+    )
+    policy = serializers.ChoiceField(choices=list(POLICIES))
+    first_position = serializers.CharField(allow_blank=True, help_text="Where it was first seen.")
+    records = serializers.IntegerField(help_text="Records it touched.")
+
+
 class RunSerializer(ValuesSerializer):
     """A run with its counters (summed over its splits while it runs)."""
 
@@ -248,6 +266,9 @@ class RunSerializer(ValuesSerializer):
     transform_started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     duration_seconds = serializers.FloatField(help_text="Until it finished, or until now while it runs.")
+    schema_changes = SchemaChangeSerializer(
+        many=True, help_text=f"Schema changes seen, one per column and kind (at most {MAX_CHANGES_LISTED})."
+    )
 
     def values(self, run: FlowRun) -> dict[str, Any]:
         progress = run_progress(run_id=run.pk)
@@ -276,6 +297,7 @@ class RunSerializer(ValuesSerializer):
             "transform_started_at": run.transform_started_at,
             "finished_at": run.finished_at,
             "duration_seconds": round(max((end - run.started_at).total_seconds(), 0.0), 3),
+            "schema_changes": run_schema_changes(run),
         }
 
 

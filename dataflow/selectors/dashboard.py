@@ -21,6 +21,7 @@ from dataflow.selectors.runs import (
 from dataflow.selectors.splits import split_rows_add_progress
 from dataflow.selectors.visibility import flows_visible
 from dataflow.services.beat import beat_health
+from dataflow.services.schema_changes import run_schema_changes
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,8 @@ def flow_dashboard(*, flow: DataFlow, run_id: int | None = None, since=None) -> 
         status["run"]["ended"] = run.status in ENDED_RUN_STATUSES
     status["runs"] = _recent_runs(flow)
     status["errors"] = _recent_errors(flow)
+    # The latest run's schema changes (format.on_schema_change), one per column and kind.
+    status["schema_changes"] = [] if run is None else run_schema_changes(run)
     return status
 
 

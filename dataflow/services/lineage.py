@@ -46,6 +46,7 @@ from openlineage.client.transport.http import HttpConfig, HttpTransport
 
 from dataflow.encryption import Sealed
 from dataflow.models import Connection, FlowRun, RunStatus
+from dataflow.services.schema_changes import run_landed_ddl
 from source_support.registry import glob_static_prefix, source_is_unbounded
 from source_support.schema import parse_ddl
 
@@ -159,7 +160,7 @@ def _schema_facets(fields: list[tuple[str, str]]) -> dict[str, Any]:
 def _input_fields(run: FlowRun) -> list[tuple[str, str]]:
     if not run.schema_ddl:
         return []
-    return [(f.name, str(f.type)) for f in parse_ddl(run.schema_ddl)]
+    return [(f.name, str(f.type)) for f in parse_ddl(run_landed_ddl(run))]
 
 
 def _output_fields(spec: dict[str, Any]) -> list[tuple[str, str]]:

@@ -48,6 +48,7 @@ from dataflow.encryption import Sealed, undecryptable_message
 from dataflow.models import DataFlow, DeliveryStatus, FlowRun, WebhookDelivery
 from dataflow.services.addresses import address_allow_list, address_check
 from dataflow.services.queues import WEBHOOK_DELIVER
+from dataflow.services.schema_changes import SCHEMA_CHANGED, run_schema_changes
 from source_support.addresses import AddressRefused, create_checked_connection
 from source_support.config import check_fields
 from source_support.errors import ConfigError
@@ -199,11 +200,11 @@ def webhook_payload(delivery: WebhookDelivery) -> dict[str, Any]:
     if delivery.event in FLOW_EVENTS:
         return _flow_event_payload(delivery)
     assert run is not None  # a run's outcome has its run
-    payload = {
+    payload: dict[str, Any] = {
         "flow": delivery.flow.name,
         "run": run.pk,
         "event": delivery.event,
-        "status": delivery.event.removeprefix("run."),
+        "status": run.status if delivery.event == SCHEMA_CHANGED else delivery.event.removeprefix("run."),
         "trigger": run.trigger,
         "message": run.message,
         "records_read": run.records_read,
@@ -212,6 +213,8 @@ def webhook_payload(delivery: WebhookDelivery) -> dict[str, Any]:
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
     }
+    if delivery.event == SCHEMA_CHANGED:
+        payload["schema_changes"] = run_schema_changes(run)
     base = settings.DATAFLOW_PUBLIC_URL
     if base:
         payload["url_of_run"] = base.rstrip("/") + reverse("admin:dataflow_flowrun_change", args=[run.pk])

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyspark.errors import AnalysisException
 
 from dataflow.models import FlowRun
+from dataflow.services.schema_changes import run_landed_ddl
 from dataflow.spark.jobs import quiet_query_errors
 from dataflow.spark.session import spark_job
 from dataflow.transform_policy import SOURCE_VIEW, transform_policy_check
@@ -47,7 +48,8 @@ def transform_check(*, run_id: int) -> str | None:
     if not run.schema_ddl:
         return None  # nothing was inferred (an empty source): the run itself says so
     with spark_job() as spark:
-        return transform_analyze(spark, sql=sql, schema_ddl=run.schema_ddl, partition_by=partition_by)
+        # the landed columns: under rescue, _rescued too (evolve's columns are known only as read)
+        return transform_analyze(spark, sql=sql, schema_ddl=run_landed_ddl(run), partition_by=partition_by)
 
 
 def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[str]) -> str | None:

@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
 
 from source_support.api import BadRecord
+from source_support.formats.drift import RETYPED, header_changes
 from source_support.formats.record import (
     ARROW_BLOCK_BYTES,
     ReadError,
@@ -20,7 +21,7 @@ from source_support.formats.record import (
     raw_text,
     record_spans,
 )
-from source_support.formats.typed_arrow import Offsets, arrow_input
+from source_support.formats.typed_arrow import Offsets, arrow_input, nulls
 from source_support.formats.values import (
     ARROW_ERRORS,
     ValueRules,
@@ -97,12 +98,20 @@ class CsvFormat(RecordFormat):
         mapped = [wanted.get(n.lower(), n) for n in names]
         found = [n for n in mapped if n in columns]
         missing = [n for n in columns if n not in found]
-        repeated = sorted({n for n in found if found.count(n) > 1})
-        if missing or repeated:
+        repeated = sorted({n for n in mapped if mapped.count(n) > 1})
+        if repeated or (missing and self.on_schema_change is None):
             raise MissingColumns(missing, repeated, names)
+        header_changes(self.known_schema, mapped, self.on_schema_change)  # raises under fail
         clone = copy.copy(self)
         clone.column_names = mapped
+        clone.missing_columns = tuple(missing)
         return clone
+
+    def _extras(self) -> list[str]:
+        """The file's columns the schema lacks, read (as text) where a policy looks at them."""
+        if self.on_schema_change is None or self.column_names is None:
+            return []
+        return [n for n in self.column_names if n not in self.known_schema.names]
 
     def infer_schema(self, sample: bytes) -> pa.Schema:
         cut = self.record_ends(sample)
@@ -146,8 +155,9 @@ class CsvFormat(RecordFormat):
             read_options=self._read_options(block, threaded=True, column_names=self._names()),
             parse_options=self._parse_options(on_invalid_row),
             convert_options=pa_csv.ConvertOptions(
-                column_types=self.parse_schema,
-                include_columns=self.known_schema.names,
+                column_types={**{n: pa.string() for n in self._extras()}, **_types(self.parse_schema)},
+                include_columns=self.known_schema.names + self._extras(),
+                include_missing_columns=bool(self.missing_columns),
                 null_values=list(self.rules.null_values),
                 strings_can_be_null=True,  # one rule for every type (ValueRules)
                 quoted_strings_can_be_null=True,
@@ -158,7 +168,10 @@ class CsvFormat(RecordFormat):
         return self._finish(table)
 
     def _locate(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
-        names, schema = self._names(), self.known_schema
+        names, schema, extras = self._names(), self.known_schema, self._extras()
+        # A value that does not convert is rescued or dropped, not a bad record, under these.
+        tolerant = self.on_schema_change in ("rescue", "ignore")
+        retyped: dict[str, pa.Array[Any]] = {}
         # (row number, if Arrow knows it; columns found) of each row of a wrong shape
         bad_shape: list[tuple[int | None, int]] = []
 
@@ -172,8 +185,9 @@ class CsvFormat(RecordFormat):
                 read_options=self._read_options(block, column_names=names),
                 parse_options=self._parse_options(on_invalid_row),
                 convert_options=pa_csv.ConvertOptions(
-                    column_types={n: pa.binary() for n in schema.names},  # bad UTF-8 too
-                    include_columns=schema.names,
+                    column_types={n: pa.binary() for n in schema.names + extras},  # bad UTF-8 too
+                    include_columns=schema.names + extras,
+                    include_missing_columns=bool(self.missing_columns),
                     strings_can_be_null=False,
                     quoted_strings_can_be_null=False,
                 ),
@@ -190,9 +204,15 @@ class CsvFormat(RecordFormat):
         first_column = np.full(text.num_rows, -1, dtype=np.int64)
         values: dict[str, pa.Array[Any]] = {}
         types = dict(zip(schema.names, schema.types, strict=True))
-        for index, name in sorted((names.index(n), n) for n in schema.names):
+        for name in self.missing_columns:
+            values[name] = nulls(text.num_rows, types[name])
+        for index, name in sorted((names.index(n), n) for n in schema.names if n not in self.missing_columns):
             texts = text.column(name).combine_chunks()
             values[name], failed = convert_text(texts, types[name], rules=self.rules)
+            if tolerant:
+                if failed.any():
+                    retyped[RETYPED + name] = pc.if_else(pa.array(failed), texts.cast(pa.string()), None)
+                failed = np.zeros(len(failed), dtype=bool)
             first_column[failed & (first_column < 0)] = index
             if pa.types.is_timestamp(types[name]):
                 self._learn_timestamp_modes({name: pc.drop_null(texts.filter(~failed))})
@@ -223,8 +243,13 @@ class CsvFormat(RecordFormat):
         if first_only and bad:
             return self.empty(), bad
         keep = first_column < 0
-        table = pa.table({n: values[n].filter(keep) for n in schema.names})
-        return table.cast(schema), bad
+        table = pa.table({n: values[n].filter(keep) for n in schema.names}).cast(schema)
+        for name in extras:
+            texts, _ = convert_text(text.column(name).combine_chunks(), pa.string(), rules=self.rules)
+            table = table.append_column(name, texts.filter(keep))
+        for name, texts in retyped.items():
+            table = table.append_column(name, texts.filter(keep))
+        return table, bad
 
     @property
     def ends_at_every_newline(self) -> bool:
@@ -238,6 +263,10 @@ class CsvFormat(RecordFormat):
         data = np.frombuffer(buffer, dtype=np.uint8)
         quotes_before = np.cumsum(data == ord(self.quote))
         return ends[quotes_before[ends - 1] % 2 == 0]
+
+
+def _types(schema: pa.Schema) -> dict[str, pa.DataType]:
+    return dict(zip(schema.names, schema.types, strict=True))
 
 
 class MissingColumns(ReadError):

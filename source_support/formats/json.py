@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from source_support.api import BadRecord
+from source_support.formats.drift import as_text
 from source_support.formats.json_values import JsonValue, check_record, null_texts
 from source_support.formats.record import (
     ARROW_BLOCK_BYTES,
@@ -84,10 +85,15 @@ class JsonLinesFormat(RecordFormat):
                 use_threads=False, block_size=max(ARROW_BLOCK_BYTES, len(block) + 1)
             ),
             parse_options=pa_json.ParseOptions(
-                explicit_schema=self.parse_schema, unexpected_field_behavior="ignore"
+                explicit_schema=self.parse_schema,
+                # other fields are read only where a drift policy looks at them
+                unexpected_field_behavior="ignore" if self.on_schema_change is None else "infer",
             ),
         )
-        return self._finish(table.select(schema.names))
+        for i, name in enumerate(table.column_names):
+            if name not in schema.names:  # as text: blocks that infer other types still concatenate
+                table = table.set_column(i, name, as_text(table.column(name)))
+        return self._finish(table)
 
     def _parse_python(self, block: bytes) -> pa.Table:
         """Arrow's JSON reader has no MAP type: a schema with one is read with ``json``."""
@@ -316,7 +322,9 @@ class JsonDocumentsFormat(JsonLinesFormat):
         # The same format reading lines (its timestamp modes shared: learned once).
         lines = object.__new__(JsonLinesFormat)
         vars(lines).update(vars(self))
-        return lines.parse(self.as_lines(block), position, first_only=first_only)
+        parsed = lines.parse(self.as_lines(block), position, first_only=first_only)
+        self.drift_seen = lines.drift_seen
+        return parsed
 
 
 def _after_spaces(text: str, at: int) -> int:

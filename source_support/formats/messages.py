@@ -11,13 +11,16 @@ lines (single-object Avro) implements the same protocol.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, cast
+from dataclasses import replace
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
 
+from source_support.api import BadRecord, SchemaChange
 from source_support.formats.avro import AvroFormat
 from source_support.formats.csv import CsvFormat
+from source_support.formats.drift import SchemaDrift
 from source_support.formats.raw import RawFormat
 from source_support.formats.record import RecordFormat
 
@@ -45,11 +48,14 @@ class LineMessages:
         self.missing = missing or f"{what} is missing"
         # A newline in JSON is only white space between tokens; in CSV it would cut a record.
         self.flatten_newlines = not isinstance(fmt, CsvFormat)
+        #: The schema changes the last ``decode`` saw, each at the index of its body.
+        self.drift_seen: list[SchemaChange] = []
 
     def empty(self) -> pa.Table:
         return self.fmt.empty()
 
     def decode(self, bodies: Sequence[bytes | None], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
+        self.drift_seen = []
         clean = self._decode_clean(bodies)
         if clean is not None:
             return clean, {}
@@ -70,7 +76,7 @@ class LineMessages:
             kept.append(i)
         if first_only and bad:
             return self.fmt.empty(), dict([min(bad.items())])
-        table, parse_bad = self._parse(lines, first_only)
+        table, parse_bad = self._parse(lines, kept, first_only)
         for offset, reason in parse_bad:
             bad[kept[offset]] = reason
         if first_only and bad:
@@ -89,8 +95,27 @@ class LineMessages:
         block = b"\n".join(values) + b"\n"
         if block.count(b"\n") != len(values) or b"\r" in block:
             return None
-        table, bad = self.fmt.parse(block, 0, first_only=True)
+        starts = np.cumsum([0] + [len(v) + 1 for v in values[:-1]])
+        table, bad = self._parse_block(block, starts, list(range(len(values))), first_only=True)
         return table if not bad and table.num_rows == len(bodies) else None
+
+    def _parse_block(
+        self, block: bytes, starts: Any, kept: list[int], *, first_only: bool
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        """Parses ``block`` of the bodies ``kept`` (starting at ``starts``); a schema change
+        is said at the index of its body."""
+
+        def body(position: int) -> int:
+            return (
+                kept[int(np.searchsorted(starts, position, side="right")) - 1] if position >= 0 else kept[0]
+            )
+
+        try:
+            table, bad = self.fmt.parse(block, 0, first_only=first_only)
+        except SchemaDrift as exc:
+            raise SchemaDrift(replace(exc.change, position=body(exc.change.position))) from None
+        self.drift_seen = [replace(c, position=body(c.position)) for c in self.fmt.drift_seen]
+        return table, bad
 
     def _unusable(self, value: bytes) -> str | None:
         if not value.strip():
@@ -99,14 +124,16 @@ class LineMessages:
             return f"{self.what} holds a line break: a CSV record must be one line"
         return None
 
-    def _parse(self, lines: list[bytes], first_only: bool) -> tuple[pa.Table, list[tuple[int, str]]]:
+    def _parse(
+        self, lines: list[bytes], kept: list[int], first_only: bool
+    ) -> tuple[pa.Table, list[tuple[int, str]]]:
         """Parses the lines as one block; returns the good records and (line index,
         reason) of the bad ones."""
         if not lines:
             return self.fmt.empty(), []
         block = b"\n".join(lines) + b"\n"
         starts = np.cumsum([0] + [len(line) + 1 for line in lines[:-1]])
-        table, bad = self.fmt.parse(block, 0, first_only=first_only)
+        table, bad = self._parse_block(block, starts, kept, first_only=first_only)
         located = [(int(np.searchsorted(starts, b.position, side="right")) - 1, b.reason) for b in bad]
         return table, located
 

@@ -13,13 +13,16 @@ from __future__ import annotations
 import copy
 import re
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Any, Self
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from source_support.api import BadRecord
+from source_support.api import BadRecord, SchemaChange
+from source_support.formats.drift import ReadError as ReadError
+from source_support.formats.drift import settle
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.typed_arrow import Offsets, as_mask, fields_of
 from source_support.formats.values import ARROW_ERRORS, ZONE_SUFFIX, ValueRules, convert_text
@@ -36,11 +39,6 @@ NAIVE, ZONED, MIXED = "naive", "zoned", "mixed"
 
 #: The text encoding of files when ``format.encoding`` is left out.
 DEFAULT_ENCODING = "utf-8"
-
-
-class ReadError(ValueError):
-    """A split's data cannot be read on (a record too long, a header without a schema
-    column): the split fails, whatever ``skip_errors`` says; the message says where."""
 
 
 class RecordFormat(SchemaHolder, ABC):
@@ -61,6 +59,13 @@ class RecordFormat(SchemaHolder, ABC):
     comment: bytes | None = None
     #: How many bytes of a file's start ``preamble_length`` needs; 0: there is no preamble.
     preamble_bytes: int = 0
+    #: ``format.on_schema_change`` (see ``drift``); None: a declared schema selects its
+    #: columns and nothing else is looked at.
+    on_schema_change: str | None = None
+    #: The schema's columns a file's header lacks (read as nulls where the policy allows).
+    missing_columns: tuple[str, ...] = ()
+    #: The schema changes the last ``parse`` saw (its caller says where and records them).
+    drift_seen: list[SchemaChange] = []
 
     def __init__(self, schema: pa.Schema | None, *, rules: ValueRules | None = None) -> None:
         self.schema = schema
@@ -115,10 +120,26 @@ class RecordFormat(SchemaHolder, ABC):
 
         With ``first_only`` the search stops at the first bad record, which is then the
         only one returned (the caller fails the split on it; the good records are not
-        returned then). Lines that start with ``comment`` are no records.
+        returned then). Lines that start with ``comment`` are no records. The records are
+        in the columns the run lands (``drift.settle``); the schema changes seen are left in
+        ``drift_seen``.
         """
         if self.comment is not None and self.comment in block:
             return self._parse_without_comments(block, position, first_only, self.comment)
+        table, bad = self._parse_block(block, position, first_only)
+        starts: Offsets | None = None
+        if any(n not in self.known_schema.names for n in table.column_names):
+            starts = record_spans(block, self.record_ends(block))[0] + position
+        table, self.drift_seen = settle(
+            table,
+            self.known_schema,
+            self.on_schema_change,
+            missing=self.missing_columns,
+            row_positions=starts,
+        )
+        return table, bad
+
+    def _parse_block(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
         if not block or block.isspace():  # (no stripped copy of a large block)
             return self.empty(), []
         try:
@@ -143,9 +164,16 @@ class RecordFormat(SchemaHolder, ABC):
         fmt = copy.copy(self)
         fmt.comment = None  # the shared timestamp modes stay shared
         table, bad = fmt.parse(b"".join(pieces), 0, first_only=first_only)
+
+        def in_block(at: int) -> int:
+            line = int(np.searchsorted(kept_starts, at, side="right")) - 1
+            return position + int(starts[kept[line]]) + at - int(kept_starts[line])
+
         for record in bad:
-            line = int(np.searchsorted(kept_starts, record.position, side="right")) - 1
-            record.position = position + int(starts[kept[line]]) + record.position - int(kept_starts[line])
+            record.position = in_block(record.position)
+        self.drift_seen = [
+            replace(c, position=in_block(c.position)) if c.position >= 0 else c for c in fmt.drift_seen
+        ]
         return table, bad
 
     def _bisect_all(self, block: bytes, position: int, first_only: bool) -> tuple[pa.Table, list[BadRecord]]:
@@ -159,7 +187,7 @@ class RecordFormat(SchemaHolder, ABC):
         self._bisect(block, starts, 0, len(starts) - 1, position, good, bad, first_only)
         if first_only:
             return self.empty(), bad[:1]
-        table = pa.concat_tables(good) if good else self.empty()
+        table = pa.concat_tables(good, promote_options="default") if good else self.empty()
         return table, bad
 
     def _bisect(
@@ -225,7 +253,7 @@ class RecordFormat(SchemaHolder, ABC):
                 if failed.any():
                     raise pa.ArrowInvalid(f"column {f.name!r}: not a {spark_type(f.type)}")
                 table = table.set_column(i, f.name, values)
-        return table.cast(schema)
+        return cast_known(table, schema)
 
     def _learn_timestamp_modes(self, texts: dict[str, pa.Array[Any]]) -> None:
         """Remembers, per timestamp column, whether the block's values had zones, so the next
@@ -238,6 +266,16 @@ class RecordFormat(SchemaHolder, ABC):
             mode = ZONED if zoned == len(present) else NAIVE if zoned == 0 else MIXED
             previous = self.timestamp_modes.get(name)
             self.timestamp_modes[name] = mode if previous in (None, mode) else MIXED
+
+
+def cast_known(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with the schema's columns cast to its types, the others (what did not fit
+    the schema, for ``drift.settle``) kept after them as they are."""
+    extras = [n for n in table.column_names if n not in schema.names]
+    known = table.select(schema.names).cast(schema)
+    for name in extras:
+        known = known.append_column(name, table.column(name))
+    return known
 
 
 def record_spans(block: bytes, record_ends: Offsets) -> tuple[Offsets, Offsets]:

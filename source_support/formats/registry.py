@@ -13,6 +13,7 @@ import pyarrow as pa
 from source_support.errors import ConfigError
 from source_support.formats.avro import AvroFormat, PathResolver, is_inline_schema, load_writer_schema
 from source_support.formats.csv import CsvFormat
+from source_support.formats.drift import DEFAULT_POLICY, POLICIES, RESCUED
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JsonLinesFormat
 from source_support.formats.raw import RawFormat
@@ -48,6 +49,7 @@ class FormatSpec:
         record_field = opts.pop("field", None)
         encoding = opts.pop("encoding", DEFAULT_ENCODING)
         comment = opts.pop("comment", None)
+        policy = opts.pop("on_schema_change", None) or (None if ddl else DEFAULT_POLICY)
         rules = value_rules(opts)
         for name in RULE_OPTIONS:
             opts.pop(name, None)
@@ -63,6 +65,7 @@ class FormatSpec:
         else:
             fmt = JsonLinesFormat(schema, rules=rules)
         fmt.record_field = record_field
+        fmt.on_schema_change = None if self.type == "raw" else policy
         fmt.encoding = canonical_encoding(encoding)
         fmt.comment = comment.encode() if comment else None
         return fmt
@@ -212,6 +215,18 @@ COMMENT_OPTION = Option(
     default=None,
     example="#",
 )
+ON_SCHEMA_CHANGE_OPTION = Option(
+    "on_schema_change",
+    str,
+    "What a run does when records stop fitting the schema (a new column, a missing one, a value of "
+    "another type): fail (the split fails naming the column and where), evolve (a new column lands "
+    "as a nullable STRING, a missing one as nulls), rescue (the schema's columns, and what did not "
+    f"fit as JSON in a {RESCUED} STRING column) or ignore (dropped, and counted). Left out: fail "
+    "when the schema is inferred; a declared schema then selects its columns.",
+    default=None,
+    choices=POLICIES,
+    example="rescue",
+)
 FORMATS: dict[str, FormatType] = {
     "csv": FormatType(
         "csv",
@@ -240,6 +255,7 @@ FORMATS: dict[str, FormatType] = {
             ENCODING_OPTION,
             COMMENT_OPTION,
             FIELD_OPTION,
+            ON_SCHEMA_CHANGE_OPTION,
         ),
     ),
     "jsonl": FormatType(
@@ -254,6 +270,7 @@ FORMATS: dict[str, FormatType] = {
             ENCODING_OPTION,
             COMMENT_OPTION,
             FIELD_OPTION,
+            ON_SCHEMA_CHANGE_OPTION,
         ),
         aliases=("json", "ndjson"),
     ),
@@ -345,6 +362,11 @@ def validate_format(table: dict[str, Any], env: PathResolver | None = None) -> F
     if "field" in table and not table["field"].strip():
         raise ConfigError("format.field", "must name the entry field that holds the record, such as data")
     _check_value_options(table)
+    policy = table.get("on_schema_change")
+    if policy is not None and policy not in POLICIES:
+        raise ConfigError(
+            "format.on_schema_change", f"unknown policy {policy!r} (one of: {', '.join(POLICIES)})"
+        )
     comment = table.get("comment")
     if (
         kind.type == "csv"

@@ -27,7 +27,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from source_support.api import BadRecord, SourceEvent
+from source_support.api import BadRecord, SchemaChange, SourceEvent
 from source_support.coordination import AssignedSplit, PassInputs, ReaderInbox
 from source_support.landing import LandingZone
 from source_support.runtime import BatchCommit
@@ -393,7 +393,9 @@ class MemoryRunStore:
             moved.add(split_id)
         return moved
 
-    def fail_split(self, split_id: str, token: str, message: str) -> None:
+    def fail_split(
+        self, split_id: str, token: str, message: str, schema_changes: Sequence[SchemaChange] = ()
+    ) -> None:
         stored = self.state.splits.get(split_id)
         if stored is not None and stored.owner == token and not stored.finished:
             stored.failed = message

@@ -48,6 +48,8 @@ FIRST_FLOW_STEPS = [
 ]
 STREAM_STEPS = ["stream-1", "stream-2"]
 AVRO_STEPS = ["avro-1"]
+# "Schema drift" under [format]: run by test_readme_schema_drift_prints_what_the_readme_shows.
+DRIFT_STEPS = ["drift-1"]
 # Against the machine's nats-server on 4222 (the step makes its stream afresh).
 NATS_STEPS = ["nats-1", "nats-2"]
 # Starts a moto server of its own on 127.0.0.1:4571 (the stand-in for Kinesis) and stops it.
@@ -62,6 +64,7 @@ FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
     "examples/avro/readings.toml",
+    "examples/drift/orders.toml",
     "examples/nats/orders.toml",
     "examples/kinesis/orders.toml",
     "examples/s3/penguins.toml",
@@ -150,6 +153,7 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
         FIRST_FLOW_STEPS
         + STREAM_STEPS
         + AVRO_STEPS
+        + DRIFT_STEPS
         + NATS_STEPS
         + KINESIS_STEPS
         + S3_STEPS
@@ -193,6 +197,21 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
     finally:
         co.sh("python -m tests.kafka_cluster stop")  # a step that failed half way leaves it running
     for name in POSTGRES_STEPS:
+        co.step(name)
+
+    assert co.mismatches == [], "\n\n".join(co.mismatches)
+
+
+@pytest.mark.timeout(600)
+def test_readme_schema_drift_prints_what_the_readme_shows(tmp_path):
+    """The "Schema drift" example on a clean checkout: a file gaining a column under
+    rescue, the change as flowctl lists it, and the sink as pandas reads it."""
+    blocks = parse_readme((ROOT / "README.md").read_text())
+    co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
+    assert (co.path / "examples/drift/orders.toml").read_text() == blocks.files["examples/drift/orders.toml"]
+    co.must("python manage.py migrate -v0")
+
+    for name in DRIFT_STEPS:
         co.step(name)
 
     assert co.mismatches == [], "\n\n".join(co.mismatches)

@@ -95,6 +95,7 @@ class TestCsvFormatOptions(OptionsContract):
             "encoding": "latin-1",
             "comment": "#",
             "field": "data",
+            "on_schema_change": "rescue",
         }
 
 
@@ -110,6 +111,7 @@ class TestJsonLinesFormatOptions(OptionsContract):
             "encoding": "utf-16",
             "comment": "//",
             "field": "data",
+            "on_schema_change": "evolve",
         }
 
 

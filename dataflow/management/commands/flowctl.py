@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
-from dataflow.models import DataFlow
+from dataflow.models import DataFlow, FlowRun
 from dataflow.selectors.flows import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.errors import FlowStateError
@@ -27,6 +27,7 @@ from dataflow.services.flows import (
     flow_stop,
 )
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
+from dataflow.services.schema_changes import run_schema_changes
 from dataflow.services.secret_keys import secrets_rotate
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.toml_export import flow_toml
@@ -147,7 +148,10 @@ class Command(DataflowCommand):
 
     def _status(self, flow, options) -> dict[str, Any]:
         flow.refresh_from_db()
-        return flow_status(flow=flow)
+        status = flow_status(flow=flow)
+        run = FlowRun.objects.filter(pk=status["run"]["id"]).first() if status["run"] else None
+        status["schema_changes"] = run_schema_changes(run) if run is not None else []
+        return status
 
     def _runs(self, flow, options) -> list[dict[str, Any]]:
         return flow_runs(flow=flow, limit=options["limit"])
@@ -272,7 +276,12 @@ def _status_text(status: dict[str, Any]) -> str:
         lines.append(f"message: {run['message']}")
     if status["splits"]:
         lines += ["", _table(status["splits"], list(SPLIT_COLUMNS))]
+    if status.get("schema_changes"):
+        lines += ["", "schema changes:", _table(status["schema_changes"], list(SCHEMA_CHANGE_COLUMNS))]
     return "\n".join(lines)
+
+
+SCHEMA_CHANGE_COLUMNS = ("column", "kind", "old_type", "new_type", "policy", "records", "first_position")
 
 
 RUN_COLUMNS = (

@@ -17,6 +17,7 @@ from dataflow.services.health import run_failures_check
 from dataflow.services.lineage import run_lineage_emit
 from dataflow.services.metrics import metrics_sample
 from dataflow.services.notify import run_notify
+from dataflow.services.schema_changes import schema_changes_notify
 from dataflow.services.ticks import flow_ticks_set
 
 log = logging.getLogger("dataflow.services.runs")
@@ -65,6 +66,7 @@ def run_finish(
         DataFlow.objects.filter(pk=run.flow_id).update(status=FINAL_FLOW_STATUS[status])
         flow_ticks_set(flow=DataFlow.objects.get(pk=run.flow_id), enabled=False)
         run_notify(run=run, status=status)  # the webhook is called once this commits
+        schema_changes_notify(run=run)
         run_failures_check(run=run, status=status)
         transaction.on_commit(lambda: _release_run(run, status))
         transaction.on_commit(lambda: _lineage_end(run.pk), robust=True)

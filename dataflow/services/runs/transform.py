@@ -21,6 +21,7 @@ from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import landed_copy_applies
 from dataflow.services.runs.replay import ReplayOutput, is_replay
 from dataflow.services.runs.tick import request_tick, run_refused_secrets, transform_in_backoff
+from dataflow.services.schema_changes import run_landed_ddl
 from dataflow.services.specs import transform_limits
 from dataflow.services.transform_check import transform_check as transform_analysis
 from dataflow.services.transform_watch import (
@@ -233,7 +234,7 @@ def _publish_landed(run: FlowRun, attempt: int, watch: TransformWatch) -> bool:
     assert write_landed is not None  # landed_copy_applies checked it
     return write_landed(
         paths,
-        parse_ddl(run.schema_ddl),
+        parse_ddl(run_landed_ddl(run)),
         spec["sink_config"],
         attempt_key=f"{run_key(run)}-{attempt}",
         publish=publish,
@@ -258,10 +259,11 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: Tr
         watch.watching(spark, name=group, description=f"run {run.pk} of {spec['name']}, attempt {attempt}"),
     ):
         FlowRun.objects.filter(pk=run.pk).update(spark_app_id=application_id(spark)[:100])
+        landed_ddl = run_landed_ddl(run)
         if paths:
-            frame = spark.read.schema(run.schema_ddl).parquet(*paths)
+            frame = spark.read.schema(landed_ddl).parquet(*paths)
         else:
-            frame = spark.createDataFrame([], run.schema_ddl)
+            frame = spark.createDataFrame([], landed_ddl)
         frame.createOrReplaceTempView("source")
         # Stops writing one row past the run's bound; that row fails the run below.
         result = bounded_output(spark.sql(spec["transform_sql"]), watch.limits)

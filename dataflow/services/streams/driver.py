@@ -65,6 +65,7 @@ from dataflow.models import (
 from dataflow.services.context import coordinator_for, landing_zone, run_environment, run_key, source_for
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import stream_copy_applies
+from dataflow.services.schema_changes import run_landed_ddl, schema_changes_notify
 from dataflow.services.specs import transform_limits
 from dataflow.services.streams.arrow_query import ArrowPlan, arrow_plan
 from dataflow.services.streams.epochs import (
@@ -309,7 +310,7 @@ class StreamDriver:
             and sink.append_table is not None
             and sink.takes_landed(spec["sink_config"])
         ):
-            self.arrow = arrow_plan(spec["transform_sql"], parse_ddl(self.run.schema_ddl))
+            self.arrow = arrow_plan(spec["transform_sql"], parse_ddl(run_landed_ddl(self.run)))
         return self.planner
 
     # PLAN, RUN
@@ -431,7 +432,7 @@ class StreamDriver:
         assert append_landed is not None  # stream_copy_applies checked it
         return append_landed(
             paths,
-            parse_ddl(self.run.schema_ddl),
+            parse_ddl(run_landed_ddl(self.run)),
             spec["sink_config"],
             epoch_key=epoch_key(self.run, epoch.number),
             publish=publish,
@@ -439,7 +440,7 @@ class StreamDriver:
         )
 
     def _source_frame(self, spark, paths: list[str], epoch: TransformEpoch):
-        ddl = self.run.schema_ddl
+        ddl = run_landed_ddl(self.run)
         if not paths:
             return spark.createDataFrame([], ddl)
         frame = (spark.read.schema(ddl) if ddl else spark.read).parquet(*paths)
@@ -509,6 +510,7 @@ class StreamDriver:
                     :2048
                 ],
             )
+            schema_changes_notify(run=run)  # once per run, as soon as an epoch with changes lands
             retired = self._prepare().retire(run, epoch)
             state = StreamState.of(run)
             state.epoch, state.failures = epoch.number, 0
