@@ -8,9 +8,12 @@ read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.errors import AnalysisException
 
 from dataflow.models import FlowRun
+from dataflow.services.expectations import expectations_analyze
 from dataflow.spark.jobs import quiet_query_errors
 from dataflow.spark.session import spark_job
 from dataflow.transform_policy import SOURCE_VIEW, transform_policy_check
@@ -47,10 +50,18 @@ def transform_check(*, run_id: int) -> str | None:
     if not run.schema_ddl:
         return None  # nothing was inferred (an empty source): the run itself says so
     with spark_job() as spark:
-        return transform_analyze(spark, sql=sql, schema_ddl=run.schema_ddl, partition_by=partition_by)
+        return transform_analyze(
+            spark,
+            sql=sql,
+            schema_ddl=run.schema_ddl,
+            partition_by=partition_by,
+            expectations=run.spec.get("expectations") or [],
+        )
 
 
-def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[str]) -> str | None:
+def transform_analyze(
+    spark, *, sql: str, schema_ddl: str, partition_by: list[str], expectations: Sequence[dict[str, str]] = ()
+) -> str | None:
     """Spark's analysis of ``sql`` over an empty view ``source`` of ``schema_ddl``.
 
     ``sql`` must have passed ``transform_policy_check``: Spark runs a command (SET, ADD JAR)
@@ -73,7 +84,7 @@ def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[st
                 f"sink.partition_by: {column!r} is not a column of the transform's output "
                 f"({', '.join(names)})"
             )
-    return None
+    return expectations_analyze(spark, frame, list(expectations))
 
 
 def _first_line(exc: Exception) -> str:
