@@ -301,6 +301,8 @@ def _status_text(status: dict[str, Any]) -> str:
     ]
     if run["message"]:
         lines.append(f"message: {run['message']}")
+    if run.get("expectations"):
+        lines += ["", _table(run["expectations"], ["name", "on_fail", "passed", "failed"])]
     if status["splits"]:
         lines += ["", _table(status["splits"], list(SPLIT_COLUMNS))]
     return "\n".join(lines)
