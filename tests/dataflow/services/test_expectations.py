@@ -10,8 +10,10 @@ import pandas as pd
 import pytest
 
 from dataflow.models import DeadLetter, RunStatus
+from dataflow.services.dead_letters import dead_letters_replay
 from dataflow.services.flows import flow_apply
 from source_support.errors import ConfigError
+from tests.factories import DataFlowFactory, DeadLetterFactory, FlowRunFactory
 from tests.helpers import SCHEMA, run_flow, write_csv
 
 
@@ -104,3 +106,13 @@ def test_bad_expectation_fields_are_refused(db, dirs, expect, field):
 def test_expectations_are_stored_and_exported(db, dirs):
     flow, _ = flow_apply(spec=_doc(dirs, [{"name": "positive", "check": "temperature >= 0"}]))
     assert flow.expectations == [{"name": "positive", "check": "temperature >= 0", "on_fail": "warn"}]
+
+
+def test_rows_an_expectation_dropped_are_not_replayed(db, dirs):
+    flow = DataFlowFactory(expect=[{"name": "small", "check": "id < 5", "on_fail": "drop"}])
+    run = FlowRunFactory(flow=flow)
+    letter = DeadLetterFactory(flow=flow, run=run, expectation="small", raw='{"id": 9}')
+    with pytest.raises(ConfigError) as refused:
+        dead_letters_replay(flow=flow, ids=[letter.pk])
+    assert refused.value.field == "ids"
+    assert "an expectation dropped" in refused.value.reason
