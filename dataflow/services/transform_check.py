@@ -84,7 +84,8 @@ def transform_analyze(
                 f"sink.partition_by: {column!r} is not a column of the transform's output "
                 f"({', '.join(names)})"
             )
-    return expectations_analyze(spark, frame, list(expectations))
+    with quiet_query_errors():
+        return expectations_analyze(spark, frame, list(expectations))
 
 
 def _first_line(exc: Exception) -> str:

@@ -12,6 +12,8 @@ import pytest
 from dataflow.models import DeadLetter, RunStatus
 from dataflow.services.dead_letters import dead_letters_replay
 from dataflow.services.flows import flow_apply
+from dataflow.services.toml_export import flow_toml
+from dataflow.services.toml_import import flow_import, flow_spec_from_toml
 from source_support.errors import ConfigError
 from tests.factories import DataFlowFactory, DeadLetterFactory, FlowRunFactory
 from tests.helpers import SCHEMA, run_flow, write_csv
@@ -116,3 +118,13 @@ def test_rows_an_expectation_dropped_are_not_replayed(db, dirs):
         dead_letters_replay(flow=flow, ids=[letter.pk])
     assert refused.value.field == "ids"
     assert "an expectation dropped" in refused.value.reason
+
+
+def test_expectations_export_as_toml_and_import_back(db, dirs):
+    flow, _ = flow_apply(
+        spec=_doc(dirs, [{"name": "positive", "check": "temperature >= 0", "on_fail": "fail"}])
+    )
+    text = flow_toml(flow=flow)
+    assert '[[expect]]\nname = "positive"\ncheck = "temperature >= 0"\non_fail = "fail"\n' in text
+    again, created = flow_import(spec=flow_spec_from_toml(text))
+    assert not created and again.expectations == flow.expectations
