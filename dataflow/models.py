@@ -95,6 +95,9 @@ class DataFlow(models.Model):
     #: Why the schedule is paused ("" it is not): set by the failure policy, cleared when
     #: the flow is saved again or a run succeeds.
     schedule_paused_message = models.TextField(blank=True, default="")
+    #: ``[[expect]]``: checks of each output row (``name``, ``check``, ``on_fail``), see
+    #: ``services.expectations``.
+    expectations = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -136,6 +139,9 @@ class FlowRun(models.Model):
     #: Reader tasks that ended with an error (a read-only landing zone, a lost database...).
     reader_failures = models.PositiveIntegerField(default=0)
     message = models.TextField(blank=True)
+    #: Expectation name -> ``{"passed", "failed", "on_fail"}`` over what the run published
+    #: (a stream: summed over its epochs).
+    expectation_counts = models.JSONField(default=dict, blank=True)
     #: The streaming transform's own state (watermarks per split, what was emitted).
     stream_state = models.JSONField(null=True, blank=True)
     #: Set while a user holds the run's readers (``flow_pause``); the run stays active.
@@ -318,6 +324,8 @@ class TransformEpoch(models.Model):
     #: From the oldest input record's time (its entry time where the source has one, else
     #: when it landed) to this epoch's commit: the end-to-end latency of the epoch.
     latency_ms = models.BigIntegerField(null=True, blank=True)
+    #: The epoch's expectation counts (as ``FlowRun.expectation_counts``).
+    expectation_counts = models.JSONField(default=dict, blank=True)
     planned_at = models.DateTimeField(auto_now_add=True)
     committed_at = models.DateTimeField(null=True, blank=True)
 
@@ -388,6 +396,8 @@ class DeadLetter(models.Model):
     line = models.BigIntegerField(null=True, blank=True)
     raw = models.TextField()
     error = models.TextField()
+    #: The expectation that dropped this output row ("": a record the format refused).
+    expectation = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     if TYPE_CHECKING:

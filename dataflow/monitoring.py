@@ -90,6 +90,8 @@ class FlowFigures:
     live_readers: int = 0
     #: ``[flow] freshness``: whether the flow is stale; None when it has no freshness.
     stale: bool | None = None
+    #: The latest run's expectation counts: name -> {"passed", "failed", "on_fail"}.
+    expectations: dict[str, dict] = field(default_factory=dict)
 
 
 def flow_figures() -> list[FlowFigures]:
@@ -113,6 +115,8 @@ def flow_figures() -> list[FlowFigures]:
     _add_split_totals(figures)
     _add_run_totals(figures)
     _add_latest_splits(figures, latest)
+    for flow_id, run in latest.items():
+        figures[flow_id].expectations = run.expectation_counts or {}
     for flow in flows:
         _add_last_run(figures[flow["id"]], runs.get(flow["last_ended_run_id"]))
     active = {flow_id: run for flow_id, run in latest.items() if run.status in ACTIVE_RUN_STATUSES}
@@ -250,6 +254,7 @@ class _Families:
     last_rows: GaugeMetricFamily
     seconds: SummaryMetricFamily
     stale: GaugeMetricFamily
+    expectations: GaugeMetricFamily
 
     def each(self) -> Iterator[Metric]:
         return (getattr(self, f.name) for f in fields(self))
@@ -308,6 +313,11 @@ def _families() -> _Families:
             "1 when the flow's sink has not moved for its [flow] freshness, else 0 (flows with one).",
             labels=flow,
         ),
+        expectations=GaugeMetricFamily(
+            "dataflow_expectation_rows",
+            "Output rows of the flow's latest run that passed or failed each [[expect]] (a stream: so far).",
+            labels=["flow", "expectation", "on_fail", "result"],
+        ),
     )
 
 
@@ -348,6 +358,11 @@ def _report(families: _Families, figures: FlowFigures) -> None:
         families.last_rows.add_metric(name, figures.last_run_rows_written)
     if figures.stale is not None:
         families.stale.add_metric(name, 1 if figures.stale else 0)
+    for expectation, counts in figures.expectations.items():
+        for result in ("passed", "failed"):
+            families.expectations.add_metric(
+                [figures.name, expectation, counts.get("on_fail", ""), result], counts.get(result, 0)
+            )
 
 
 class BeatCollector:

@@ -439,6 +439,12 @@ def _has_self_naming(query: exp.Expression) -> bool:
     return False
 
 
+def transform_output_names(query: exp.Expression, columns: list[str]) -> list[str] | None:
+    """The names of the query's output columns over a source of ``columns``, or None when
+    they cannot be told without Spark."""
+    return _output_names(query, columns)
+
+
 def _output_names(query: exp.Expression, columns: list[str]) -> list[str] | None:
     """The names of the query's output columns, or None when they cannot be told without Spark."""
     while isinstance(query, (exp.SetOperation, exp.Subquery)):

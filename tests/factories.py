@@ -193,6 +193,7 @@ class DataFlowFactory(DjangoModelFactory):
     stop = None
     schedule = None
     notify = None
+    expect = None
     # Set by the traits: the rows made after the flow, in the order a flow makes them.
     past_runs = False
     active_run = False
@@ -212,13 +213,19 @@ class DataFlowFactory(DjangoModelFactory):
         stop,
         schedule,
         notify,
+        expect,
         past_runs,
         active_run,
         dead_letters,
         **flow_table,
     ):
         doc = {"flow": flow_table, "source": source, "format": format, "transform": transform, "sink": sink}
-        for section, table in (("stop", stop), ("schedule", schedule), ("notify", notify)):
+        for section, table in (
+            ("stop", stop),
+            ("schedule", schedule),
+            ("notify", notify),
+            ("expect", expect),
+        ):
             if table:
                 doc[section] = table
         flow, created = flow_apply(spec=doc, owner=owner)

@@ -35,6 +35,8 @@ from dataflow.services.specs import (
     flow_spec_of,
     flow_spec_validate,
 )
+from dataflow.services.toml_export import spec_toml
+from dataflow.services.toml_import import flow_spec_from_toml
 from source_support.errors import ConfigError
 from source_support.formats import FORMATS
 from source_support.registry import SINKS, SOURCES, mask_section, section_options, unmask_section
@@ -214,10 +216,27 @@ def _notify_fields() -> dict[str, forms.Field]:
     }
 
 
+EXPECT_HELP = (
+    "[[expect]] tables, as in a TOML file: name, check (a boolean Spark SQL expression over an "
+    'output row), on_fail = "warn" | "drop" (to dead letters) | "fail" (the run, before publishing).'
+)
+
+
+def _expect_fields() -> dict[str, forms.Field]:
+    return {
+        "expectations": forms.CharField(
+            label="Expectations",
+            required=False,
+            help_text=EXPECT_HELP,
+            widget=forms.Textarea(attrs={"rows": 4, "class": "vLargeTextField", "spellcheck": "false"}),
+        )
+    }
+
+
 def flow_form_class() -> type[FlowForm]:
     """The flow form for the types registered now (connectors register when the app is
     ready, after the admin is imported, so the form is built on use)."""
-    fields = {**_flow_fields(), **_type_fields(), **_transform_fields(), **_stop_fields()}
+    fields = {**_flow_fields(), **_type_fields(), **_transform_fields(), **_expect_fields(), **_stop_fields()}
     fields.update(_schedule_fields())
     fields.update(_notify_fields())
     return type("DataFlowForm", (FlowForm,), fields)
@@ -234,6 +253,7 @@ def flow_fieldsets(*, change: bool) -> list[tuple[str | None, dict[str, Any]]]:
         *_type_fieldsets("source"),
         *_type_fieldsets("format"),
         ("Transform", {"fields": ["transform_sql", *(f"transform_{n}" for n in TRANSFORM_FIELDS)]}),
+        ("Expectations", {"fields": ["expectations"]}),
         *_type_fieldsets("sink"),
         (
             "Stop rule",
@@ -315,6 +335,21 @@ class FlowForm(forms.ModelForm):
             self.add_error(target if target in self.fields else None, str(exc))
         return cleaned
 
+    def clean_expectations(self) -> list[dict[str, Any]]:
+        """The ``[[expect]]`` tables of the field's TOML text (checked with the spec)."""
+        text = self.cleaned_data.get("expectations") or ""
+        try:
+            doc = flow_spec_from_toml(text)
+        except ConfigError as exc:
+            raise forms.ValidationError(exc.reason) from None
+        extra = sorted(set(doc) - {"expect"})
+        if extra:
+            raise forms.ValidationError(f"[{extra[0]}]: only [[expect]] tables belong here")
+        expect = doc.get("expect", [])
+        if not isinstance(expect, list):
+            raise forms.ValidationError("write each expectation as an [[expect]] table")
+        return expect
+
     def _drop_errors_of_unchosen_types(self, cleaned: dict[str, Any]) -> None:
         # Only the chosen type's options count; a stray value in another type's (hidden)
         # field must not block the form with an error the user cannot see.
@@ -334,6 +369,8 @@ class FlowForm(forms.ModelForm):
             if value not in (None, "", default):
                 transform[name] = value
         spec["transform"] = transform
+        if cleaned.get("expectations"):
+            spec["expect"] = cleaned["expectations"]
         stop = _present(
             {"at": (cleaned.get("stop_at") or "").strip(), "after_records": cleaned.get("stop_after_records")}
         )
@@ -384,6 +421,8 @@ class FlowForm(forms.ModelForm):
             return "transform_sql" if name in ("", "sql") else f"transform_{name}"
         if section == "stop":
             return f"stop_{name}" if name else "stop_at"
+        if section == "expect":
+            return "expectations"
         if section in ("schedule", "notify"):
             return (
                 f"{section}_{name}" if name else f"{section}_{'cron' if section == 'schedule' else 'webhook'}"
@@ -427,6 +466,7 @@ def flow_initial(flow: DataFlow) -> dict[str, Any]:
     transform = dict(spec["transform"])
     initial["transform_sql"] = transform.pop("sql")
     initial.update({f"transform_{n}": v for n, v in transform.items()})
+    initial["expectations"] = spec_toml({"expect": spec.get("expect", [])})
     initial.update({f"stop_{n}": v for n, v in spec.get("stop", {}).items()})
     initial.update({f"schedule_{n}": v for n, v in spec.get("schedule", {}).items()})
     notify = notify_masked(spec.get("notify", {}))

@@ -15,14 +15,18 @@ from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, SplitStatu
 from dataflow.selectors.flows import STATUS_SPLITS_PAGE_MAX, STATUS_SPLITS_PAGE_SIZE
 from dataflow.selectors.runs import flow_latest_run, run_progress
 from dataflow.services.connections import connection_masked
+from dataflow.services.expectations import ON_FAIL
 from dataflow.services.notify import notify_masked
 from dataflow.services.schema_changes import MAX_CHANGES_LISTED, run_schema_changes
-from dataflow.services.specs import FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
+from dataflow.services.specs import ARRAY_SECTIONS, FLOW_FIELDS, NAME_RE, SECTIONS, flow_spec_of
 from source_support.formats.drift import POLICIES
 from source_support.registry import mask_section
 
-#: The sections of a flow besides ``[flow]``, as objects of the body.
-SECTION_NAMES = tuple(s for s in SECTIONS if s != "flow")
+#: The sections of a flow besides ``[flow]``, as objects of the body (``[[test]]`` stays in
+#: the flow's file: ``flowctl test`` runs it, the API does not store it).
+SECTION_NAMES = tuple(s for s in SECTIONS if s not in ("flow", "test"))
+#: Sections that are arrays of objects (``[[expect]]``).
+ARRAY_SECTION_NAMES = tuple(s for s in ARRAY_SECTIONS if s in SECTION_NAMES)
 #: Keys the API writes in a flow's JSON that a client may send back unchanged (ignored).
 READ_ONLY_KEYS = (
     "status",
@@ -80,6 +84,27 @@ class LastRunSerializer(ValuesSerializer):
         return values
 
 
+class ExpectationSerializer(serializers.Serializer):
+    """One ``[[expect]]`` table: a check of each output row and what a failing row does."""
+
+    name = serializers.CharField(max_length=100)
+    check = serializers.CharField(
+        help_text="A boolean Spark SQL expression over one row of the transform's output (same policy)."
+    )
+    on_fail = serializers.ChoiceField(
+        choices=ON_FAIL,
+        required=False,
+        help_text="warn: counted; drop: the row goes to dead letters; fail: the run fails, nothing published.",
+    )
+
+
+class ExpectationCountSerializer(ValuesSerializer):
+    name = serializers.CharField()
+    on_fail = serializers.ChoiceField(choices=ON_FAIL)
+    passed = serializers.IntegerField()
+    failed = serializers.IntegerField()
+
+
 class FlowSerializer(serializers.Serializer):
     """A flow as the TOML file holds it, flattened: the [flow] keys and the sections; with
     its state, owner, times, latest run and URL when read. Secrets are shown masked; one
@@ -116,6 +141,12 @@ class FlowSerializer(serializers.Serializer):
     stop = _section("stop", required=False)
     schedule = _section("schedule", required=False)
     notify = _section("notify", required=False)
+    expect = ExpectationSerializer(
+        many=True,
+        required=False,
+        allow_null=True,
+        help_text="The [[expect]] tables: expectations on the output.",
+    )
     status = serializers.ChoiceField(choices=FlowStatus.choices, read_only=True)
     owner = serializers.CharField(read_only=True, allow_null=True, help_text="The owner's username.")
     created_at = serializers.DateTimeField(read_only=True)
@@ -139,7 +170,10 @@ class FlowSerializer(serializers.Serializer):
             )
         errors: dict[str, list[str]] = {}
         for key, value in data.items():
-            if key in SECTION_NAMES:
+            if key in ARRAY_SECTION_NAMES:
+                if value is not None and not isinstance(value, list):
+                    errors[key] = [f"must be an array of objects (the [[{key}]] tables)"]
+            elif key in SECTION_NAMES:
                 if value is not None and not isinstance(value, dict):
                     errors[key] = [f"must be an object (the [{key}] table)"]
             elif key not in FLOW_FIELDS and key not in READ_ONLY_KEYS:
@@ -161,7 +195,9 @@ class FlowSerializer(serializers.Serializer):
         spec = flow_spec_of(flow)
         out: dict[str, Any] = dict(spec["flow"])
         for section in SECTION_NAMES:
-            if section in spec:
+            if section in ARRAY_SECTION_NAMES:
+                out[section] = spec.get(section, [])
+            elif section in spec:
                 out[section] = (notify_masked if section == "notify" else partial(mask_section, section))(
                     spec[section]
                 )
@@ -269,6 +305,10 @@ class RunSerializer(ValuesSerializer):
     schema_changes = SchemaChangeSerializer(
         many=True, help_text=f"Schema changes seen, one per column and kind (at most {MAX_CHANGES_LISTED})."
     )
+    expectations = ExpectationCountSerializer(
+        many=True,
+        help_text="Rows that passed and failed each expectation (a stream: over its epochs so far).",
+    )
 
     def values(self, run: FlowRun) -> dict[str, Any]:
         progress = run_progress(run_id=run.pk)
@@ -298,6 +338,7 @@ class RunSerializer(ValuesSerializer):
             "finished_at": run.finished_at,
             "duration_seconds": round(max((end - run.started_at).total_seconds(), 0.0), 3),
             "schema_changes": run_schema_changes(run),
+            "expectations": [{"name": name, **c} for name, c in (run.expectation_counts or {}).items()],
         }
 
 
@@ -314,6 +355,9 @@ class StatusRunSerializer(ValuesSerializer):
     records_read = serializers.IntegerField()
     errors_count = serializers.IntegerField()
     rows_written = serializers.IntegerField(allow_null=True)
+    expectations = ExpectationCountSerializer(
+        many=True, help_text="Rows that passed and failed each expectation."
+    )
 
 
 class ReaderSerializer(ValuesSerializer):
@@ -381,6 +425,9 @@ class DeadLetterSerializer(ValuesSerializer):
     line = serializers.IntegerField(allow_null=True)
     raw = serializers.CharField(allow_blank=True)
     error = serializers.CharField(allow_blank=True)
+    expectation = serializers.CharField(
+        allow_blank=True, help_text="The expectation that dropped this output row ('': a bad record)."
+    )
     created_at = serializers.DateTimeField()
     url = serializers.URLField()
 

@@ -139,6 +139,8 @@ def flow_status(
         "records_read": progress.records_read,
         "errors_count": progress.errors_count,
         "rows_written": progress.rows_written,
+        # one per expectation of the flow (at most MAX_EXPECTATIONS)
+        "expectations": [{"name": name, **counts} for name, counts in (run.expectation_counts or {}).items()],
     }
     by_state = dict(run.splits.order_by().values_list("status").annotate(n=Count("id")))
     out["splits_by_state"] = by_state

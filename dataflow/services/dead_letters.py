@@ -165,7 +165,15 @@ def _chosen(flow: DataFlow, *, ids: list[int] | None, run_id: int | None) -> Que
             of = f"flow {flow.name!r}" + (f" run {run_id}" if run_id is not None else "")
             raise ConfigError("ids", f"{_listed(foreign)} are not dead letters of {of}")
         letters = letters.filter(pk__in=ids)
-    return letters
+        dropped = sorted(letters.exclude(expectation="").values_list("pk", flat=True))
+        if dropped:
+            raise ConfigError(
+                "ids",
+                f"{_listed(dropped)} are output rows an expectation dropped, not records: "
+                "they cannot be replayed (discard them, or change the expectation and run again)",
+            )
+    # Rows an expectation dropped are the transform's output, not records to parse again.
+    return letters.filter(expectation="")
 
 
 def _check_replayable(values: dict[str, Any]) -> None:

@@ -154,7 +154,8 @@ def flow_merge(*, flow: DataFlow, changes: dict[str, Any]) -> DataFlow:
     """Merges ``changes`` (TOML shape, partial) into the flow's spec: a given ``[flow]`` key
     replaces the stored one (None: back to its default); a given section's keys are
     merged into the stored section (a key set to None is removed), unless it names another
-    ``type``, which replaces the section; a section set to None is removed. Secrets sent
+    ``type``, which replaces the section; an array of tables (``expect``) is replaced; a
+    section set to None is removed. Secrets sent
     back masked keep the stored ones."""
     with transaction.atomic():
         flow = DataFlow.objects.select_for_update().get(pk=flow.pk)
@@ -166,6 +167,9 @@ def flow_merge(*, flow: DataFlow, changes: dict[str, Any]) -> DataFlow:
                 continue
             if table is None:
                 spec.pop(section, None)
+                continue
+            if isinstance(table, list):  # an array of tables ([[expect]]) is replaced whole
+                spec[section] = table
                 continue
             stored = spec.get(section) or {}
             merged = (

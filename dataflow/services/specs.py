@@ -1,5 +1,5 @@
 """Flow specs: the TOML shape (``[flow] [source] [format] [transform] [sink]``, and optional
-``[stop] [schedule] [notify]``), validated.
+``[stop] [schedule] [notify]``, ``[[expect]]`` and ``[[test]]``), validated.
 
 Every entry point (TOML, admin, API) turns its input into this shape and calls
 ``flow_spec_validate``; a refused spec raises ``ConfigError`` naming the field.
@@ -21,6 +21,7 @@ from dataflow.encryption import secrets_check
 from dataflow.models import DataFlow, SinkPathClaim
 from dataflow.services.connections import flow_connections_check
 from dataflow.services.environment import environment
+from dataflow.services.expectations import expectations_validate
 from dataflow.services.notify import notify_masked, notify_validate
 from dataflow.services.schedules import schedule_validate
 from dataflow.services.streams.query import stream_query_check
@@ -62,8 +63,20 @@ FLOW_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
 }
 #: ``[flow]`` keys of the flow's health (section 6 of issue 28), off by default.
 HEALTH_FIELDS = ("freshness", "disable_after_failures")
-SECTIONS = ("flow", "source", "format", "transform", "sink", "stop", "schedule", "notify")
+SECTIONS = ("flow", "source", "format", "transform", "sink", "stop", "schedule", "notify", "expect", "test")
 OPTIONAL_SECTIONS = ("format", "stop", "schedule", "notify")
+#: Sections that are arrays of tables (``[[expect]]``, ``[[test]]``).
+ARRAY_SECTIONS = ("expect", "test")
+#: ``[[test]]`` fields: (types, what it is).
+TEST_FIELDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "name": ((str,), "a name"),
+    "input": ((str,), "a file of input records, relative to the flow file"),
+    "records": ((list,), "an array of input records (inline tables)"),
+    "expect": ((str,), "a file of the expected output rows, relative to the flow file"),
+    "rows": ((list,), "an array of expected output rows (inline tables)"),
+    "ordered": ((bool,), "whether the order of the rows counts (default false)"),
+}
+MAX_TESTS = 100
 #: ``[transform]`` keys besides ``sql``: (type, default, bounds).
 TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
     "trigger_ms": (int, 1000, (100, 3_600_000)),
@@ -103,6 +116,8 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
         if section not in SECTIONS:
             raise ConfigError(section, f"is not a section of a flow ({', '.join(SECTIONS)})")
     for section in SECTIONS:
+        if section in ARRAY_SECTIONS:
+            continue
         if section not in OPTIONAL_SECTIONS and not isinstance(doc.get(section), dict):
             raise ConfigError(section, "is required")
         if (
@@ -121,6 +136,7 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     check_format_for_source(fmt, entries=SOURCES[source_type].reads_entries)
     sql, query, transform_options = _validate_transform(doc["transform"])
     sink_type, sink_config = validate_sink(doc["sink"], env)
+    flow_tests_validate(doc.get("test"))
     unbounded = source_is_unbounded(source_type, source_config)
     stop_rule = _validate_stop(doc.get("stop") or {}, unbounded=unbounded)
     if stop_rule:  # a rule the source cannot keep is refused now, not when a run starts
@@ -141,9 +157,11 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
     reads_back = SOURCES[source_type].sink_reads_back(source_config, sink_type, sink_config, env)
     if reads_back:
         raise ConfigError("sink.key", reads_back)
+    columns = None
     if "schema" in fmt.options:
         columns = source_output_schema(source_type, source_config, parse_ddl(fmt.options["schema"])).names
         transform_columns_check(query, columns, sink_config.get("partition_by") or [])
+    expectations = expectations_validate(doc.get("expect"), schema_columns=columns, query=query)
     if unbounded:
         stream_query_check(sql, has_stop_rule=bool(stop_rule), schema_ddl=fmt.options.get("schema"))
         if SINKS[sink_type].append is None:
@@ -164,7 +182,42 @@ def flow_spec_validate(doc: dict[str, Any], *, owner=None) -> dict[str, Any]:
         "stop_rule": stop_rule,
         "schedule": schedule,
         "notify": notify,
+        "expectations": expectations,
     }
+
+
+def flow_tests_validate(tables: Any) -> list[dict[str, Any]]:
+    """The ``[[test]]`` tables, each checked: a ``name``, its input (``input`` file or
+    inline ``records``, one of them), its expected output (``expect`` file or inline
+    ``rows``, one of them) and ``ordered``. A ConfigError names ``test[i].field``."""
+    if tables is None:
+        return []
+    if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError(
+            "test", "must be an array of tables: [[test]] name, input or records, expect or rows"
+        )
+    if len(tables) > MAX_TESTS:
+        raise ConfigError("test", f"at most {MAX_TESTS} tests in a flow, not {len(tables)}")
+    for i, table in enumerate(tables):
+        where = f"test[{i}]"
+        for key, value in table.items():
+            if key not in TEST_FIELDS:
+                raise ConfigError(f"{where}.{key}", f"is not a field of test ({', '.join(TEST_FIELDS)})")
+            kinds, what = TEST_FIELDS[key]
+            if not isinstance(value, kinds):
+                raise ConfigError(f"{where}.{key}", f"must be {what}")
+        if not isinstance(table.get("name"), str) or not table["name"].strip():
+            raise ConfigError(f"{where}.name", "is required")
+        for file_key, inline_key in (("input", "records"), ("expect", "rows")):
+            if (file_key in table) == (inline_key in table):
+                raise ConfigError(
+                    f"{where}.{file_key}", f"give {file_key} (a file) or {inline_key} (inline), one of them"
+                )
+            if inline_key in table and not all(isinstance(r, dict) for r in table[inline_key]):
+                raise ConfigError(
+                    f"{where}.{inline_key}", "must be an array of inline tables {column = value, ...}"
+                )
+    return tables
 
 
 def flow_spec_of(flow) -> dict[str, Any]:
@@ -187,6 +240,8 @@ def flow_spec_of(flow) -> dict[str, Any]:
         spec["schedule"] = dict(flow.schedule)
     if flow.notify:
         spec["notify"] = dict(flow.notify)
+    if flow.expectations:
+        spec["expect"] = [dict(e) for e in flow.expectations]
     return spec
 
 
@@ -220,6 +275,7 @@ def flow_values_of(flow) -> dict[str, Any]:
         "stop_rule": flow.stop_rule,
         "schedule": flow.schedule,
         "notify": flow.notify,
+        "expectations": flow.expectations,
     }
 
 

@@ -54,9 +54,15 @@ def spec_toml(spec: dict[str, Any]) -> str:
         table = spec[section]
         if not table:
             continue  # an empty optional section says nothing
-        body = "".join(f"{_key(k)} = {toml_value(v)}\n" for k, v in table.items() if v is not None)
-        parts.append(f"[{_key(section)}]\n{body}")
+        if isinstance(table, list):  # an array of tables: [[expect]]
+            parts += [f"[[{_key(section)}]]\n{_fields(item)}" for item in table]
+            continue
+        parts.append(f"[{_key(section)}]\n{_fields(table)}")
     return "\n".join(parts)
+
+
+def _fields(table: dict[str, Any]) -> str:
+    return "".join(f"{_key(k)} = {toml_value(v)}\n" for k, v in table.items() if v is not None)
 
 
 def toml_value(value: Any) -> str:

@@ -8,9 +8,12 @@ read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pyspark.errors import AnalysisException
 
 from dataflow.models import FlowRun
+from dataflow.services.expectations import expectations_analyze
 from dataflow.services.schema_changes import run_landed_ddl
 from dataflow.spark.jobs import quiet_query_errors
 from dataflow.spark.session import spark_job
@@ -49,10 +52,18 @@ def transform_check(*, run_id: int) -> str | None:
         return None  # nothing was inferred (an empty source): the run itself says so
     with spark_job() as spark:
         # the landed columns: under rescue, _rescued too (evolve's columns are known only as read)
-        return transform_analyze(spark, sql=sql, schema_ddl=run_landed_ddl(run), partition_by=partition_by)
+        return transform_analyze(
+            spark,
+            sql=sql,
+            schema_ddl=run_landed_ddl(run),
+            partition_by=partition_by,
+            expectations=run.spec.get("expectations") or [],
+        )
 
 
-def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[str]) -> str | None:
+def transform_analyze(
+    spark, *, sql: str, schema_ddl: str, partition_by: list[str], expectations: Sequence[dict[str, str]] = ()
+) -> str | None:
     """Spark's analysis of ``sql`` over an empty view ``source`` of ``schema_ddl``.
 
     ``sql`` must have passed ``transform_policy_check``: Spark runs a command (SET, ADD JAR)
@@ -75,7 +86,8 @@ def transform_analyze(spark, *, sql: str, schema_ddl: str, partition_by: list[st
                 f"sink.partition_by: {column!r} is not a column of the transform's output "
                 f"({', '.join(names)})"
             )
-    return None
+    with quiet_query_errors():
+        return expectations_analyze(spark, frame, list(expectations))
 
 
 def _first_line(exc: Exception) -> str:

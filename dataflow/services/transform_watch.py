@@ -43,6 +43,7 @@ from dataflow.services.specs import TransformLimits
 from dataflow.spark.errors import is_deterministic
 from dataflow.spark.jobs import JobGroup, job_group
 from dataflow.spark.session import kill_stuck_group, stuck_tasks
+from source_support.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +251,8 @@ def transform_is_deterministic(exc: BaseException) -> bool:
     """Whether a retry from the same landed files would fail the same way."""
     if isinstance(exc, SinkRowsMismatch):
         return False
-    if isinstance(exc, OutputRowsExceeded | StagingFull):
-        return True
+    if isinstance(exc, OutputRowsExceeded | StagingFull | ConfigError):
+        return True  # ConfigError: a refused query or a failed expectation
     return is_deterministic(exc)
 
 

@@ -27,7 +27,7 @@ from dataflow.selectors.visibility import flows_visible
 #: How often a page asks for fresh data.
 POLL_MS = 3000
 #: The parts of a flow's page that each poll redraws (``dataflow/dashboard/flow/_<part>.html``).
-FLOW_PARTS = ("state", "kpis", "splits", "runs", "errors")
+FLOW_PARTS = ("state", "kpis", "expectations", "splits", "runs", "errors")
 
 #: The site's icon, served at /favicon.ico whether or not static files are served (a browser
 #: asks for it on every page that names none, and a 404 is a console error there).

@@ -127,7 +127,7 @@ def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
     text = client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).content.decode()
     families = list(text_string_to_metric_families(text))
 
-    assert len(families) == 14  # 13 of flows, and beat's last tick
+    assert len(families) == 15  # 14 of flows, and beat's last tick
     for family in families:
         assert family.name.startswith("dataflow_"), family.name
         assert family.documentation, family.name

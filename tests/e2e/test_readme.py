@@ -60,6 +60,8 @@ S3_STEPS = ["s3-1"]
 KAFKA_STEPS = ["kafka-1", "kafka-2"]
 # Against the machine's PostgreSQL (the example makes its database and table afresh).
 POSTGRES_STEPS = ["postgres-1"]
+# Local Spark only; the second edits a fixture to show a failing test (run last).
+FLOW_TEST_STEPS = ["flow-tests-1", "flow-tests-2"]
 FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
@@ -70,6 +72,7 @@ FILES = [
     "examples/s3/penguins.toml",
     "examples/kafka/orders.toml",
     "examples/postgres/orders.toml",
+    "examples/first-flow/orders.test.toml",
 ]
 # The line step 6 appends, as the README says.
 BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
@@ -159,6 +162,7 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
         + S3_STEPS
         + KAFKA_STEPS
         + POSTGRES_STEPS
+        + FLOW_TEST_STEPS
     )
     assert sorted(blocks.files) == sorted(FILES)
     co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
@@ -213,7 +217,20 @@ def test_readme_schema_drift_prints_what_the_readme_shows(tmp_path):
 
     for name in DRIFT_STEPS:
         co.step(name)
+    assert co.mismatches == [], "\n\n".join(co.mismatches)
 
+
+def test_readme_flow_tests_print_what_the_readme_shows(tmp_path):
+    """The ``[[test]]`` section's blocks alone (the test above drives every other), in a
+    clean checkout: a pass, then the diff of a fixture edited as the README edits it."""
+    blocks = parse_readme((ROOT / "README.md").read_text())
+    co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
+    if (co.path / "examples/first-flow/orders.test.toml").read_text() != blocks.files[
+        "examples/first-flow/orders.test.toml"
+    ]:
+        co.mismatches.append("examples/first-flow/orders.test.toml: the README's block is not the file")
+    for name in FLOW_TEST_STEPS:
+        co.step(name)
     assert co.mismatches == [], "\n\n".join(co.mismatches)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import CommandError
@@ -15,6 +16,7 @@ from dataflow.models import DataFlow, FlowRun
 from dataflow.selectors.flows import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.errors import FlowStateError
+from dataflow.services.flow_tests import flow_tests_run
 from dataflow.services.flows import (
     flow_delete,
     flow_input_check,
@@ -50,6 +52,7 @@ ACTIONS = (
     "restore",
     "delete",
     "rotate-secrets",
+    "test",
 )
 #: Actions on the deployment, not on one flow: they take no NAME.
 DEPLOYMENT_ACTIONS = ("rotate-secrets",)
@@ -64,7 +67,8 @@ class Command(DataflowCommand):
         "failed splits), status, runs (newest first), validate (NAME: a TOML file or a flow; exit "
         "code 1 if invalid), export (the flow as TOML for applyflows), rescale N (readers of a "
         "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
-        "restore [--checkpoint ID] (a new run from a checkpoint), delete [--delete-output] (the flow; its "
+        "restore [--checkpoint ID] (a new run from a checkpoint), test FILE... (the [[test]] of flow files: "
+        "exit code 1 if one fails), delete [--delete-output] (the flow; its "
         "sink directory stays its owner's unless --delete-output removes it); rotate-secrets (no NAME: "
         "every stored secret encrypted again with the first key of DATAFLOW_SECRET_KEYS). --json prints "
         "JSON for scripts."
@@ -75,7 +79,9 @@ class Command(DataflowCommand):
         parser.add_argument(
             "name", nargs="?", help="the flow's name (validate: also a TOML file; rotate-secrets: none)"
         )
-        parser.add_argument("count", nargs="?", type=int, help="rescale: the new parallelism")
+        parser.add_argument(
+            "more", nargs="*", metavar="N|FILE", help="rescale: the new parallelism; test: more flow files"
+        )
         parser.add_argument("--json", action="store_true", help="print JSON for scripts")
         parser.add_argument(
             "--only-failed", action="store_true", help="restart: read only the failed splits again"
@@ -108,6 +114,9 @@ class Command(DataflowCommand):
             elif action == "validate":
                 assert name is not None
                 result = self._validate(name, options)
+            elif action == "test":
+                assert name is not None
+                result = self._test([name, *options["more"]])
             else:
                 assert name is not None
                 result = getattr(self, f"_{action}")(flow_named(name), options)
@@ -119,6 +128,10 @@ class Command(DataflowCommand):
             self.stdout.write(_TEXT.get(action, _as_text)(result))
         if action == "validate" and not result["valid"]:
             raise CommandError(f"{result['field']}: {result['error']}")  # exit code 1
+        if action == "test" and result["failed"]:
+            raise CommandError(
+                f"{result['failed']} of {len(result['tests'])} flow tests failed"
+            )  # exit code 1
 
     def _start(self, flow, options) -> dict[str, Any]:
         run = flow_start(flow=flow)
@@ -181,10 +194,20 @@ class Command(DataflowCommand):
         return {"flow": flow.name, "toml": flow_toml(flow=flow, reveal_secrets=options["reveal_secrets"])}
 
     def _rescale(self, flow, options) -> dict[str, Any]:
-        if options["count"] is None:
+        if len(options["more"]) != 1 or not options["more"][0].isdigit():
             raise CommandError("rescale needs the new parallelism: flowctl rescale NAME N")
-        run = flow_rescale(flow=flow, parallelism=options["count"])
-        return {"flow": flow.name, "parallelism": options["count"], "run": run.pk if run else None}
+        count = int(options["more"][0])
+        run = flow_rescale(flow=flow, parallelism=count)
+        return {"flow": flow.name, "parallelism": count, "run": run.pk if run else None}
+
+    def _test(self, paths: list[str]) -> dict[str, Any]:
+        """Runs the ``[[test]]`` of each flow file (``services.flow_tests``)."""
+        results = [r for path in paths for r in flow_tests_run(path=Path(path))]
+        return {
+            "tests": [vars(r) for r in results],
+            "passed": sum(r.passed for r in results),
+            "failed": sum(not r.passed for r in results),
+        }
 
     def _offsets(self, flow, options) -> Any:
         if options["reset"]:
@@ -257,6 +280,15 @@ def _cell(value: Any) -> str:
     return str(value).splitlines()[0] if str(value) else ""
 
 
+def _test_text(result: dict[str, Any]) -> str:
+    lines = []
+    for test in result["tests"]:
+        lines.append(f"{'PASS' if test['passed'] else 'FAIL'}  {test['file']}: {test['name']}")
+        lines += [f"      {line}" for line in test["report"].splitlines()]
+    lines.append(f"{result['passed']} passed, {result['failed']} failed")
+    return "\n".join(lines)
+
+
 def _status_text(status: dict[str, Any]) -> str:
     lines = [f"flow: {status['flow']}", f"status: {status['status']}"]
     if status["stale"]:
@@ -274,6 +306,8 @@ def _status_text(status: dict[str, Any]) -> str:
     ]
     if run["message"]:
         lines.append(f"message: {run['message']}")
+    if run.get("expectations"):
+        lines += ["", _table(run["expectations"], ["name", "on_fail", "passed", "failed"])]
     if status["splits"]:
         lines += ["", _table(status["splits"], list(SPLIT_COLUMNS))]
     if status.get("schema_changes"):
@@ -302,6 +336,7 @@ _TEXT = {
     if r["valid"]
     else f"invalid: {r['source']}",
     "export": lambda r: r["toml"].rstrip("\n"),
+    "test": _test_text,
     "rotate-secrets": lambda r: "\n".join(
         [f"re-encrypted {r['secrets']} secrets with the first key of DATAFLOW_SECRET_KEYS"]
         + [

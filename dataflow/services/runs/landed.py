@@ -28,8 +28,9 @@ def transform_is_identity(sql: str) -> bool:
 
 
 def landed_copy_applies(spec: dict[str, Any]) -> bool:
-    """Whether a bounded run of ``spec`` publishes its landed files without Spark."""
-    if spec.get("replay") or not transform_is_identity(spec["transform_sql"]):
+    """Whether a bounded run of ``spec`` publishes its landed files without Spark (not
+    with expectations: Spark checks them)."""
+    if spec.get("replay") or spec.get("expectations") or not transform_is_identity(spec["transform_sql"]):
         return False
     sink = SINKS.get(spec["sink_type"])
     return sink is not None and sink.write_landed is not None and sink.takes_landed(spec["sink_config"])
@@ -37,8 +38,8 @@ def landed_copy_applies(spec: dict[str, Any]) -> bool:
 
 def stream_copy_applies(spec: dict[str, Any]) -> bool:
     """Whether the epochs of an unbounded run of ``spec`` publish their landed files
-    without Spark."""
-    if spec.get("replay") or not transform_is_identity(spec["transform_sql"]):
+    without Spark (not with expectations: Spark checks them)."""
+    if spec.get("replay") or spec.get("expectations") or not transform_is_identity(spec["transform_sql"]):
         return False
     sink = SINKS.get(spec["sink_type"])
     return sink is not None and sink.append_landed is not None and sink.takes_landed(spec["sink_config"])

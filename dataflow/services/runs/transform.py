@@ -17,6 +17,7 @@ from django.db.models.functions import Now
 from dataflow.encryption import SecretUndecryptable
 from dataflow.models import FlowRun, LandedBatch, RunStatus
 from dataflow.services.context import coordinator_for, run_environment, run_key, run_secrets_check
+from dataflow.services.expectations import ExpectationVerdict, expectations_apply, expectations_record
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import landed_copy_applies
 from dataflow.services.runs.replay import ReplayOutput, is_replay
@@ -267,6 +268,7 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: Tr
         frame.createOrReplaceTempView("source")
         # Stops writing one row past the run's bound; that row fails the run below.
         result = bounded_output(spark.sql(spec["transform_sql"]), watch.limits)
+        result, verdict = expectations_apply(result, spec.get("expectations") or [])
         result, job_rows_written = observe_rows(result, "sink_rows")
 
         def publish(staged_rows: int, swap) -> bool:
@@ -279,16 +281,23 @@ def _run_spark_job(run: FlowRun, attempt: int, watch: TransformWatch, output: Tr
             check_output_rows(watch.limits, staged_rows)
             if watch.staging_bytes is not None:  # a write quicker than the watch's round
                 check_staging_bytes(watch.limits, watch.staging_bytes())
-            return _publish(run, attempt, swap, rows=staged_rows, output=output)
+            return _publish(run, attempt, swap, rows=staged_rows, output=output, verdict=verdict)
 
         return output.write(result, publish)
 
 
 def _publish(
-    run: FlowRun, attempt: int, swap: Callable[[], None], *, rows: int, output: TransformOutput
+    run: FlowRun,
+    attempt: int,
+    swap: Callable[[], None],
+    *,
+    rows: int,
+    output: TransformOutput,
+    verdict: ExpectationVerdict | None = None,
 ) -> bool:
     """Swaps the staged sink in and ends the run, in one transaction that holds the run's
-    row, if ``attempt`` is still the run's current one; False (nothing done) otherwise."""
+    row, if ``attempt`` is still the run's current one; False (nothing done) otherwise.
+    The expectations' ``verdict`` (counts, dropped rows) is kept in the same transaction."""
     with transaction.atomic():
         current = (
             FlowRun.objects.select_for_update()
@@ -300,6 +309,7 @@ def _publish(
             return False
         swap()
         output.published()
+        expectations_record(run=run, verdict=verdict)
         run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=rows, attempt=attempt)
     return True
 

@@ -63,6 +63,7 @@ from dataflow.models import (
     TransformEpoch,
 )
 from dataflow.services.context import coordinator_for, landing_zone, run_environment, run_key, source_for
+from dataflow.services.expectations import ExpectationVerdict, expectations_apply, expectations_record
 from dataflow.services.runs.finish import run_finish
 from dataflow.services.runs.landed import stream_copy_applies
 from dataflow.services.schema_changes import run_landed_ddl, schema_changes_notify
@@ -307,6 +308,7 @@ class StreamDriver:
             and self.run.schema_ddl
             and not self.copies_landed
             and not spec.get("replay")
+            and not spec.get("expectations")  # Spark checks them
             and sink.append_table is not None
             and sink.takes_landed(spec["sink_config"])
         ):
@@ -352,8 +354,9 @@ class StreamDriver:
             self._source_frame(spark, paths, epoch).createOrReplaceTempView(SOURCE_VIEW)
             result = spark.sql(spec["transform_sql"])
             self._check_plan(result)
+            result, verdict = expectations_apply(result, spec.get("expectations") or [])
             if self._collects_as_arrow(epoch, result):
-                return self._append_table(epoch, result.toArrow())
+                return self._append_table(epoch, result.toArrow(), verdict=verdict)
             observed, job_rows = observe_rows(result, f"epoch_rows_{epoch.number}")
 
             def publish(staged_rows: int, move) -> bool:
@@ -364,7 +367,7 @@ class StreamDriver:
                         "nothing was published"
                     )
                 check_output_rows(watch.limits, staged_rows, what=f"epoch {epoch.number}")
-                return self._commit(epoch, rows=staged_rows, move=move)
+                return self._commit(epoch, rows=staged_rows, move=move, verdict=verdict)
 
             append = SINKS[spec["sink_type"]].append
             assert append is not None  # _prepare refused a sink without one
@@ -389,7 +392,9 @@ class StreamDriver:
             and writes_alike_with_arrow(result.schema)
         )
 
-    def _append_table(self, epoch: TransformEpoch, table: pa.Table) -> bool:
+    def _append_table(
+        self, epoch: TransformEpoch, table: pa.Table, *, verdict: ExpectationVerdict | None = None
+    ) -> bool:
         """``_run_watched`` for a small epoch: its rows, collected, added by the sink."""
         spec = self.run.spec
 
@@ -400,7 +405,7 @@ class StreamDriver:
                     "nothing was published"
                 )
             check_output_rows(transform_limits(spec), staged_rows, what=f"epoch {epoch.number}")
-            return self._commit(epoch, rows=staged_rows, move=move)
+            return self._commit(epoch, rows=staged_rows, move=move, verdict=verdict)
 
         append_table = SINKS[spec["sink_type"]].append_table
         assert append_table is not None  # _collects_as_arrow checked it
@@ -481,11 +486,13 @@ class StreamDriver:
 
     # COMMIT
 
-    def _commit(self, epoch: TransformEpoch, *, rows: int, move) -> bool:
+    def _commit(
+        self, epoch: TransformEpoch, *, rows: int, move, verdict: ExpectationVerdict | None = None
+    ) -> bool:
         """Publishes the staged files (``move``) and marks the epoch COMMITTED in one
         transaction holding the run's row, only while the run is active and the epoch is
         PLANNED; then the landed batches no later epoch reads go. The final epoch ends the
-        run in the same transaction."""
+        run in the same transaction; the expectations' ``verdict`` is kept in it too."""
         with transaction.atomic():
             run = (
                 FlowRun.objects.select_for_update()
@@ -511,6 +518,7 @@ class StreamDriver:
                 ],
             )
             schema_changes_notify(run=run)  # once per run, as soon as an epoch with changes lands
+            expectations_record(run=run, verdict=verdict, epoch=epoch)
             retired = self._prepare().retire(run, epoch)
             state = StreamState.of(run)
             state.epoch, state.failures = epoch.number, 0

@@ -102,3 +102,31 @@ def test_a_refused_transform_fails_its_run_saying_it_was_refused_while_reading(m
     run = FlowRun.objects.get(pk=run_id)
     assert (run.status, run.records_read) == ("failed", 26_115)
     assert run.message.startswith("transform refused while reading: transform.sql: [UNRESOLVED_COLUMN")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("check", "why"),
+    [
+        ("country", "is string, not a boolean"),
+        ("humidity > 1", "humidity"),
+        ("id > 0", None),
+    ],
+)
+def test_spark_checks_each_expectation_over_the_output_as_the_run_starts(check, why):
+    """What the save could not tell without Spark (a column's type; a column of a query
+    whose output it could not name) is refused as the run starts, naming the expectation."""
+    with spark_job() as spark:
+        message = transform_analyze(
+            spark,
+            sql="SELECT * FROM source",
+            schema_ddl=SCHEMA,
+            partition_by=[],
+            expectations=[{"name": "fine", "check": "id >= 0"}, {"name": "odd", "check": check}],
+        )
+
+    if why is None:
+        assert message is None
+    else:
+        assert message is not None and message.startswith("expect[1].check: expectation 'odd': ")
+        assert why in message

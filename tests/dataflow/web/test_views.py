@@ -177,7 +177,7 @@ def test_flow_json_has_status_series_runs_errors_and_parts(client, owner):
         "errors",
         "html",
     }
-    assert set(data["html"]) == {"state", "kpis", "splits", "runs", "errors"}
+    assert set(data["html"]) == {"state", "kpis", "expectations", "splits", "runs", "errors"}
     assert data["flow"]["name"] == "ada-orders"
     assert data["run"]["id"] == run.pk
     assert data["series_reset"] is True

@@ -8,6 +8,7 @@ its own and SIGKILL it.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -25,8 +26,9 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from dataflow.models import EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
+from dataflow.models import DeadLetter, EpochStatus, FlowRun, LandedBatch, RunStatus, Split, TransformEpoch
 from dataflow.services.context import coordinator_for, landing_zone, run_key
+from dataflow.services.expectations import ExpectationFailed
 from dataflow.services.flows import flow_apply, flow_start, flow_stop
 from dataflow.services.streams import driver as stream_driver
 from dataflow.services.streams.driver import Step, StreamDriver
@@ -54,7 +56,14 @@ class Stream:
     batches landed as readers would commit them."""
 
     def __init__(
-        self, dirs, sql: str, *, sink: dict | None = None, transform: dict | None = None, schema: str = SCHEMA
+        self,
+        dirs,
+        sql: str,
+        *,
+        sink: dict | None = None,
+        transform: dict | None = None,
+        schema: str = SCHEMA,
+        expect: list[dict] | None = None,
     ) -> None:
         self.sink = dirs.out / "sink"
         self.schema = schema
@@ -62,6 +71,7 @@ class Stream:
             schema=schema,
             transform={"sql": sql, **(transform or {})},
             sink={"type": "parquet", "path": str(self.sink), **(sink or {})},
+            expect=expect,
         )
         self.run = FlowRunFactory(flow=flow, running=True)
         self.out = dirs.out
@@ -166,6 +176,66 @@ def test_each_row_reaches_the_sink_once_through_three_epochs(dirs):
     assert stream.hidden_beside_sink() == []
     assert TransformEpoch.objects.filter(run=stream.run, status=EpochStatus.COMMITTED).count() == 3
     assert stream.refreshed().stream_state["rows_written"] == 9
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_expectations_count_each_epoch_and_drop_exactly_the_failing_rows(dirs):
+    stream = Stream(
+        dirs,
+        "SELECT id, customer, amount FROM source",
+        expect=[
+            {"name": "even ids", "check": "id % 2 = 0", "on_fail": "drop"},
+            {"name": "small", "check": "amount < 3", "on_fail": "warn"},
+        ],
+    )
+    stream.land("s1", [1, 2, 3])  # ids 0, 1, 2
+    first = run_one_epoch(stream)
+    stream.land("s1", [4, 5])  # ids 3, 4
+    second = run_one_epoch(stream)
+
+    assert stream.sink_ids() == Counter([0, 2, 4])
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.expectation_counts == {
+        "even ids": {"passed": 2, "failed": 1, "on_fail": "drop"},
+        "small": {"passed": 3, "failed": 0, "on_fail": "warn"},
+    }
+    assert second.expectation_counts == {
+        "even ids": {"passed": 1, "failed": 1, "on_fail": "drop"},
+        "small": {"passed": 0, "failed": 2, "on_fail": "warn"},
+    }
+    assert stream.refreshed().expectation_counts == {
+        "even ids": {"passed": 3, "failed": 2, "on_fail": "drop"},
+        "small": {"passed": 3, "failed": 2, "on_fail": "warn"},
+    }
+    letters = DeadLetter.objects.filter(run=stream.run)
+    assert sorted(json.loads(letter.raw)["id"] for letter in letters) == [1, 3]
+    assert {letter.expectation for letter in letters} == {"even ids"}
+    assert sorted(letter.split_id for letter in letters) == [
+        "expectation:even ids:epoch 1",
+        "expectation:even ids:epoch 2",
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_expectation_publishes_nothing_of_its_epoch(dirs):
+    stream = Stream(
+        dirs,
+        "SELECT id, customer, amount FROM source",
+        expect=[{"name": "few", "check": "id < 2", "on_fail": "fail"}],
+    )
+    stream.land("s1", [1, 2, 3])
+    worker = driver(stream)
+    epoch = worker.plan()
+
+    with pytest.raises(ExpectationFailed, match="expectation 'few' failed on 1 of 3 rows"):
+        worker.run_epoch(epoch)
+
+    assert stream.sink_ids() == Counter()
+    assert TransformEpoch.objects.get(pk=epoch.pk).status == EpochStatus.PLANNED
+    assert stream.refreshed().expectation_counts == {}
 
 
 def sink_rows(sink: Path) -> list[tuple]:
