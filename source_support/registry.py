@@ -234,6 +234,10 @@ class SinkConnector:
     #: The bytes a bounded write (``write``) with ``attempt_key`` holds in its staging so
     #: far, for a config; None where it cannot tell (the service then bounds only rows).
     staging_bytes: Callable[[dict[str, Any], str], int | None] | None = None
+    #: What a test of the connection finds where a stored config writes (lines in the
+    #: sink's own words: a table and its row estimate, a stream and its length), or a
+    #: ConfigError saying what failed; None: the sink cannot be looked at before a run.
+    check: Callable[[dict[str, Any], Environment], list[str]] | None = None
 
     @property
     def options(self) -> tuple[Option, ...]:

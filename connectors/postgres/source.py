@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
@@ -199,6 +199,12 @@ class PostgresSource(Source[ChunkSplit]):
 
     def infer_schema(self) -> pa.Schema:
         return arrow_schema(self.chunk_query().columns)
+
+    def describe_found(self, splits: Sequence[ChunkSplit]) -> list[str]:
+        """The table (or query) and its row estimate (``pg_class.reltuples``), in chunks."""
+        what = f"table {self.table}" if self.table is not None else "query"
+        rows = sum(split.estimate for split in splits)
+        return [f"{what}: about {rows} rows (pg_class.reltuples), {len(splits)} chunks"]
 
     def check_input(self) -> None:
         """Refuses to start a run whose database cannot be reached, whose table is missing or
