@@ -240,7 +240,11 @@ class FileSource(Source[FileSplit]):
         """How many files (or objects) matched and their total size, then each with its size."""
         sizes: dict[str, int] = {}
         for split in splits:
-            sizes.setdefault(split.path, split.size if split.size is not None else split.end)
+            if split.group is not None:  # small files read together: each counted
+                group = split.group
+                sizes.update((group.path(i), group.sizes[i]) for i in range(len(group)))
+            else:
+                sizes.setdefault(split.path, split.size if split.size is not None else split.end)
         total = sum(sizes.values())
         lines = [f"{len(sizes)} files matched {self.pattern}, {total} bytes in all"]
         return lines + [f"{path}: {size} bytes" for path, size in sizes.items()]

@@ -93,6 +93,7 @@ class PostgresSource(Source[ChunkSplit]):
             reserved=target.reserved,
             cursor=config.cursor if config.mode == "incremental" else None,
             previous_mark=previous_mark(context.previous_state),
+            hold=not context.probe,
         )
 
     @property

@@ -168,7 +168,7 @@ def _source_work(table: dict[str, Any], env, *, owner, format_table: dict[str, A
     entries = SOURCES[source_type].reads_entries
     fmt = validate_format(format_table or {"type": "fields" if entries else "csv"}, env)
     check_format_for_source(fmt, entries=entries)
-    context = BuildContext(env=env, batch_size=1, flow_name="connection-test")
+    context = BuildContext(env=env, batch_size=1, flow_name="connection-test", probe=True)
 
     def work() -> list[str]:
         source = build_source(source_type, source_config, FormatSpec(fmt.type, fmt.options), context)

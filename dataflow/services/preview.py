@@ -124,6 +124,7 @@ def _source(values: dict[str, Any], *, owner, schema_ddl: str, batch_size: int):
         schema=parse_ddl(schema_ddl),
         flow_name=values["name"],
         stop=values["stop_rule"],
+        probe=True,
     )
     fmt = FormatSpec(values["format_type"], values["format_options"])
     return build_source(values["source_type"], values["source_config"], fmt, context)
