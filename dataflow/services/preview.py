@@ -14,7 +14,6 @@ from typing import Any
 
 import pyarrow as pa
 from django.conf import settings
-from pyspark.errors import PySparkException
 
 from dataflow.services.environment import flow_environment
 from dataflow.services.probes import bounded_number, probe_slot, within
@@ -158,13 +157,14 @@ def _transform_output(
             return {"schema": [], "rows": [], "error": problem}
         name = f"preview-{threading.get_ident()}"
         with job_group(spark, name, f"preview of {values['name']}") as group:
-            timer = threading.Timer(timeout_s, group.cancel)
+            # A first job on a cold session takes seconds more than the reading's limit.
+            timer = threading.Timer(max(timeout_s, settings.DATAFLOW_PREVIEW_MAX_SECONDS), group.cancel)
             timer.start()
             try:
                 spark.createDataFrame(records, schema=schema_ddl).createOrReplaceTempView(SOURCE_VIEW)
                 with quiet_query_errors():
                     output = spark.sql(sql).limit(limit).toArrow()
-            except PySparkException as exc:
+            except Exception as exc:  # noqa: BLE001 - Spark's errors (py4j's too): said in the answer
                 reason = "cancelled at the time limit" if not timer.is_alive() else spark_error_message(exc)
                 return {"schema": [], "rows": [], "error": f"transform.sql: {reason}"}
             finally:

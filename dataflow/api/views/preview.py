@@ -42,6 +42,7 @@ class ProbeView(ApiDefaults, GenericAPIView):
 
 @extend_schema(
     summary="Preview a flow spec on real records (it need not be saved)",
+    operation_id="flows_preview_spec",
     description="The flow spec as POST /flows/ takes it, with `limit`, `timeout_s` and `from`. "
     + PREVIEW_DESCRIPTION,
     request=FlowPreviewSerializer,
