@@ -26,7 +26,6 @@ from dataflow.selectors.flows import flow_actions, flow_health_lines, flows_with
 from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
 from dataflow.services.connection_test import stored_flow_check
 from dataflow.services.errors import FlowStateError, TooManyAtOnce
-from dataflow.services.preview import flow_preview
 from dataflow.services.flows import (
     flow_apply,
     flow_delete,
@@ -36,6 +35,7 @@ from dataflow.services.flows import (
     flow_start,
     flow_stop,
 )
+from dataflow.services.preview import flow_preview
 from dataflow.services.specs import flow_spec_of
 from dataflow.services.toml_export import flow_toml
 from dataflow.services.toml_import import (

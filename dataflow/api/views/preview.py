@@ -40,17 +40,17 @@ class ProbeView(ApiDefaults, GenericAPIView):
     throttle_scope = WRITE_SCOPE
 
 
-@extend_schema(
-    summary="Preview a flow spec on real records (it need not be saved)",
-    operation_id="flows_preview_spec",
-    description="The flow spec as POST /flows/ takes it, with `limit`, `timeout_s` and `from`. "
-    + PREVIEW_DESCRIPTION,
-    request=FlowPreviewSerializer,
-    responses={200: PreviewSerializer, **errors(400, 413, 429)},
-)
 class FlowPreviewView(ProbeView):
     serializer_class = FlowPreviewSerializer
 
+    @extend_schema(
+        summary="Preview a flow spec on real records (it need not be saved)",
+        operation_id="flows_preview_spec",
+        description="The flow spec as POST /flows/ takes it, with `limit`, `timeout_s` and `from`. "
+        + PREVIEW_DESCRIPTION,
+        request=FlowPreviewSerializer,
+        responses={200: PreviewSerializer, **errors(400, 413, 429)},
+    )
     def post(self, request):
         body = FlowPreviewSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
