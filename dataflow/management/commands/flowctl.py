@@ -137,7 +137,7 @@ class Command(BaseCommand):
             self.stdout.write(_TEXT.get(action, _as_text)(result))
         if action == "validate" and not result["valid"]:
             raise CommandError(f"{result['field']}: {result['error']}")  # exit code 1
-        if action == "check" and not all(section["ok"] for section in result):
+        if action == "check" and not all(section["ok"] for section in result):  # pyright: ignore[reportCallIssue, reportArgumentType] - check's result is a list of sections
             raise CommandError("a connection test failed")  # exit code 1
 
     def _start(self, flow, options) -> dict[str, Any]:
