@@ -180,6 +180,13 @@ def defaults(base_dir: Path, host: Any = None) -> dict[str, Any]:
     DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS = float(
         os.environ.get("DATAFLOW_TRANSFORM_TIMEOUT_MAX_SECONDS", "86400")
     )
+    # A preview (and a test of a connection) reads at most this many records, for at most
+    # this long, and answers at most this many bytes of rows; a user runs at most this many
+    # previews or tests at once (another is refused 429 until one ends).
+    DATAFLOW_PREVIEW_MAX_RECORDS = int(os.environ.get("DATAFLOW_PREVIEW_MAX_RECORDS", "1000"))
+    DATAFLOW_PREVIEW_MAX_SECONDS = float(os.environ.get("DATAFLOW_PREVIEW_MAX_SECONDS", "30"))
+    DATAFLOW_PREVIEW_MAX_BYTES = int(os.environ.get("DATAFLOW_PREVIEW_MAX_BYTES", str(4 * 1024**2)))
+    DATAFLOW_PREVIEWS_PER_USER = int(os.environ.get("DATAFLOW_PREVIEWS_PER_USER", "1"))
     # A site-wide ceiling on the rows one transform (a stream's epoch) may write; it also bounds
     # flows that set no [transform] max_output_rows (0: none). A transform stops writing at one row
     # past it and fails its run. 100 million rows: a hundred times the largest runs the benches

@@ -389,6 +389,23 @@ class Source(ABC, Generic[SplitT]):
         restarts with: the connection may have been narrowed since the split was found."""
         return None
 
+    #: True when reading through the enumerator and a reader leaves no trace upstream
+    #: (files, objects, a table's rows): a preview may then read so. A stream's reader
+    #: keeps a position (a consumer group, a durable consumer, an offset) and is False.
+    reads_without_trace: bool = True
+
+    def sample(self, *, limit: int, latest: bool, timeout_s: float) -> list[RecordBatch] | None:
+        """Up to ``limit`` records (the first, or with ``latest`` the newest) read without
+        making or moving any position upstream, for a preview; None where the source is
+        read through its enumerator and reader instead (``reads_without_trace``)."""
+        return None
+
+    def describe_found(self, splits: Sequence[SplitT]) -> list[str]:
+        """What a test of the connection found, in the connector's own words, one line per
+        thing (a file and its size, a stream and its length): ``splits`` are what the
+        enumerator found now (at most a few hundred). The default names each split."""
+        return [f"{len(splits)} splits found"] + [f"split {s.split_id}" for s in splits]
+
     def release(self, states: Sequence[Mapping[str, Any] | None]) -> None:
         """The flow is deleted: drops what the source made upstream for it (a PostgreSQL
         cdc source's replication slot), as the enumerator ``states`` of its runs show it

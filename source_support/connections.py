@@ -45,6 +45,10 @@ class ConnectionKind:
     #: A key, a key pattern or a scoped option's value as the patterns compare it
     #: (PostgreSQL: ``orders`` is ``public.orders``); the identity for most kinds.
     key_of: Callable[[str], str] = str
+    #: What a test of a connection finds through it now (the server answers; the keys its
+    #: patterns match, with their sizes), in the connector's words, or a ConfigError saying
+    #: what failed; None: a connection of this kind is tested through a flow's source.
+    check: Callable[[ConnectionTarget], list[str]] | None = None
 
 
 CONNECTION_KINDS: dict[str, ConnectionKind] = {}

@@ -66,6 +66,9 @@ class BuildContext:
     #: is none): an incremental source takes its high mark from it, so the mark is
     #: committed with the run that read up to it and a failed run is read again.
     previous_state: Mapping[str, Any] | None = None
+    #: A preview or a test of a connection, not a run: nothing may be held for readers that
+    #: will never come (a database snapshot kept open, a consumer made upstream).
+    probe: bool = False
 
 
 def _no_read_back(source: dict[str, Any], sink_type: str, sink: dict[str, Any], env: Environment) -> str:
@@ -234,6 +237,10 @@ class SinkConnector:
     #: The bytes a bounded write (``write``) with ``attempt_key`` holds in its staging so
     #: far, for a config; None where it cannot tell (the service then bounds only rows).
     staging_bytes: Callable[[dict[str, Any], str], int | None] | None = None
+    #: What a test of the connection finds where a stored config writes (lines in the
+    #: sink's own words: a table and its row estimate, a stream and its length), or a
+    #: ConfigError saying what failed; None: the sink cannot be looked at before a run.
+    check: Callable[[dict[str, Any], Environment], list[str]] | None = None
 
     @property
     def options(self) -> tuple[Option, ...]:

@@ -388,6 +388,31 @@ def count_rows(target: Path, kind: str, *, header: bool = False) -> int:
     return total
 
 
+#: The most entries a test of a sink's directory looks at.
+MAX_CHECKED_ENTRIES = 10_000
+
+
+def check(config: dict[str, Any], env: Environment) -> list[str]:
+    """The sink's directory: its files and their total size, or that the first run makes
+    it (an ``s3://`` directory is looked at by its run only)."""
+    path = config["path"]
+    if is_s3_path(path):
+        return [f"{path}: an object store directory, written by the run"]
+    if not os.path.exists(path):
+        return [f"{path}: does not exist yet (the first run makes it)"]
+    if not os.path.isdir(path):
+        raise ConfigError("sink.path", f"{path} is not a directory")
+    files = size = 0
+    for seen, entry in enumerate(Path(path).rglob("*")):
+        if seen >= MAX_CHECKED_ENTRIES:
+            return [
+                f"{path}: more than {MAX_CHECKED_ENTRIES} entries; {files} files, {size} bytes among the first"
+            ]
+        if entry.is_file() and not entry.is_symlink():
+            files, size = files + 1, size + entry.stat().st_size
+    return [f"{path}: {files} files, {size} bytes (a bounded run replaces them)"]
+
+
 def _file_sink(kind: str, config: type[DirectorySinkConfig], description: str) -> SinkConnector:
     return SinkConnector(
         type=kind,
@@ -396,6 +421,7 @@ def _file_sink(kind: str, config: type[DirectorySinkConfig], description: str) -
         append=_appender(kind),
         description=description,
         staging_bytes=_staging_bytes,
+        check=check,
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -236,6 +236,19 @@ class FileSource(Source[FileSplit]):
                 return self.fmt.for_file(f.read(JSON_LAYOUT_SAMPLE))
         except OSError:
             return self.fmt  # gone or unreadable: its split says so
+
+    def describe_found(self, splits: Sequence[FileSplit]) -> list[str]:
+        """How many files (or objects) matched and their total size, then each with its size."""
+        sizes: dict[str, int] = {}
+        for split in splits:
+            if split.group is not None:  # small files read together: each counted
+                group = split.group
+                sizes.update((group.path(i), group.sizes[i]) for i in range(len(group)))
+            else:
+                sizes.setdefault(split.path, split.size if split.size is not None else split.end)
+        total = sum(sizes.values())
+        lines = [f"{len(sizes)} files matched {self.pattern}, {total} bytes in all"]
+        return lines + [f"{path}: {size} bytes" for path, size in sizes.items()]
 
     def listed_paths(self) -> Iterable[str]:
         """The paths the source reads, in order (sampled by ``infer_schema`` and

@@ -8,6 +8,7 @@ from connectors.nats.config import (
     sink_reads_back,
     validate_servers,
 )
+from connectors.nats.connection import connection_check
 from connectors.nats.sink import NatsSink
 from connectors.nats.source import NatsJetStreamSource
 from source_support.connections import ConnectionKind, register_connection_kind
@@ -23,6 +24,7 @@ def register() -> None:
             validate_url=validate_servers,
             default_port=4222,
             pinnable_schemes=("nats",),
+            check=connection_check,
         )
     )
 

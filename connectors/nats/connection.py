@@ -17,9 +17,13 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import nats
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from source_support.connections import ConnectionTarget
+from source_support.errors import ConfigError
 from source_support.options import mask_url_credentials
 
 T = TypeVar("T")
@@ -152,3 +156,31 @@ def shared_client(servers: str) -> NatsClient:
 def connection_reason(exc: BaseException) -> str:
     """An error of nats-py in words."""
     return str(exc).strip() or type(exc).__name__
+
+
+#: The most streams a test of a connection lists.
+MAX_LISTED_STREAMS = 100
+
+
+def connection_check(target: ConnectionTarget) -> list[str]:
+    """A test of a NATS connection: the JetStream streams whose subjects its patterns
+    allow (all without patterns; at most ``MAX_LISTED_STREAMS``), each with its message
+    count and subjects; ConfigError naming ``connection`` with what failed."""
+    client = NatsClient(target.url)
+    try:
+        streams = client.run(client.js.streams_info())
+    except (ConnectionError, TimeoutError, nats.errors.Error, nats.js.errors.Error) as exc:
+        raise ConfigError(
+            "connection", f"cannot reach NATS at {mask_servers(target.url)}: {connection_reason(exc)}"
+        ) from None
+    finally:
+        client.close()
+    lines = [f"{mask_servers(target.url)}: JetStream answers"]
+    listed = [
+        info for info in streams if any(target.allows_key(subject) for subject in info.config.subjects or [])
+    ][:MAX_LISTED_STREAMS]
+    lines.append(f"{len(listed)} streams with subjects the connection allows")
+    for info in listed:
+        subjects = ", ".join(info.config.subjects or [])
+        lines.append(f"stream {info.config.name}: {info.state.messages} messages, subjects {subjects}")
+    return lines

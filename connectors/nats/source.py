@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import nats.errors
@@ -167,6 +167,16 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
                 lags[split_id] = None
         return lags
 
+    def describe_found(self, splits: Sequence[SubjectSplit]) -> list[str]:
+        """The stream's messages and each subject read with its message count."""
+        info = self.client.run(self.client.js.stream_info(self.stream, subjects_filter=">"))
+        counts = info.state.subjects or {}
+        lines = [f"stream {self.stream}: {info.state.messages} messages, {info.state.bytes} bytes"]
+        for split in splits:
+            matched = sum(n for subject, n in counts.items() if _subject_matches(subject, split.subject))
+            lines.append(f"subject {split.subject}: {matched} messages")
+        return lines
+
     def check_input(self) -> None:
         """Refuses to start a run whose servers cannot be reached."""
         try:
@@ -207,3 +217,14 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
 
 def _sample_config() -> ConsumerConfig:
     return ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0)
+
+
+def _subject_matches(subject: str, pattern: str) -> bool:
+    """Whether NATS ``subject`` matches the filter ``pattern`` (``*`` a token, ``>`` the rest)."""
+    tokens, wanted = subject.split("."), pattern.split(".")
+    for i, token in enumerate(wanted):
+        if token == ">":
+            return len(tokens) > i
+        if i >= len(tokens) or token not in ("*", tokens[i]):
+            return False
+    return len(tokens) == len(wanted)

@@ -4,7 +4,13 @@ move transaction with a ledger), and the ``postgres`` connection kind (table pat
 ``schema.table`` globs). ``connection`` and ``types`` hold what the source and sink share."""
 
 from connectors.postgres.config import PostgresSourceConfig
-from connectors.postgres.connection import CONNECTION_KIND, DEFAULT_PORT, qualified_key, validate_url
+from connectors.postgres.connection import (
+    CONNECTION_KIND,
+    DEFAULT_PORT,
+    connection_check,
+    qualified_key,
+    validate_url,
+)
 from connectors.postgres.sink import SINK
 from connectors.postgres.source import PostgresSource
 from source_support.connections import ConnectionKind, register_connection_kind
@@ -22,6 +28,7 @@ def register() -> None:
             default_port=DEFAULT_PORT,
             pinnable_schemes=("postgres", "postgresql"),
             key_of=qualified_key,
+            check=connection_check,
         )
     )
     register_source(

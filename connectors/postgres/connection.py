@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 import psycopg
 from psycopg import sql
 
+from source_support.connections import ConnectionTarget
 from source_support.errors import ConfigError
 from source_support.options import mask_url_credentials
 
@@ -186,3 +187,39 @@ def error_words(exc: BaseException) -> str:
     """A psycopg error in one line."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+#: The most tables a test of a connection lists.
+MAX_LISTED_TABLES = 100
+
+
+def connection_check(target: ConnectionTarget) -> list[str]:
+    """A test of a PostgreSQL connection: the server's version, then the tables its
+    patterns match (at most ``MAX_LISTED_TABLES``) with their row estimates
+    (``pg_class.reltuples``); ConfigError naming ``connection`` with what failed."""
+    patterns = [qualified_key(p) for p in target.key_patterns] or ["*.*"]
+    try:
+        with connect(target.url, autocommit=True, application_name="activedataflow-check") as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            rows = conn.execute(
+                "SELECT n.nspname || '.' || c.relname, c.reltuples::bigint FROM pg_catalog.pg_class c "
+                "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema') "
+                "ORDER BY 1"
+            ).fetchall()
+    except (ConnectionError, psycopg.Error) as exc:
+        reason = error_words(exc) if isinstance(exc, psycopg.Error) else str(exc)
+        raise ConfigError("connection", reason) from None
+    lines = [f"{mask_url(target.url)}: PostgreSQL {version[0] if version else '?'} answers"]
+    tables = [
+        (name, estimate)
+        for name, estimate in rows
+        if any(fnmatch.fnmatchcase(name.lower(), p) for p in patterns)
+        and table_reserved(name, target.reserved_keys) is None
+    ]
+    more = f" (the first {MAX_LISTED_TABLES})" if len(tables) > MAX_LISTED_TABLES else ""
+    lines.append(f"{len(tables)} tables match {', '.join(patterns)}{more}")
+    return lines + [
+        f"{name}: about {max(0, estimate)} rows (pg_class.reltuples)"
+        for name, estimate in tables[:MAX_LISTED_TABLES]
+    ]

@@ -28,9 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from psycopg import errors
 
+from connectors.postgres.catalog import relation, row_estimate
 from connectors.postgres.connection import (
     CONNECTION_KIND,
     TableName,
+    error_words,
+    mask_url,
     parse_table_name,
     qualified_key,
     table_refusal,
@@ -186,6 +189,27 @@ def sink_target(config: dict[str, Any], env: Environment) -> SinkTarget:
 
 def connect(url: str) -> psycopg.Connection[Any]:
     return connect_to(url, autocommit=True, application_name="activedataflow-sink")
+
+
+def check(config: dict[str, Any], env: Environment) -> list[str]:
+    """The sink's table and its row estimate (``pg_class.reltuples``), or that the first
+    run makes it (``create``), or what failed (unreachable, no such table)."""
+    target = sink_target(config, env)
+    field = "sink.connection" if config.get("connection") else "sink.url"
+    name = target.table.qualified
+    try:
+        with connect(target.url) as conn:
+            oid = relation(conn, target.table)
+            rows = row_estimate(conn, target.table, oid) if oid is not None else None
+    except ConnectionError as exc:
+        raise ConfigError(field, str(exc)) from None
+    except psycopg.Error as exc:
+        raise ConfigError(field, f"cannot read {mask_url(target.url)}: {error_words(exc)}") from None
+    if rows is not None:
+        return [f"table {name}: about {rows} rows (pg_class.reltuples), mode {target.mode}"]
+    if target.create:
+        return [f"table {name}: does not exist yet (the first run makes it: create = true)"]
+    raise ConfigError("sink.table", f"table {name} does not exist (set create = true to make it)")
 
 
 def prepare(conn: psycopg.Connection[Any], target: SinkTarget, schema: pa.Schema) -> None:
@@ -449,5 +473,6 @@ SINK = SinkConnector(
     append_table=append_table,
     takes_landed=takes_landed,
     staging_bytes=staging_bytes,
+    check=check,
     description="A PostgreSQL table, written exactly once per run or stream epoch (replace, append or upsert).",
 )

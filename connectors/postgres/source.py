@@ -67,6 +67,8 @@ class PostgresSource(Source[ChunkSplit]):
         self.cursor, self.previous_mark = cursor, previous_mark
         #: cdc (a slot given): the slot and publication, and the schema-change policy.
         self.slot, self.publication, self.schema_change = slot, publication or slot, schema_change
+        #: A cdc run makes a slot and a publication: a preview may not read it so.
+        self.reads_without_trace = slot is None
         self._chunk_query: ChunkQuery | None = None
 
     @classmethod
@@ -101,6 +103,7 @@ class PostgresSource(Source[ChunkSplit]):
             cursor=config.cursor if config.mode == "incremental" else None,
             previous_mark=previous_mark(context.previous_state),
             **cdc_options(config, context, table),
+            hold=not context.probe,
         )
 
     @property
@@ -266,6 +269,12 @@ class PostgresSource(Source[ChunkSplit]):
                 drop_slot(self.url, self.slot)
             except ConnectionError as exc:
                 raise ConfigError(self.address_field, str(exc)) from None
+
+    def describe_found(self, splits: Sequence[ChunkSplit]) -> list[str]:
+        """The table (or query) and its row estimate (``pg_class.reltuples``), in chunks."""
+        what = f"table {self.table}" if self.table is not None else "query"
+        rows = sum(split.estimate for split in splits)
+        return [f"{what}: about {rows} rows (pg_class.reltuples), {len(splits)} chunks"]
 
     def check_input(self) -> None:
         """Refuses to start a run whose database cannot be reached, whose table is missing or

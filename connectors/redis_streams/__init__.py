@@ -8,7 +8,9 @@ from connectors.redis_streams.config import (
     sink_reads_back,
     validate_url,
 )
+from connectors.redis_streams.connection import connection_check
 from connectors.redis_streams.sink import RedisStreamSink
+from connectors.redis_streams.sink import check as sink_check
 from connectors.redis_streams.source import RedisStreamsSource
 from source_support.connections import ConnectionKind, register_connection_kind
 from source_support.registry import SinkConnector, SourceConnector, register_sink, register_source
@@ -24,6 +26,7 @@ def register() -> None:
             default_port=6379,
             pinnable_schemes=("redis",),
             local_schemes=("unix",),
+            check=connection_check,
         )
     )
 
@@ -45,6 +48,7 @@ def register() -> None:
             config=RedisStreamSinkConfig,
             write=RedisStreamSink.write,
             append=RedisStreamSink.append,
+            check=sink_check,
             description="Appends each row as an entry of a Redis stream, once per batch.",
         )
     )

@@ -10,7 +10,9 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from source_support.typed_redis import info
+from source_support.connections import ConnectionTarget
+from source_support.errors import ConfigError
+from source_support.typed_redis import execute_command, info, ping, scan_keys
 
 #: Longest single block of a read; a socket waits this long plus a margin.
 MAX_BLOCK_MS = 10_000
@@ -32,7 +34,7 @@ def mask_url(url: str) -> str:
     return f"{scheme}{sep}{address}{query_sep}{query}"
 
 
-def connect(url: str) -> redis.Redis:
+def connect(url: str, *, raw_ranges: bool = False) -> redis.Redis:
     """A client of its own (its own pool): socket timeouts above the longest block, a
     few quick retries of a dropped connection before an error reaches the caller.
     Replies are parsed by hiredis (in requirements.txt; redis-py uses it when installed):
@@ -53,6 +55,9 @@ def connect(url: str) -> redis.Redis:
     # Replies as Redis sends them: redis-py would build a dict per entry. (redis-py types
     # the callback as a bare Callable.)
     client.set_response_callback("XREAD", _as_sent)  # pyright: ignore[reportUnknownMemberType]
+    if raw_ranges:  # a preview's XRANGE / XREVRANGE: entries as XREAD gives them
+        for command in ("XRANGE", "XREVRANGE"):
+            client.set_response_callback(command, _as_sent)  # pyright: ignore[reportUnknownMemberType]
     return client
 
 
@@ -84,3 +89,36 @@ def server_major_version(client: redis.Redis) -> int:
 def connection_reason(exc: Exception) -> str:
     """An error from redis-py in words, without the URL."""
     return str(exc).strip() or type(exc).__name__
+
+
+#: The most streams a test of a connection lists.
+MAX_LISTED_STREAMS = 100
+
+
+def connection_check(target: ConnectionTarget) -> list[str]:
+    """A test of a Redis connection: the server's version, then the streams its patterns
+    match (at most ``MAX_LISTED_STREAMS``) with their lengths; ConfigError naming
+    ``connection`` with what failed (the URL shown without its password)."""
+    client = connect(target.url)
+    masked = mask_url(target.url)
+    patterns = target.key_patterns or ("*",)
+    try:
+        ping(client)
+        lines = [f"{masked}: Redis {server_major_version(client)} answers"]
+        found: set[str] = set()
+        for pattern in patterns:
+            for key in scan_keys(client, match=pattern, count=1000, type_name="stream"):
+                name = key.decode()
+                if target.allows_key(name):
+                    found.add(name)
+                if len(found) >= MAX_LISTED_STREAMS:
+                    break
+        more = f" (the first {MAX_LISTED_STREAMS})" if len(found) >= MAX_LISTED_STREAMS else ""
+        lines.append(f"{len(found)} streams match {', '.join(patterns)}{more}")
+        lines += [f"{name}: {execute_command(client, 'XLEN', name)} entries" for name in sorted(found)]
+    except redis.RedisError as exc:
+        reason = connection_reason(exc).replace(target.url, masked)
+        raise ConfigError("connection", f"cannot connect to {masked}: {reason}") from None
+    finally:
+        client.close()
+    return lines

@@ -220,7 +220,7 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
         if split.stop_position is not None and last >= split.stop_position:
             entries = entries[: bisect_right(entries, split.stop_position, key=lambda e: encode_id(e[0]))]
             last, finished = split.stop_position, True
-        records, bad = self._records(split, entries)
+        records, bad = self.records_of(split, entries)
         end = split.entry_position(entries[-1][0]) if entries and not finished else last
         self._advance(state, end, len(entries))
         if finished:
@@ -236,7 +236,8 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
             schema_changes=changes,
         )
 
-    def _records(self, split: StreamSplit, entries: list[Entry]) -> tuple[pa.Table, list[BadRecord]]:
+    def records_of(self, split: StreamSplit, entries: list[Entry]) -> tuple[pa.Table, list[BadRecord]]:
+        """The run's records of ``entries`` of ``split``'s stream, and its bad entries."""
         first_only = self.first_bad_record_only()
         try:
             table, reasons = self.decoder.decode(entries, first_only=first_only)

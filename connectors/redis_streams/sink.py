@@ -27,7 +27,8 @@ import redis
 from redis.client import Pipeline
 
 from connectors.redis_streams.config import redis_target
-from connectors.redis_streams.connection import shared_client
+from connectors.redis_streams.connection import connection_reason, mask_url, shared_client
+from source_support.errors import ConfigError
 from source_support.registry import Environment, Publish
 from source_support.typed_redis import (
     Arg,
@@ -99,6 +100,21 @@ def _client_for(config: dict[str, Any], env: Environment) -> redis.Redis:
     if refusal is not None:
         raise refusal
     return shared_client(target.url)
+
+
+def check(config: dict[str, Any], env: Environment) -> list[str]:
+    """The sink's stream and its length, or that the first run makes it."""
+    target = redis_target(config, env, "sink")
+    client = _client_for(config, env)
+    try:
+        length = int(execute_command(client, "XLEN", config["key"]))
+    except redis.RedisError as exc:
+        reason = connection_reason(exc).replace(target.url, mask_url(target.url))
+        field = "sink.connection" if config.get("connection") else "sink.url"
+        raise ConfigError(field, f"cannot connect to {mask_url(target.url)}: {reason}") from None
+    if length == 0 and not execute_command(client, "EXISTS", config["key"]):
+        return [f"stream {config['key']}: does not exist yet (the first run makes it)"]
+    return [f"stream {config['key']}: {length} entries"]
 
 
 def append_batch(

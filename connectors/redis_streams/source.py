@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -36,7 +36,7 @@ from connectors.redis_streams.split import (
     encode_id,
     position_ms,
 )
-from source_support.api import SourceReaderContext, SplitEnumeratorContext
+from source_support.api import OffsetEntry, RecordBatch, SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed, key_reserved
 from source_support.connections import outside_words as _outside
 from source_support.errors import ConfigError
@@ -202,8 +202,46 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
                 inferred = self.fmt.infer_schema(sample)
         return with_metadata(inferred, METADATA_FIELDS) if self.metadata else inferred
 
-    def _sample(self) -> list[Entry]:
+    def sample(self, *, limit: int, latest: bool, timeout_s: float) -> list[RecordBatch]:
+        """Up to ``limit`` entries of the matching streams, each stream's first (or with
+        ``latest`` its newest), read with XRANGE / XREVRANGE: no consumer group is made,
+        read or moved."""
+        client = connect(self.url, raw_ranges=True)
+        decoding = Decoding(self.decoder(), metadata=self.metadata, output_schema=self.schema)
+        reader = StreamSplitReader(client, decoding, group=self.group)
+        batches: list[RecordBatch] = []
+        try:
+            left = limit
+            for key in self._sample_keys(client):
+                if left <= 0:
+                    break
+                if latest:
+                    reply = execute_command(client, "XREVRANGE", key, "+", "-", "COUNT", left)
+                    entries: list[Entry] = list(reversed(reply or []))
+                else:
+                    entries = list(execute_command(client, "XRANGE", key, "-", "+", "COUNT", left) or [])
+                if not entries:
+                    continue
+                split = StreamSplit(_text(key), encode_id(entries[0][0]))
+                records, bad = reader.records_of(split, entries)
+                end = OffsetEntry(split.key, encode_id(entries[-1][0]))
+                batches.append(RecordBatch(split.split_id, split.offset, end, records, bad))
+                left -= len(entries)
+        finally:
+            client.close()
+        return batches
+
+    def describe_found(self, splits: Sequence[StreamSplit]) -> list[str]:
+        """Each matching stream and its length (XLEN)."""
         client = shared_client(self.url)
+        lines = [f"{len(splits)} streams matched {self.streams}"]
+        for split in splits:
+            length = execute_command(client, "XLEN", split.key)
+            lines.append(f"{split.key}: {length} entries")
+        return lines
+
+    def _sample_keys(self, client: redis.Redis) -> list[str | bytes]:
+        """The streams a sample reads: the allowed matching ones, at most SAMPLE_STREAMS."""
         keys: list[str | bytes] = []
         if is_pattern(self.streams):
             for key in scan_keys(client, match=self.streams, count=SCAN_COUNT, type_name="stream"):
@@ -214,8 +252,12 @@ class RedisStreamsSource(StreamSource[StreamSplit, FieldsFormat | RecordFormat |
                     break
         elif self.allows_key(self.streams):
             keys = [self.streams]
+        return sorted(keys)
+
+    def _sample(self) -> list[Entry]:
+        client = shared_client(self.url)
         entries: list[Entry] = []
-        for key in sorted(keys):
+        for key in self._sample_keys(client):
             if len(entries) >= SAMPLE_ENTRIES:
                 break
             reply: XreadReply = execute_command(

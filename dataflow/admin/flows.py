@@ -24,7 +24,8 @@ from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
 from dataflow.selectors.flows import flow_actions, flow_health_lines, flows_with_last_run
 from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
-from dataflow.services.errors import FlowStateError
+from dataflow.services.connection_test import stored_flow_check
+from dataflow.services.errors import FlowStateError, TooManyAtOnce
 from dataflow.services.flows import (
     flow_apply,
     flow_delete,
@@ -34,6 +35,8 @@ from dataflow.services.flows import (
     flow_start,
     flow_stop,
 )
+from dataflow.services.preview import flow_preview
+from dataflow.services.specs import flow_spec_of
 from dataflow.services.toml_export import flow_toml
 from dataflow.services.toml_import import (
     MAX_TOML_CHARS,
@@ -291,6 +294,8 @@ class DataFlowAdmin(admin.ModelAdmin):
                 name="dataflow_dataflow_steer",
             ),
             path("<path:object_id>/export/", wrap(self.export_view), name="dataflow_dataflow_export"),
+            path("<path:object_id>/preview/", wrap(self.preview_view), name="dataflow_dataflow_preview"),
+            path("<path:object_id>/check/", wrap(self.check_view), name="dataflow_dataflow_check"),
             *super().get_urls(),
         ]
 
@@ -318,6 +323,38 @@ class DataFlowAdmin(admin.ModelAdmin):
         response = HttpResponse(flow_toml(flow=flow), content_type="application/toml; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{flow.name}.toml"'
         return response
+
+    def preview_view(self, request, object_id: str):
+        """The flow's transform over real records (``flow_preview``): the records, the bad
+        records and the output side by side; nothing is written."""
+        flow = self._flow_or_404(request, object_id)
+        context = self._probe_context(request, flow, f"Preview of {flow.name}")
+        try:
+            preview = flow_preview(spec=flow_spec_of(flow), owner=flow.owner, user=request.user)
+        except (ConfigError, TooManyAtOnce) as exc:
+            context["error"] = str(exc)
+        else:
+            context |= {
+                "preview": preview,
+                "record_cells": _cells(preview["records"], preview["schema"]),
+                "output_cells": _cells(preview["output"]["rows"], preview["output"]["schema"]),
+            }
+        return TemplateResponse(request, "admin/dataflow/dataflow/preview.html", context)
+
+    def check_view(self, request, object_id: str):
+        """What the flow's source and sink reach now (``flow_check``), section by section."""
+        flow = self._flow_or_404(request, object_id)
+        context = self._probe_context(request, flow, f"Test connection of {flow.name}")
+        try:
+            context["sections"] = stored_flow_check(flow=flow, user=request.user)
+        except (ConfigError, TooManyAtOnce) as exc:
+            context["error"] = str(exc)
+        return TemplateResponse(request, "admin/dataflow/dataflow/check.html", context)
+
+    def _probe_context(self, request, flow: DataFlow, title: str) -> dict:
+        if not self.has_view_permission(request, flow):
+            raise PermissionDenied
+        return {**self.admin_site.each_context(request), "opts": self.opts, "title": title, "original": flow}
 
     def import_view(self, request):
         """Creates or updates a flow from TOML, pasted or uploaded, validated as applyflows does."""
@@ -354,6 +391,11 @@ class DataFlowAdmin(admin.ModelAdmin):
                     run_live(run=latest), heading=f"Latest run: run {latest.pk}", link_run=True
                 )
         return super().change_view(request, object_id, form_url, extra_context=context)
+
+
+def _cells(rows: list[dict], columns: list[dict]) -> list[list]:
+    """Each row's values in the order of ``columns`` (a preview's table)."""
+    return [[row.get(column["name"]) for column in columns] for row in rows]
 
 
 def _uploaded_spec(form: TomlImportForm) -> dict:

@@ -8,6 +8,8 @@
 - ``RequestDataTooBig`` -> 413 ``{"detail": "..."}``;
 - ``LoginThrottleUnavailable`` -> 503 ``{"detail": "..."}`` with Retry-After (a login
   refused because failed logins cannot be counted);
+- ``TooManyAtOnce`` -> 429 ``{"detail": "..."}`` with Retry-After (a preview or a test
+  of a connection beyond the user's at once);
 - a row that does not exist (deleted meanwhile) -> 404;
 - everything else as DRF answers it (ParseError 400, NotAuthenticated 401, ...).
 """
@@ -20,7 +22,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from dataflow.services.errors import FlowStateError, QuotaExceeded
+from dataflow.services.errors import FlowStateError, QuotaExceeded, TooManyAtOnce
 from dataflow.services.login_throttle import LoginThrottleUnavailable
 from dataflow.services.specs import FLOW_FIELDS
 from source_support.errors import ConfigError
@@ -42,6 +44,12 @@ def exception_handler(exc, context):
         return Response(
             {"detail": str(exc)},
             status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(exc.retry_after_s)},
+        )
+    if isinstance(exc, TooManyAtOnce):
+        return Response(
+            {"detail": str(exc)},
+            status=status.HTTP_429_TOO_MANY_REQUESTS,
             headers={"Retry-After": str(exc.retry_after_s)},
         )
     if isinstance(exc, ObjectDoesNotExist):

@@ -612,3 +612,133 @@ class ConnectionWriteSerializer(serializers.Serializer):
     )
     users = serializers.ListField(child=serializers.CharField(), required=False, default=list)
     groups = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+
+
+#: A preview's own keys in a request body, besides the flow's.
+PREVIEW_KEYS = ("limit", "timeout_s", "from")
+
+
+class PreviewOptionsSerializer(serializers.Serializer):
+    """How much a preview reads: the service checks the bounds (DATAFLOW_PREVIEW_*)."""
+
+    limit = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="Records to read (default 100; at most DATAFLOW_PREVIEW_MAX_RECORDS).",
+    )
+    timeout_s = serializers.FloatField(
+        required=False,
+        min_value=0.5,
+        help_text="Seconds the source may take (default 10; at most DATAFLOW_PREVIEW_MAX_SECONDS).",
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        # "from" is a Python keyword: declared here, under the name the body uses.
+        fields["from"] = serializers.ChoiceField(
+            choices=["start", "latest"],
+            required=False,
+            help_text="A stream's first records (start, the default) or its newest (latest).",
+        )
+        return fields
+
+
+class FlowPreviewSerializer(FlowSerializer):
+    """A flow spec (as POST /flows/ takes it) and the preview's own keys."""
+
+    limit = serializers.IntegerField(required=False, min_value=1, help_text="Records to read (default 100).")
+    timeout_s = serializers.FloatField(
+        required=False, min_value=0.5, help_text="Seconds the source may take."
+    )
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.ChoiceField(choices=["start", "latest"], required=False)
+        return fields
+
+    def to_internal_value(self, data) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            return super().to_internal_value(data)
+        options = PreviewOptionsSerializer(data={k: data[k] for k in PREVIEW_KEYS if k in data})
+        options.is_valid(raise_exception=True)
+        spec = super().to_internal_value({k: v for k, v in data.items() if k not in PREVIEW_KEYS})
+        return {"spec": spec, **options.validated_data}
+
+
+class ColumnSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    type = serializers.CharField(help_text="The Spark SQL type.")
+
+
+class BadRecordSerializer(serializers.Serializer):
+    position = serializers.CharField(help_text="Where the record is, in the source's own words.")
+    line = serializers.IntegerField(allow_null=True)
+    reason = serializers.CharField()
+    raw = serializers.CharField(help_text="The record as read (cut to 1000 characters).")
+
+
+class PreviewOutputSerializer(serializers.Serializer):
+    schema = ColumnSerializer(many=True)
+    rows = serializers.ListField(child=serializers.DictField())
+    error = serializers.CharField(help_text="Why the transform gave no rows ('' it ran).")
+
+
+class PreviewSourceSerializer(serializers.Serializer):
+    type = serializers.CharField()
+    splits = serializers.ListField(child=serializers.CharField())
+    truncated = serializers.CharField(help_text="Why reading stopped early ('' it read to the end).")
+
+    def get_fields(self):
+        fields = super().get_fields()
+        fields["from"] = serializers.CharField()
+        return fields
+
+
+class QueryVerdictSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["stateless", "window", "whole_input"])
+    time_column = serializers.CharField()
+    window_ms = serializers.IntegerField()
+    reason = serializers.CharField()
+    needs_stop_rule = serializers.BooleanField()
+
+
+class PreviewSerializer(serializers.Serializer):
+    """A preview: the parsed records and their schema, the bad records, the transform's
+    output, and the stream query classifier's verdict."""
+
+    flow = serializers.CharField()
+    source = PreviewSourceSerializer()  # pyright: ignore[reportAssignmentType]
+    schema = ColumnSerializer(many=True)
+    schema_origin = serializers.ChoiceField(choices=["declared", "inferred"])
+    records = serializers.ListField(child=serializers.DictField())
+    bad_records = BadRecordSerializer(many=True)
+    output = PreviewOutputSerializer()
+    query = QueryVerdictSerializer()
+    limits = serializers.DictField()
+
+
+class ConnectorTestRequestSerializer(serializers.Serializer):
+    """The ``[source]`` or ``[sink]`` options of a connector (``type`` comes from the URL),
+    and the test's own keys."""
+
+    section = serializers.ChoiceField(
+        choices=["source", "sink"], required=False, help_text="Default: source if the type is a source type."
+    )
+    format = serializers.DictField(required=False, help_text="A source's [format] (default CSV or fields).")
+    timeout_s = serializers.FloatField(required=False, min_value=0.5, help_text="Default 5 s.")
+
+
+class ConnectionTestRequestSerializer(serializers.Serializer):
+    timeout_s = serializers.FloatField(required=False, min_value=0.5, help_text="Default 5 s.")
+
+
+class ConnectionTestSerializer(serializers.Serializer):
+    """What a test of a connection found (``ok``) or what failed (``field``, ``error``)."""
+
+    ok = serializers.BooleanField()
+    found = serializers.ListField(child=serializers.CharField(), required=False)
+    field = serializers.CharField(required=False)
+    error = serializers.CharField(required=False)
+    section = serializers.CharField(required=False)
+    type = serializers.CharField(required=False)
+    connection = serializers.CharField(required=False)

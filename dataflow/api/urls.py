@@ -7,7 +7,7 @@ from django.urls import path, re_path, reverse
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, runs
+from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, preview, runs
 from dataflow.api.views.connections import ConnectionViewSet
 from dataflow.api.views.flows import FlowViewSet
 
@@ -39,7 +39,12 @@ urlpatterns = [
     ),
     path("auth/token/", auth.TokenView.as_view(), name="token"),
     path("connectors/", catalog.ConnectorCatalogView.as_view(), name="connectors"),
+    path("connectors/<slug:type>/test/", preview.ConnectorTestView.as_view(), name="connector-test"),
+    # before the router's: "preview" is no flow's name (specs.RESERVED_NAMES)
+    path("flows/preview/", preview.FlowPreviewView.as_view(), name="flow-preview-spec"),
     *router.urls,
+    path("flows/<slug:name>/preview/", preview.FlowNamedPreviewView.as_view(), name="flow-preview"),
+    path("connections/<slug:name>/test/", preview.ConnectionTestView.as_view(), name="connection-test"),
     path("flows/<slug:name>/start/", actions.FlowStartView.as_view(), name="flow-start"),
     path("flows/<slug:name>/stop/", actions.FlowStopView.as_view(), name="flow-stop"),
     path("flows/<slug:name>/pause/", actions.FlowPauseView.as_view(), name="flow-pause"),

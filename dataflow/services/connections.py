@@ -347,14 +347,14 @@ def _check_reserved_keys(
             )
 
 
-def _usable_connection(name: str, owner, *, field: str, kind: str) -> Connection:
+def _usable_connection(name: str, owner, *, field: str, kind: str | None) -> Connection:
     connection = Connection.objects.filter(name=name).first()
     if connection is None or (
         is_restricted(owner) and not connection_granted(connection=connection, user=owner)
     ):
         granted = "granted to the flow's owner " if is_restricted(owner) else ""
         raise ConfigError(field, f"no connection named {name!r} is {granted}(see /api/connections/)")
-    if connection.type != kind:
+    if kind is not None and connection.type != kind:
         raise ConfigError(
             field, f"{name!r} is a {connection.type} connection; this needs a {kind} connection"
         )
@@ -418,17 +418,26 @@ def flow_connections_resolve(
                     field, f"is required: name a {address.address} connection granted to the owner"
                 )
             continue
-        connection = _usable_connection(name, owner, field=field, kind=address.address)
-        kind = CONNECTION_KINDS[connection.type]
-        _check_deployment_keys(kind, connection.url, list(connection.key_patterns), field=field)
-        url = _target_for_restricted(connection, field=field) if is_restricted(owner) else connection.url
-        targets[name] = ConnectionTarget(
-            name=name,
-            type=connection.type,
-            url=url_with_credentials(url, connection.username, connection.password),
-            key_patterns=tuple(connection.key_patterns),
-        )
+        targets[name] = connection_target(name=name, owner=owner, field=field, kind=address.address)
     return targets
+
+
+def connection_target(
+    *, name: str, owner, field: str = "connection", kind: str | None = None
+) -> ConnectionTarget:
+    """The connection ``name`` resolved for a flow of ``owner`` (None: the operator's):
+    granted to them, of ``kind`` if given, no deployment key in its patterns, its address
+    checked for a non-staff owner; a ConfigError naming ``field`` otherwise."""
+    connection = _usable_connection(name, owner, field=field, kind=kind)
+    connection_kind = CONNECTION_KINDS[connection.type]
+    _check_deployment_keys(connection_kind, connection.url, list(connection.key_patterns), field=field)
+    url = _target_for_restricted(connection, field=field) if is_restricted(owner) else connection.url
+    return ConnectionTarget(
+        name=name,
+        type=connection.type,
+        url=url_with_credentials(url, connection.username, connection.password),
+        key_patterns=tuple(connection.key_patterns),
+    )
 
 
 def connection_granted(*, connection: Connection, user) -> bool:

@@ -19,3 +19,12 @@ class QuotaExceeded(FlowStateError):
     def __init__(self, quota: str, message: str) -> None:
         super().__init__(message)
         self.quota = quota
+
+
+class TooManyAtOnce(RuntimeError):
+    """The user runs as many of these (previews, connection tests) as they may at once
+    (answered 429 with Retry-After)."""
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

@@ -88,7 +88,7 @@ TRANSFORM_FIELDS: dict[str, tuple[type, Any, tuple[int, int] | None]] = {
 MIN_TRANSFORM_TIMEOUT_S = 1.0
 STOP_FIELDS = {"at": str, "after_records": int}
 ENTRY_ID_RE = re.compile(r"\d+(-\d+)?")
-RESERVED_NAMES = frozenset({"validate"})
+RESERVED_NAMES = frozenset({"validate", "preview"})
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")  # with fullmatch: no trailing newline
 
 # Size limits: a spec is copied into every run, so a huge one costs on every run.

@@ -93,6 +93,8 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
     metadata_fields: ClassVar[Sequence[pa.Field[pa.DataType]]]
     #: The kinds of ``[stop]`` rule that end a run: places the connector finds in every split.
     bounding_stops: ClassVar[tuple[str, ...]] = ("latest", "time", "position")
+    #: A stream's reader keeps its position upstream: a preview reads ``sample`` only.
+    reads_without_trace = False
 
     def __init__(self, reading: StreamReading[FormatT], *, clock: Callable[[], float] = time.time) -> None:
         self.fmt = reading.fmt
@@ -148,6 +150,18 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
 
     def create_enumerator(self, context: SplitEnumeratorContext[SplitT]) -> SplitEnumerator[SplitT]:
         return self.restore_enumerator(context, None)
+
+    def describe_found(self, splits: Sequence[SplitT]) -> list[str]:
+        """Each split (a partition, a subject, a shard) with where a run would start it,
+        and how many records wait past that where the connector can tell."""
+        serializer = self.split_serializer
+        lags = self.split_lags({s.split_id: (serializer.serialize(s), s.offset.position) for s in splits})
+        lines = [f"{len(splits)} found"]
+        for split in splits:
+            lag = lags.get(split.split_id)
+            waiting = f", {lag} records to read" if lag is not None else ""
+            lines.append(f"{split.split_id}: from {self.format_position(split.offset.position)}{waiting}")
+        return lines
 
     @abstractmethod
     def restore_enumerator(

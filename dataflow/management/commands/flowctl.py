@@ -15,6 +15,7 @@ from dataflow.management.lookup import flow_named
 from dataflow.models import DataFlow, FlowRun
 from dataflow.selectors.flows import flow_runs, flow_status
 from dataflow.services.checkpoints import checkpoints_of
+from dataflow.services.connection_test import flow_check
 from dataflow.services.errors import FlowStateError
 from dataflow.services.flow_tests import flow_tests_run
 from dataflow.services.flows import (
@@ -29,6 +30,7 @@ from dataflow.services.flows import (
     flow_stop,
 )
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
+from dataflow.services.preview import flow_preview
 from dataflow.services.schema_changes import run_schema_changes
 from dataflow.services.secret_keys import secrets_rotate
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
@@ -51,9 +53,13 @@ ACTIONS = (
     "checkpoints",
     "restore",
     "delete",
+    "preview",
+    "check",
     "rotate-secrets",
     "test",
 )
+#: Actions whose NAME may be a TOML file as well as a stored flow.
+FILE_ACTIONS = ("validate", "preview", "check")
 #: Actions on the deployment, not on one flow: they take no NAME.
 DEPLOYMENT_ACTIONS = ("rotate-secrets",)
 #: Columns of ``status``'s split table, in the order shown.
@@ -69,7 +75,10 @@ class Command(DataflowCommand):
         "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
         "restore [--checkpoint ID] (a new run from a checkpoint), test FILE... (the [[test]] of flow files: "
         "exit code 1 if one fails), delete [--delete-output] (the flow; its "
-        "sink directory stays its owner's unless --delete-output removes it); rotate-secrets (no NAME: "
+        "sink directory stays its owner's unless --delete-output removes it); preview [--limit N] "
+        "[--from latest] (NAME: a TOML file or a flow; its transform over real records, nothing "
+        "written); check (NAME: a TOML file or a flow; what its source and sink reach now; exit "
+        "code 1 if one fails); rotate-secrets (no NAME: "
         "every stored secret encrypted again with the first key of DATAFLOW_SECRET_KEYS). --json prints "
         "JSON for scripts."
     )
@@ -86,7 +95,18 @@ class Command(DataflowCommand):
         parser.add_argument(
             "--only-failed", action="store_true", help="restart: read only the failed splits again"
         )
-        parser.add_argument("--limit", type=int, default=50, help="runs: how many of the newest (50)")
+        parser.add_argument(
+            "--limit", type=int, help="runs: how many of the newest (50); preview: records to read (100)"
+        )
+        parser.add_argument(
+            "--from",
+            dest="start",
+            choices=["start", "latest"],
+            help="preview: a stream's first or newest records",
+        )
+        parser.add_argument(
+            "--timeout", type=float, help="preview (10), check (5): seconds the source may take"
+        )
         parser.add_argument(
             "--reveal-secrets", action="store_true", help="export: secrets as stored, not masked"
         )
@@ -111,9 +131,9 @@ class Command(DataflowCommand):
         try:
             if action == "rotate-secrets":
                 result = self._rotate_secrets(options)
-            elif action == "validate":
+            elif action in FILE_ACTIONS:
                 assert name is not None
-                result = self._validate(name, options)
+                result = getattr(self, f"_{action}")(name, options)
             elif action == "test":
                 assert name is not None
                 result = self._test([name, *options["more"]])
@@ -132,6 +152,8 @@ class Command(DataflowCommand):
             raise CommandError(
                 f"{result['failed']} of {len(result['tests'])} flow tests failed"
             )  # exit code 1
+        if action == "check" and not all(section["ok"] for section in result):  # pyright: ignore[reportCallIssue, reportArgumentType] - check's result is a list of sections
+            raise CommandError("a connection test failed")  # exit code 1
 
     def _start(self, flow, options) -> dict[str, Any]:
         run = flow_start(flow=flow)
@@ -167,18 +189,26 @@ class Command(DataflowCommand):
         return status
 
     def _runs(self, flow, options) -> list[dict[str, Any]]:
-        return flow_runs(flow=flow, limit=options["limit"])
+        return flow_runs(flow=flow, limit=options["limit"] or 50)
+
+    def _preview(self, name: str, options) -> dict[str, Any]:
+        spec, owner = _spec_and_owner(name)
+        return flow_preview(
+            spec=spec,
+            owner=owner,
+            limit=options["limit"],
+            timeout_s=options["timeout"],
+            start=options["start"],
+        )
+
+    def _check(self, name: str, options) -> list[dict[str, Any]]:
+        spec, owner = _spec_and_owner(name)
+        return flow_check(flow_spec=spec, owner=owner, timeout_s=options["timeout"])
 
     def _validate(self, name: str, options) -> dict[str, Any]:
         """NAME is a TOML file if one is there (or it ends in .toml), else a stored flow."""
-        is_file = os.path.exists(name) or name.endswith(".toml")
         try:
-            spec = _read_toml(name) if is_file else flow_spec_of(flow_named(name))
-            # Held to the rules of the flow's owner, as applyflows and a start would hold it.
-            flow_table = spec.get("flow") if isinstance(spec, dict) else None
-            named = flow_table.get("name") if isinstance(flow_table, dict) else None
-            stored = DataFlow.objects.filter(name=named).first() if isinstance(named, str) else None
-            owner = stored.owner if stored else None
+            spec, owner = _spec_and_owner(name)
             values = flow_spec_validate(spec, owner=owner)
             # The input as it is now: a schema inferred, headers checked.
             flow_input_check(values=values, owner=owner)
@@ -233,6 +263,18 @@ class Command(DataflowCommand):
     def _restore(self, flow, options) -> dict[str, Any]:
         run = flow_restore(flow=flow, checkpoint_id=options["checkpoint"])
         return {"flow": flow.name, "run": run.pk, "status": run.status}
+
+
+def _spec_and_owner(name: str) -> tuple[dict[str, Any], Any]:
+    """The spec NAME gives: a TOML file if one is there (or it ends in .toml), else a stored
+    flow's; and its owner, the stored flow's of that name (None: the operator's), whose
+    rules it is held to, as applyflows and a start would hold it."""
+    is_file = os.path.exists(name) or name.endswith(".toml")
+    spec = _read_toml(name) if is_file else flow_spec_of(flow_named(name))
+    flow_table = spec.get("flow") if isinstance(spec, dict) else None
+    named = flow_table.get("name") if isinstance(flow_table, dict) else None
+    stored = DataFlow.objects.filter(name=named).first() if isinstance(named, str) else None
+    return spec, stored.owner if stored else None
 
 
 def _read_toml(path: str) -> dict[str, Any]:
@@ -329,8 +371,49 @@ RUN_COLUMNS = (
     "duration_s",
 )
 
+
+def _preview_text(preview: dict[str, Any]) -> str:
+    source, output, query = preview["source"], preview["output"], preview["query"]
+    columns = ", ".join(f"{c['name']} {c['type']}" for c in preview["schema"])
+    verdict = query["kind"] + (f" ({query['reason']})" if query["reason"] else "")
+    lines = [
+        f"flow: {preview['flow']}",
+        f"source: {source['type']} from {source['from']}, {len(preview['records'])} records"
+        + (f" (stopped at {source['truncated']})" if source["truncated"] else ""),
+        f"schema ({preview['schema_origin']}): {columns}",
+        f"query: {verdict}" + ("; a stream needs a [stop] rule for it" if query["needs_stop_rule"] else ""),
+        "",
+        "records:",
+        _table(preview["records"], [c["name"] for c in preview["schema"]]),
+        "",
+        f"bad records: {len(preview['bad_records'])}",
+    ]
+    if preview["bad_records"]:
+        lines.append(_table(preview["bad_records"], ["position", "line", "reason", "raw"]))
+    lines += ["", "output:"]
+    if output["error"]:
+        lines.append(f"error: {output['error']}")
+    else:
+        lines.append(_table(output["rows"], [c["name"] for c in output["schema"]]))
+    return "\n".join(lines)
+
+
+def _check_text(sections: list[dict[str, Any]]) -> str:
+    lines = []
+    for section in sections:
+        head = f"[{section['section']}] {section['type']}: "
+        if section["ok"]:
+            lines.append(head + "OK")
+            lines += [f"  {line}" for line in section["found"]]
+        else:
+            lines.append(head + f"FAILED {section['field']}: {section['error']}")
+    return "\n".join(lines)
+
+
 _TEXT = {
     "status": _status_text,
+    "preview": _preview_text,
+    "check": _check_text,
     "runs": lambda rows: _table(rows, list(RUN_COLUMNS)),
     "validate": lambda r: f"OK: {r['source']} (flow {r['flow']})"
     if r["valid"]

@@ -22,6 +22,7 @@ from rest_framework.authtoken.models import TokenProxy
 from dataflow.admin.flows import STEERING
 from dataflow.models import Connection, DataFlow, FlowStatus, SinkPathClaim, UserQuota, WebhookDelivery
 from dataflow.services.flows import flow_start
+from dataflow.spark.session import spark_job
 from tests.factories import (
     AssignmentFactory,
     ConnectionFactory,
@@ -38,7 +39,13 @@ APP = "dataflow"
 #: Values the walk gives a custom admin URL's parameters (object ids come from the rows).
 PARAMETER_VALUES = {"action": sorted(STEERING)}
 #: Custom admin URLs that only read: a user who may view the row may open them.
-READ_ONLY_URLS = {"dataflow_dataflow_export", "dataflow_flowrun_progress"}
+#: Pages that only read (a preview and a test of connections read the source, write nothing).
+READ_ONLY_URLS = {
+    "dataflow_dataflow_export",
+    "dataflow_flowrun_progress",
+    "dataflow_dataflow_preview",
+    "dataflow_dataflow_check",
+}
 #: The URLs every ModelAdmin has (by their name's suffix), and what they need.
 STANDARD_READS = ("changelist", "change", "history")
 STANDARD_WRITES = ("add", "delete")
@@ -185,6 +192,10 @@ def non_staff_with_every_permission():
 @pytest.mark.slow
 @pytest.mark.django_db
 def test_view_only_staff_can_run_no_admin_action_nor_write_url(view_only_staff, dirs):
+    # Warm, before the rows: the walk's preview page runs a Spark job in the test's one
+    # transaction, which the rows' reader calls let sit idle only a few seconds.
+    with spark_job() as spark:
+        spark.range(1).collect()
     rows = _one_of_each(dirs)
     before = _state()
     assert {row.status for row in DataFlow.objects.all()} == {FlowStatus.IDLE, FlowStatus.RUNNING}
