@@ -54,16 +54,7 @@ class FlowPreviewView(ProbeView):
     def post(self, request):
         body = FlowPreviewSerializer(data=request.data, context=self.get_serializer_context())
         body.is_valid(raise_exception=True)
-        data = body.validated_data
-        answer = flow_preview(
-            spec=data["spec"],
-            owner=request.user,
-            user=request.user,
-            limit=data.get("limit"),
-            timeout_s=data.get("timeout_s"),
-            start=data.get("from"),
-        )
-        return Response(answer)
+        return _previewed(body.validated_data["spec"], request.user, request.user, body.validated_data)
 
 
 @extend_schema(
@@ -80,16 +71,20 @@ class FlowNamedPreviewView(FlowScopedView):
         flow = self.get_flow()
         body = PreviewOptionsSerializer(data=request.data if request.data is not None else {})
         body.is_valid(raise_exception=True)
-        data = body.validated_data
-        answer = flow_preview(
-            spec=flow_spec_of(flow),
-            owner=flow.owner,
-            user=request.user,
-            limit=data.get("limit"),
-            timeout_s=data.get("timeout_s"),
-            start=data.get("from"),
-        )
-        return Response(answer)
+        return _previewed(flow_spec_of(flow), flow.owner, request.user, body.validated_data)
+
+
+def _previewed(spec, owner, user, options) -> Response:
+    """The preview of ``spec`` as ``owner``'s flow, asked by ``user``, with the body's options."""
+    answer = flow_preview(
+        spec=spec,
+        owner=owner,
+        user=user,
+        limit=options.get("limit"),
+        timeout_s=options.get("timeout_s"),
+        start=options.get("from"),
+    )
+    return Response(answer)
 
 
 @extend_schema(
