@@ -18,6 +18,7 @@ from connectors.nats.config import NatsSourceConfig
 from connectors.nats.jetstream import consumer_name
 from connectors.nats.source import NatsJetStreamSource
 from connectors.nats.split import SubjectSplit
+from source_support.api import RecordBatch
 from source_support.formats import validate_format
 from source_support.registry import BuildContext
 from source_support.schema import parse_ddl
@@ -103,13 +104,29 @@ def fetch_until(reader, predicate, rounds: int = 50, *, max_records: int = 100) 
     raise AssertionError(f"not reached after {rounds} fetches: {batches}")
 
 
+def read_all(reader, count: int) -> RecordBatch:
+    """The batches of ``reader`` until ``count`` messages (records and bad records) were read,
+    as one batch: a fetch hands out what has arrived, which may be part of what one pull
+    delivered (in two reads of the socket, at load)."""
+    batches = fetch_until(reader, lambda b: sum(x.records.num_rows + len(x.bad_records) for x in b) >= count)
+    assert len({b.split_id for b in batches}) == 1, batches
+    return RecordBatch(
+        batches[0].split_id,
+        batches[0].start,
+        batches[-1].end,
+        pa.concat_tables([b.records for b in batches]),
+        [r for b in batches for r in b.bad_records],
+        finished=batches[-1].finished,
+    )
+
+
 def test_message_bodies_become_typed_records_at_their_stream_sequences(env, stream):
     stream.orders("b", [100])
     seqs = stream.orders("a", range(3))
     reader = reader_of(env, stream)
     reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 0)], [])
 
-    [batch] = fetch_until(reader, bool)
+    batch = read_all(reader, 3)
 
     assert batch.records.schema == parse_ddl(SCHEMA)
     assert batch.records.to_pylist() == [{"id": i, "customer": f"c{i}"} for i in range(3)]
@@ -139,7 +156,8 @@ def test_messages_are_acknowledged_only_up_to_a_committed_position(env, stream):
     seqs = stream.orders("a", range(6))
     reader = reader_of(env, stream)
     reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 0)], [])
-    [batch] = fetch_until(reader, bool)
+    # All six, in as many batches as their deliveries arrived in.
+    batch = fetch_until(reader, lambda b: sum(x.records.num_rows for x in b) == 6)[-1]
     name = consumer_name(FLOW, stream.subject("a"))
 
     assert stream.run(stream.js.consumer_info(stream.name, name)).ack_floor.stream_seq == 0
@@ -155,7 +173,7 @@ def test_a_message_that_is_not_json_is_a_bad_record_at_its_sequence(env, stream)
     reader = reader_of(env, stream)
     reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 0)], [])
 
-    [batch] = fetch_until(reader, bool)
+    batch = read_all(reader, 3)
 
     assert [r["id"] for r in batch.records.to_pylist()] == [1, 2]
     [record] = batch.bad_records
@@ -210,7 +228,7 @@ def test_the_raw_format_keeps_each_body_as_it_came(env, stream):
     reader = reader_of(env, stream, {"type": "raw"})
     reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 0)], [])
 
-    [batch] = fetch_until(reader, bool)
+    batch = read_all(reader, len(bodies))
 
     assert batch.records.column("data").to_pylist() == bodies
     assert batch.bad_records == []
@@ -221,7 +239,7 @@ def test_a_consumer_changed_under_the_reader_is_made_again_at_the_position(env, 
     stream.orders("a", range(4))
     reader = reader_of(env, stream)
     reader.handle_splits_changes([SubjectSplit(stream.name, stream.subject("a"), 0)], [])
-    [first] = fetch_until(reader, bool)
+    first = read_all(reader, 4)
     # Someone makes the flow's consumer again from the stream's start: its deliveries
     # start over, and this reader must neither read them twice nor skip any.
     name = consumer_name(FLOW, stream.subject("a"))
