@@ -438,12 +438,37 @@ def test_offsets_show_entry_ids_and_set_or_reset_where_the_flow_reads_from(worke
 def test_a_restore_loses_nothing_that_was_read_before_its_checkpoint_but_not_transformed(
     worker, quick, rds, prefix
 ):
+    # The case needs the sink behind the last checkpoint when the flow stops. An epoch that
+    # publishes as it stops can leave nothing behind (CI once saw the sink at 54,000 rows
+    # and the checkpoint at 53,875 read): such a try tests nothing, and is made again on
+    # streams and a sink of its own, up to three times.
+    for attempt in range(3):
+        tried = _restore_from_a_checkpoint_ahead_of_the_sink(
+            rds, f"{prefix}{attempt}:", quick.out / f"sink{attempt}"
+        )
+        if tried is not None:
+            break
+    else:
+        pytest.fail("three tries stopped with the sink caught up with the checkpoint")
+    producer, sink, before, again, restored = tried
+    sent = producer.sent
+    assert not Counter(sent) - sink_ids(sink), f"lost: {what_differs(sink, sent)}"
+    # The restored run read what came after the checkpoint, and nothing before it.
+    assert sink_ids(sink, restored) == Counter(again), what_differs(sink, again, restored)
+    assert sink_ids(sink) == before + Counter(again)
+
+
+def _restore_from_a_checkpoint_ahead_of_the_sink(rds, prefix: str, sink):
+    """A stream flow stopped while its last checkpoint is ahead of its sink, then restored
+    from that checkpoint and followed until what came after it arrived; None if the sink
+    had caught up with the checkpoint when the flow stopped."""
     producer = Producer(rds, prefix)
     producer.write(100)
-    sink = quick.out / "sink"
     # What readers committed runs ahead of what the sink got: an epoch starts on a commit,
     # and while it runs (0.3-1 s here) 2,000 entries a second keep landing.
-    flow, _ = flow_apply(spec=stream_spec(f"ahead-{prefix[:-1]}", prefix, sink, trigger_ms=4000))
+    flow, _ = flow_apply(
+        spec=stream_spec(f"ahead-{prefix[:-1].replace(':', '-')}", prefix, sink, trigger_ms=4000)
+    )
     with Beat():
         run = flow_start(flow=flow)
         producer.start(rate=2000)
@@ -457,6 +482,8 @@ def test_a_restore_loses_nothing_that_was_read_before_its_checkpoint_but_not_tra
         producer.stop()
         before = sink_ids(sink)
         newest = Checkpoint.objects.filter(run=run).order_by("-id").first()
+        if newest.records_read <= sum(before.values()):
+            return None
         after = [
             i
             for split_id, entry in newest.splits.items()
@@ -469,10 +496,4 @@ def test_a_restore_loses_nothing_that_was_read_before_its_checkpoint_but_not_tra
         again = after + fresh
         wait_until(lambda: arrived(sink, again, restored), 60, lambda: what_differs(sink, again, restored))
         flow_stop(flow=flow)
-
-    assert newest.records_read > sum(before.values())
-    sent = producer.sent
-    assert not Counter(sent) - sink_ids(sink), f"lost: {what_differs(sink, sent)}"
-    # The restored run read what came after the checkpoint, and nothing before it.
-    assert sink_ids(sink, restored) == Counter(again), what_differs(sink, again, restored)
-    assert sink_ids(sink) == before + Counter(again)
+    return producer, sink, before, again, restored
