@@ -23,6 +23,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from django.conf import settings
+from psycopg import sql
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,3 +62,19 @@ def copy_template_into_test_database() -> bool:
         conn.execute(f'DROP DATABASE IF EXISTS "{test_name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{test_name}" TEMPLATE "{template}"')
     return True
+
+
+def own_database(suffix: str) -> str:
+    """The URL of a database beside DATABASE_URL's (its name with ``suffix`` and the xdist
+    worker appended), made when missing: on a fresh machine DATABASE_URL's own database need
+    not exist, only pytest-django's test databases do."""
+    base = os.environ.get("DATABASE_URL", "")
+    if not base.startswith(("postgres://", "postgresql://")):
+        base = "postgres://postgres@127.0.0.1:5432/postgres"
+    parts = urlsplit(base)
+    name = f"{parts.path.strip('/') or 'postgres'}_{suffix}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    admin = urlunsplit(parts._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return urlunsplit(parts._replace(path=f"/{name}"))

@@ -17,7 +17,6 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -25,25 +24,8 @@ from psycopg import sql
 
 from connectors.postgres import snapshot
 from source_support.registry import Environment
+from tests.db_template import own_database
 from tests.postgres_server import PrivatePostgres
-
-DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/postgres"
-
-
-def own_database(suffix: str) -> str:
-    """The URL of a database beside DATABASE_URL's (its name with ``suffix`` and the xdist
-    worker appended), made when missing: on a fresh machine DATABASE_URL's own database need
-    not exist, only pytest-django's test databases do."""
-    base = os.environ.get("DATABASE_URL", "")
-    if not base.startswith(("postgres://", "postgresql://")):
-        base = DEFAULT_URL
-    parts = urlsplit(base)
-    name = f"{parts.path.strip('/') or 'postgres'}_{suffix}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from dataflow.models import DataFlow
-from tests.connectors.postgres.conftest import own_database
-from tests.db_template import REPO
+from tests.db_template import REPO, own_database
 from tests.helpers import write_csv
 
 TOML = """
