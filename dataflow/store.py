@@ -373,8 +373,11 @@ def _end_session_if_frozen() -> None:
     whose process freezes mid-transaction (a long GC pause, a stopped VM) would otherwise
     hold its row locks until it woke: its expired splits could not be reclaimed, nor the
     run enumerated. After two reader leases (by then its splits belong to others) the
-    server ends its session and the transaction rolls back; what it read is read again."""
-    if connection.vendor == "postgresql":
+    server ends its session and the transaction rolls back; what it read is read again.
+    Only for a transaction of its own: inside a caller's (an atomic block within another, as
+    a flow started from an admin view's transaction), ``SET LOCAL`` would bound the caller's
+    whole transaction, whose idle time is the caller's to decide."""
+    if connection.vendor == "postgresql" and len(connection.atomic_blocks) <= 1:
         idle_ms = int(settings.DATAFLOW_READER_LEASE_SECONDS * 2000)
         with connection.cursor() as cursor:
             cursor.execute(f"SET LOCAL idle_in_transaction_session_timeout = {idle_ms}")

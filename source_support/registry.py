@@ -66,6 +66,9 @@ class BuildContext:
     #: is none): an incremental source takes its high mark from it, so the mark is
     #: committed with the run that read up to it and a failed run is read again.
     previous_state: Mapping[str, Any] | None = None
+    #: The enumerator states of the flow's earlier runs that made something upstream (a cdc
+    #: slot), newest first: a new run resumes from what the flow still owns there.
+    earlier_states: tuple[Mapping[str, Any], ...] = ()
     #: A preview or a test of a connection, not a run: nothing may be held for readers that
     #: will never come (a database snapshot kept open, a consumer made upstream).
     probe: bool = False

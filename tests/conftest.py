@@ -7,6 +7,7 @@ Redis server); the embedded defaults are under test only in tests/e2e/test_quick
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import time
 import uuid
@@ -43,6 +44,12 @@ def pytest_configure(config):
     # The processes a test starts (runflow, a worker, a server) read the secrets this one
     # stored in the test database, whatever var directory they are given.
     os.environ.setdefault("DATAFLOW_SECRET_KEYS", ",".join(settings.DATAFLOW_SECRET_KEYS))
+    # Tests press Ctrl-C on the processes they start, as a terminal does. A suite started in
+    # the background by a shell without job control (`bash .ci/run &`) inherits SIGINT
+    # ignored, and so would every runflow it starts: Python turns an ignored SIGINT into no
+    # KeyboardInterrupt, and those tests waited for a runflow that never heard them.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

@@ -28,6 +28,7 @@ NAMED = {
         "csv": "CSV",
         "jsonl": "JSON",
         "avro": "Avro",
+        "parquet": "Parquet files",
         "raw": "raw text",
         "fields": "a stream entry's fields",
     },

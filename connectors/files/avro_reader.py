@@ -14,18 +14,19 @@ the file and the offset.
 from __future__ import annotations
 
 import gzip
-import os
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from connectors.files.enumerator import COMPRESSED_SUFFIXES, list_files
+from connectors.files.open_splits import OpenFileSplitReader
 from connectors.files.split import FileSplit
-from source_support.api import BadRecord, OffsetEntry, RecordBatch
-from source_support.errors import SplitFailed
+from source_support.api import BadRecord, OffsetEntry, RecordBatch, SchemaChange
 from source_support.formats import AvroFormat, ReadError
 from source_support.formats.avro_container import Block, BlockFile, ContainerBlocks, CorruptBlock, read_header
-from source_support.reader_base import SequentialSplitReader
+from source_support.formats.drift import SchemaDrift
 from source_support.registry import Environment
 
 
@@ -42,14 +43,8 @@ class _OpenSplit:
         return self.held.start if self.held is not None else self.blocks.position
 
 
-class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
+class AvroFileSplitReader(OpenFileSplitReader[_OpenSplit, AvroFormat]):
     """Reads held Avro file splits one after the other."""
-
-    def __init__(self, fmt: AvroFormat, *, first_bad_record_only: bool = False) -> None:
-        super().__init__()
-        self.fmt = fmt
-        self.first_bad_record_only = first_bad_record_only
-        self.open: dict[str, _OpenSplit] = {}
 
     def read_batch(self, split: FileSplit, max_records: int) -> RecordBatch:
         state = self.open.get(split.split_id)
@@ -62,6 +57,8 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
             self.open[split.split_id] = state
         blocks = state.blocks
         records: list[dict[str, Any]] = []
+        #: Where each record's block starts (a schema change is said at its block).
+        block_starts: list[int] = []
         bad: list[BadRecord] = []
         while not blocks.finished or state.held is not None:
             block, state.held = state.held, None
@@ -81,16 +78,13 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
                 state.held = block  # the next batch starts with it
                 break
             records.extend(block.records)
+            block_starts.extend([block.start] * len(block.records))
             if len(records) >= max_records:
                 break
         finished = blocks.finished and state.held is None and not (bad and self.first_bad_record_only)
         if finished:
             self._check_unchanged(split, state)
-        table = (
-            self.fmt.file_table(records, blocks.header.schema, path=split.path)
-            if records
-            else self.fmt.empty()
-        )
+        table, changes = self._table(records, blocks.header.schema, split, block_starts)
         return RecordBatch(
             split_id=split.split_id,
             start=split.offset,
@@ -98,7 +92,27 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
             records=table,
             bad_records=bad,
             finished=finished,
+            schema_changes=changes,
         )
+
+    def _table(
+        self, records: list[dict[str, Any]], avro_schema: Any, split: FileSplit, block_starts: list[int]
+    ) -> tuple[pa.Table, list[SchemaChange]]:
+        """The records as the run lands them and the schema changes seen in them; a
+        change of the file's schema (a column it lacks) is said at the batch's first block."""
+        if not records:
+            return self.fmt.empty(), []
+        first = block_starts[0]
+        try:
+            table, changes = self.fmt.file_table(
+                records, avro_schema, path=split.path, row_positions=np.asarray(block_starts, np.int64)
+            )
+        except SchemaDrift as exc:
+            change = exc.change
+            raise SchemaDrift(
+                replace(change, position=change.position if change.position >= 0 else first)
+            ) from None
+        return table, [replace(c, position=c.position if c.position >= 0 else first) for c in changes]
 
     def _open(self, split: FileSplit) -> _OpenSplit:
         f = open_container(split.path, compressed=split.compressed)
@@ -111,36 +125,9 @@ class AvroFileSplitReader(SequentialSplitReader[FileSplit]):
         self._check_unchanged(split, state)
         return state
 
-    def _check_unchanged(self, split: FileSplit, state: _OpenSplit) -> None:
-        """Fails the split if the open file is not the one discovered (see ``FileSplitReader``)."""
-        change = split.change_in(os.fstat(state.file.fileno()))
-        if change is not None:
-            self.close_split(split.split_id)
-            raise SplitFailed(change, split_id=split.split_id)
-
-    def _gone(self, split: FileSplit) -> RecordBatch:
-        return RecordBatch(
-            split_id=split.split_id,
-            start=split.offset,
-            end=split.offset,
-            records=self.fmt.empty(),
-            bad_records=[BadRecord(split.position, "", "the file was deleted after it was discovered")],
-            finished=True,
-        )
-
     def describe(self, split: FileSplit, position: int, *, line: int | None = None) -> str:
         """Where ``position`` is: the file and the byte offset of the block there."""
         return f"{split.path} block at byte {position}"
-
-    def close_split(self, split_id: str) -> None:
-        state = self.open.pop(split_id, None)
-        if state is not None:
-            state.file.close()
-
-    def close(self) -> None:
-        super().close()
-        for split_id in list(self.open):
-            self.close_split(split_id)
 
 
 def open_container(path: str, *, compressed: bool) -> BlockFile:
@@ -171,8 +158,8 @@ MAX_HEADERS_CHECKED = 1000
 def avro_check_input(pattern: str, env: Environment, fmt: AvroFormat) -> None:
     """Refuses a declared ``format.schema`` that disagrees with a file's Avro schema, naming
     the column and the file (the first ``MAX_HEADERS_CHECKED`` files)."""
-    if fmt.declared is None:
-        return
+    if fmt.declared is None or fmt.on_schema_change is not None:
+        return  # a file that differs is settled by the policy as it is read
     for path in list_files(pattern, env)[:MAX_HEADERS_CHECKED]:
         try:
             f = open_container(path, compressed=path.endswith(COMPRESSED_SUFFIXES))

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pyarrow as pa
 
 from connectors.files.combined import GroupReader
+from connectors.files.open_splits import fail_if_changed
 from connectors.files.split import FileSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch
-from source_support.errors import SplitFailed
 from source_support.formats import JSON_LAYOUT_SAMPLE, CsvFormat, MissingColumns, ReadError, RecordFormat
 from source_support.formats.drift import SchemaDrift
 from source_support.lines import RawOpener, RecordBlockReader, line_number, open_local, open_records
@@ -147,12 +147,7 @@ class FileSplitReader(SequentialSplitReader[FileSplit]):
             return False
 
     def _check_unchanged(self, split: FileSplit, reader: RecordBlockReader) -> None:
-        """Fails the split if the open file is not the one discovered (replaced, or its size
-        or mtime differ): records of two versions of a file must not mix in one run."""
-        change = split.change_in(os.fstat(reader.file.fileno()))
-        if change is not None:
-            self.close_split(split.split_id)
-            raise SplitFailed(change, split_id=split.split_id)
+        fail_if_changed(split, reader.file, self.close_split)
 
     def _gone(self, split: FileSplit) -> RecordBatch:
         reason = "the file was deleted after it was discovered"

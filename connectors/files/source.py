@@ -22,6 +22,7 @@ from connectors.files.enumerator import (
     StaticFileEnumerator,
     list_files,
 )
+from connectors.files.parquet_reader import ParquetFileSplitReader, parquet_check_input, parquet_infer_schema
 from connectors.files.reader import FileSplitReader
 from connectors.files.split import (
     MAX_FILE_OFFSET,
@@ -49,6 +50,7 @@ from source_support.formats import (
     CsvFormat,
     FormatSpec,
     MissingColumns,
+    ParquetFormat,
     ReadError,
     RecordFormat,
     canonical_encoding,
@@ -79,7 +81,7 @@ class FileSource(Source[FileSplit]):
         self,
         *,
         pattern: str,
-        fmt: RecordFormat | AvroFormat,
+        fmt: RecordFormat | AvroFormat | ParquetFormat,
         split_size: int,
         env: Environment,
         batch_size: int,
@@ -113,8 +115,10 @@ class FileSource(Source[FileSplit]):
     ) -> FileSource:
         files_check_stop(config, context.stop)
         record_format = fmt.build(context.schema, env=context.env)
-        if not isinstance(record_format, RecordFormat | AvroFormat):  # build refuses fields for files already
-            raise ConfigError("format.type", "this source reads files: use csv, jsonl or avro")
+        if not isinstance(
+            record_format, RecordFormat | AvroFormat | ParquetFormat
+        ):  # build refuses fields already
+            raise ConfigError("format.type", "this source reads files: use csv, jsonl, avro or parquet")
         return cls(
             pattern=config.path,
             fmt=record_format,
@@ -169,6 +173,9 @@ class FileSource(Source[FileSplit]):
         if isinstance(self.fmt, AvroFormat):
             avro = AvroFileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
             return SourceReaderBase(context, avro, batch_size=self.batch_size)
+        if isinstance(self.fmt, ParquetFormat):
+            parquet = ParquetFileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
+            return SourceReaderBase(context, parquet, batch_size=self.batch_size)
         split_reader = FileSplitReader(self.fmt, first_bad_record_only=context.bad_record_fails_split)
         return SourceReaderBase(context, split_reader, batch_size=self.batch_size)
 
@@ -218,8 +225,8 @@ class FileSource(Source[FileSplit]):
     def layout(self, path: str) -> str:
         """How a file is split: not at all in an encoding other than UTF-8 (its positions
         count decoded bytes) or when a record may span lines (multiline CSV, a JSON array or
-        documents), else into byte ranges (Avro: ranges of its blocks)."""
-        if isinstance(self.fmt, AvroFormat):
+        documents), else into byte ranges (Avro: ranges of its blocks; Parquet: of its row groups)."""
+        if isinstance(self.fmt, AvroFormat | ParquetFormat):
             return BLOCKS
         if canonical_encoding(self.fmt.encoding) != "utf-8":
             return DECODED
@@ -263,9 +270,11 @@ class FileSource(Source[FileSplit]):
     def infer_schema(self) -> pa.Schema | None:
         """The schema of the first non-empty file's first MiB (comment lines left out);
         None if there is no file. A sample that cannot be read raises ValueError naming the file.
-        Avro: the columns of the first file's schema."""
+        Avro and Parquet: the columns of the first file's schema."""
         if isinstance(self.fmt, AvroFormat):
             return avro_infer_schema(self.pattern, self.env, self.fmt)
+        if isinstance(self.fmt, ParquetFormat):
+            return parquet_infer_schema(self.pattern, self.env, self.fmt)
         for path in self.listed_paths():
             with self.open_head(path) as f:
                 sample = f.read(SAMPLE_BYTES).removeprefix(UTF8_BOM)
@@ -283,10 +292,13 @@ class FileSource(Source[FileSplit]):
     def check_input(self) -> None:
         """Refuses a CSV file whose header lacks a schema column, naming the file and the
         columns (the first ``MAX_HEADERS_CHECKED`` files; a later one fails its split); an
-        Avro file whose schema disagrees with a declared one, naming the column."""
+        Avro or Parquet file whose schema disagrees with a declared one, naming the column."""
         fmt = self.fmt
         if isinstance(fmt, AvroFormat):
             avro_check_input(self.pattern, self.env, fmt)
+            return
+        if isinstance(fmt, ParquetFormat):
+            parquet_check_input(self.pattern, self.env, fmt)
             return
         if not (isinstance(fmt, CsvFormat) and fmt.has_header and fmt.schema is not None):
             return

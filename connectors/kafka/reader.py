@@ -33,6 +33,7 @@ from connectors.kafka.resets import PARTITION_RESET, Reset, ResetWatch
 from connectors.kafka.split import PartitionSplit, partition_split_id, split_place
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
+from source_support.formats.drift import SchemaDrift
 from source_support.formats.messages import MessageDecoder
 from source_support.streams.reader import Decoding, DecodingSplitReader
 
@@ -437,18 +438,37 @@ class KafkaPartitionReader(DecodingSplitReader[PartitionSplit, MessageDecoder]):
         end = offsets[-1] + 1 if offsets else max(split.position, passed)
         if stop is not None and (finished or end >= stop):
             finished, end = True, max(stop, split.position)
-        records, bad = self._records(messages, offsets)
+        records, bad = self._records(split, messages, offsets)
+        changes = self._drift_seen(offsets)
         state.split = split.at(end)
         if finished:
             self._drop(state)
         return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished
+            split.split_id,
+            split.offset,
+            OffsetEntry(split.split_id, end),
+            records,
+            bad,
+            finished,
+            schema_changes=changes,
         )
 
-    def _records(self, messages: list[Message], offsets: list[int]) -> tuple[pa.Table, list[BadRecord]]:
+    def records_of(
+        self, split: PartitionSplit, messages: list[Message], offsets: list[int]
+    ) -> tuple[pa.Table, list[BadRecord]]:
+        """The run's records of ``split``'s ``messages`` (at ``offsets``), and its bad
+        messages; SplitFailed on a schema change under ``fail``."""
+        return self._records(split, messages, offsets)
+
+    def _records(
+        self, split: PartitionSplit, messages: list[Message], offsets: list[int]
+    ) -> tuple[pa.Table, list[BadRecord]]:
         first_only = self.first_bad_record_only()
         bodies = list(map(Message.value, messages))
-        table, reasons = self.decoder.decode(bodies, first_only=first_only)
+        try:
+            table, reasons = self.decoder.decode(bodies, first_only=first_only)
+        except SchemaDrift as drift:
+            raise self._drift_failed(drift, split, offsets) from None
         bad = [
             BadRecord(offsets[i], (bodies[i] or b"").decode("utf-8", "replace"), reasons[i])
             for i in sorted(reasons)

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
-from confluent_kafka import TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from connectors.kafka.brokers import TRANSIENT, BrokerMetadata
 from connectors.kafka.config import KafkaSourceConfig, kafka_target, topic_matches
@@ -21,7 +21,13 @@ from connectors.kafka.connection import (
 from connectors.kafka.enumerator import PartitionEnumerator
 from connectors.kafka.reader import METADATA_FIELDS, KafkaPartitionReader
 from connectors.kafka.split import PartitionSplit, PartitionSplitSerializer
-from source_support.api import Boundedness, SourceReaderContext, SplitEnumeratorContext
+from source_support.api import (
+    Boundedness,
+    OffsetEntry,
+    RecordBatch,
+    SourceReaderContext,
+    SplitEnumeratorContext,
+)
 from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
@@ -44,6 +50,7 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
     metadata_fields = METADATA_FIELDS
     #: ``stop_offsets`` bound a run too.
     bounding_stops = ("latest", "time")
+    split_noun = "partitions"
     #: How long ``check_input`` waits for the brokers.
     check_timeout_s = CHECK_TIMEOUT_S
 
@@ -215,6 +222,62 @@ class KafkaSource(StreamSource[PartitionSplit, RecordFormat | AvroFormat, Messag
         """The schema of up to ``SAMPLE_MESSAGES`` records from the partitions' starts; None
         if they hold none. Avro: the columns of ``format.writer_schema``, without sampling."""
         return message_schema(self.fmt, self._sample, METADATA_FIELDS if self.metadata else None)
+
+    def sample(self, *, limit: int, latest: bool, timeout_s: float) -> list[RecordBatch]:
+        """Up to ``limit`` records of the matching partitions, in their order, each
+        partition's first (or with ``latest`` its newest, from ``limit`` before its end),
+        read by a consumer assigned there that commits nothing and is closed after: the
+        flow's group and its offsets are never touched."""
+        deadline = time.monotonic() + timeout_s
+        brokers = self.brokers
+        places = [
+            (topic, partition)
+            for topic, count in sorted(brokers.partitions().items())
+            if topic_matches(topic, self.topics, self.topic_pattern) and self.allowed(topic)
+            for partition in range(count)
+        ]
+        wanted: dict[tuple[str, int], tuple[int, int]] = {}  # (start, end) of each partition read
+        left = limit
+        for place, (low, high) in sorted(brokers.ends(places).items()):
+            if left <= 0:
+                break
+            count = min(high - low, left)
+            if count > 0:
+                wanted[place] = (high - count, high) if latest else (low, low + count)
+                left -= count
+        if not wanted:
+            return []
+        got: dict[tuple[str, int], list[Message]] = {place: [] for place in wanted}
+        consumer = new_consumer(self.servers)  # not the flow's group, and commits nothing
+        try:
+            consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in wanted.items()])
+            reading = set(wanted)
+            while reading and time.monotonic() < deadline:
+                wait = max(0.0, min(0.5, deadline - time.monotonic()))
+                for message in consumer.consume(limit, timeout=wait):
+                    place = (message.topic() or "", message.partition() or 0)
+                    offset = message.offset() or 0
+                    if message.error() is not None or place not in reading:
+                        continue
+                    start, end = wanted[place]
+                    if start <= offset < end:
+                        got[place].append(message)
+                    if offset >= end - 1:
+                        reading.discard(place)
+        finally:
+            consumer.close()
+        decoding = Decoding(self.decoder(), metadata=self.metadata, output_schema=self.schema)
+        reader = KafkaPartitionReader(self.servers, decoding, flow=self.flow)
+        batches: list[RecordBatch] = []
+        for (topic, partition), messages in got.items():
+            if not messages:
+                continue
+            offsets = [m.offset() or 0 for m in messages]
+            split = PartitionSplit(topic, partition, offsets[0])
+            records, bad = reader.records_of(split, messages, offsets)
+            end = OffsetEntry(split.split_id, offsets[-1] + 1)
+            batches.append(RecordBatch(split.split_id, split.offset, end, records, bad))
+        return batches
 
     def _sample(self) -> list[bytes]:
         brokers = self.brokers

@@ -25,6 +25,7 @@ from connectors.kinesis.shards import (
 from connectors.kinesis.split import AFTER_SEQUENCE_NUMBER, Anchor, ShardSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
+from source_support.formats.drift import SchemaDrift
 from source_support.formats.messages import MessageDecoder
 from source_support.streams.reader import Decoding, DecodingSplitReader
 
@@ -276,19 +277,36 @@ class KinesisSplitReader(DecodingSplitReader[ShardSplit, MessageDecoder]):
         split = state.split
         end = split.position + len(records)
         table, bad = self._records(split, records)
+        changes = self._drift_seen(range(split.position + 1, end + 1)) if records else []
         if records:
             state.last_seq = records[-1]["SequenceNumber"]
             resume_points.remember(self._key(split), end, state.last_seq)
         state.split = split.at(end)
         return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), table, bad, finished
+            split.split_id,
+            split.offset,
+            OffsetEntry(split.split_id, end),
+            table,
+            bad,
+            finished,
+            schema_changes=changes,
         )
+
+    def records_of(self, split: ShardSplit, records: list[RecordTypeDef]) -> tuple[pa.Table, list[BadRecord]]:
+        """The run's records of ``records`` read after ``split``'s position, and its bad
+        ones (each at its record's position, its sequence number in the reason);
+        SplitFailed on a schema change under ``fail``."""
+        return self._records(split, records)
 
     def _records(self, split: ShardSplit, records: list[RecordTypeDef]) -> tuple[pa.Table, list[BadRecord]]:
         if not records:
             return self._empty(), []
         first_only = self.first_bad_record_only()
-        table, reasons = self.decoder.decode([r["Data"] for r in records], first_only=first_only)
+        try:
+            table, reasons = self.decoder.decode([r["Data"] for r in records], first_only=first_only)
+        except SchemaDrift as drift:
+            positions = range(split.position + 1, split.position + len(records) + 1)
+            raise self._drift_failed(drift, split, positions) from None
         bad = [
             BadRecord(
                 split.position + i + 1,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,8 @@ from connectors.kinesis.shards import (
     shard_iterator,
     shared_client,
 )
-from connectors.kinesis.split import TRIM_HORIZON, Anchor, ShardSplit, ShardSplitSerializer
-from source_support.api import SourceReaderContext, SplitEnumeratorContext
+from connectors.kinesis.split import AT_TIMESTAMP, TRIM_HORIZON, Anchor, ShardSplit, ShardSplitSerializer
+from source_support.api import OffsetEntry, RecordBatch, SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
@@ -34,15 +35,21 @@ from source_support.streams.source import StreamReading, StreamSource
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
+    from mypy_boto3_kinesis.type_defs import RecordTypeDef
 
 #: Records sampled to infer a schema.
 SAMPLE_RECORDS = 1000
+#: How far back a preview of the newest records looks first, and each time further (ms)
+#: while the shard holds fewer than it asks for since then; then from the shard's start.
+LATEST_WINDOWS_MS = (60_000, 600_000, 3_600_000)
 
 
 class KinesisSource(StreamSource[ShardSplit, RecordFormat | AvroFormat, MessageDecoder]):
     metadata_fields = METADATA_FIELDS
     #: A Kinesis stream has no position across its shards.
     bounding_stops = ("latest", "time")
+    #: No total of records to read: Kinesis tells no shard's length (``split_lags``).
+    split_noun = "shards"
 
     def __init__(
         self,
@@ -164,6 +171,71 @@ class KinesisSource(StreamSource[ShardSplit, RecordFormat | AvroFormat, MessageD
         shard; None if the stream holds none. Avro: the columns of
         ``format.writer_schema``, without sampling."""
         return message_schema(self.fmt, self._sample, METADATA_FIELDS if self.metadata else None)
+
+    def sample(self, *, limit: int, latest: bool, timeout_s: float) -> list[RecordBatch]:
+        """Up to ``limit`` records of the stream's shards, in shard order, each shard's first
+        (from TRIM_HORIZON) or with ``latest`` its newest (``LATEST_WINDOWS_MS``): GetRecords
+        only, so no checkpoint, lease or table is made anywhere."""
+        deadline = time.monotonic() + timeout_s
+        client = self.client()
+        decoding = Decoding(self.decoder(), metadata=self.metadata, output_schema=self.schema)
+        reader = KinesisSplitReader(self.client, decoding, endpoint=self.target.shown_endpoint)
+        batches: list[RecordBatch] = []
+        left = limit
+        for shard in list_shards(client, self.stream):
+            if left <= 0 or time.monotonic() >= deadline:
+                break
+            records = self._shard_sample(client, shard.shard_id, left, latest, deadline)
+            if not records:
+                continue
+            split = ShardSplit(self.stream, shard.shard_id, 0, "preview", Anchor(TRIM_HORIZON))
+            table, bad = reader.records_of(split, records)
+            end = OffsetEntry(split.split_id, len(records))
+            batches.append(RecordBatch(split.split_id, split.offset, end, table, bad))
+            left -= len(records)
+        return batches
+
+    def _shard_sample(
+        self, client: KinesisClient, shard_id: str, limit: int, latest: bool, deadline: float
+    ) -> list[RecordTypeDef]:
+        """The first ``limit`` records of the shard, or with ``latest`` its last ``limit``
+        since the nearest of ``LATEST_WINDOWS_MS`` back that holds as many (else since its
+        start)."""
+        if not latest:
+            return self._records_from(client, shard_id, Anchor(TRIM_HORIZON), deadline, first=limit)
+        now_ms = int(self.clock() * 1000)
+        anchors = [Anchor(AT_TIMESTAMP, str(now_ms - window)) for window in LATEST_WINDOWS_MS]
+        kept: list[RecordTypeDef] = []
+        for anchor in [*anchors, Anchor(TRIM_HORIZON)]:
+            kept = self._records_from(client, shard_id, anchor, deadline, last=limit)
+            if len(kept) >= limit or time.monotonic() >= deadline:
+                break
+        return kept
+
+    def _records_from(
+        self,
+        client: KinesisClient,
+        shard_id: str,
+        anchor: Anchor,
+        deadline: float,
+        *,
+        first: int | None = None,
+        last: int | None = None,
+    ) -> list[RecordTypeDef]:
+        """The records of the shard from ``anchor`` to its end (as far as the time allows):
+        the ``first`` of them, or the ``last``."""
+        kept: deque[RecordTypeDef] = deque(maxlen=last)
+        iterator: str | None = shard_iterator(client, self.stream, shard_id, anchor)
+        while iterator is not None and time.monotonic() < deadline:
+            wanted = SAMPLE_RECORDS if first is None else first - len(kept)
+            answer = get_records(client, iterator, wanted)
+            kept.extend(answer.get("Records", []))
+            iterator = next_iterator(answer)
+            if first is not None and len(kept) >= first:
+                break
+            if not answer.get("Records") and not answer.get("MillisBehindLatest"):
+                break
+        return list(kept)[:first]
 
     def _sample(self) -> list[bytes]:
         client = self.client()

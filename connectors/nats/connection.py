@@ -33,6 +33,11 @@ CONNECT_TIMEOUT_S = 5
 DEFAULT_PORTS = {"nats": 4222, "tls": 4222, "ws": 80, "wss": 443}
 #: How long a call waits for the server before it fails (the client reconnects meanwhile).
 REQUEST_TIMEOUT_S = 10.0
+#: How long a look that is only a check waits for the server (an idle split's consumer and
+#: stream, a discovery's stream): one that goes unanswered is asked again at the next
+#: check or tick, so a server that stops answering holds a reader or a tick this long per
+#: look, not ``REQUEST_TIMEOUT_S``.
+CHECK_TIMEOUT_S = 3.0
 
 
 def server_list(servers: str) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from connectors.nats.config import start_position
-from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient
+from connectors.nats.connection import CHECK_TIMEOUT_S, NatsClient
 from connectors.nats.jetstream import TRANSIENT, position_before_time, stream_seen
 from connectors.nats.reader import STOP_PLACED, STREAM_RESET
 from connectors.nats.split import SubjectSplit, subject_split_id
@@ -166,7 +166,7 @@ class SubjectEnumerator(KeyedSplitEnumerator[SubjectSplit]):
 
     def _discover(self) -> None:
         clock_ms = int(self.clock() * 1000)
-        seen = self.client.run(stream_seen(self.client.nc, self.stream, REQUEST_TIMEOUT_S))
+        seen = self.client.run(stream_seen(self.client.nc, self.stream, CHECK_TIMEOUT_S))
         if seen is None:
             log.info("stream %s does not exist yet", self.stream)
             return

@@ -19,7 +19,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from connectors.nats.checks import Discarded, discarded, discards_by_limits, reset_failure, reset_reason
-from connectors.nats.connection import REQUEST_TIMEOUT_S, NatsClient, connection_reason, mask_servers
+from connectors.nats.connection import (
+    CHECK_TIMEOUT_S,
+    REQUEST_TIMEOUT_S,
+    NatsClient,
+    connection_reason,
+    mask_servers,
+)
 from connectors.nats.jetstream import (
     TRANSIENT,
     StreamSeen,
@@ -32,6 +38,7 @@ from connectors.nats.puller import Puller
 from connectors.nats.split import SubjectSplit
 from source_support.api import BadRecord, OffsetEntry, RecordBatch, SourceEvent
 from source_support.errors import SplitFailed
+from source_support.formats.drift import SchemaDrift
 from source_support.formats.messages import MessageDecoder
 from source_support.parking import ParkedHandles
 from source_support.streams.reader import Decoding, DecodingSplitReader
@@ -374,7 +381,8 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         end = int(got.seqs[-1]) if len(got) else split.position
         if finished and split.stop_position is not None:
             end = max(split.stop_position, split.position)
-        records, bad = self._records(got)
+        records, bad = self._records(split, got)
+        changes = self._drift_seen(got.seqs.tolist())
         note = ""
         if lost is not None:
             said, note = self._said(state, lost)
@@ -385,12 +393,27 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         if finished:
             self._move_to_finished(state)
         return RecordBatch(
-            split.split_id, split.offset, OffsetEntry(split.split_id, end), records, bad, finished, note
+            split.split_id,
+            split.offset,
+            OffsetEntry(split.split_id, end),
+            records,
+            bad,
+            finished,
+            note,
+            schema_changes=changes,
         )
 
-    def _records(self, got: Deliveries) -> tuple[pa.Table, list[BadRecord]]:
+    def records_of(self, split: SubjectSplit, messages: list[Msg]) -> tuple[pa.Table, list[BadRecord]]:
+        """The run's records of ``split``'s delivered ``messages``, and its bad messages (at
+        their stream sequences); SplitFailed on a schema change under ``fail``."""
+        return self._records(split, Deliveries.of(messages))
+
+    def _records(self, split: SubjectSplit, got: Deliveries) -> tuple[pa.Table, list[BadRecord]]:
         first_only = self.first_bad_record_only()
-        table, reasons = self.decoder.decode([m.data for m in got.messages], first_only=first_only)
+        try:
+            table, reasons = self.decoder.decode([m.data for m in got.messages], first_only=first_only)
+        except SchemaDrift as drift:
+            raise self._drift_failed(drift, split, got.seqs.tolist()) from None
         bad = [
             BadRecord(int(got.seqs[i]), got.messages[i].data.decode("utf-8", "replace"), reasons[i])
             for i in sorted(reasons)
@@ -416,8 +439,8 @@ class NatsSplitReader(DecodingSplitReader[SubjectSplit, MessageDecoder]):
         client = self.client
         name = consumer_name(self.flow, split.subject)
         try:
-            info = client.run(client.js.consumer_info(split.stream, name))
-            seen = client.run(stream_seen(client.nc, split.stream, REQUEST_TIMEOUT_S))
+            info = client.run(client.js.consumer_info(split.stream, name, timeout=CHECK_TIMEOUT_S))
+            seen = client.run(stream_seen(client.nc, split.stream, CHECK_TIMEOUT_S))
         except nats.js.errors.NotFoundError:
             # The consumer (or its stream) is gone, say with a server that restarted on
             # fresh storage: set up again, which checks the stream first.

@@ -3,27 +3,30 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import nats.errors
 import nats.js.errors
 import pyarrow as pa
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from connectors.nats.config import NatsSourceConfig, nats_target
 from connectors.nats.connection import (
+    REQUEST_TIMEOUT_S,
     NatsClient,
     connection_reason,
     mask_servers,
     shared_client,
 )
 from connectors.nats.enumerator import SubjectEnumerator
-from connectors.nats.jetstream import TRANSIENT, consumer_name, stream_info
+from connectors.nats.jetstream import TRANSIENT, consumer_name, delete_consumer, stream_info
 from connectors.nats.reader import METADATA_FIELDS, NatsSplitReader
 from connectors.nats.split import SubjectSplit, SubjectSplitSerializer
-from source_support.api import SourceReaderContext, SplitEnumeratorContext
+from source_support.api import OffsetEntry, RecordBatch, SourceReaderContext, SplitEnumeratorContext
 from source_support.connections import key_allowed, outside_words
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FormatSpec, RecordFormat
@@ -37,6 +40,8 @@ METADATA_NAMES = tuple(f.name for f in METADATA_FIELDS)
 DEFAULT_FLOW = "adf"
 #: Messages sampled to infer a schema.
 SAMPLE_MESSAGES = 1000
+#: Subject filters a preview reads at most.
+SAMPLE_SUBJECTS = 20
 
 
 class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, MessageDecoder]):
@@ -168,8 +173,14 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
         return lags
 
     def describe_found(self, splits: Sequence[SubjectSplit]) -> list[str]:
-        """The stream's messages and each subject read with its message count."""
-        info = self.client.run(self.client.js.stream_info(self.stream, subjects_filter=">"))
+        """The stream's messages and each subject read with its message count; a stream
+        that does not exist yet is said so (a run waits for it to appear)."""
+        try:
+            info = self.client.run(self.client.js.stream_info(self.stream, subjects_filter=">"))
+        except nats.js.errors.NotFoundError:
+            return [
+                f"no stream {self.stream} on {mask_servers(self.servers)} yet: a run waits for it to be made"
+            ]
         counts = info.state.subjects or {}
         lines = [f"stream {self.stream}: {info.state.messages} messages, {info.state.bytes} bytes"]
         for split in splits:
@@ -196,6 +207,41 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
             METADATA_FIELDS if self.metadata else None,
         )
 
+    def sample(self, *, limit: int, latest: bool, timeout_s: float) -> list[RecordBatch]:
+        """Up to ``limit`` messages of the subject filters, each filter's first (or with
+        ``latest`` its newest), read through an ephemeral consumer with no acks that is
+        deleted after: no durable consumer of the flow is made, read or moved."""
+        client = self.client
+        decoding = Decoding(self.decoder(), metadata=self.metadata, output_schema=self.schema)
+        reader = NatsSplitReader(client, decoding, flow=self.flow)
+        deadline = time.monotonic() + timeout_s
+        batches: list[RecordBatch] = []
+        info = client.run(stream_info(client.js, self.stream))
+        if info is None:
+            raise ConfigError("source.stream", f"there is no stream {self.stream!r}")
+        subjects = [
+            s
+            for s in self.subjects or list(info.config.subjects or [])
+            if key_allowed(s, self.subject_patterns)
+        ]
+        left = limit
+        for subject in subjects[:SAMPLE_SUBJECTS]:
+            if left <= 0 or time.monotonic() >= deadline:
+                break
+            messages = client.run(
+                _sample_messages(client.js, self.stream, subject, left, latest, deadline),
+                max(0.1, deadline - time.monotonic()) + REQUEST_TIMEOUT_S,
+            )
+            if not messages:
+                continue
+            first, last = messages[0].metadata.sequence.stream, messages[-1].metadata.sequence.stream
+            split = SubjectSplit(self.stream, subject, first - 1)
+            records, bad = reader.records_of(split, messages)
+            end = OffsetEntry(split.split_id, last)
+            batches.append(RecordBatch(split.split_id, split.offset, end, records, bad))
+            left -= len(messages)
+        return batches
+
     async def _sample(self, js: JetStreamContext) -> list[bytes]:
         info = await stream_info(js, self.stream)
         if info is None:
@@ -215,8 +261,76 @@ class NatsJetStreamSource(StreamSource[SubjectSplit, RecordFormat | AvroFormat, 
         return bodies
 
 
-def _sample_config() -> ConsumerConfig:
-    return ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0)
+def _sample_config(start_seq: int | None = None) -> ConsumerConfig:
+    if start_seq is None:
+        return ConsumerConfig(ack_policy=AckPolicy.NONE, inactive_threshold=30.0)
+    return ConsumerConfig(
+        ack_policy=AckPolicy.NONE,
+        inactive_threshold=30.0,
+        deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+        opt_start_seq=start_seq,
+    )
+
+
+async def _sample_messages(
+    js: JetStreamContext, stream: str, subject: str, limit: int, latest: bool, deadline: float
+) -> list[Msg]:
+    """Up to ``limit`` messages of ``subject`` (its first, or with ``latest`` its newest)
+    through an ephemeral consumer with no acks, deleted after. For the newest, the consumer
+    starts ``limit`` sequences before the stream's end, twice as far back each time the
+    filter has fewer than ``limit`` messages after that (other subjects' messages between),
+    and only the last ``limit`` it delivers are kept."""
+    start: int | None = None
+    if latest:
+        info = await js.stream_info(stream)
+        first_seq, last_seq = max(info.state.first_seq, 1), info.state.last_seq
+        window = limit
+        while True:
+            start = max(first_seq, last_seq - window + 1)
+            pending = await _pending_from(js, stream, subject, start)
+            if pending >= limit or start <= first_seq or time.monotonic() >= deadline:
+                break
+            window *= 2
+    sub = await js.pull_subscribe(subject, stream=stream, config=_sample_config(start))
+    kept: deque[Msg] = deque(maxlen=limit)
+    try:
+        name = (await sub.consumer_info()).name
+        try:
+            pending = (await sub.consumer_info()).num_pending or 0
+            wanted = pending if latest else min(pending, limit)
+            fetched = 0
+            while fetched < wanted and time.monotonic() < deadline:
+                wait = max(0.1, min(1.0, deadline - time.monotonic()))
+                try:
+                    got = await sub.fetch(min(wanted - fetched, SAMPLE_MESSAGES), timeout=wait)
+                except nats.errors.TimeoutError:
+                    break
+                kept.extend(got)
+                fetched += len(got)
+        finally:
+            await delete_consumer(js, stream, name)
+    finally:
+        await sub.unsubscribe()
+    return list(kept)
+
+
+async def _pending_from(js: JetStreamContext, stream: str, subject: str, start: int) -> int:
+    """How many messages of ``subject`` are at or after sequence ``start`` (an ephemeral
+    consumer's count, the consumer deleted at once)."""
+    made = await js.add_consumer(  # pyright: ignore[reportUnknownMemberType] - **params untyped
+        stream,
+        ConsumerConfig(
+            filter_subject=subject,
+            ack_policy=AckPolicy.NONE,
+            inactive_threshold=30.0,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+        ),
+    )
+    try:
+        return made.num_pending or 0
+    finally:
+        await delete_consumer(js, stream, made.name)
 
 
 def _subject_matches(subject: str, pattern: str) -> bool:

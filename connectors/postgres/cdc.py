@@ -29,9 +29,17 @@ truncate), ``_lsn`` (the commit LSN of the change's transaction; the consistent 
 of an update that sent it, as JSON text). A delete's columns hold its old key (or old row).
 Sorting by ``(_lsn, _seq)`` and applying gives the table.
 
-Schema changes (a Relation message whose columns differ from the run's): ``fail`` fails the
-split naming the column and the LSN; ``ignore`` drops the new column's values (NULL for a
-dropped or retyped one) and counts them in the batch's note.
+Schema changes (a Relation message whose columns differ from the run's, compared when the
+first change of a transaction not landed yet uses it): each is listed on the run (a
+``SchemaChange`` at its LSN) whatever the policy. ``fail`` fails the split naming the
+column and the LSN; ``ignore`` drops the new column's values (NULL for a dropped or
+retyped one) and counts them in the batch's note; ``evolve`` adds a new column to the
+run's columns from that change on (nullable, in its own type: the rows before it hold
+NULL), lands a dropped column as NULL from then on, and goes on through a retype that
+lands as the same type (varchar(n) to text or varchar(m)); a retype that would change the
+column's type in the sink (int to bigint, numeric(8,2) to numeric(12,2)) fails the split
+naming the column, both types and the LSN: the sink holds the old type already, and
+Parquet files of two types under one column are not one table.
 """
 
 from __future__ import annotations
@@ -39,8 +47,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -50,12 +59,12 @@ from psycopg import pq, sql
 from connectors.postgres import pgoutput
 from connectors.postgres.connection import TableName, connect, error_words
 from connectors.postgres.pgoutput import UNCHANGED, Value, format_lsn
-from connectors.postgres.split import ChunkSplit
-from connectors.postgres.types import PgColumn
-from source_support.api import OffsetEntry, RecordBatch
+from connectors.postgres.split import STREAM_SPLIT_ID, ChunkSplit
+from connectors.postgres.types import TYPES_QUERY, PgColumn, numeric_modifier
+from source_support.api import ADDED, CHANGED_TYPE, MISSING, OffsetEntry, RecordBatch, SchemaChange
 from source_support.errors import ConfigError, SplitFailed
+from source_support.schema import spark_type
 
-SCHEMA_CHANGES = ("fail", "ignore")
 #: Messages held on the client at once (one server-side cursor fetch).
 FETCH_ROWS = 2_000
 #: Changes one peek decodes at most (it grows when a whole peek was already landed).
@@ -212,6 +221,20 @@ class _Batch:
         self.rows += 1
         self.bytes += size
 
+    def add_column(self, name: str) -> None:
+        """A column evolved in mid-batch: NULL in the rows gathered before it."""
+        self.names.append(name)
+        self.values[name] = [None] * self.rows
+
+
+@dataclass
+class _Shape:
+    """How a Relation's columns meet the run's: whether each column's values are kept, and
+    the changes its rows carry (counted on the batch that lands them)."""
+
+    kept: list[bool]
+    changes: list[SchemaChange]
+
 
 class ChangeStream:
     """Reads the change stream of ``slot`` for the stream split (see the module)."""
@@ -236,9 +259,13 @@ class ChangeStream:
         self._peek_new = 0
         self._peek_rows = 0
         self._confirm_conn: psycopg.Connection | None = None
+        #: Messages fetched from the peek and not decoded yet: a batch that ends inside a
+        #: fetch leaves the rest here for the next batch (dropping them lost those changes).
+        self._held: deque[bytes] = deque()
         self._relations: dict[int, pgoutput.Relation] = {}
         self._ours: set[int] = set()
-        self._type_names: dict[int, str] = {}
+        #: Type oid -> (pg_type.typname, an array's element typname).
+        self._type_names: dict[int, tuple[str, str | None]] = {}
         self._loaders: dict[int, Callable[[bytes], Any]] = {}
         self._tx: pgoutput.Begin | None = None
         self._seq = 0
@@ -246,6 +273,11 @@ class ChangeStream:
         self._partial: tuple[int, int] = (0, 0)
         self.ignored: dict[str, int] = {}
         self._down_since: float | None = None
+        #: Each relation's columns as the run takes them (made at its first change not landed).
+        self._shapes: dict[int, _Shape] = {}
+        #: The schema changes the batch being read carries: (column, kind) -> its change.
+        self._seen: dict[tuple[str, str], SchemaChange] = {}
+        self._low = 0
 
     # -- reading -------------------------------------------------------------------------
 
@@ -286,21 +318,30 @@ class ChangeStream:
             end=OffsetEntry(split.split_id, end - split.low),
             records=self._table(batch),
             note=note,
+            schema_changes=list(self._seen.values()),
         )
 
     def _read(self, split: ChunkSplit, max_records: int, deadline: float) -> tuple[_Batch, int]:
         position = split.low + split.position
+        self._low, self._seen = split.low, {}
         batch = _Batch([n for n in self.schema.names if n not in CDC_NAMES])
         end = position
         max_bytes = MAX_BATCH_BYTES
         while True:
-            if self.cursor is None:
-                self._open_peek()
-            assert self.cursor is not None
-            messages = self.cursor.fetchmany(FETCH_ROWS)
-            for (data,) in messages:
+            if not self._held:
+                if self.cursor is None:
+                    self._open_peek()
+                assert self.cursor is not None
+                self._held.extend(data for (data,) in self.cursor.fetchmany(FETCH_ROWS))
+            if not self._held:
+                self._end_peek()
+                if batch.rows or end != split.low + split.position or time.monotonic() >= deadline:
+                    return batch, end
+                time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+                continue
+            while self._held:
                 self._peek_rows += 1
-                committed = self._message(pgoutput.decode(data), position, batch)
+                committed = self._message(pgoutput.decode(self._held.popleft()), position, batch)
                 if committed is not None:
                     end = position = committed
                     if batch.rows >= max_records or batch.bytes >= max_bytes:
@@ -309,12 +350,6 @@ class ChangeStream:
                     assert self._tx is not None
                     self._partial = (self._tx.final_lsn, self._seq)
                     return batch, end
-            if messages:
-                continue
-            self._end_peek()
-            if batch.rows or end != split.low + split.position or time.monotonic() >= deadline:
-                return batch, end
-            time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
 
     def _open_peek(self) -> None:
         if self.conn is None:
@@ -347,7 +382,10 @@ class ChangeStream:
             return None
         tx = self._tx
         if isinstance(message, pgoutput.Relation):  # sent once a peek: kept even in a landed one
-            self._relation(message, tx.final_lsn if tx else 0)
+            self._relations[message.oid] = message
+            self._shapes.pop(message.oid, None)
+            if (message.schema, message.name) == (self.table.schema, self.table.name):
+                self._ours.add(message.oid)
             return None
         if tx is None or tx.final_lsn < position:
             return None  # landed already (or before the slot's first transaction)
@@ -359,6 +397,13 @@ class ChangeStream:
         row: dict[str, Value] | None = None
         before: str | None = None
         op = ""
+        oid = (
+            message.relation
+            if isinstance(message, pgoutput.Insert | pgoutput.Update | pgoutput.Delete)
+            else None
+        )
+        if oid is not None and oid in self._ours and oid not in self._shapes:
+            self._shapes[oid] = self._shape(self._relations[oid], tx.final_lsn, batch)
         if isinstance(message, pgoutput.Insert) and message.relation in self._ours:
             op, row = "c", self._row(message.relation, message.new)
         elif isinstance(message, pgoutput.Update) and message.relation in self._ours:
@@ -377,49 +422,117 @@ class ChangeStream:
         partial_lsn, partial_rows = self._partial
         if partial_lsn == tx.final_lsn and self._seq <= partial_rows:
             return None  # read before a transient failure cut the transaction
+        if oid is not None:
+            self._count(oid, tx.final_lsn)
         size = sum(len(v) for v in row.values() if isinstance(v, str)) + len(before or "")
         batch.add(op, row, tx.final_lsn, self._seq, tx.commit_time, before, size)
         return None
 
-    def _relation(self, relation: pgoutput.Relation, lsn: int) -> None:
-        self._relations[relation.oid] = relation
-        if (relation.schema, relation.name) != (self.table.schema, self.table.name):
-            return
-        self._ours.add(relation.oid)
-        types = self._types([c.type_oid for c in relation.columns])
-        seen = {c.name: types.get(c.type_oid, "") for c in relation.columns}
-        changes: list[tuple[str, str]] = []
-        for name, type_name in seen.items():
-            if name not in self.columns:
-                changes.append((name, "was added"))
-            elif self.columns[name].type_name != type_name:
-                changes.append((name, f"changed type from {self.columns[name].type_name} to {type_name}"))
-        changes += [(name, "was dropped") for name in self.columns if name not in seen]
-        if changes and self.policy == "fail":
-            name, what = changes[0]
+    def _shape(self, relation: pgoutput.Relation, lsn: int, batch: _Batch) -> _Shape:
+        """Compares ``relation``'s columns with the run's (``lsn``: the first transaction that
+        uses it) and applies the policy (see the module): SplitFailed under ``fail``, and
+        under ``evolve`` for a retype the sink cannot take."""
+        self._types([c.type_oid for c in relation.columns])
+        found = [self._pg_column(c) for c in relation.columns]
+        fields = self._fields()
+        where = f"LSN {format_lsn(lsn)}"
+        changes: list[SchemaChange] = []
+        refused: tuple[SchemaChange, str] | None = None
+        for column in found:
+            kind = fields.get(column.name)
+            if kind is None:
+                change = SchemaChange(column.name, ADDED, "", spark_type(column.arrow_type), self.policy)
+                changes.append(change)
+                refused = refused or (change, "was added")
+                if self.policy == "evolve":
+                    self._evolve(column, batch)
+                continue
+            known = self.columns.get(column.name)
+            if kind == column.arrow_type and (known is None or pg_type(known) == pg_type(column)):
+                continue
+            old = pg_type(known) if known is not None and known.arrow_type == kind else spark_type(kind)
+            change = SchemaChange(column.name, CHANGED_TYPE, old, pg_type(column), self.policy)
+            changes.append(change)
+            what = f"changed type from {old} ({spark_type(kind)}) to {pg_type(column)} ({spark_type(column.arrow_type)})"
+            if kind != column.arrow_type and self.policy == "evolve":
+                raise SplitFailed(
+                    f"column {column.name!r} of {self.table.qualified} {what} at {where}: "
+                    "source.schema_change = 'evolve' adds and drops columns but does not change a "
+                    "column's type in the sink, which holds the old type already (restart the flow "
+                    "from a new snapshot, or set 'ignore' to go on with NULL in it)",
+                    split_id=STREAM_SPLIT_ID,
+                    schema_changes=[replace(change, position=lsn - self._low, where=where)],
+                )
+            refused = refused or (change, what)
+            if self.policy == "evolve":
+                self.columns[column.name] = column  # the same type in the sink: its new loader
+        names = {c.name for c in found}
+        for name, kind in fields.items():
+            if name not in names:
+                change = SchemaChange(name, MISSING, spark_type(kind), "", self.policy)
+                changes.append(change)
+                refused = refused or (change, "was dropped")
+        if refused is not None and self.policy == "fail":
+            change, what = refused
             raise SplitFailed(
-                f"column {name!r} of {self.table.qualified} {what} at LSN {format_lsn(lsn)}: "
-                "source.schema_change = 'fail' stops the run (set 'ignore' to go on without it)",
-                split_id="changes",
+                f"column {change.column!r} of {self.table.qualified} {what} at {where}: "
+                "source.schema_change = 'fail' stops the run (set 'evolve' to take it into the sink, "
+                "or 'ignore' to go on without it)",
+                split_id=STREAM_SPLIT_ID,
+                schema_changes=[replace(change, position=lsn - self._low, where=where)],
             )
+        fields = self._fields()
+        return _Shape([fields.get(c.name) == c.arrow_type for c in found], changes)
 
-    def _types(self, oids: list[int]) -> dict[int, str]:
+    def _fields(self) -> dict[str, pa.DataType]:
+        """The run's table columns (the change columns left out) and their Arrow types."""
+        return {
+            name: kind
+            for name, kind in zip(self.schema.names, self.schema.types, strict=True)
+            if name not in CDC_NAMES
+        }
+
+    def _evolve(self, column: PgColumn, batch: _Batch) -> None:
+        """Adds ``column`` to the run's columns, after the table's and before the change columns."""
+        self.columns[column.name] = column
+        kept = [pa.field(name, kind) for name, kind in self._fields().items()]
+        self.schema = pa.schema([*kept, column.field, *CDC_FIELDS])
+        batch.add_column(column.name)
+
+    def _count(self, oid: int, lsn: int) -> None:
+        """Counts a landed row of relation ``oid`` for each schema change it carries."""
+        for change in self._shapes[oid].changes:
+            key = (change.column, change.kind)
+            seen = self._seen.get(key)
+            if seen is None:
+                self._seen[key] = replace(change, position=lsn - self._low, records=1)
+            else:
+                self._seen[key] = replace(seen, records=seen.records + 1)
+
+    def _pg_column(self, column: pgoutput.Column) -> PgColumn:
+        """A Relation's column as the snapshot's ``describe`` makes it (numeric precision and
+        scale from its type modifier)."""
+        type_name, element = self._type_names.get(column.type_oid, ("text", None))
+        precision, scale = None, None
+        if (element or type_name) == "numeric":
+            precision, scale = numeric_modifier(column.type_modifier)
+        return PgColumn(column.name, type_name, element, precision, scale)
+
+    def _types(self, oids: list[int]) -> None:
+        """Learns the type name (and an array's element type name) of each of ``oids``."""
         missing = [oid for oid in oids if oid not in self._type_names]
         if missing:
             with connect(self.url) as conn:
-                for oid, name in conn.execute(
-                    "SELECT oid::int8, typname FROM pg_catalog.pg_type WHERE oid = ANY(%s)", (missing,)
-                ):
-                    self._type_names[oid] = name
-        return self._type_names
+                for oid, name, element in conn.execute(TYPES_QUERY, (missing,)):
+                    self._type_names[oid] = (name, element)
 
     def _row(self, oid: int, values: tuple[Value, ...]) -> dict[str, Value]:
         """The tuple as {column: text}, without columns the run does not have (counted)."""
         relation = self._relations[oid]
+        kept = self._shapes[oid].kept
         row: dict[str, Value] = {}
-        for column, value in zip(relation.columns, values, strict=False):
-            known = self.columns.get(column.name)
-            if known is None or known.type_name != self._type_names.get(column.type_oid):
+        for column, keep, value in zip(relation.columns, kept, values, strict=False):
+            if not keep:
                 if value is not None:
                     self.ignored[column.name] = self.ignored.get(column.name, 0) + 1
                 continue
@@ -457,7 +570,7 @@ class ChangeStream:
         return self._loaders[oid]
 
     def _oid_of(self, type_name: str) -> int:
-        for oid, name in self._type_names.items():
+        for oid, (name, _) in self._type_names.items():
             if name == type_name:
                 return oid
         return 25  # text
@@ -487,6 +600,7 @@ class ChangeStream:
 
     def _close(self) -> None:
         self.cursor = None
+        self._held.clear()  # a new peek reads them again from the slot
         self._tx = None
         if self.conn is not None:
             with contextlib.suppress(psycopg.Error):
@@ -499,3 +613,12 @@ class ChangeStream:
             with contextlib.suppress(psycopg.Error):
                 self._confirm_conn.close()
             self._confirm_conn = None
+
+
+def pg_type(column: PgColumn) -> str:
+    """The column's PostgreSQL type as a person writes it (``numeric(12,2)``, ``int4[]``)."""
+    if column.element is not None:
+        return f"{column.element}[]"
+    if column.precision is not None:
+        return f"{column.type_name}({column.precision},{column.scale or 0})"
+    return column.type_name

@@ -31,7 +31,7 @@ from source_support.errors import ConfigError
 from source_support.registry import Environment
 
 MODES = ("snapshot", "incremental", "cdc")
-SCHEMA_CHANGES = ("fail", "ignore")
+SCHEMA_CHANGES = ("fail", "evolve", "ignore")
 DEFAULT_CHUNK_ROWS = 100_000
 #: What PostgreSQL allows in a replication slot's name (and what we allow a publication's).
 SLOT_NAME = re.compile(r"[a-z0-9_]{1,63}")
@@ -106,7 +106,11 @@ class PostgresSourceConfig(ConfigBase):
     )
     schema_change: str | None = option(
         "cdc: a column added, dropped or retyped while the flow runs: fail (left out) stops the run "
-        "naming the column and the LSN; ignore goes on without it, counting the values dropped.",
+        "naming the column and the LSN; evolve takes a new column into the sink from that change on "
+        "(nullable, in its own type; NULL in the rows before it), lands a dropped one as NULL from then "
+        "on, and fails on a retype that would change the column's type in the sink (int to bigint), "
+        "naming the column, both types and the LSN; ignore goes on without it, counting the values "
+        "dropped. Every change is listed on the run.",
         default=None,
         choices=SCHEMA_CHANGES,
     )

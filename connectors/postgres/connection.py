@@ -168,7 +168,11 @@ def trusted_sql(text: str) -> sql.SQL:
 
 
 def connect(
-    url: str, *, autocommit: bool = False, application_name: str = "activedataflow"
+    url: str,
+    *,
+    autocommit: bool = False,
+    application_name: str = "activedataflow",
+    timeout_s: int = CONNECT_TIMEOUT_S,
 ) -> psycopg.Connection:
     """A psycopg connection to ``url`` (with a connect timeout); ``ConnectionError`` naming
     the masked URL when it cannot be made."""
@@ -176,7 +180,7 @@ def connect(
         return psycopg.connect(
             url,
             autocommit=autocommit,
-            connect_timeout=CONNECT_TIMEOUT_S,
+            connect_timeout=timeout_s,
             application_name=application_name,
         )
     except psycopg.Error as exc:

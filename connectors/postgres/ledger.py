@@ -7,7 +7,9 @@ Staging tables are ``<schema>.adf_staging_<run>_<attempt>_<unix time>`` (UNLOGGE
 the server empties them, which only costs a retry). Each is dropped when its attempt ends;
 after a publish, those of the run's other attempts too, and any older than a day (a worker
 killed before it could drop its own). Concurrent movers into one target are serialized by
-a transaction-scoped advisory lock on the target's name.
+a transaction-scoped advisory lock on the target's name (``lock_target``), which the direct
+path (``direct``: landed rows copied into the target itself, in the transaction that
+records their key with ``record``) takes too.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from psycopg import errors, sql
 
 from connectors.postgres.binary_copy import copy_stream, wire_type
 from connectors.postgres.connection import LEDGER_TABLE, STAGING_PREFIX, TableName
-from connectors.postgres.ddl import create_statement, sibling, table_columns, type_sql
+from connectors.postgres.ddl import create_statement, declared_type, sibling, table_columns, type_sql
 from source_support.typed_arrow import fields_of
 
 log = logging.getLogger("connectors.postgres")
@@ -73,6 +75,16 @@ class CommitKey:
         return _digest(self.stream, 12)
 
 
+def staged_type(arrow_type: pa.DataType) -> str:
+    """The type a column of ``arrow_type`` has in a staging table: its wire type, a decimal
+    with its precision and scale (``numeric(12,2)``; a negative scale, which only
+    PostgreSQL 15 takes, stays ``numeric``), so that moving it into a column of that type
+    takes no coercion of each value."""
+    wire = wire_type(arrow_type)
+    scale: int = getattr(arrow_type, "scale", 0)  # a decimal's; the stubs type no scale
+    return declared_type(arrow_type) if wire == "numeric" and scale >= 0 else wire
+
+
 @dataclass(frozen=True)
 class Staging:
     """One attempt's staging table and the output schema it holds."""
@@ -92,7 +104,7 @@ class Staging:
         name = f"{cls.name_prefix(key, attempt)}{int(time.time())}"
         staging = cls(sibling(target, name), schema)
         columns = [sql.SQL("{} bigint").format(sql.Identifier(ORDER_COLUMN))] + [
-            sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(wire_type(f.type)))
+            sql.SQL("{} {}").format(sql.Identifier(f.name), type_sql(staged_type(f.type)))
             for f in fields_of(schema)
         ]
         with conn.transaction():
@@ -183,24 +195,32 @@ def move(
     key: list[str],
     create: bool,
     commit_key: CommitKey,
+    staged_rows: int | None = None,
 ) -> bool:
     """In one transaction: the staged rows into ``target`` (``replace``: instead of its rows;
     ``upsert``: the last staged row of each key inserted or updated) and ``commit_key`` into
-    the ledger; False (nothing moved) when the ledger already holds the key."""
+    the ledger with the staged rows' count (``staged_rows``, when the caller counted them
+    already after the last COPY); False (nothing moved) when the ledger already holds the key."""
     with conn.transaction():
         conn.execute("SET LOCAL timezone = 'UTC'")
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (str(target),))
+        lock_target(conn, target)
         if create:
             conn.execute(create_statement(staging.schema, target, key if mode == "upsert" else []))
         if committed(conn, target, commit_key):
             log.info("%s: %s is in the ledger already; nothing moved", target, commit_key)
             return False
         types = {c.name: c.type for c in table_columns(conn, target) or []}
+        staged = {c.name: c.type for c in table_columns(conn, staging.table) or []}
         names = staging.schema.names
         columns = sql.SQL(", ").join(map(sql.Identifier, names))
-        values = sql.SQL(", ").join(
-            sql.SQL("{}::{}").format(sql.Identifier(n), type_sql(types[n])) for n in names
-        )
+
+        def value(name: str) -> sql.Composable:
+            """A staged column as the target's type: cast only where the types differ."""
+            if staged.get(name) == types[name]:
+                return sql.Identifier(name)
+            return sql.SQL("{}::{}").format(sql.Identifier(name), type_sql(types[name]))
+
+        values = sql.SQL(", ").join(value(n) for n in names)
         if mode == "replace":
             conn.execute(sql.SQL("DELETE FROM {}").format(target.identifier))
         if mode == "upsert":
@@ -221,8 +241,7 @@ def move(
                 columns=columns,
                 keys=keys,
                 values=sql.SQL(", ").join(
-                    sql.SQL("{}::{} AS {}").format(sql.Identifier(n), type_sql(types[n]), sql.Identifier(n))
-                    for n in names
+                    sql.SQL("{} AS {}").format(value(n), sql.Identifier(n)) for n in names
                 ),
                 staging=staging.table.identifier,
                 order=sql.Identifier(ORDER_COLUMN),
@@ -233,20 +252,30 @@ def move(
                 target.identifier, columns, values, staging.table.identifier
             )
         conn.execute(statement)
-        rows = staging.count(conn)
-        ledger = sibling(target, LEDGER_TABLE).identifier
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} (target, stream, seq, rows) VALUES (%s, %s, %s, %s) ON CONFLICT (target, stream) "
-                "DO UPDATE SET seq = EXCLUDED.seq, rows = EXCLUDED.rows, committed_at = now()"
-            ).format(ledger),
-            (str(target), commit_key.stream, commit_key.seq, rows),
-        )
-        conn.execute(
-            sql.SQL("DELETE FROM {} WHERE committed_at < now() - make_interval(days => %s)").format(ledger),
-            (LEDGER_KEEP_DAYS,),
-        )
+        record(conn, target, commit_key, staging.count(conn) if staged_rows is None else staged_rows)
     return True
+
+
+def lock_target(conn: psycopg.Connection[Any], target: TableName) -> None:
+    """Serializes, until the transaction ends, every writer of ``target``'s rows and ledger."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (str(target),))
+
+
+def record(conn: psycopg.Connection[Any], target: TableName, commit_key: CommitKey, rows: int) -> None:
+    """Records ``commit_key`` (with the rows it wrote) in the ledger, in the caller's
+    transaction, and forgets ledger rows past ``LEDGER_KEEP_DAYS``."""
+    ledger = sibling(target, LEDGER_TABLE).identifier
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (target, stream, seq, rows) VALUES (%s, %s, %s, %s) ON CONFLICT (target, stream) "
+            "DO UPDATE SET seq = EXCLUDED.seq, rows = EXCLUDED.rows, committed_at = now()"
+        ).format(ledger),
+        (str(target), commit_key.stream, commit_key.seq, rows),
+    )
+    conn.execute(
+        sql.SQL("DELETE FROM {} WHERE committed_at < now() - make_interval(days => %s)").format(ledger),
+        (LEDGER_KEEP_DAYS,),
+    )
 
 
 def sweep_staging(conn: psycopg.Connection[Any], target: TableName, key: CommitKey) -> None:

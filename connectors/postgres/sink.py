@@ -10,7 +10,13 @@ appended or upserted, each once.
 
 A Spark result is copied partition by partition in Spark's own workers (``mapInArrow``):
 memory holds one Arrow batch per partition, whatever the output's size. Landed Parquet files
-(the identity transform) are copied batch by batch without Spark.
+(the identity transform) are copied batch by batch without Spark, over two connections at
+once. An ``append`` or a ``replace`` of landed files into a table whose columns have the
+types the rows are sent in skips the staging table (``direct``): one COPY into the table
+itself, in the transaction that the fence commits with the ledger row. The staging table
+holds each column in the type it is sent in (a decimal with its precision and scale), and
+the move casts only the columns whose type differs from the target's; it records the row
+count taken after the COPY, without counting again.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass, replace
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Self, cast
 
 import psycopg
@@ -41,6 +49,7 @@ from connectors.postgres.connection import (
 )
 from connectors.postgres.connection import connect as connect_to
 from connectors.postgres.ddl import check_key, check_output, own_table_refusal, table_columns
+from connectors.postgres.direct import publish_direct
 from connectors.postgres.ledger import (
     CommitKey,
     Mode,
@@ -65,8 +74,12 @@ MODES = ("replace", "append", "upsert")
 COPY_PARTITIONS = 8
 #: Rows per Arrow batch read from landed files and copied.
 BATCH_ROWS = 65_536
+#: The connections that copy landed files into staging at once (each file a COPY of its
+#: own): the database parses one COPY per backend, so two keep two cores busy.
+STAGE_CONNECTIONS = 2
 #: A test's hook: with this set to a file path, an attempt creates that file once its rows
-#: are staged and waits there, before its fence and the move, until it is killed.
+#: are staged (or, on the direct path, copied into the table in its open transaction) and
+#: waits there, before its fence and the commit, until it is killed.
 PAUSE_BEFORE_MOVE_ENV = "DATAFLOW_TEST_POSTGRES_SINK_PAUSE"
 
 
@@ -245,12 +258,32 @@ def publish_staged(
     commit_key: CommitKey,
     attempt: str,
     publish: Publish,
+    landed: Sequence[str] | None = None,
 ) -> bool:
     """Stages the output through ``stage(staging, url)`` (the rows it staged), then lets
-    ``publish`` move them into the table; whether it was published."""
+    ``publish`` move them into the table; whether it was published. The ``landed`` files
+    of an append or a replace go straight into the table instead when its columns have the
+    types they are sent in (``direct``)."""
     target = sink_target(config, env)
     with connect(target.url) as conn:
         prepare(conn, target, schema)
+        if landed is not None and target.mode != "upsert":
+            direct = publish_direct(
+                conn,
+                target.table,
+                schema,
+                lambda: chain.from_iterable(_landed_batches(landed, schema)),
+                mode=target.mode,
+                create=target.create,
+                commit_key=commit_key,
+                rows_if_committed=lambda: _landed_rows(landed),
+                publish=publish,
+                before_fence=_pause_for_test,
+            )
+            if direct is not None:
+                if direct:
+                    sweep_staging(conn, target.table, commit_key)
+                return direct
         staging = Staging.create(conn, target.table, schema, commit_key, attempt)
         published = False
         try:
@@ -267,6 +300,7 @@ def publish_staged(
                     key=target.key,
                     create=target.create,
                     commit_key=commit_key,
+                    staged_rows=rows,
                 )
 
             published = publish(rows, swap)
@@ -365,6 +399,7 @@ def write_landed(
         commit_key=CommitKey.of_attempt(attempt_key),
         attempt=attempt_key,
         publish=publish,
+        landed=paths,
     )
 
 
@@ -387,6 +422,7 @@ def append_landed(
         commit_key=CommitKey.of_epoch(epoch_key),
         attempt=epoch_key,
         publish=publish,
+        landed=paths,
     )
 
 
@@ -396,8 +432,9 @@ def takes_landed(config: dict[str, Any]) -> bool:
 
 def staging_bytes(config: dict[str, Any], attempt_key: str) -> int | None:
     """What the bounded write ``attempt_key`` holds in its staging table so far (the
-    transform's watch stops a write past ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``); None
-    when the database cannot be asked (a connection's URL is only known to a run)."""
+    transform's watch stops a write past ``DATAFLOW_TRANSFORM_MAX_STAGING_BYTES``); 0 on
+    the direct path, which stages nothing; None when the database cannot be asked (a
+    connection's URL is only known to a run)."""
     typed = PostgresSinkConfig.from_dict(config)
     if typed.url is None or typed.table is None:
         return None
@@ -412,6 +449,11 @@ def _landed_batches(paths: Sequence[str], schema: pa.Schema) -> Iterator[Iterato
         yield (batch.cast(schema) for batch in _file_batches(path, schema.names))
 
 
+def _landed_rows(paths: Sequence[str]) -> int:
+    """The rows of the landed files, from their footers."""
+    return sum(pq.ParquetFile(path).metadata.num_rows for path in paths)
+
+
 def _file_batches(path: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
     reader: Any = pq.ParquetFile(path)  # the stubs leave iter_batches' arguments untyped
     batches: Iterator[pa.RecordBatch] = reader.iter_batches(BATCH_ROWS, columns=columns)
@@ -419,10 +461,22 @@ def _file_batches(path: str, columns: list[str]) -> Iterator[pa.RecordBatch]:
 
 
 def _stage_batches(staging: Staging, url: str, parts: Iterable[Iterable[pa.RecordBatch]]) -> int:
-    """Copies each part's batches into ``staging`` on one connection; the rows copied."""
+    """Copies each part's batches into ``staging``, the parts shared by up to
+    ``STAGE_CONNECTIONS`` connections (each part one COPY in a transaction of its own, as
+    ``Staging.copy_part`` makes it); the rows copied."""
+    numbered = list(enumerate(parts))
+    if len(numbered) <= 1 or STAGE_CONNECTIONS <= 1:
+        return _stage_parts(staging, url, numbered)
+    lanes = min(STAGE_CONNECTIONS, len(numbered))
+    with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="postgres-stage") as pool:
+        futures = [pool.submit(_stage_parts, staging, url, numbered[lane::lanes]) for lane in range(lanes)]
+        return sum(future.result() for future in futures)
+
+
+def _stage_parts(staging: Staging, url: str, parts: Sequence[tuple[int, Iterable[pa.RecordBatch]]]) -> int:
     rows = 0
     with connect(url) as conn:
-        for part, batches in enumerate(parts):
+        for part, batches in parts:
             rows += staging.copy_part(conn, part, batches)
     return rows
 

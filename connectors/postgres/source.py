@@ -23,7 +23,7 @@ from connectors.postgres.cdc import ChangeStream, default_slot_name, drop_slot, 
 from connectors.postgres.config import PostgresSourceConfig, check_table, postgres_target, source_table
 from connectors.postgres.connection import TableName, connect, error_words, mask_url, trusted_sql
 from connectors.postgres.enumerator import ChunkEnumerator, ChunkPlan
-from connectors.postgres.pgoutput import format_lsn
+from connectors.postgres.pgoutput import format_lsn, parse_lsn
 from connectors.postgres.query import checked_query
 from connectors.postgres.reader import ChunkQuery, ChunkReader
 from connectors.postgres.snapshot import hold_snapshot
@@ -58,6 +58,7 @@ class PostgresSource(Source[ChunkSplit]):
         slot: str | None = None,
         publication: str | None = None,
         schema_change: str = "fail",
+        slot_owned: bool = False,
     ) -> None:
         self.url, self.table, self.key, self.chunk_rows = url, table, key, chunk_rows
         self.query = query
@@ -67,6 +68,9 @@ class PostgresSource(Source[ChunkSplit]):
         self.cursor, self.previous_mark = cursor, previous_mark
         #: cdc (a slot given): the slot and publication, and the schema-change policy.
         self.slot, self.publication, self.schema_change = slot, publication or slot, schema_change
+        #: An earlier run of the flow made the slot (and the flow was not deleted since): a
+        #: new run resumes from it, as Debezium does after a stop, instead of refusing it.
+        self.slot_owned = slot_owned
         #: A cdc run makes a slot and a publication: a preview may not read it so.
         self.reads_without_trace = slot is None
         self._chunk_query: ChunkQuery | None = None
@@ -169,6 +173,10 @@ class PostgresSource(Source[ChunkSplit]):
         """The chunks cut in the snapshot a new slot exported at its consistent point, and
         the change stream from there (``connectors.postgres.cdc``)."""
         assert self.table is not None and self.slot is not None and self.publication is not None
+        if self.slot_owned:
+            resumed = self._resume_plan()
+            if resumed is not None:
+                return resumed
         try:
             start = start_slot(self.url, self.slot, self.publication, self.table)
         except ConnectionError as exc:
@@ -185,6 +193,27 @@ class PostgresSource(Source[ChunkSplit]):
             raise
         holder.start()
         return replace(plan, stream_lsn=start.lsn)
+
+    def _resume_plan(self) -> ChunkPlan | None:
+        """The change stream alone, from the slot's confirmed position, if the slot the flow
+        owns is still there (None: it is gone, a new one is made with a new snapshot). The
+        slot was confirmed up to the last checkpoint the earlier run committed, so nothing
+        it did not land is skipped."""
+        assert self.slot is not None
+        try:
+            with self._connect() as conn:
+                row = conn.execute(
+                    "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots "
+                    "WHERE slot_name = %s",
+                    (self.slot,),
+                ).fetchone()
+        except psycopg.Error as exc:
+            raise ConfigError(
+                self.address_field, f"cannot read {mask_url(self.url)}: {error_words(exc)}"
+            ) from None
+        if row is None or row[0] is None:
+            return None
+        return ChunkPlan("key", 0, 1, 0, 0, stream_lsn=parse_lsn(row[0]))
 
     def _table_plan(self, conn: psycopg.Connection, snapshot: str | None) -> ChunkPlan:
         assert self.table is not None
@@ -259,11 +288,7 @@ class PostgresSource(Source[ChunkSplit]):
     def release(self, states: Sequence[Mapping[str, Any] | None]) -> None:
         """Drops the cdc slot (a slot left behind holds WAL back until the disk fills) if a
         run of the flow made it: a slot of that name the flow was refused is another's."""
-        made = any(
-            isinstance((state or {}).get("plan"), dict) and state["plan"].get("stream_lsn")
-            for state in states
-            if state
-        )
+        made = any(made_slot(state) for state in states)
         if self.slot is not None and made:
             try:
                 drop_slot(self.url, self.slot)
@@ -313,7 +338,14 @@ def cdc_options(
         "slot": slot,
         "publication": config.publication or slot,
         "schema_change": config.schema_change or "fail",
+        "slot_owned": any(made_slot(state) for state in context.earlier_states),
     }
+
+
+def made_slot(state: Mapping[str, Any] | None) -> bool:
+    """Whether the run whose enumerator state this is made a cdc slot."""
+    plan: Any = (state or {}).get("plan")
+    return isinstance(plan, dict) and bool(cast(dict[str, Any], plan).get("stream_lsn"))
 
 
 def previous_mark(state: Mapping[str, Any] | None) -> str | None:

@@ -21,7 +21,7 @@ import pyarrow as pa
 from source_support.api import SchemaChange
 from source_support.errors import ConfigError
 from source_support.formats import AvroFormat, FieldsFormat, RecordFormat
-from source_support.formats.messages import LineMessages, message_decoder
+from source_support.formats.messages import AvroMessages, LineMessages, message_decoder
 
 #: An entry as XREAD returns it: (id, [field, value, field, value, ...]).
 Entry = Sequence[Any]
@@ -83,7 +83,7 @@ class FieldsDecoder:
 
     def __init__(self, fmt: FieldsFormat) -> None:
         self.fmt = fmt
-        #: ``format.on_schema_change`` does not apply to field/value pairs (yet).
+        #: The schema changes the last ``decode`` saw, each at the index of its entry.
         self.drift_seen: list[SchemaChange] = []
 
     def empty(self) -> pa.Table:
@@ -95,8 +95,12 @@ class FieldsDecoder:
         schema = self.fmt.schema
         if schema is None:
             raise ConfigError("format.schema", "is needed to read (none was given or inferred)")
-        texts = field_columns(entries, schema.names)
+        names = list(schema.names)
+        if self.fmt.on_schema_change is not None:  # the fields the schema lacks are looked at too
+            names += [n for n in field_names(entries) if n not in schema.names]
+        texts = field_columns(entries, names)
         table, bad = self.fmt.convert(texts, len(entries))
+        self.drift_seen = self.fmt.drift_seen
         return _without(table, bad, len(entries), first_only)
 
 
@@ -124,7 +128,7 @@ class RecordFieldDecoder:
     @property
     def drift_seen(self) -> list[SchemaChange]:
         """The schema changes the last ``decode`` saw, each at the index of its entry."""
-        return self.bodies.drift_seen if isinstance(self.bodies, LineMessages) else []
+        return self.bodies.drift_seen if isinstance(self.bodies, LineMessages | AvroMessages) else []
 
 
 #: What turns a batch of entries into records, by the format read.

@@ -7,7 +7,7 @@ import logging
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -225,7 +225,8 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
         self._advance(state, end, len(entries))
         if finished:
             self.finished[split.split_id] = self.streams.pop(split.split_id)
-        changes = [replace(c, position=encode_id(entries[c.position][0])) for c in self.decoder.drift_seen]
+        # Each entry's position is encoded only if the decode saw a change (a rare batch).
+        changes = self._drift_seen(_positions(entries)) if self.decoder.drift_seen else []
         return RecordBatch(
             split.split_id,
             split.offset,
@@ -241,12 +242,8 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
         first_only = self.first_bad_record_only()
         try:
             table, reasons = self.decoder.decode(entries, first_only=first_only)
-        except SchemaDrift as exc:  # at its entry's id
-            change = replace(exc.change, position=encode_id(entries[exc.change.position][0]))
-            where = f"stream {split.key} entry {entries[exc.change.position][0].decode()}"
-            raise SplitFailed(
-                f"{where}: {exc}", split_id=split.split_id, schema_changes=[replace(change, where=where)]
-            ) from None
+        except SchemaDrift as drift:  # at its entry's id
+            raise self._drift_failed(drift, split, _positions(entries)) from None
         bad = [
             BadRecord(encode_id(entries[i][0]), entry_json(entries[i]), reasons[i]) for i in sorted(reasons)
         ]
@@ -446,6 +443,11 @@ class StreamSplitReader(DecodingSplitReader[StreamSplit, EntryDecoder]):
         if self._redis_major is None:
             self._redis_major = server_major_version(self.client)
         return self._redis_major
+
+
+def _positions(entries: list[Entry]) -> list[int]:
+    """The positions of ``entries``, in order (their ids checked by ``_check_sequences``)."""
+    return [encode_id(entry_id) for entry_id, _ in entries]
 
 
 def _check_sequences(split: StreamSplit, entries: list[Entry]) -> None:

@@ -9,12 +9,19 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.contrib.auth.models import AbstractUser
 from django.db import transaction
+from django.http import Http404
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.views.decorators.http import require_POST
 
 from dataflow.models import Connection
+from dataflow.services.connection_test import connection_test, connection_test_refusal, credentials_masked
 from dataflow.services.connections import connection_delete, connection_masked, connection_save
+from dataflow.services.errors import TooManyAtOnce
 from source_support.connections import CONNECTION_KINDS
 from source_support.errors import ConfigError
 
@@ -163,3 +170,38 @@ class ConnectionAdmin(admin.ModelAdmin):
 
     def delete_model(self, request, obj):
         connection_delete(connection=obj)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path(
+                "<path:object_id>/test-connection/",
+                wrap(require_POST(self.test_view)),
+                name="dataflow_connection_test",
+            ),
+            *super().get_urls(),
+        ]
+
+    def test_view(self, request, object_id: str):
+        """The "Test connection" button: ``connection_test``, under the API's rule
+        (``connection_test_refusal``: who may only view connections is refused, 403)."""
+        connection = self.get_object(request, unquote(object_id))
+        if connection is None:
+            raise Http404(f"no connection with id {object_id!r}")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Test connection {connection.name}",
+            "original": connection,
+        }
+        status = 200
+        refusal = connection_test_refusal(connection=connection, user=request.user)
+        if refusal is not None:
+            context["error"] = f"Test connection refused: {refusal}."
+            status = 403
+        else:
+            try:
+                context["result"] = connection_test(connection=connection, user=request.user)
+            except (ConfigError, TooManyAtOnce) as exc:
+                context["error"] = credentials_masked(str(exc))
+        return TemplateResponse(request, "admin/dataflow/connection/test.html", context, status=status)

@@ -24,7 +24,7 @@ from dataflow.admin.progress import duration_text, number_text, progress_panel
 from dataflow.models import Assignment, DataFlow, DeadLetter, FlowRun, Split
 from dataflow.selectors.flows import flow_actions, flow_health_lines, flows_with_last_run
 from dataflow.selectors.runs import run_duration_s, run_live, run_message, runs_with_live_counters
-from dataflow.services.connection_test import stored_flow_check
+from dataflow.services.connection_test import SECTIONS, connector_test, credentials_masked, stored_flow_check
 from dataflow.services.errors import FlowStateError, TooManyAtOnce
 from dataflow.services.flows import (
     flow_apply,
@@ -296,6 +296,17 @@ class DataFlowAdmin(admin.ModelAdmin):
             path("<path:object_id>/export/", wrap(self.export_view), name="dataflow_dataflow_export"),
             path("<path:object_id>/preview/", wrap(self.preview_view), name="dataflow_dataflow_preview"),
             path("<path:object_id>/check/", wrap(self.check_view), name="dataflow_dataflow_check"),
+            # The form's "Test connection" buttons: the add form's, and a stored flow's.
+            path(
+                "test-connection/<str:section>/",
+                wrap(require_POST(self.section_check_view)),
+                name="dataflow_dataflow_section_check",
+            ),
+            path(
+                "<path:object_id>/test-connection/<str:section>/",
+                wrap(require_POST(self.section_check_view)),
+                name="dataflow_dataflow_section_check",
+            ),
             *super().get_urls(),
         ]
 
@@ -350,6 +361,48 @@ class DataFlowAdmin(admin.ModelAdmin):
         except (ConfigError, TooManyAtOnce) as exc:
             context["error"] = str(exc)
         return TemplateResponse(request, "admin/dataflow/dataflow/check.html", context)
+
+    def section_check_view(self, request, section: str, object_id: str | None = None):
+        """The form's "Test connection" of its ``[source]`` (with its ``[format]``) or
+        ``[sink]`` as it stands, unsaved values included: ``connector_test``, as the API's,
+        held to the flow owner's rules (the asking user's for a new flow). Answers an HTML
+        fragment that the form's script shows beside the section; who may not add (or
+        change) the flow is refused with a message (403)."""
+        if section not in SECTIONS:
+            raise Http404(f"no section {section!r}")
+        flow = None if object_id is None else self._flow_or_404(request, object_id)
+        template = "admin/dataflow/dataflow/section_check.html"
+        context: dict = {"section": section}
+        if not (
+            self.has_add_permission(request) if flow is None else self.has_change_permission(request, flow)
+        ):
+            verb = "add flows" if flow is None else f"change flow {flow.name!r}"
+            context["error"] = f"Test connection refused: you may not {verb}."
+            return TemplateResponse(request, template, context, status=403)
+        form = self.get_form(request, flow, change=flow is not None)(request.POST, instance=flow)
+        owner = flow.owner if flow is not None else request.user
+        try:
+            table = form.section_table_now(section)
+            context["result"] = connector_test(
+                section=section,
+                table=table,
+                owner=owner,
+                user=request.user,
+                format_table=form.section_table_now("format") if section == "source" else None,
+            )
+        except (ConfigError, TooManyAtOnce) as exc:
+            # A refusal may quote what was typed (a URL with its password): masked.
+            context["error"] = credentials_masked(str(exc))
+        return TemplateResponse(request, template, context)
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        context = dict(extra_context or {})
+        stored = {} if object_id is None else {"object_id": object_id}
+        context["section_check_urls"] = {
+            section: reverse("admin:dataflow_dataflow_section_check", kwargs={**stored, "section": section})
+            for section in SECTIONS
+        }
+        return super().changeform_view(request, object_id, form_url, extra_context=context)
 
     def _probe_context(self, request, flow: DataFlow, title: str) -> dict:
         if not self.has_view_permission(request, flow):

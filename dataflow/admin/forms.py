@@ -393,6 +393,23 @@ class FlowForm(forms.ModelForm):
             table = notify_unmasked(table, self.instance.notify)
         return table
 
+    def section_table_now(self, section: str) -> dict[str, Any]:
+        """The ``[section]`` table of the bound form's values as they stand (the rest of the
+        form may be unfinished): its chosen type's fields alone are cleaned. ConfigError
+        naming the option for a value its field refuses."""
+        type_name = self._cleaned_now(f"{section}_type", f"{section}.type")
+        cleaned: dict[str, Any] = {f"{section}_type": type_name}
+        for option in section_options(section, type_name):
+            name = option_field_name(section, type_name, option.name)
+            cleaned[name] = self._cleaned_now(name, f"{section}.{option.name}")
+        return self._section_table(section, cleaned)
+
+    def _cleaned_now(self, name: str, config_field: str) -> Any:
+        try:
+            return self.fields[name].clean(self[name].data)
+        except forms.ValidationError as exc:
+            raise ConfigError(config_field, "; ".join(exc.messages)) from None
+
     def _section_table(self, section: str, cleaned: dict[str, Any]) -> dict[str, Any]:
         # A required choice, and the spec is made only of a form without errors.
         type_name: str = cleaned[f"{section}_type"]

@@ -342,6 +342,33 @@ class RunSerializer(ValuesSerializer):
         }
 
 
+class SlotSerializer(ValuesSerializer):
+    flow = serializers.CharField()
+    owner = serializers.CharField(allow_blank=True)
+    slot = serializers.CharField()
+    server = serializers.CharField(help_text="host:port of the PostgreSQL server")
+    database = serializers.CharField(allow_blank=True)
+    found = serializers.BooleanField(help_text="Whether the server lists the slot.")
+    active = serializers.BooleanField(help_text="Whether a session reads the slot now.")
+    lag_bytes = serializers.IntegerField(
+        allow_null=True, help_text="WAL the slot holds back: pg_current_wal_lsn() - confirmed_flush_lsn."
+    )
+    lag_seconds = serializers.FloatField(
+        allow_null=True, help_text="Seconds since the slot was last confirmed (0: it holds nothing back)."
+    )
+    over_limit = serializers.BooleanField(help_text="Past DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB.")
+    error = serializers.CharField(allow_blank=True, help_text="Why the server could not say ('' it did).")
+
+
+class SlotReportSerializer(ValuesSerializer):
+    slots = SlotSerializer(many=True, help_text="The slots your cdc flows own.")
+    left_behind = SlotSerializer(
+        many=True,
+        help_text="Staff only: adf_ slots on those servers that no flow owns (flowctl slots --drop).",
+    )
+    max_lag_mb = serializers.FloatField(help_text="DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB")
+
+
 class StatusRunSerializer(ValuesSerializer):
     id = serializers.IntegerField()
     status = serializers.ChoiceField(choices=RunStatus.choices)
@@ -357,6 +384,9 @@ class StatusRunSerializer(ValuesSerializer):
     rows_written = serializers.IntegerField(allow_null=True)
     expectations = ExpectationCountSerializer(
         many=True, help_text="Rows that passed and failed each expectation."
+    )
+    slot = SlotSerializer(
+        allow_null=True, required=False, help_text="A postgres cdc flow's replication slot and its lag."
     )
 
 

@@ -7,7 +7,7 @@ from django.urls import path, re_path, reverse
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import SimpleRouter
 
-from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, preview, runs
+from dataflow.api.views import actions, auth, catalog, dead_letters, offsets, preview, runs, slots
 from dataflow.api.views.connections import ConnectionViewSet
 from dataflow.api.views.flows import FlowViewSet
 
@@ -39,6 +39,7 @@ urlpatterns = [
     ),
     path("auth/token/", auth.TokenView.as_view(), name="token"),
     path("connectors/", catalog.ConnectorCatalogView.as_view(), name="connectors"),
+    path("slots/", slots.SlotsView.as_view(), name="slots"),
     path("connectors/<slug:type>/test/", preview.ConnectorTestView.as_view(), name="connector-test"),
     # before the router's: "preview" is no flow's name (specs.RESERVED_NAMES)
     path("flows/preview/", preview.FlowPreviewView.as_view(), name="flow-preview-spec"),

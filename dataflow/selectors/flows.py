@@ -9,9 +9,11 @@ from typing import Any
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.utils import timezone
 
-from dataflow.models import DataFlow, FlowRun, FlowStatus, RunStatus, Split, SplitStatus
+from dataflow.models import DataFlow, DeadLetter, FlowRun, FlowStatus, RunStatus, Split, SplitStatus
 from dataflow.selectors.runs import flow_latest_run, latest_runs_of, run_counter_live, run_progress
 from dataflow.selectors.splits import split_rows
+from dataflow.selectors.visibility import flows_visible
+from dataflow.services.slots import cdc_flows, slots_report
 
 
 def flow_list() -> list[tuple[DataFlow, FlowRun | None]]:
@@ -62,6 +64,12 @@ def flows_with_last_run(queryset: QuerySet[DataFlow]) -> QuerySet[DataFlow]:
 
 #: The most runs ``flow_runs`` lists by default (the newest).
 RUNS_LISTED = 50
+
+
+def flow_dead_letters(*, flow: DataFlow) -> QuerySet[DeadLetter]:
+    """The flow's dead letters, oldest first: records that could not be read, and output rows
+    an expectation dropped (``expectation`` names it)."""
+    return flow.dead_letters.select_related("flow").order_by("id")
 
 
 def flow_runs(*, flow: DataFlow, limit: int = RUNS_LISTED) -> list[dict]:
@@ -141,6 +149,7 @@ def flow_status(
         "rows_written": progress.rows_written,
         # one per expectation of the flow (at most MAX_EXPECTATIONS)
         "expectations": [{"name": name, **counts} for name, counts in (run.expectation_counts or {}).items()],
+        "slot": flow_slot(flow=flow),
     }
     by_state = dict(run.splits.order_by().values_list("status").annotate(n=Count("id")))
     out["splits_by_state"] = by_state
@@ -148,6 +157,23 @@ def flow_status(
     out["splits"] = split_rows(run=run, limit=splits_page_size, offset=(splits_page - 1) * splits_page_size)
     out["splits_listed"] = len(out["splits"])
     return out
+
+
+def flow_slot(*, flow: DataFlow) -> dict | None:
+    """A postgres cdc flow's replication slot with its lag (``dataflow.services.slots``);
+    None for other flows, and before a run made the slot."""
+    found = slots_report(flows=[flow]).flows
+    return found[0].as_dict() if found else None
+
+
+def slots_visible(*, user: Any, operator: bool = False) -> dict[str, Any]:
+    """The replication slots of the cdc flows ``user`` may see, with their lag; for staff
+    (and the ``operator``: a management command), also the ``adf_`` slots left behind on
+    those servers, which no flow owns. A ``ConfigError`` past
+    ``DATAFLOW_POSTGRES_SLOT_SERVERS_MAX`` servers."""
+    staff = operator or getattr(user, "is_staff", False)
+    flows = cdc_flows() if operator else cdc_flows().filter(pk__in=flows_visible(user=user).values("pk"))
+    return slots_report(flows=flows.select_related("owner").order_by("name"), left_behind=staff).as_dict()
 
 
 def flow_status_report(

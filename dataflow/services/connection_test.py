@@ -78,9 +78,37 @@ def connector_test(
         work = _source_work(table, env, owner=owner, format_table=format_table)
     else:
         work = _sink_work(table, env, owner=owner)
+    field, what = _addressed(section, kind, table)
     with probe_slot(user=user, timeout_s=seconds):
-        answer = _probe(work, seconds, field=f"{section}.type", what=f"the {kind} {section}")
+        answer = _probe(work, seconds, field=field, what=what)
     return {"section": section, "type": kind, **answer}
+
+
+#: The options that say where a connector's system is, in the order a table is searched.
+ADDRESS_OPTIONS = ("connection", "bootstrap_servers", "servers", "url", "endpoint_url", "bucket", "path")
+
+
+def _addressed(section: str, kind: str, table: dict[str, Any]) -> tuple[str, str]:
+    """The field a test that does not answer in time is about (the table's address, as a
+    run's refusal names it) and how its message says what did not answer."""
+    for option in ADDRESS_OPTIONS:
+        value = table.get(option)
+        if isinstance(value, str) and value:
+            return f"{section}.{option}", f"the {kind} {section} at {credentials_masked(value)}"
+    return f"{section}.type", f"the {kind} {section}"
+
+
+def connection_test_refusal(*, connection: Connection, user) -> str | None:
+    """Why ``user`` may not test the stored ``connection`` (the API's and the admin's one
+    rule), or None. A user it is granted to may test it, as their flows use it; staff may
+    test any connection only with the permission to change connections (as Airflow's test
+    button asks for edit rights): a staff account that may only view connections cannot make
+    the service reach a system with the stored secret."""
+    if user is None or user.is_superuser:
+        return None
+    if user.is_staff and not user.has_perm("dataflow.change_connection"):
+        return f"you may view connection {connection.name!r} but not change it, so you may not test it"
+    return None
 
 
 def connection_test(*, connection: Connection, user, timeout_s: object = None) -> dict[str, Any]:
@@ -150,14 +178,15 @@ def _probe(work: Callable[[], list[str]], seconds: float, *, field: str, what: s
         return {"ok": False, "field": exc.field, "error": exc.reason}
     except Exception as exc:  # noqa: BLE001 - a system that failed in its own way: said, not raised
         first = (str(exc).strip().splitlines() or [""])[0]
-        return {"ok": False, "field": field, "error": f"{type(exc).__name__}: {_masked(first)}"}
+        return {"ok": False, "field": field, "error": f"{type(exc).__name__}: {credentials_masked(first)}"}
 
 
 #: A URL's credentials (``scheme://user:secret@``), wherever they are in a message.
 URL_CREDENTIALS_RE = re.compile(r"(\w+://[^\s:/@]*:)[^\s@]+@")
 
 
-def _masked(text: str) -> str:
+def credentials_masked(text: str) -> str:
+    """``text`` with every URL's password replaced by ``****``."""
     return URL_CREDENTIALS_RE.sub(r"\1****@", text)
 
 

@@ -57,6 +57,7 @@ def source_for(run: FlowRun) -> Source:
         flow_name=spec["name"],
         stop=spec.get("stop_rule") or {},
         previous_state=previous_succeeded_state(run),
+        earlier_states=upstream_states(run),
     )
     return build_source(
         spec["source_type"],
@@ -74,6 +75,29 @@ def previous_succeeded_state(run: FlowRun) -> dict | None:
         .values_list("enumerator_state", flat=True)
         .first()
     )
+
+
+#: Earlier runs whose states a source sees (the newest that made something upstream).
+EARLIER_STATES = 5
+
+
+def upstream_states(run: FlowRun) -> tuple[dict, ...]:
+    """The enumerator states of the flow's earlier runs that made a cdc slot, newest first
+    (at most ``EARLIER_STATES``): while the flow exists, it owns that slot. Asked only of a
+    source that makes one (a postgres table in cdc mode)."""
+    if (
+        run.spec.get("source_type") != "postgres"
+        or (run.spec.get("source_config") or {}).get("mode") != "cdc"
+    ):
+        return ()
+    states = (
+        FlowRun.objects.filter(
+            flow_id=run.flow_id, pk__lt=run.pk, enumerator_state__plan__stream_lsn__isnull=False
+        )
+        .order_by("-pk")
+        .values_list("enumerator_state", flat=True)[:EARLIER_STATES]
+    )
+    return tuple(state for state in states if state)
 
 
 def run_environment(run: FlowRun) -> Environment:

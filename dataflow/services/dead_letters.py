@@ -44,6 +44,7 @@ from dataflow.models import (
 from dataflow.services.context import landing_zone, run_key
 from dataflow.services.environment import environment
 from dataflow.services.errors import FlowStateError
+from dataflow.services.lineage import run_lineage_emit
 from dataflow.services.quotas import quota_check_run_start
 from dataflow.services.runs.replay import REPLAY_SPLIT, REPLAY_TRIGGER
 from dataflow.services.runs.start import run_schema_resolve
@@ -138,6 +139,8 @@ def dead_letters_replay(
         landing.discard_run(uid.hex)  # what was landed for a run that was never created
         raise
     transaction.on_commit(lambda: request_tick(run_id=run.pk))
+    # A run as any other: its end (COMPLETE, FAIL) is sent, so its START is too.
+    transaction.on_commit(lambda: run_lineage_emit(run=run, event_type="START"), robust=True)
     return run
 
 

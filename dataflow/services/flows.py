@@ -36,7 +36,7 @@ from dataflow.services.connections import flow_connections_check
 from dataflow.services.context import coordinator_for, source_for
 from dataflow.services.environment import environment
 from dataflow.services.errors import FlowExistsError, FlowStateError, QuotaExceeded
-from dataflow.services.lineage import run_lineage_emit
+from dataflow.services.lineage import run_lineage_again, run_lineage_emit
 from dataflow.services.notify import notify_unmasked, run_notify
 from dataflow.services.queues import TRANSFORM_CHECK, run_task_send
 from dataflow.services.quotas import quota_check_flow_apply, quota_check_run_start
@@ -370,6 +370,7 @@ def flow_resume(*, flow: DataFlow) -> FlowRun:
         run.status, run.finished_at, run.paused_at = RunStatus.READING, None, None
         run.message = "resumed from its checkpoints"
         run.save(update_fields=["status", "finished_at", "paused_at", "message"])
+        run_lineage_again(run=run)  # its ABORT ended the last OpenLineage run
         flow.status = FlowStatus.RUNNING
         flow.save(update_fields=["status", "updated_at"])
         flow_ticks_set(flow=flow, enabled=True)
@@ -410,6 +411,7 @@ def flow_restart(*, flow: DataFlow, only_failed: bool = False) -> FlowRun:
         flow.save(update_fields=["status", "updated_at"])
         flow_ticks_set(flow=flow, enabled=True)
         if not was_active:
+            run_lineage_again(run=run)  # its FAIL ended the last OpenLineage run
             coordinator = coordinator_for(run)
             transaction.on_commit(coordinator.purge)
             transaction.on_commit(coordinator.note_reader_alive)  # a reader is due from now on

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import DateTimeField, DurationField, ExpressionWrapper, F, OuterRef, Q, Subquery
+from django.db.models import (
+    DateTimeField,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    Subquery,
+)
 from django.db.models.functions import Coalesce, Greatest, Now
 from django_celery_beat.models import PeriodicTask
 
@@ -64,7 +73,10 @@ def _flows_with_due():
         Coalesce(Subquery(last_epoch), F("created_at")),
         output_field=DateTimeField(),
     )
-    window = ExpressionWrapper(F("freshness_seconds") * timedelta(seconds=1), output_field=DurationField())
+    # An IntegerField, not the model's PositiveIntegerField: SQLite (the embedded default)
+    # multiplies a duration only by a field Django knows as a number.
+    seconds = ExpressionWrapper(F("freshness_seconds"), output_field=IntegerField())
+    window = ExpressionWrapper(seconds * timedelta(seconds=1), output_field=DurationField())
     return DataFlow.objects.filter(freshness_seconds__gt=0).annotate(
         due=ExpressionWrapper(moved + window, output_field=DateTimeField())
     )
@@ -127,7 +139,7 @@ def run_failures_check(*, run: FlowRun, status: str) -> bool:
     if len(latest) < limit or any(s != RunStatus.FAILED for s in latest):
         return False
     message = (
-        f"schedule paused: {limit} runs failed in a row (the latest: run {run.pk}); "
+        f"schedule paused: {limit} {'run' if limit == 1 else 'runs'} failed in a row (the latest: run {run.pk}); "
         "save the flow or run it successfully to resume the schedule"
     )
     paused = (

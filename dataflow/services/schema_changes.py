@@ -26,20 +26,20 @@ def _quoted(name: str) -> str:
 
 def run_landed_ddl(run: FlowRun) -> str:
     """The columns of the run's landed records, in Spark DDL: its schema, then under
-    ``rescue`` the ``_rescued`` column, under ``evolve`` each column added so far (STRING,
-    in the order first seen). Empty when the run has no schema (nothing to read)."""
+    ``rescue`` the ``_rescued`` column, under ``evolve`` (``format.on_schema_change``, or a
+    postgres cdc source's ``schema_change``) each column added so far, in the order first
+    seen, in the type it lands as (a format's: STRING; a cdc column's: its own). Empty when
+    the run has no schema (nothing to read)."""
     ddl = run.schema_ddl
     if not ddl:
         return ddl
     policy = (run.spec.get("format_options") or {}).get("on_schema_change")
     if policy == "rescue":
         return f"{ddl}, {_quoted(RESCUED)} STRING"
-    if policy == "evolve":
-        added = SchemaChangeRecord.objects.filter(run=run, kind=ADDED, policy="evolve").values_list(
-            "column_name", flat=True
-        )
-        return ", ".join([ddl, *(f"{_quoted(name)} STRING" for name in added)])
-    return ddl
+    added = SchemaChangeRecord.objects.filter(run=run, kind=ADDED, policy="evolve").values_list(
+        "column_name", "new_type"
+    )
+    return ", ".join([ddl, *(f"{_quoted(name)} {new_type or 'STRING'}" for name, new_type in added)])
 
 
 def run_schema_changes(run: FlowRun) -> list[dict[str, Any]]:

@@ -50,6 +50,8 @@ _lock = threading.Lock()
 _session = None
 #: JVM options of this process's driver besides Spark's (see ``warm_up_for_runflow``).
 _driver_java_options = ""
+#: The thread of ``warm_up``, while it starts this process's session.
+_warming: threading.Thread | None = None
 _session_key = None
 _pid = None
 _jobs_running = 0
@@ -125,9 +127,21 @@ def spark_job() -> Iterator:
 
 def warm_up() -> threading.Thread:
     """Starts the session in the background; the returned thread ends when it is ready."""
+    global _warming
     thread = threading.Thread(target=_warm_up, name="spark-warm-up", daemon=True)
     thread.start()
+    _warming = thread
     return thread
+
+
+def warm_up_done(timeout: float) -> bool:
+    """Whether no session is being started in the background (``warm_up``) any more, after
+    waiting up to ``timeout`` seconds for it: a caller that would only block on it can
+    look at what it waits for in between, and give up."""
+    thread = _warming
+    if thread is not None:
+        thread.join(timeout)
+    return thread is None or not thread.is_alive()
 
 
 def warm_up_for_runflow() -> threading.Thread | None:

@@ -5,6 +5,8 @@
   of a whole block, then the slow path that finds the bad records);
 - ``avro``: Avro container files and messages (not lines), with ``avro_types`` (Avro
   schemas as Arrow types) and ``avro_container`` (a container file read block by block);
+- ``parquet``: Parquet files, each file's footer its schema (row groups read by the files
+  source's ``parquet_reader``);
 - ``csv``, ``json``: the two record formats of lines; ``json_values`` checks a decoded JSON
   record against the schema;
 - ``fields``: the field/value pairs of a stream entry as a record;
@@ -15,6 +17,7 @@ from source_support.formats.avro import AvroFormat, BadMessage, is_inline_schema
 from source_support.formats.csv import CsvFormat, MissingColumns
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JSON_LAYOUT_SAMPLE, JsonDocumentsFormat, JsonLinesFormat, json_layout
+from source_support.formats.parquet import ParquetFormat
 from source_support.formats.record import NEWLINE, ReadError, RecordFormat
 from source_support.formats.registry import (
     FORMAT_ALIASES,
@@ -44,6 +47,7 @@ __all__ = [
     "JsonDocumentsFormat",
     "JsonLinesFormat",
     "MissingColumns",
+    "ParquetFormat",
     "ReadError",
     "RecordFormat",
     "ValueRules",

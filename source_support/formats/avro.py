@@ -26,19 +26,24 @@ import struct
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 import fastavro
 import fastavro.schema
+import numpy as np
 import pyarrow as pa
 
+from source_support.api import SchemaChange
 from source_support.errors import ConfigError
+from source_support.formats import typed_columns
 from source_support.formats.avro_types import AvroSchema, AvroTypeError, AvroTypes
+from source_support.formats.drift import SchemaDrift, settle
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.record import ReadError
-from source_support.schema import spark_type
-from source_support.typed_arrow import fields_of
+from source_support.formats.typed_arrow import Offsets
+from source_support.formats.typed_columns import in_run_columns, select_columns
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -101,19 +106,7 @@ def load_writer_schema(text: str, env: PathResolver | None) -> AvroSchema:
 def conform(avro: pa.Schema, declared: pa.Schema | None, *, where: str) -> pa.Schema:
     """The columns landed: the declared ones (each must be in the Avro schema with the same
     type), or all of the Avro schema's. ValueError naming the column that disagrees."""
-    if declared is None:
-        return avro
-    by_name = {name.lower(): i for i, name in enumerate(avro.names)}
-    for f in fields_of(declared):
-        i = by_name.get(f.name.lower())
-        if i is None:
-            raise ValueError(f"column {f.name!r} is not a field of the Avro schema of {where}")
-        if avro.types[i] != f.type:
-            raise ValueError(
-                f"column {f.name!r} is {spark_type(avro.types[i])} in the Avro schema of {where}, "
-                f"not {spark_type(f.type)}"
-            )
-    return declared
+    return typed_columns.conform(avro, declared, where=where, kind="Avro")
 
 
 def single_object_fingerprint(schema: AvroSchema) -> bytes:
@@ -125,14 +118,6 @@ def single_object_fingerprint(schema: AvroSchema) -> bytes:
     )  # fastavro's hex is little-endian
 
 
-def select_columns(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The columns of ``schema`` out of ``table``, matched by name whatever the case."""
-    if table.schema.names == schema.names:
-        return table
-    by_name = {name.lower(): name for name in table.schema.names}
-    return table.select([by_name[name.lower()] for name in schema.names]).rename_columns(schema.names)
-
-
 class SchemaRegistry:
     """A Confluent schema registry read over HTTP (``GET /schemas/ids/<id>``); schemas are
     kept by id, which never changes its schema."""
@@ -141,6 +126,8 @@ class SchemaRegistry:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.schemas: dict[int, Any] = {}
+        #: The schemas as the registry gave them (JSON), by id.
+        self.declared: dict[int, AvroSchema] = {}
 
     def schema(self, schema_id: int) -> Any:
         """The parsed writer schema of ``schema_id``; BadMessage if the registry has none."""
@@ -154,7 +141,8 @@ class SchemaRegistry:
                 if exc.code == 404:
                     raise BadMessage(f"schema id {schema_id} is not in the schema registry") from None
                 raise
-            parsed = fastavro.parse_schema(json.loads(body["schema"]))
+            self.declared[schema_id] = json.loads(body["schema"])
+            parsed = fastavro.parse_schema(self.declared[schema_id])
             self.schemas[schema_id] = parsed
         return parsed
 
@@ -172,9 +160,15 @@ class AvroFormat(SchemaHolder):
         writer_schema: AvroSchema | None = None,
         registry_url: str | None = None,
         record_field: str | None = None,
+        on_schema_change: str | None = None,
     ) -> None:
         #: The declared columns (``format.schema``); None: those of the Avro schema.
         self.declared = schema
+        #: What a container file whose Avro schema adds, lacks or retypes a column of the
+        #: run's lands (``drift``); None: the run's columns must all be in it, as they are.
+        self.on_schema_change = on_schema_change
+        #: The schema changes the last ``decode_batch`` saw, each at its message's index.
+        self.drift_seen: list[SchemaChange] = []
         self.writer_schema = writer_schema
         #: The field of a stream entry that holds the message (``format.field``).
         self.record_field = record_field
@@ -215,16 +209,43 @@ class AvroFormat(SchemaHolder):
             raise ValueError(f"{where}: {exc}") from None
 
     def file_table(
-        self, records: Sequence[dict[str, Any]], avro_schema: AvroSchema, *, path: str
-    ) -> pa.Table:
-        """Records of a file written with ``avro_schema`` as a table of the run's schema;
-        ReadError naming the file if its schema does not give the run's columns."""
+        self,
+        records: Sequence[dict[str, Any]],
+        avro_schema: AvroSchema,
+        *,
+        path: str,
+        row_positions: Offsets | None = None,
+    ) -> tuple[pa.Table, list[SchemaChange]]:
+        """Records of a file written with ``avro_schema`` as the run lands them, and the
+        schema changes seen in them (``row_positions[i]``: where record ``i``'s block
+        starts). Without ``on_schema_change``, ReadError naming the file if its schema does
+        not give the run's columns; with it, its columns that the run's schema lacks, the
+        run's columns it lacks and those of another type are settled as CSV's are
+        (``drift.settle``; ``SchemaDrift`` under fail)."""
         try:
             types = self.types_of(avro_schema)
-            landed = conform(types.arrow_schema, self.known_schema, where=path)
+            landed = (
+                conform(types.arrow_schema, self.known_schema, where=path)
+                if self.on_schema_change is None
+                else None
+            )
         except ValueError as exc:
             raise ReadError(f"{path}: its Avro schema does not fit the run's columns: {exc}") from None
-        return select_columns(types.table(records), landed).cast(landed)
+        if landed is not None:
+            return select_columns(types.table(records), landed).cast(landed), []
+        table, missing, found_types = self._in_run_columns(types.table(records))
+        return settle(
+            table,
+            self.known_schema,
+            self.on_schema_change,
+            missing=missing,
+            row_positions=row_positions,
+            found_types=found_types,
+        )
+
+    def _in_run_columns(self, table: pa.Table) -> tuple[pa.Table, tuple[str, ...], dict[str, str]]:
+        """A file's records in the run's columns (``typed_columns.in_run_columns``)."""
+        return in_run_columns(table, self.known_schema)
 
     def check_file_schema(self, avro_schema: AvroSchema, *, path: str) -> None:
         """ConfigError naming ``format.schema`` if a file's Avro schema disagrees with it."""
@@ -238,15 +259,23 @@ class AvroFormat(SchemaHolder):
     def decode(self, body: bytes) -> dict[str, Any]:
         """One message body as a record of ``writer_schema`` (see the module's docstring for
         the framings read); BadMessage with the reason if it is not one."""
+        return self._decode(body)[0]
+
+    def _decode(self, body: bytes) -> tuple[dict[str, Any], int | None]:
+        """A message body's record and the registry id of its writer's schema (None without
+        a registry). Under ``on_schema_change`` a registry's message is read with its own
+        writer's schema, not resolved to ``writer_schema``: its columns are settled after."""
         if self.writer_schema is None:
             raise ConfigError("format.writer_schema", "is needed to read Avro messages")
-        writer, reader, offset = self.writer, None, 0
+        writer, reader, offset, schema_id = self.writer, None, 0, None
         if self.registry is not None:
             if len(body) < 5 or body[:1] != CONFLUENT_MAGIC:
                 raise BadMessage(
                     "not in the schema registry's framing (a zero byte, then a 4-byte schema id)"
                 )
-            writer, reader, offset = self.registry.schema(struct.unpack(">I", body[1:5])[0]), self.writer, 5
+            schema_id = struct.unpack(">I", body[1:5])[0]
+            writer, offset = self.registry.schema(schema_id), 5
+            reader = None if self.on_schema_change is not None else self.writer
         elif body[:2] == SINGLE_OBJECT_MAGIC and body[2:10] == self.fingerprint:
             offset = 10
         stream = io.BytesIO(body)
@@ -265,7 +294,7 @@ class AvroFormat(SchemaHolder):
             )
         if not isinstance(record, dict):
             raise BadMessage("not an Avro record")
-        return record  # pyright: ignore[reportUnknownVariableType]
+        return record, schema_id  # pyright: ignore[reportUnknownVariableType]
 
     def decode_batch(
         self, bodies: Sequence[bytes | None], *, first_only: bool = False
@@ -274,18 +303,66 @@ class AvroFormat(SchemaHolder):
         run's schema, and why each bad body (by index) is bad; with ``first_only``, only the
         first bad one and no records."""
         records: list[dict[str, Any]] = []
+        #: Per record, its message's index and its writer's registry id.
+        origins: list[tuple[int, int | None]] = []
         bad: dict[int, str] = {}
+        self.drift_seen = []
         for i, body in enumerate(bodies):
             if not body:
                 bad[i] = "the message has no body" if body is None else "the message body is empty"
             else:
                 try:
-                    records.append(self.decode(body))
+                    record, schema_id = self._decode(body)
                 except BadMessage as exc:
                     bad[i] = str(exc)
+                else:
+                    records.append(record)
+                    origins.append((i, schema_id))
             if first_only and bad:
                 return self.empty(), bad
         if not records:
             return self.empty(), bad
+        if self.on_schema_change is not None and self.registry is not None:
+            return self._settled_by_writer(records, origins), bad
         table = select_columns(self.types_of(self.writer_schema).table(records), self.known_schema)
         return table.cast(self.known_schema), bad
+
+    def _settled_by_writer(
+        self, records: list[dict[str, Any]], origins: list[tuple[int, int | None]]
+    ) -> pa.Table:
+        """Records read each with its writer's schema as the run lands them, in their
+        messages' order: the records of each writer's schema settled as a file's are
+        (``drift.settle``, a change at its message's index; ``SchemaDrift`` under fail)."""
+        assert self.registry is not None and self.on_schema_change is not None
+        by_writer: dict[int | None, list[int]] = {}
+        for n, (_, schema_id) in enumerate(origins):
+            by_writer.setdefault(schema_id, []).append(n)
+        tables: list[pa.Table] = []
+        order: list[int] = []
+        for schema_id, members in by_writer.items():
+            assert schema_id is not None  # a registry's message always names its writer
+            indices = np.asarray([origins[n][0] for n in members], np.int64)
+            try:
+                types = self.types_of(self.registry.declared[schema_id])
+            except AvroTypeError as exc:
+                raise ReadError(f"the writer's schema {schema_id} in the schema registry: {exc}") from None
+            table, missing, found_types = self._in_run_columns(types.table([records[n] for n in members]))
+            try:
+                landed, changes = settle(
+                    table,
+                    self.known_schema,
+                    self.on_schema_change,
+                    missing=missing,
+                    row_positions=indices,
+                    found_types=found_types,
+                )
+            except SchemaDrift as exc:
+                at = exc.change.position if exc.change.position >= 0 else int(indices[0])
+                raise SchemaDrift(replace(exc.change, position=at)) from None
+            self.drift_seen += [
+                replace(c, position=c.position if c.position >= 0 else int(indices[0])) for c in changes
+            ]
+            tables.append(landed)
+            order += members
+        merged = pa.concat_tables(tables, promote_options="default")
+        return merged.take(np.argsort(np.asarray(order, np.int64), kind="stable"))

@@ -92,9 +92,12 @@ def settle(
     *,
     missing: tuple[str, ...] = (),
     row_positions: Offsets | None = None,
+    found_types: dict[str, str] | None = None,
 ) -> tuple[pa.Table, list[SchemaChange]]:
     """The records as the run lands them under ``policy`` and the changes seen in them
-    (see the module's docstring); ``row_positions[i]`` is where record ``i`` starts."""
+    (see the module's docstring); ``row_positions[i]`` is where record ``i`` starts;
+    ``found_types``: the type a retyped column was found with (a typed format's, such as
+    Avro's), where it is not text."""
     extras = [n for n in table.column_names if n not in schema.names]
     types = {f.name: spark_type(f.type) for f in fields_of(schema)}
     if policy is None:
@@ -110,7 +113,13 @@ def settle(
             column_name = name.removeprefix(RETYPED)
             changes.append(
                 SchemaChange(
-                    column_name, CHANGED_TYPE, types[column_name], "STRING", policy, first, len(present)
+                    column_name,
+                    CHANGED_TYPE,
+                    types[column_name],
+                    (found_types or {}).get(column_name, "STRING"),
+                    policy,
+                    first,
+                    len(present),
                 )
             )
         else:

@@ -9,7 +9,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from source_support.api import SchemaChange
 from source_support.datetime_patterns import parse_with_pattern
+from source_support.formats.drift import RETYPED, as_text, settle
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.typed_arrow import Mask, as_mask, fields_of, nulls
 from source_support.formats.values import (
@@ -33,21 +35,40 @@ class FieldsFormat(SchemaHolder):
     type_name = "fields"
     record_field: str | None = None
 
-    def __init__(self, schema: pa.Schema | None, *, rules: ValueRules | None = None) -> None:
+    def __init__(
+        self,
+        schema: pa.Schema | None,
+        *,
+        rules: ValueRules | None = None,
+        on_schema_change: str | None = None,
+    ) -> None:
         self.schema = schema
         self.rules = rules or ValueRules()
+        #: What an entry with a field the schema lacks, or a value of another type, lands
+        #: as (``drift``); None: the schema's fields are read and the others ignored.
+        self.on_schema_change = on_schema_change
+        #: The schema changes the last ``convert`` saw, each at the index of its entry.
+        self.drift_seen: list[SchemaChange] = []
 
     def with_schema(self, schema: pa.Schema) -> FieldsFormat:
-        return FieldsFormat(schema, rules=self.rules)
+        return FieldsFormat(schema, rules=self.rules, on_schema_change=self.on_schema_change)
 
     def convert(self, texts: dict[str, pa.Array[Any]], count: int) -> tuple[pa.Table, dict[int, str]]:
         """The ``count`` records whose values are ``texts`` (column -> binary or string
         values, null where absent; a column not given is all null), and why each bad
         record (by index) is bad. Bad records stay in the table, with nulls where their
-        values failed: the caller drops them."""
+        values failed: the caller drops them.
+
+        Under ``on_schema_change`` a field of ``texts`` the schema lacks is a new column, and
+        a value that does not convert to its column's type is retyped under rescue and
+        ignore (a bad record under fail and evolve), as in CSV (``drift.settle``; an absent
+        field is null, as a JSON key is); the changes are left in ``drift_seen``."""
         schema = self.known_schema
+        tolerant = self.on_schema_change in ("rescue", "ignore")
         columns: list[pa.Array[Any]] = []
+        fields = list(fields_of(schema))
         reasons: dict[int, str] = {}
+        retyped: dict[str, pa.Array[Any]] = {}
         for f in fields_of(schema):
             values = texts.get(f.name)
             if values is None:
@@ -55,9 +76,24 @@ class FieldsFormat(SchemaHolder):
                 continue
             converted, failed = _convert_field(values, f.type, self.rules)
             columns.append(converted)
+            if tolerant and failed.any():
+                retyped[RETYPED + f.name] = pc.if_else(pa.array(failed), _as_text(values), None)
+                continue
             for row in np.flatnonzero(failed):
                 reasons.setdefault(int(row), _field_reason(f, values[int(row)].as_py()))
-        return pa.Table.from_arrays(columns, schema=schema), reasons
+        self.drift_seen = []
+        if self.on_schema_change is None:
+            return pa.Table.from_arrays(columns, schema=schema), reasons
+        for name, values in [*((n, v) for n, v in texts.items() if n not in schema.names), *retyped.items()]:
+            fields.append(pa.field(name, pa.string()))
+            columns.append(values if name in retyped else _as_text(values))
+        table, self.drift_seen = settle(
+            pa.Table.from_arrays(columns, schema=pa.schema(fields)),
+            schema,
+            self.on_schema_change,
+            row_positions=np.arange(count, dtype=np.int64),
+        )
+        return table, reasons
 
     def infer_schema(self, texts: dict[str, pa.Array[Any]]) -> pa.Schema:
         """A schema for sampled values (column -> texts, in the order fields were first
@@ -121,6 +157,10 @@ def _convert_timestamp(
         from_epoch = scaled.cast(pa.int64()).cast(pa.timestamp(arrow_type.unit, tz=arrow_type.tz))
         instants = pc.if_else(epoch, from_epoch, instants)
     return instants, failed | bad
+
+
+def _as_text(values: pa.Array[Any]) -> pa.Array[Any]:
+    return as_text(pa.chunked_array([values]))
 
 
 def _field_reason(f: pa.Field[pa.DataType], value: bytes | str | None) -> str:

@@ -36,6 +36,11 @@ class MessageDecoder(Protocol):
 
     def empty(self) -> pa.Table: ...
 
+    @property
+    def drift_seen(self) -> list[SchemaChange]:
+        """The schema changes the last ``decode`` saw, each at the index of its body."""
+        ...
+
 
 class LineMessages:
     """Bodies that each hold one record of a line format (JSON, CSV), parsed at once as a
@@ -143,6 +148,8 @@ class RawMessages:
 
     def __init__(self, fmt: RawFormat) -> None:
         self.fmt = fmt
+        #: Bytes have no columns to drift.
+        self.drift_seen: list[SchemaChange] = []
 
     def empty(self) -> pa.Table:
         return self.fmt.empty()
@@ -158,12 +165,16 @@ class AvroMessages:
     def __init__(self, fmt: AvroFormat, *, missing: str) -> None:
         self.fmt = fmt
         self.missing = missing
+        #: The schema changes the last ``decode`` saw, each at the index of its body (with a
+        #: schema registry; a declared writer schema alone cannot drift).
+        self.drift_seen: list[SchemaChange] = []
 
     def empty(self) -> pa.Table:
         return self.fmt.empty()
 
     def decode(self, bodies: Sequence[bytes | None], *, first_only: bool) -> tuple[pa.Table, dict[int, str]]:
         table, bad = self.fmt.decode_batch(bodies, first_only=first_only)
+        self.drift_seen = self.fmt.drift_seen
         return table, {i: self.missing if bodies[i] is None else reason for i, reason in bad.items()}
 
 

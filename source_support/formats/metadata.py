@@ -10,6 +10,7 @@ import pyarrow as pa
 from source_support.errors import ConfigError
 from source_support.formats.avro import AvroFormat, PathResolver
 from source_support.formats.fields import FieldsFormat
+from source_support.formats.parquet import ParquetFormat
 from source_support.formats.record import RecordFormat
 from source_support.formats.registry import FormatSpec
 from source_support.formats.typed_arrow import fields_of
@@ -54,14 +55,22 @@ def format_for_run(
     file (an Avro ``writer_schema`` path)."""
     names = {f.name for f in metadata or ()}
     if schema is not None and metadata:
-        record_format = fmt.build(
-            pa.schema([f for f in fields_of(schema) if f.name not in names]), entries=True, env=env
+        record_format = _for_entries(
+            fmt.build(pa.schema([f for f in fields_of(schema) if f.name not in names]), entries=True, env=env)
         )
         return record_format, schema
-    record_format = fmt.build(schema, entries=True, env=env)
+    record_format = _for_entries(fmt.build(schema, entries=True, env=env))
     if schema is None and record_format.schema is not None and metadata:
         clash = [n for n in record_format.schema.names if n in names]
         if clash:
             raise ConfigError("format.schema", f"column {clash[0]} is a metadata column (source.metadata)")
         return record_format, with_metadata(record_format.schema, metadata)
     return record_format, schema if schema is not None else record_format.schema
+
+
+def _for_entries(
+    built: RecordFormat | FieldsFormat | AvroFormat | ParquetFormat,
+) -> RecordFormat | FieldsFormat | AvroFormat:
+    """A format built for entries, which is never Parquet (``build(entries=True)`` refuses it)."""
+    assert not isinstance(built, ParquetFormat)
+    return built

@@ -16,6 +16,7 @@ from source_support.formats.csv import CsvFormat
 from source_support.formats.drift import DEFAULT_POLICY, POLICIES, RESCUED
 from source_support.formats.fields import FieldsFormat
 from source_support.formats.json import JsonLinesFormat
+from source_support.formats.parquet import ParquetFormat
 from source_support.formats.raw import RawFormat
 from source_support.formats.record import DEFAULT_ENCODING, RecordFormat
 from source_support.formats.typed_arrow import fields_of
@@ -33,7 +34,7 @@ class FormatSpec:
 
     def build(
         self, schema: pa.Schema | None = None, *, entries: bool = False, env: PathResolver | None = None
-    ) -> RecordFormat | FieldsFormat | AvroFormat:
+    ) -> RecordFormat | FieldsFormat | AvroFormat | ParquetFormat:
         """The format, with ``schema`` (or the one given in the table). ``entries`` says the
         source delivers entries of field/value pairs (a stream), not lines: only then may
         the format be ``fields`` or name the ``field`` that holds a record. ``env`` resolves
@@ -44,6 +45,8 @@ class FormatSpec:
             return plugin(self, schema, entries)
         if self.type == "avro":
             return self._build_avro(schema, env)
+        if self.type == "parquet":
+            return self._build_parquet(schema)
         opts = dict(self.options)
         ddl = opts.pop("schema", None)
         record_field = opts.pop("field", None)
@@ -55,7 +58,7 @@ class FormatSpec:
             opts.pop(name, None)
         schema = schema or (parse_ddl(ddl) if ddl else None)
         if self.type == "fields":
-            return FieldsFormat(schema, rules=rules)
+            return FieldsFormat(schema, rules=rules, on_schema_change=policy)
         if entries and self.type == "csv":
             opts["header"] = False  # an entry holds one record, never a header
         if self.type == "raw":
@@ -70,6 +73,16 @@ class FormatSpec:
         fmt.comment = comment.encode() if comment else None
         return fmt
 
+    def _build_parquet(self, schema: pa.Schema | None) -> ParquetFormat:
+        opts = self.options
+        declared = parse_ddl(opts["schema"]) if "schema" in opts else None
+        fmt = ParquetFormat(
+            declared,
+            on_schema_change=opts.get("on_schema_change")
+            or (None if declared is not None else DEFAULT_POLICY),
+        )
+        return fmt.with_schema(schema) if schema is not None else fmt
+
     def _build_avro(self, schema: pa.Schema | None, env: PathResolver | None) -> AvroFormat:
         opts = self.options
         declared = parse_ddl(opts["schema"]) if "schema" in opts else None
@@ -79,6 +92,10 @@ class FormatSpec:
             writer_schema=load_writer_schema(writer, env) if writer else None,
             registry_url=opts.get("registry_url"),
             record_field=opts.get("field"),
+            # Messages are read with writer_schema (resolved to it by a registry, unless the
+            # option is given): only files default to fail.
+            on_schema_change=opts.get("on_schema_change")
+            or (None if declared is not None or writer else DEFAULT_POLICY),
         )
         return fmt.with_schema(schema) if schema is not None else fmt
 
@@ -103,6 +120,12 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
     Avro message needs its ``writer_schema``, which a container file carries itself."""
     if fmt.type == "avro":
         _check_avro_for_source(fmt, entries=entries)
+    if fmt.type == "parquet" and entries:
+        raise ConfigError(
+            "format.type",
+            "parquet reads Parquet files (a files source); a stream's messages are read as "
+            "csv, jsonl, avro, fields or raw",
+        )
     if entries:
         if fmt.options.get("header"):
             raise ConfigError("format.header", "a stream entry holds one record, without a header: remove it")
@@ -127,6 +150,13 @@ def check_format_for_source(fmt: FormatSpec, *, entries: bool) -> None:
 
 
 def _check_avro_for_source(fmt: FormatSpec, *, entries: bool) -> None:
+    if entries and "on_schema_change" in fmt.options and not fmt.options.get("registry_url"):
+        raise ConfigError(
+            "format.on_schema_change",
+            "applies to Avro container files and to messages framed for a schema registry (each "
+            "names its writer's schema); without registry_url every message of a stream is read "
+            "with writer_schema, so its columns cannot drift: remove it, or give registry_url",
+        )
     if entries and not fmt.options.get("writer_schema"):
         raise ConfigError(
             "format.writer_schema",
@@ -278,7 +308,13 @@ FORMATS: dict[str, FormatType] = {
         "fields",
         "The field/value pairs of a stream entry as the record, each value converted to its column's "
         "type (redis_streams only).",
-        (SCHEMA_OPTION, NULL_VALUES_OPTION, DATE_FORMAT_OPTION, TIMESTAMP_FORMAT_OPTION),
+        (
+            SCHEMA_OPTION,
+            NULL_VALUES_OPTION,
+            DATE_FORMAT_OPTION,
+            TIMESTAMP_FORMAT_OPTION,
+            ON_SCHEMA_CHANGE_OPTION,
+        ),
     ),
     "avro": FormatType(
         "avro",
@@ -315,6 +351,55 @@ FORMATS: dict[str, FormatType] = {
                 secret="url",
             ),
             FIELD_OPTION,
+            Option(
+                "on_schema_change",
+                str,
+                "Container files, and messages with registry_url: what a run does when a file's (a "
+                "message's writer's) Avro schema stops fitting the run's columns (the declared ones, "
+                "writer_schema's, or the first file's): a field added, one missing, "
+                "or one of another type (a promotion such as int to long is no change). fail (the "
+                "split fails naming the column and the file's block), evolve (a new field lands as a "
+                "nullable STRING column, a missing one as nulls; another type fails), rescue (the "
+                f"run's columns, and what did not fit as JSON in a {RESCUED} STRING column) or "
+                "ignore (dropped, and counted). Left out: fail when the columns are the first file's; "
+                "a declared schema then needs its columns in every file, as they are, and a "
+                "registry's messages are resolved to writer_schema by Avro's rules.",
+                default=None,
+                choices=POLICIES,
+                example="rescue",
+            ),
+        ),
+    ),
+    "parquet": FormatType(
+        "parquet",
+        "Parquet files, read row group by row group (a file's row groups are its split points; "
+        "memory holds one row group per reader); each file's footer holds its schema.",
+        (
+            Option(
+                "schema",
+                str,
+                "The columns to land in Spark DDL; each must be a column of every file with the type "
+                "it reads as, or one that widens to it without loss (INT for BIGINT, DECIMAL(4,2) for "
+                "DECIMAL(12,2)); a column that disagrees is refused, named. Only these are read. "
+                "Left out, every column of the first file.",
+                default=None,
+                example="id BIGINT, customer STRING, amount DECIMAL(12,2), ts TIMESTAMP",
+            ),
+            Option(
+                "on_schema_change",
+                str,
+                "What a run does when a file's columns stop fitting the run's (the declared ones, "
+                "or the first file's): a column added, one missing, or one of another type (a "
+                "widening such as int to long is no change). fail (the split fails naming the "
+                "column and the file's row group), evolve (a new column lands as a nullable STRING, "
+                "a missing one as nulls; another type fails), rescue (the run's columns, and what "
+                f"did not fit as JSON in a {RESCUED} STRING column) or ignore (dropped, and counted). "
+                "Left out: fail when the columns are the first file's; a declared schema then needs "
+                "its columns in every file, as they are.",
+                default=None,
+                choices=POLICIES,
+                example="rescue",
+            ),
         ),
     ),
     "raw": FormatType(

@@ -4,12 +4,14 @@ the metadata columns the run asks for after the format's own, in the run's order
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
-from source_support.api import OffsetEntry, RecordBatch, SourceSplit, SplitT
+from source_support.api import OffsetEntry, RecordBatch, SchemaChange, SourceSplit, SplitT
+from source_support.errors import SplitFailed
+from source_support.formats.drift import SchemaDrift
 from source_support.reader_base import SplitReader
 
 
@@ -19,6 +21,12 @@ class RecordDecoder(Protocol):
 
     def empty(self) -> pa.Table:
         """No records, in the format's columns."""
+        ...
+
+    @property
+    def drift_seen(self) -> list[SchemaChange]:
+        """The schema changes the last decode saw (``format.on_schema_change``), each at
+        the index of its message in the batch."""
         ...
 
 
@@ -60,6 +68,19 @@ class DecodingSplitReader(SplitReader[SplitT], Generic[SplitT, DecoderT]):
         if self.output_schema is not None and set(self.output_schema.names) == set(table.column_names):
             table = table.select(self.output_schema.names)
         return table
+
+    def _drift_seen(self, positions: Sequence[int]) -> list[SchemaChange]:
+        """The schema changes the last decode saw, each at its message's position
+        (``positions``: those of the decoded messages, in order); the runtime says where."""
+        return [replace(c, position=int(positions[c.position])) for c in self.decoder.drift_seen]
+
+    def _drift_failed(self, drift: SchemaDrift, split: SplitT, positions: Sequence[int]) -> SplitFailed:
+        """The failure of ``split`` on a schema change under ``on_schema_change = "fail"``,
+        naming the column and the position of the message it was first seen at."""
+        position = int(positions[max(drift.change.position, 0)])
+        where = self.describe(split, position)
+        change = replace(drift.change, position=position, where=where)
+        return SplitFailed(f"{where}: {drift}", split_id=split.split_id, schema_changes=[change])
 
     def _empty(self) -> pa.Table:
         """No records, in the run's columns."""

@@ -95,6 +95,8 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
     bounding_stops: ClassVar[tuple[str, ...]] = ("latest", "time", "position")
     #: A stream's reader keeps its position upstream: a preview reads ``sample`` only.
     reads_without_trace = False
+    #: What a split is in the connector's words, in a test of the connection.
+    split_noun: ClassVar[str] = "splits"
 
     def __init__(self, reading: StreamReading[FormatT], *, clock: Callable[[], float] = time.time) -> None:
         self.fmt = reading.fmt
@@ -156,7 +158,9 @@ class StreamSource(Source[SplitT], Generic[SplitT, FormatT, DecoderT]):
         and how many records wait past that where the connector can tell."""
         serializer = self.split_serializer
         lags = self.split_lags({s.split_id: (serializer.serialize(s), s.offset.position) for s in splits})
-        lines = [f"{len(splits)} found"]
+        known = [lag for s in splits if (lag := lags.get(s.split_id)) is not None]
+        total = f", {sum(known)} records to read" if splits and len(known) == len(splits) else ""
+        lines = [f"{len(splits)} {self.split_noun} found{total}"]
         for split in splits:
             lag = lags.get(split.split_id)
             waiting = f", {lag} records to read" if lag is not None else ""

@@ -70,6 +70,23 @@ class Page:
         wait = WebDriverWait(self.driver, timeout, ignored_exceptions=(StaleElementReferenceException,))
         return wait.until(lambda driver: condition(), message)
 
+    def click(self, css: str, timeout: float = WAIT_S) -> None:
+        """Click what ``css`` finds once it is visible. A part that a poll redraws (the flow
+        list, the run panels) can replace the element between finding and clicking it: find
+        it again and click the new one."""
+
+        def clicked(driver) -> bool:
+            try:
+                element = driver.find_element(By.CSS_SELECTOR, css)
+                if not element.is_displayed():
+                    return False
+                element.click()
+            except StaleElementReferenceException:
+                return False
+            return True
+
+        WebDriverWait(self.driver, timeout).until(clicked, f"could not click {css}")
+
     def find(self, css: str):
         return self.driver.find_element(By.CSS_SELECTOR, css)
 
@@ -117,6 +134,10 @@ class Page:
 def page(browser, live_server, transactional_db, tmp_path, monkeypatch):
     # Pages poll every second here: a test waits less for what a poll brings.
     monkeypatch.setattr(dashboard_views, "POLL_MS", 1000)
+    # Off the last test's page first (to a page without scripts on the same server, whose
+    # cookies are the ones deleted): a poll of that page still in flight could set a CSRF
+    # cookie after the cookies were deleted, and a login form's token was refused (403).
+    browser.get(live_server.url + "/healthz")
     browser.delete_all_cookies()
     browser.get_log("browser")  # drop what an earlier test left
     return Page(browser, live_server.url, tmp_path)

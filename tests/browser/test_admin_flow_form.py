@@ -24,7 +24,7 @@ def test_staff_adds_a_flow_whose_source_options_follow_the_chosen_type(page, dir
     page.get("/admin/login/?next=/admin/dataflow/dataflow/add/")
     page.wait_for("#id_username").send_keys("root")
     page.find("#id_password").send_keys(PASSWORD)
-    page.find("input[type=submit]").click()
+    page.click("input[type=submit]")
     page.wait_for("#id_source_type")
 
     source_type = Select(page.find("#id_source_type"))
@@ -44,7 +44,7 @@ def test_staff_adds_a_flow_whose_source_options_follow_the_chosen_type(page, dir
     Select(page.find("#id_sink_type")).select_by_value("parquet")
     page.find("#id_sink__parquet__path").send_keys(str(dirs.out / "orders"))
     page.screenshot("admin-flow-add-files")
-    page.find("input[name=_save]").click()
+    page.click("input[name=_save]")
 
     page.wait_for("#result_list")
     assert "orders-from-admin" in page.find("#result_list").text

@@ -27,9 +27,9 @@ def test_staff_click_preview_and_test_connection_on_a_flows_page(page, dirs):
     page.get(f"/admin/login/?next=/admin/dataflow/dataflow/{flow.pk}/change/")
     page.wait_for("#id_username").send_keys("root")
     page.find("#id_password").send_keys(PASSWORD)
-    page.find("input[type=submit]").click()
+    page.click("input[type=submit]")
 
-    page.wait_for("#preview-flow").click()
+    page.click("#preview-flow")
     records = page.wait_for("#preview-records")
     assert [row.text.split()[0] for row in records.find_elements("css selector", "tbody tr")] == [
         "0",
@@ -45,7 +45,7 @@ def test_staff_click_preview_and_test_connection_on_a_flows_page(page, dirs):
     page.screenshot("admin-flow-preview")
 
     page.get(f"/admin/dataflow/dataflow/{flow.pk}/change/")
-    page.wait_for("#check-flow").click()
+    page.click("#check-flow")
     source = page.wait_for("#check-source").text
     assert "[source] files: OK" in source and "1 files matched" in source
     assert "[sink] parquet: OK" in page.find("#check-sink").text

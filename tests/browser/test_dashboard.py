@@ -62,7 +62,7 @@ def _log_in(page, username: str) -> None:
     page.get("/")
     page.wait_for("form input[name=username]").send_keys(username)
     page.find("form input[name=password]").send_keys(PASSWORD)
-    page.find("form button[type=submit]").click()
+    page.click("form button[type=submit]")
     page.wait_for("table.flows-table")
 
 
@@ -84,7 +84,7 @@ def test_owner_sees_their_flows_and_a_flow_page_that_updates_itself(page, settin
     page.screenshot("dashboard-index")
     page.screenshot("dashboard-index-narrow", width=420)
 
-    page.find('a.flow-link[href="/flows/orders-daily/"]').click()
+    page.click('a.flow-link[href="/flows/orders-daily/"]')
     page.wait_until(
         lambda: page.points("chart-throughput") == 90,
         message="the throughput chart never drew its 90 samples",
@@ -139,7 +139,7 @@ def test_staff_logged_in_on_the_admin_see_a_finished_run_and_the_admin_links(pag
     page.get("/admin/login/?next=/flows/files-once/")
     page.wait_for("#id_username").send_keys("root")
     page.find("#id_password").send_keys(PASSWORD)
-    page.find("input[type=submit]").click()
+    page.click("input[type=submit]")
     page.wait_until(lambda: page.points("chart-throughput") == 12)
 
     assert "is-empty" in page.find("#chart-lag").get_attribute("class")
@@ -188,7 +188,7 @@ def test_admin_pages_log_no_console_errors(page):
     page.get("/admin/login/")
     page.wait_for("#id_username").send_keys("root")
     page.find("#id_password").send_keys(PASSWORD)
-    page.find("input[type=submit]").click()
+    page.click("input[type=submit]")
     page.wait_for("#content")
     page.get("/admin/dataflow/dataflow/")
     page.wait_for("#changelist")

@@ -127,7 +127,7 @@ def test_every_metric_has_help_text_and_the_dataflow_prefix(client, active_run):
     text = client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPE_TOKEN}"}).content.decode()
     families = list(text_string_to_metric_families(text))
 
-    assert len(families) == 15  # 14 of flows, and beat's last tick
+    assert len(families) == 20  # 14 of flows, beat's last tick, and 5 of postgres cdc slots
     for family in families:
         assert family.name.startswith("dataflow_"), family.name
         assert family.documentation, family.name
@@ -219,7 +219,8 @@ def test_a_scrape_makes_as_many_queries_for_30_flows_as_for_3(client, django_ass
         SplitFactory(run=active)
         MetricSampleFactory(run=active, lag=5)
 
-    with django_assert_max_num_queries(5):
+    # 5 for the flows, 1 for the cdc flows whose slots are reported (none here)
+    with django_assert_max_num_queries(6):
         samples = _scrape(client)
 
     assert sum(1 for name, _ in samples if name == "dataflow_lag_records") == flows

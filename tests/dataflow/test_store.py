@@ -6,14 +6,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from django.conf import settings
+from django.db import connection, transaction
 
 from connectors.files.split import FileSplit, FileSplitSerializer
 from dataflow.models import Assignment, DeadLetter, LandedBatch, Split
+from dataflow.services.flows import flow_start
 from dataflow.store import DjangoRunStore
 from source_support.api import BadRecord
 from source_support.coordination import StoreBacklog
 from source_support.runtime import BatchCommit
-from tests.factories import FlowRunFactory
+from tests.factories import DataFlowFactory, FlowRunFactory
+from tests.helpers import write_csv
 
 pytestmark = pytest.mark.django_db
 
@@ -198,3 +202,34 @@ def test_a_committed_batchs_note_is_on_its_split_and_in_the_run_message(store):
     store.run.refresh_from_db()
     assert store.run.message == note
     assert Split.objects.get(run=store.run, split_id="range-0").error == note
+
+
+def _idle_timeout() -> int:
+    """The session's idle_in_transaction_session_timeout, in milliseconds (0: none)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (extract(epoch FROM current_setting('idle_in_transaction_session_timeout')::interval)"
+            " * 1000)::int"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_a_run_started_inside_a_callers_transaction_leaves_its_idle_time_alone(dirs):
+    # The test's transaction is the caller's (an admin view's, say): the start's enumeration
+    # runs in an atomic block within it, and must not end the caller's session after two
+    # reader leases of idleness (it did: tests/dataflow/admin/test_runs.py reset it by hand).
+    write_csv(dirs.data / "orders.csv", range(10))
+    flow_start(flow=DataFlowFactory(source_path=str(dirs.data / "orders.csv")))
+
+    assert _idle_timeout() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_of_the_stores_own_is_bounded_while_it_lasts(store):
+    # A tick's enumeration, in a transaction of its own: bounded to two reader leases, as the
+    # server then ends a frozen process's session and its locks go.
+    with transaction.atomic():
+        store.load_enumerator_state()
+        bounded = _idle_timeout()
+    assert bounded == int(settings.DATAFLOW_READER_LEASE_SECONDS * 2000)
+    assert _idle_timeout() == 0

@@ -138,7 +138,7 @@ def _split_log_records(piece: str) -> list[str]:
 _VOLATILE = [
     # Times the service stamps (a log record's; a run's start), not dates in the data.
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"), "<time>"),
-    (re.compile(r"\b(started|ended|finished) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), r"\1 <time>"),
+    (re.compile(r"\b(started|ended|finished|stale since) \d{4}-\d\d-\d\d \d\d:\d\d:\d\d"), r"\1 <time>"),
     (re.compile(r"application local-\d+"), "application local-<id>"),
     (re.compile(r"application app-[\w-]+"), "application app-<id>"),
     (

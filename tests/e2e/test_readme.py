@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,10 @@ KAFKA_STEPS = ["kafka-1", "kafka-2"]
 POSTGRES_STEPS = ["postgres-1"]
 # Local Spark only; the second edits a fixture to show a failing test (run last).
 FLOW_TEST_STEPS = ["flow-tests-1", "flow-tests-2"]
+# "[[expect]]": run by test_readme_expectations_and_lineage_print_what_the_readme_shows.
+EXPECT_STEPS = ["expect-1"]
+# "Freshness and failures" under [flow]: run by test_readme_freshness_and_failures_print_what_the_readme_shows.
+HEALTH_STEPS = ["health-1", "health-2", "health-3"]
 FILES = [
     "examples/first-flow/orders.toml",
     "examples/stream/orders.toml",
@@ -73,6 +78,9 @@ FILES = [
     "examples/kafka/orders.toml",
     "examples/postgres/orders.toml",
     "examples/first-flow/orders.test.toml",
+    "examples/expect/orders.csv",
+    "examples/expect/orders.toml",
+    "examples/health/orders.toml",
 ]
 # The line step 6 appends, as the README says.
 BAD_LINE = "2002,hooli,twelve,2026-03-12 09:05:00"
@@ -164,6 +172,8 @@ def test_readme_first_flow_and_stream_print_what_the_readme_shows(tmp_path):
         + KAFKA_STEPS
         + POSTGRES_STEPS
         + FLOW_TEST_STEPS
+        + EXPECT_STEPS
+        + HEALTH_STEPS
     )
     assert sorted(blocks.files) == sorted(FILES)
     co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
@@ -232,6 +242,48 @@ def test_readme_flow_tests_print_what_the_readme_shows(tmp_path):
         co.mismatches.append("examples/first-flow/orders.test.toml: the README's block is not the file")
     for name in FLOW_TEST_STEPS:
         co.step(name)
+    assert co.mismatches == [], "\n\n".join(co.mismatches)
+
+
+@pytest.mark.timeout(600)
+def test_readme_expectations_and_lineage_print_what_the_readme_shows(tmp_path):
+    """The ``[[expect]]`` example on a clean checkout: a dropped row and a warned one counted by
+    ``flowctl status``, the dropped row as a dead letter, and the run's lineage events in the
+    file ``DATAFLOW_OPENLINEAGE_FILE`` names (its directory not made yet)."""
+    blocks = parse_readme((ROOT / "README.md").read_text())
+    co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
+    for path in ("examples/expect/orders.csv", "examples/expect/orders.toml"):
+        if (co.path / path).read_text() != blocks.files[path]:
+            co.mismatches.append(f"{path}: the README's block is not the file")
+    assert not (co.path / "out").exists()  # as on a fresh clone: the lineage file's directory is new
+    co.must("python manage.py migrate -v0")
+
+    for name in EXPECT_STEPS:
+        co.step(name)
+    assert co.mismatches == [], "\n\n".join(co.mismatches)
+
+
+# The shortest [flow] freshness: the example's flow is stale this long after its run succeeded.
+FRESHNESS_S = 60
+
+
+@pytest.mark.timeout(600)
+def test_readme_freshness_and_failures_print_what_the_readme_shows(tmp_path):
+    """The "Freshness and failures" example on a clean checkout, on the embedded SQLite: a
+    run that succeeds, two that fail pausing the schedule, then, a minute after the success,
+    the flow marked stale by the same check as beat's (``flowctl health``), as ``flows`` shows."""
+    blocks = parse_readme((ROOT / "README.md").read_text())
+    co = Checkout(clean_checkout(tmp_path / "checkout"), blocks)
+    if (co.path / "examples/health/orders.toml").read_text() != blocks.files["examples/health/orders.toml"]:
+        co.mismatches.append("examples/health/orders.toml: the README's block is not the file")
+    co.must("python manage.py migrate -v0")
+
+    co.step("health-1")
+    succeeded = time.monotonic()  # the run ended before runflow returned
+    co.step("health-2")
+    # A minute is the shortest freshness: what is left of it is waited for, not faked.
+    time.sleep(max(0.0, FRESHNESS_S + 1 - (time.monotonic() - succeeded)))
+    co.step("health-3")
     assert co.mismatches == [], "\n\n".join(co.mismatches)
 
 

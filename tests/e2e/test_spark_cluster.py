@@ -58,7 +58,9 @@ def _port(preferred: int | None = None) -> int:
 
 
 def _get_json(url: str):
-    with urllib.request.urlopen(url, timeout=5) as response:
+    # A wait, not a measure: the Spark UI's REST API answered in more than 5 s on a loaded
+    # 2-core CI machine (a Connect server's UI after its run).
+    with urllib.request.urlopen(url, timeout=60) as response:
         return json.load(response)
 
 

@@ -241,7 +241,14 @@ def test_a_recursive_record_is_refused_naming_the_field():
 def test_the_catalog_lists_avro_with_its_options():
     entry = next(e for e in connector_catalog()["formats"] if e["type"] == "avro")
 
-    assert set(entry["schema"]["properties"]) == {"type", "schema", "writer_schema", "registry_url", "field"}
+    assert set(entry["schema"]["properties"]) == {
+        "type",
+        "schema",
+        "writer_schema",
+        "registry_url",
+        "field",
+        "on_schema_change",
+    }
     assert entry["schema"]["properties"]["registry_url"]["writeOnly"] is True
 
 

@@ -124,6 +124,7 @@ class TestFieldsFormatOptions(OptionsContract):
             "null_values": ["", "NA"],
             "date_format": "yyyy/MM/dd",
             "timestamp_format": "dd/MM/yyyy HH:mm:ss",
+            "on_schema_change": "rescue",
         }
 
 
@@ -144,7 +145,7 @@ def test_the_catalog_lists_every_registered_source_format_and_sink():
     assert [e["type"] for e in catalog["formats"]] == sorted(FORMATS)
     assert [e["type"] for e in catalog["sinks"]] == sorted(SINKS)
     assert {"files", "redis_streams", "sequence"} <= set(SOURCES)
-    assert {"csv", "jsonl", "fields", "avro", "raw"} == set(FORMATS)
+    assert {"csv", "jsonl", "fields", "avro", "raw", "parquet"} == set(FORMATS)
     assert {"parquet", "csv", "json", "redis_stream"} <= set(SINKS)
 
 

@@ -17,6 +17,7 @@ from dataflow.api.serializers import (
 )
 from dataflow.api.views.base import WRITE_SCOPE, ApiDefaults, FlowScopedView
 from dataflow.models import DeadLetter
+from dataflow.selectors.flows import flow_dead_letters
 from dataflow.selectors.visibility import dead_letters_visible
 from dataflow.services.dead_letters import dead_letters_discard, dead_letters_replay
 
@@ -32,7 +33,7 @@ class FlowDeadLettersView(FlowScopedView, ListAPIView):
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator: no request
             return DeadLetter.objects.none()
-        return self.get_flow().dead_letters.select_related("flow").order_by("id")
+        return flow_dead_letters(flow=self.get_flow())
 
 
 @extend_schema(summary="A dead letter", responses={200: DeadLetterSerializer, **errors(404)}, methods=["GET"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.generics import GenericAPIView
 from rest_framework.response import Response
 
@@ -20,7 +20,7 @@ from dataflow.api.serializers import (
 )
 from dataflow.api.views.base import WRITE_SCOPE, ApiDefaults, FlowScopedView
 from dataflow.selectors.visibility import connections_visible
-from dataflow.services.connection_test import connection_test, connector_test
+from dataflow.services.connection_test import connection_test, connection_test_refusal, connector_test
 from dataflow.services.preview import flow_preview
 from dataflow.services.specs import flow_spec_of
 from source_support.errors import ConfigError
@@ -125,7 +125,7 @@ class ConnectorTestView(ProbeView):
 @extend_schema(
     summary="Test a named connection: its server answers, and what its patterns match",
     request=ConnectionTestRequestSerializer,
-    responses={200: ConnectionTestSerializer, **errors(400, 404, 413, 429)},
+    responses={200: ConnectionTestSerializer, **errors(400, 403, 404, 413, 429)},
 )
 class ConnectionTestView(ProbeView):
     serializer_class = ConnectionTestRequestSerializer
@@ -134,6 +134,9 @@ class ConnectionTestView(ProbeView):
         connection = connections_visible(user=request.user).filter(name=name).first()
         if connection is None:
             raise NotFound(f"no connection named {name!r} is granted to you")
+        refusal = connection_test_refusal(connection=connection, user=request.user)
+        if refusal is not None:
+            raise PermissionDenied(refusal)
         body = ConnectionTestRequestSerializer(data=request.data if request.data is not None else {})
         body.is_valid(raise_exception=True)
         return Response(

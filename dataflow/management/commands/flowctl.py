@@ -8,12 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 
 from dataflow.management.base import DataflowCommand
 from dataflow.management.lookup import flow_named
 from dataflow.models import DataFlow, FlowRun
-from dataflow.selectors.flows import flow_runs, flow_status
+from dataflow.selectors.flows import flow_dead_letters, flow_runs, flow_status, slots_visible
 from dataflow.services.checkpoints import checkpoints_of
 from dataflow.services.connection_test import flow_check
 from dataflow.services.errors import FlowStateError
@@ -29,10 +30,12 @@ from dataflow.services.flows import (
     flow_start,
     flow_stop,
 )
+from dataflow.services.health import flows_health_check
 from dataflow.services.offsets import offsets_of, offsets_reset, offsets_set
 from dataflow.services.preview import flow_preview
 from dataflow.services.schema_changes import run_schema_changes
 from dataflow.services.secret_keys import secrets_rotate
+from dataflow.services.slots import slot_drop
 from dataflow.services.specs import flow_spec_of, flow_spec_validate
 from dataflow.services.toml_export import flow_toml
 from dataflow.services.toml_import import flow_spec_from_toml_bytes
@@ -46,6 +49,7 @@ ACTIONS = (
     "restart",
     "status",
     "runs",
+    "dead-letters",
     "validate",
     "export",
     "rescale",
@@ -57,11 +61,15 @@ ACTIONS = (
     "check",
     "rotate-secrets",
     "test",
+    "slots",
+    "health",
 )
 #: Actions whose NAME may be a TOML file as well as a stored flow.
 FILE_ACTIONS = ("validate", "preview", "check")
 #: Actions on the deployment, not on one flow: they take no NAME.
-DEPLOYMENT_ACTIONS = ("rotate-secrets",)
+DEPLOYMENT_ACTIONS = ("rotate-secrets", "slots", "health")
+#: Columns of ``dead-letters``'s table, in the order shown.
+DEAD_LETTER_COLUMNS = ("id", "run", "expectation", "offset", "line", "error", "raw")
 #: Columns of ``status``'s split table, in the order shown.
 SPLIT_COLUMNS = ("split_id", "state", "reader", "offset", "records_read", "errors_count", "lag", "error")
 
@@ -70,7 +78,7 @@ class Command(DataflowCommand):
     help = (
         "Steers one flow: start, stop, pause (hold its readers), resume (a paused run, or a stopped "
         "one from its checkpoints), restart [--only-failed] (a new run, or only the latest run's "
-        "failed splits), status, runs (newest first), validate (NAME: a TOML file or a flow; exit "
+        "failed splits), status, runs (newest first), dead-letters [--limit N] (oldest first), validate (NAME: a TOML file or a flow; exit "
         "code 1 if invalid), export (the flow as TOML for applyflows), rescale N (readers of a "
         "running flow), offsets (read; --set SPLIT=OFFSET, --reset on a stopped flow), checkpoints, "
         "restore [--checkpoint ID] (a new run from a checkpoint), test FILE... (the [[test]] of flow files: "
@@ -78,15 +86,20 @@ class Command(DataflowCommand):
         "sink directory stays its owner's unless --delete-output removes it); preview [--limit N] "
         "[--from latest] (NAME: a TOML file or a flow; its transform over real records, nothing "
         "written); check (NAME: a TOML file or a flow; what its source and sink reach now; exit "
-        "code 1 if one fails); rotate-secrets (no NAME: "
-        "every stored secret encrypted again with the first key of DATAFLOW_SECRET_KEYS). --json prints "
+        "code 1 if one fails); slots (no NAME: the replication slots the cdc flows own, their lag, "
+        "and adf_ slots no flow owns; --user U: as U sees them; --drop SLOT: drop one left behind); "
+        "rotate-secrets (no NAME: "
+        "every stored secret encrypted again with the first key of DATAFLOW_SECRET_KEYS); health (no NAME: "
+        "the [flow] freshness check beat runs each minute, now). --json prints "
         "JSON for scripts."
     )
 
     def add_arguments(self, parser):
         parser.add_argument("action", choices=ACTIONS)
         parser.add_argument(
-            "name", nargs="?", help="the flow's name (validate: also a TOML file; rotate-secrets: none)"
+            "name",
+            nargs="?",
+            help="the flow's name (validate: also a TOML file; rotate-secrets, slots, health: none)",
         )
         parser.add_argument(
             "more", nargs="*", metavar="N|FILE", help="rescale: the new parallelism; test: more flow files"
@@ -96,7 +109,9 @@ class Command(DataflowCommand):
             "--only-failed", action="store_true", help="restart: read only the failed splits again"
         )
         parser.add_argument(
-            "--limit", type=int, help="runs: how many of the newest (50); preview: records to read (100)"
+            "--limit",
+            type=int,
+            help="runs: how many of the newest (50); dead-letters: of the oldest (50); preview: records to read (100)",
         )
         parser.add_argument(
             "--from",
@@ -115,6 +130,8 @@ class Command(DataflowCommand):
         )
         parser.add_argument("--reset", action="store_true", help="offsets: read from source.start again")
         parser.add_argument("--checkpoint", type=int, help="restore: the checkpoint id (default: the newest)")
+        parser.add_argument("--user", help="slots: list as this user sees them (default: the operator)")
+        parser.add_argument("--drop", metavar="SLOT", help="slots: drop this slot, left behind (staff only)")
         parser.add_argument(
             "--delete-output",
             action="store_true",
@@ -131,6 +148,10 @@ class Command(DataflowCommand):
         try:
             if action == "rotate-secrets":
                 result = self._rotate_secrets(options)
+            elif action == "slots":
+                result = self._slots(options)
+            elif action == "health":
+                result = self._health(options)
             elif action in FILE_ACTIONS:
                 assert name is not None
                 result = getattr(self, f"_{action}")(name, options)
@@ -139,7 +160,7 @@ class Command(DataflowCommand):
                 result = self._test([name, *options["more"]])
             else:
                 assert name is not None
-                result = getattr(self, f"_{action}")(flow_named(name), options)
+                result = getattr(self, f"_{action.replace('-', '_')}")(flow_named(name), options)
         except (ConfigError, FlowStateError) as exc:
             raise CommandError(str(exc)) from None
         if options["json"]:
@@ -191,6 +212,13 @@ class Command(DataflowCommand):
     def _runs(self, flow, options) -> list[dict[str, Any]]:
         return flow_runs(flow=flow, limit=options["limit"] or 50)
 
+    def _dead_letters(self, flow, options) -> list[dict[str, Any]]:
+        letters = flow_dead_letters(flow=flow)[: options["limit"] or 50]
+        return [
+            {name: getattr(letter, name) for name in DEAD_LETTER_COLUMNS} | {"run": letter.run_id}
+            for letter in letters
+        ]
+
     def _preview(self, name: str, options) -> dict[str, Any]:
         spec, owner = _spec_and_owner(name)
         return flow_preview(
@@ -215,6 +243,23 @@ class Command(DataflowCommand):
         except ConfigError as exc:
             return {"valid": False, "source": name, "field": exc.field, "error": exc.reason}
         return {"valid": True, "source": name, "flow": values["name"]}
+
+    def _slots(self, options) -> dict[str, Any]:
+        user = None
+        if options["user"]:
+            user = get_user_model().objects.filter(username=options["user"]).first()
+            if user is None:
+                raise CommandError(f"no user named {options['user']!r}")
+        if options["drop"]:
+            # The operator (no --user) acts as staff; a named user must be staff.
+            return slot_drop(user=user or _Operator(), slot=options["drop"])
+        return slots_visible(user=user, operator=user is None)
+
+    def _health(self, options) -> dict[str, Any]:
+        """Beat's freshness check (``flows_health_check``), run now: the flows it marked
+        stale (each one's webhook told) and those fresh again."""
+        changes = flows_health_check()
+        return {"stale": changes.stale, "fresh": changes.fresh}
 
     def _rotate_secrets(self, options) -> dict[str, Any]:
         report = secrets_rotate()
@@ -263,6 +308,30 @@ class Command(DataflowCommand):
     def _restore(self, flow, options) -> dict[str, Any]:
         run = flow_restore(flow=flow, checkpoint_id=options["checkpoint"])
         return {"flow": flow.name, "run": run.pk, "status": run.status}
+
+
+class _Operator:
+    """Whoever runs ``manage.py``: the deployment's operator, with staff's rights."""
+
+    is_staff = True
+
+
+def _slots_text(report: dict[str, Any]) -> str:
+    columns = ["flow", "owner", "slot", "server", "database", "lag_bytes", "lag_seconds", "active", "error"]
+    lines = [_table(report["slots"], columns) if report["slots"] else "no cdc flow owns a slot"]
+    over = [s for s in report["slots"] if s["over_limit"]]
+    for slot in over:
+        lines.append(
+            f"WARNING: slot {slot['slot']} of flow {slot['flow']} holds back {slot['lag_bytes']} bytes of WAL, "
+            f"past DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB ({report['max_lag_mb']:g})"
+        )
+    for slot in report["left_behind"]:
+        lines.append(
+            f"WARNING: slot {slot['slot']} on {slot['server']} (database {slot['database']}) is left behind: "
+            f"no flow owns it, it holds back {slot['lag_bytes']} bytes of WAL; drop it with "
+            f"`manage.py flowctl slots --drop {slot['slot']}`"
+        )
+    return "\n".join(lines)
 
 
 def _spec_and_owner(name: str) -> tuple[dict[str, Any], Any]:
@@ -336,7 +405,7 @@ def _status_text(status: dict[str, Any]) -> str:
     if status["stale"]:
         lines.append(f"stale: since {_cell(status['stale_since'])}")
     if status["schedule_paused"]:
-        lines.append(f"schedule: {status['schedule_paused']}")
+        lines.append(status["schedule_paused"])  # "schedule paused: ...", its own key
     run = status["run"]
     if run is None:
         return "\n".join([*lines, "run: (none)"])
@@ -348,6 +417,8 @@ def _status_text(status: dict[str, Any]) -> str:
     ]
     if run["message"]:
         lines.append(f"message: {run['message']}")
+    if run.get("slot"):
+        lines.append(_slot_line(run["slot"]))
     if run.get("expectations"):
         lines += ["", _table(run["expectations"], ["name", "on_fail", "passed", "failed"])]
     if status["splits"]:
@@ -355,6 +426,16 @@ def _status_text(status: dict[str, Any]) -> str:
     if status.get("schema_changes"):
         lines += ["", "schema changes:", _table(status["schema_changes"], list(SCHEMA_CHANGE_COLUMNS))]
     return "\n".join(lines)
+
+
+def _slot_line(slot: dict[str, Any]) -> str:
+    if not slot["found"]:
+        return f"slot: {slot['slot']} on {slot['server']}: {slot['error']}"
+    over = "  OVER DATAFLOW_POSTGRES_SLOT_MAX_LAG_MB" if slot["over_limit"] else ""
+    return (
+        f"slot: {slot['slot']} on {slot['server']}, lag {slot['lag_bytes']} bytes, "
+        f"confirmed {slot['lag_seconds']:.0f} s ago, {'active' if slot['active'] else 'not active'}{over}"
+    )
 
 
 SCHEMA_CHANGE_COLUMNS = ("column", "kind", "old_type", "new_type", "policy", "records", "first_position")
@@ -412,14 +493,20 @@ def _check_text(sections: list[dict[str, Any]]) -> str:
 
 _TEXT = {
     "status": _status_text,
+    "slots": lambda r: f"dropped slot {r['dropped']} on {r['server']}" if "dropped" in r else _slots_text(r),
     "preview": _preview_text,
     "check": _check_text,
     "runs": lambda rows: _table(rows, list(RUN_COLUMNS)),
+    "dead-letters": lambda rows: _table(rows, list(DEAD_LETTER_COLUMNS)),
     "validate": lambda r: f"OK: {r['source']} (flow {r['flow']})"
     if r["valid"]
     else f"invalid: {r['source']}",
     "export": lambda r: r["toml"].rstrip("\n"),
     "test": _test_text,
+    "health": lambda r: "\n".join(
+        [f"stale: {name}" for name in r["stale"]] + [f"fresh again: {name}" for name in r["fresh"]]
+    )
+    or "no flow became stale or fresh again",
     "rotate-secrets": lambda r: "\n".join(
         [f"re-encrypted {r['secrets']} secrets with the first key of DATAFLOW_SECRET_KEYS"]
         + [

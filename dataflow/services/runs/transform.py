@@ -39,7 +39,7 @@ from dataflow.services.transform_watch import (
 )
 from dataflow.spark.errors import driver_lost_message, is_out_of_memory, spark_error_message
 from dataflow.spark.jobs import observe_rows, quiet_query_errors
-from dataflow.spark.session import application_id, session_recover, spark_job
+from dataflow.spark.session import application_id, session_recover, spark_job, warm_up_done
 from source_support.coordination import Mark
 from source_support.registry import SINKS, Publish
 from source_support.schema import parse_ddl
@@ -89,6 +89,11 @@ def transform_check(*, run_id: int) -> None:
     run = FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).first()
     if run is None or landed_copy_applies(run.spec):  # the identity: nothing to analyze
         return
+    # runflow starts its JVM as its run starts. A run that fails meanwhile (no file, a bad
+    # record) ends the check here, instead of keeping runflow from exiting until Spark is up.
+    while not warm_up_done(timeout=0.5):
+        if not FlowRun.objects.filter(pk=run_id, status=RunStatus.READING).exists():
+            return
     problem = transform_analysis(run_id=run_id)
     if problem:
         run_finish(run=run, status=RunStatus.FAILED, message=f"transform refused while reading: {problem}")

@@ -47,6 +47,7 @@ def test_a_checkpoint_past_the_partitions_log_fails_its_split_naming_both_offset
     assert harness.records() == []
 
 
+@pytest.mark.slow  # a topic made again on each broker (4-6 s in the fast lane)
 def test_a_declared_restart_reads_the_new_log_from_its_first_offset_and_says_so(broker, env, caplog):
     topic, harness = _past_the_end(broker, env, on_reset="restart")
 

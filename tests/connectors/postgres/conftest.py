@@ -99,3 +99,16 @@ def fleet(dirs, tmp_path):
     fleet = Fleet(tmp_path)
     yield fleet
     fleet.close()
+
+
+@pytest.fixture(scope="module")
+def logical_postgres() -> Iterator[PrivatePostgres]:
+    """A private cluster with `wal_level = logical` (cdc and its slots), for a module."""
+    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="adf-pg-")), logical=True)
+    server.init()
+    server.start()
+    yield server
+    snapshot.release_all()
+    with contextlib.suppress(subprocess.CalledProcessError):
+        server.stop()
+    shutil.rmtree(server.dir, ignore_errors=True)

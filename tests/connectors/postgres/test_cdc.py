@@ -1,51 +1,41 @@
 """The cdc mode on a private cluster with ``wal_level = logical`` (the machine's shared server
 runs ``replica``): ``tests.postgres_server.PrivatePostgres(logical=True)``, one per module,
 which a test may stop and start. Readers run in a ``SourceHarness``; a killed reader is
-``kill_reader`` (its lease lapses, its splits go back at their checkpoints)."""
+``kill_reader`` (its lease lapses, its splits go back at their checkpoints). The flow tests
+(``schema_change`` into a Parquet or a PostgreSQL sink) run the real flow on the in-process
+worker; test_cdc_crash.py SIGKILLs worker processes."""
 
 from __future__ import annotations
 
 import contextlib
-import random
-import shutil
-import subprocess
-import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
-import psycopg
+import pyarrow as pa
 import pytest
 from psycopg import sql
 
 from connectors.postgres import snapshot
-from connectors.postgres.cdc import drop_slot
+from connectors.postgres.cdc import ChangeStream, drop_slot, start_slot
 from connectors.postgres.connection import TableName
-from connectors.postgres.pgoutput import parse_lsn
+from connectors.postgres.pgoutput import format_lsn, parse_lsn
 from connectors.postgres.source import PostgresSource
-from connectors.postgres.split import STREAM_SPLIT_ID
-from dataflow.services.flows import flow_create, flow_delete, flow_start
+from connectors.postgres.split import STREAM_SPLIT_ID, ChunkSplit, ChunkSplitSerializer
+from dataflow.models import FlowRun, SchemaChangeRecord
+from dataflow.services.flows import flow_create, flow_delete, flow_start, flow_stop
+from dataflow.services.schema_changes import run_landed_ddl, run_schema_changes
+from source_support.api import SchemaChange
 from source_support.errors import ConfigError
 from source_support.testing import SourceHarness
+from tests.connectors.postgres.cdc_support import Writer, apply, run_sql, sink_table, table_rows
 from tests.factories import UserFactory
+from tests.helpers import Beat, wait_for_run, wait_until
 from tests.postgres_server import PrivatePostgres
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def logical_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres(Path(tempfile.mkdtemp(prefix="adf-pg-")), logical=True)
-    server.init()
-    server.start()
-    yield server
-    snapshot.release_all()
-    with contextlib.suppress(subprocess.CalledProcessError):
-        server.stop()
-    shutil.rmtree(server.dir, ignore_errors=True)
 
 
 @pytest.fixture()
@@ -70,75 +60,21 @@ def table(logical_postgres: PrivatePostgres) -> Iterator[str]:
         drop_slot(logical_postgres.url, name)
 
 
-def cdc_source(server: PrivatePostgres, name: str, **options: Any) -> PostgresSource:
+def cdc_source(server: PrivatePostgres, name: str, batch_size: int = 50, **options: Any) -> PostgresSource:
     return PostgresSource(
         url=server.url,
         table=TableName("public", name),
         chunk_rows=100,
-        batch_size=50,
+        batch_size=batch_size,
         slot=name,
         **options,
     )
 
 
-def apply(records: list[dict[str, Any]]) -> dict[int, tuple[str, Any]]:
-    """The table the change rows give, applied in (``_lsn``, ``_seq``) order."""
-    rows: dict[int, tuple[str, Any]] = {}
-    for record in sorted(records, key=lambda r: (r["_lsn"], r["_seq"])):
-        if record["_op"] == "d":
-            rows.pop(record["id"], None)
-        elif record["_op"] == "t":
-            rows.clear()
-        else:
-            rows[record["id"]] = (record["v"], record["n"])
-    return rows
-
-
-def table_rows(server: PrivatePostgres, name: str) -> dict[int, tuple[str, Any]]:
-    with server.connect() as conn:
-        found = conn.execute(sql.SQL("SELECT id, v, n FROM {}").format(sql.Identifier(name))).fetchall()
-    return {row[0]: (row[1], row[2]) for row in found}
-
-
-class Writer(threading.Thread):
-    """Inserts, updates and deletes, one per transaction, every few milliseconds; goes on
-    through a restart of the server (a failed statement is not counted: it did not commit)."""
-
-    def __init__(self, server: PrivatePostgres, name: str) -> None:
-        super().__init__(daemon=True)
-        self.server, self.name = server, name
-        self.stop = threading.Event()
-        self.done = 0
-        self.rng = random.Random(7)
-
-    def run(self) -> None:
-        table = sql.Identifier(self.name)
-        next_id = 1000
-        conn: psycopg.Connection | None = None
-        while not self.stop.is_set():
-            try:
-                if conn is None:
-                    conn = self.server.connect()
-                op = self.rng.random()
-                if op < 0.4:
-                    conn.execute(
-                        sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(table), (next_id, "new", 1.25)
-                    )
-                    next_id += 1
-                elif op < 0.8:
-                    conn.execute(
-                        sql.SQL("UPDATE {} SET v = v || 'u', n = n + 1 WHERE id = %s").format(table),
-                        (self.rng.randint(1, next_id),),
-                    )
-                else:
-                    conn.execute(
-                        sql.SQL("DELETE FROM {} WHERE id = %s").format(table), (self.rng.randint(1, next_id),)
-                    )
-                self.done += 1
-            except psycopg.OperationalError:
-                conn = None
-                time.sleep(0.05)
-            time.sleep(0.003)
+def stream_position(harness: SourceHarness[Any]) -> int:
+    """The LSN below which every transaction's changes have landed."""
+    stored = harness.store.state.splits[STREAM_SPLIT_ID]
+    return ChunkSplitSerializer().deserialize(stored.payload).low + stored.position
 
 
 def snapshot_read(harness: SourceHarness[Any]) -> bool:
@@ -165,18 +101,27 @@ def test_snapshot_and_changes_give_the_final_table_through_a_kill_and_a_restart(
     writer = Writer(logical_postgres, table)
     writer.start()
     try:
-        harness.run(until=lambda h: len(h.records()) >= 300 and writer.done >= 100)
+        harness.run(until=lambda h: snapshot_read(h) and writer.done >= 1_000)
         harness.kill_reader(0)
+        # No round while 1,000 more changes commit: the stream falls behind, so its batches
+        # end inside a fetch of the slot's messages (the rest of which must not be lost).
+        behind = writer.done + 1_000
+        wait_until(lambda: writer.done >= behind, 60, lambda: f"the writer stalled at {writer.done}")
         harness.run(rounds=5)
         logical_postgres.stop()
         harness.run(rounds=3)  # the database is away: the stream waits
         logical_postgres.start()
-        harness.run(until=lambda h: writer.done >= 600)
+        harness.run(until=lambda h: writer.done >= 6_000)  # about 3 s of writing at 2,000 changes/s
     finally:
         writer.stop.set()
         writer.join()
+    with logical_postgres.connect() as conn, conn.transaction():
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (0, 'last', 0)").format(sql.Identifier(table)))
+        row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+    assert row is not None
+    below_last_commit = parse_lsn(row[0])  # the writer's transactions and this one committed after
     final = table_rows(logical_postgres, table)
-    harness.run(until=lambda h: apply(h.records()) == final)
+    harness.run(until=lambda h: stream_position(h) > below_last_commit)  # cheap: no records read
 
     records = harness.records()
     snapshot_ids = [r["id"] for r in records if r["_op"] == "r"]
@@ -187,6 +132,41 @@ def test_snapshot_and_changes_give_the_final_table_through_a_kill_and_a_restart(
     assert apply(records) == final
     assert harness.failures == [], "the restart was waited for, not a failed reader"
     assert confirmed(logical_postgres, table) > min(r["_lsn"] for r in records), "the slot was confirmed"
+
+
+def test_batches_that_end_inside_a_fetch_of_the_slot_lose_no_change(
+    logical_postgres: PrivatePostgres, table: str
+) -> None:
+    """A fetch from the slot brings up to ``FETCH_ROWS`` messages; a batch that fills in the
+    middle of them keeps the rest for the next batch. They were dropped: when the peek held
+    more than one fetch, the next fetch's transactions moved the position past them, and
+    they were lost."""
+    slot = start_slot(logical_postgres.url, table, table, TableName("public", table))
+    slot.connection.close()  # the snapshot is not read here
+    with logical_postgres.connect() as conn:  # a transaction each: 3,000 messages, over one fetch
+        conn.execute("SET synchronous_commit = off")  # no flush waited for at each commit
+        conn.execute(
+            sql.SQL(
+                "DO $$ BEGIN FOR i IN 5000..5999 LOOP INSERT INTO {} VALUES (i, 'x', 1); COMMIT; END LOOP; END $$"
+            ).format(sql.Identifier(table))
+        )
+    source = cdc_source(logical_postgres, table)
+    stream = ChangeStream(
+        logical_postgres.url, table, table, TableName("public", table),
+        source.chunk_query().columns, source.run_schema(),
+    )  # fmt: skip
+    split = ChunkSplit("cdc", 0, slot.lsn, None, lsn=slot.lsn)
+    inserted: list[int] = []
+    try:
+        while (
+            len(inserted) < 1000
+            and (batch := stream.fetch(split, max_records=100, timeout_s=1.0)) is not None
+        ):
+            inserted += batch.records.column("id").to_pylist()
+            split = split.at(batch.end.position)
+    finally:
+        stream.close()
+    assert inserted == list(range(5000, 6000)), "each change once, in order"
 
 
 def test_the_slot_is_confirmed_only_up_to_the_checkpoint(
@@ -223,6 +203,33 @@ def test_the_slot_is_confirmed_only_up_to_the_checkpoint(
     assert confirmed(logical_postgres, table) > start
 
 
+def test_a_new_run_of_a_stopped_flow_reads_from_its_slot_what_changed_meanwhile(
+    logical_postgres: PrivatePostgres, table: str
+) -> None:
+    def insert(ids: range) -> None:
+        with logical_postgres.connect() as conn:
+            for i in ids:
+                conn.execute(
+                    sql.SQL("INSERT INTO {} VALUES (%s, 'x', 1)").format(sql.Identifier(table)), (i,)
+                )
+
+    first = SourceHarness(cdc_source(logical_postgres, table), readers=1)
+    first.run(until=snapshot_read)
+    insert(range(5000, 5003))
+    first.run(until=lambda h: len([r for r in h.records() if r["_op"] == "c"]) >= 3)
+    first.remove_reader(0)  # the flow stops: its reader commits and leaves; the slot stays
+    insert(range(6000, 6004))  # while the flow is stopped
+
+    second = SourceHarness(cdc_source(logical_postgres, table, slot_owned=True), readers=1)
+    second.run(until=lambda h: len(h.records()) >= 4)
+    second.run(rounds=3)
+
+    records = second.records()
+    assert [(r["_op"], r["id"]) for r in records] == [("c", i) for i in range(6000, 6004)], (
+        "no second snapshot, nothing the first run read, nothing changed meanwhile lost"
+    )
+
+
 def test_a_column_added_fails_the_run_naming_it_and_the_lsn(
     logical_postgres: PrivatePostgres, table: str
 ) -> None:
@@ -248,6 +255,115 @@ def test_a_column_added_under_ignore_is_dropped_and_counted(
     row = next(r for r in harness.records() if r["id"] == 9000)
     assert "extra" not in row and row["_op"] == "c"
     assert "'extra' (1 values)" in harness.store.state.splits[STREAM_SPLIT_ID].note
+
+
+def changes_listed(harness: SourceHarness[Any]) -> dict[tuple[str, str], SchemaChange]:
+    """The schema changes the committed batches carried, by column and kind (the first
+    seen, with the records of every batch counted, as the run's store keeps them)."""
+    listed: dict[tuple[str, str], SchemaChange] = {}
+    for _, batch in harness.store.state.committed:
+        for change in batch.schema_changes:
+            seen = listed.get((change.column, change.kind))
+            listed[(change.column, change.kind)] = (
+                change if seen is None else replace(seen, records=seen.records + change.records)
+            )
+    return listed
+
+
+def test_a_column_added_under_evolve_reaches_the_rows_after_it_in_its_own_type(
+    logical_postgres: PrivatePostgres, table: str
+) -> None:
+    harness = SourceHarness(cdc_source(logical_postgres, table, schema_change="evolve"), readers=1)
+    harness.run(until=snapshot_read)
+    run_sql(
+        logical_postgres,
+        table,
+        "INSERT INTO {} VALUES (8000, 'before', 2)",
+        "UPDATE {} SET v = 'u1' WHERE id = 1",
+        "ALTER TABLE {} ADD COLUMN extra int",
+        "INSERT INTO {} VALUES (9000, 'after', 3, 7)",
+        "UPDATE {} SET extra = 5, v = 'u2' WHERE id = 2",
+        "UPDATE {} SET v = 'u8' WHERE id = 8000",
+        "DELETE FROM {} WHERE id = 3",
+    )
+    harness.run(until=lambda h: any(r["_op"] == "d" for r in h.records()))
+
+    records = harness.records()
+    with logical_postgres.connect() as conn:
+        final = {
+            row[0]: row[1:]
+            for row in conn.execute(sql.SQL("SELECT id, v, n, extra FROM {}").format(sql.Identifier(table)))
+        }
+    applied: dict[int, tuple[Any, ...]] = {}
+    for r in sorted(records, key=lambda r: (r["_lsn"], r["_seq"])):
+        if r["_op"] == "d":
+            applied.pop(r["id"])
+        else:
+            applied[r["id"]] = (r["v"], r["n"], r.get("extra"))
+    assert applied == final, "the change rows give the table, the new column NULL where it was not set"
+    by_change = {(r["_op"], r["id"]): r for r in records if r["_op"] != "r"}
+    assert by_change[("c", 8000)].get("extra") is None and by_change[("u", 1)].get("extra") is None, (
+        "before the ALTER: NULL (or not in its batch at all)"
+    )
+    assert by_change[("c", 9000)]["extra"] == 7 and by_change[("u", 2)]["extra"] == 5, "an int, as typed"
+    assert by_change[("u", 8000)]["extra"] is None
+    assert harness.store.state.splits[STREAM_SPLIT_ID].failed == ""
+    added = changes_listed(harness)[("extra", "added")]
+    assert (added.new_type, added.policy, added.records) == ("INT", "evolve", 4)
+    assert added.where == f"LSN {format_lsn(by_change[('c', 9000)]['_lsn'])}", added.where
+
+
+def test_a_column_dropped_under_evolve_is_null_from_then_on(
+    logical_postgres: PrivatePostgres, table: str
+) -> None:
+    harness = SourceHarness(cdc_source(logical_postgres, table, schema_change="evolve"), readers=1)
+    harness.run(until=snapshot_read)
+    run_sql(
+        logical_postgres,
+        table,
+        "UPDATE {} SET v = 'u1' WHERE id = 1",
+        "ALTER TABLE {} DROP COLUMN n",
+        "INSERT INTO {} VALUES (9000, 'after')",
+        "UPDATE {} SET v = 'u2' WHERE id = 2",
+    )
+    harness.run(until=lambda h: any(r["id"] == 2 and r["_op"] == "u" for r in h.records()))
+
+    by_change = {(r["_op"], r["id"]): r for r in harness.records() if r["_op"] != "r"}
+    assert by_change[("u", 1)]["n"] == Decimal("0.25"), "before the DROP: its value"
+    assert by_change[("c", 9000)]["n"] is None and by_change[("u", 2)]["n"] is None
+    assert (by_change[("c", 9000)]["v"], by_change[("u", 2)]["v"]) == ("after", "u2")
+    dropped = changes_listed(harness)[("n", "missing")]
+    assert (dropped.old_type, dropped.policy, dropped.records) == ("DECIMAL(8,2)", "evolve", 2)
+    assert dropped.where == f"LSN {format_lsn(by_change[('c', 9000)]['_lsn'])}"
+
+
+def test_a_retype_under_evolve_goes_on_if_the_sink_type_stays_else_fails_naming_both_types(
+    logical_postgres: PrivatePostgres, table: str
+) -> None:
+    harness = SourceHarness(cdc_source(logical_postgres, table, schema_change="evolve"), readers=1)
+    harness.run(until=snapshot_read)
+    run_sql(
+        logical_postgres,
+        table,
+        "ALTER TABLE {} ALTER COLUMN v TYPE varchar(40)",
+        "INSERT INTO {} VALUES (9000, 'still a string', 1)",
+    )
+    harness.run(until=lambda h: any(r["id"] == 9000 for r in h.records()))
+    assert next(r for r in harness.records() if r["id"] == 9000)["v"] == "still a string"
+    retyped = changes_listed(harness)[("v", "retyped")]
+    assert (retyped.old_type, retyped.new_type, retyped.policy) == ("text", "varchar", "evolve")
+
+    run_sql(
+        logical_postgres,
+        table,
+        "ALTER TABLE {} ALTER COLUMN n TYPE numeric(12,2)",
+        "INSERT INTO {} VALUES (9001, 'wide', 1234567890.12)",
+    )
+    harness.run(until=lambda h: h.store.state.splits[STREAM_SPLIT_ID].failed != "")
+    failed = harness.store.state.splits[STREAM_SPLIT_ID].failed
+    assert "column 'n'" in failed and "at LSN" in failed, failed
+    assert "numeric(8,2) (DECIMAL(8,2)) to numeric(12,2) (DECIMAL(12,2))" in failed, failed
+    assert not any(r["id"] == 9001 for r in harness.records()), "nothing of it landed"
 
 
 def test_change_rows_have_the_snapshot_rows_types_and_full_old_rows(
@@ -334,3 +450,177 @@ def test_deleting_the_flow_drops_its_slot_and_no_other(
 def slot_names(server: PrivatePostgres) -> set[str]:
     with server.connect() as conn:
         return {row[0] for row in conn.execute("SELECT slot_name FROM pg_replication_slots")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cdc_flow_under_evolve_takes_an_added_column_into_its_parquet_sink(
+    logical_postgres: PrivatePostgres, table: str, worker: Any, dirs: Any, settings: Any
+) -> None:
+    """The real flow (in-process worker, ticks, landing, stream epochs, Parquet sink)."""
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    staff = UserFactory(username=f"ops-{table}", is_staff=True)
+    sink = dirs.out / "sink"
+    spec = {
+        "flow": {"name": f"evolve-{table}".replace("_", "-"), "parallelism": 1, "poll_interval_ms": 50},
+        "source": {
+            "type": "postgres",
+            "url": logical_postgres.url,
+            "table": table,
+            "mode": "cdc",
+            "slot": table,
+            "schema_change": "evolve",
+        },
+        "transform": {"sql": "SELECT * FROM source", "trigger_ms": 200},
+        "sink": {"type": "parquet", "path": str(sink)},
+    }
+    flow = flow_create(spec=spec, owner=staff)
+
+    def sink_ids() -> set[int]:
+        found = sink_table(sink)
+        return set(found.column("id").to_pylist()) if found.num_rows else set()
+
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(lambda: len(sink_ids()) >= 300, 60, lambda: f"the snapshot: {note(run)}")
+        run_sql(
+            logical_postgres,
+            table,
+            "INSERT INTO {} VALUES (8000, 'before', 2)",
+            "ALTER TABLE {} ADD COLUMN extra int",
+            "INSERT INTO {} VALUES (9000, 'after', 3, 7)",
+            "UPDATE {} SET extra = 5 WHERE id = 2",
+        )
+        wait_until(lambda: 9000 in sink_ids(), 60, lambda: f"the change after the ALTER: {note(run)}")
+        wait_until(
+            lambda: len([r for r in sink_table(sink).to_pylist() if r["_op"] != "r"]) >= 3,
+            60,
+            lambda: f"every change: {note(run)}",
+        )
+        flow_stop(flow=flow)
+
+    rows = sink_table(sink).to_pylist()
+    applied: dict[int, tuple[Any, ...]] = {}
+    for r in sorted(rows, key=lambda r: (r["_lsn"], r["_seq"])):
+        applied[r["id"]] = (r["v"], r["n"], r.get("extra"))
+    with logical_postgres.connect() as conn:
+        final = {
+            row[0]: row[1:]
+            for row in conn.execute(sql.SQL("SELECT id, v, n, extra FROM {}").format(sql.Identifier(table)))
+        }
+    assert applied == final, "the sink's rows applied give the table as psycopg reads it, extra NULL before"
+    assert sink_table(sink).schema.field("extra").type == pa.int32()
+    change = SchemaChangeRecord.objects.get(run=run)
+    assert (change.column_name, change.kind, change.new_type, change.policy) == (
+        "extra",
+        "added",
+        "INT",
+        "evolve",
+    )
+    assert change.first_position.startswith("LSN "), change.first_position
+    run.refresh_from_db()
+    assert run_landed_ddl(run).endswith("`extra` INT"), run_landed_ddl(run)
+    assert run_schema_changes(run)[0]["column"] == "extra", "the run lists it (API, admin, dashboard)"
+    flow_delete(flow=flow)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cdc_flow_under_fail_stops_at_an_added_column_and_lists_it_on_the_run(
+    logical_postgres: PrivatePostgres, table: str, worker: Any, dirs: Any, settings: Any
+) -> None:
+    """The run fails naming the column and the LSN, and lists the change (API, admin,
+    dashboard, webhook) as file drift's are."""
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    staff = UserFactory(username=f"ops-{table}", is_staff=True)
+    sink = dirs.out / "sink"
+    spec = {
+        "flow": {"name": f"fail-{table}".replace("_", "-"), "parallelism": 1, "poll_interval_ms": 50},
+        "source": {
+            "type": "postgres",
+            "url": logical_postgres.url,
+            "table": table,
+            "mode": "cdc",
+            "slot": table,
+        },
+        "transform": {"sql": "SELECT * FROM source", "trigger_ms": 200},
+        "sink": {"type": "parquet", "path": str(sink)},
+    }
+    flow = flow_create(spec=spec, owner=staff)
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(lambda: sink_table(sink).num_rows >= 300, 60, lambda: f"the snapshot: {note(run)}")
+        run_sql(
+            logical_postgres,
+            table,
+            "ALTER TABLE {} ADD COLUMN extra int",
+            "INSERT INTO {} VALUES (9000, 'after', 3, 7)",
+        )
+        run = wait_for_run(run, timeout=60)
+
+    assert run.status == "failed", run.message
+    assert "column 'extra'" in run.message and "was added at LSN" in run.message, run.message
+    change = SchemaChangeRecord.objects.get(run=run)
+    assert (change.column_name, change.kind, change.policy) == ("extra", "added", "fail")
+    assert change.first_position in run.message, (change.first_position, run.message)
+    assert 9000 not in sink_table(sink).column("id").to_pylist()
+    flow_delete(flow=flow)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_postgres_sink_refuses_an_evolved_column_its_table_lacks_naming_it(
+    logical_postgres: PrivatePostgres, table: str, worker: Any, dirs: Any, settings: Any
+) -> None:
+    """The sink does not alter its table: the epoch that carries the new column fails the
+    run before anything of it is written, naming the column."""
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    staff = UserFactory(username=f"ops-{table}", is_staff=True)
+    copy = f"{table}_copy"
+    spec = {
+        "flow": {"name": f"evolve-pg-{table}".replace("_", "-"), "parallelism": 1, "poll_interval_ms": 50},
+        "source": {
+            "type": "postgres",
+            "url": logical_postgres.url,
+            "table": table,
+            "mode": "cdc",
+            "slot": table,
+            "schema_change": "evolve",
+        },
+        "transform": {"sql": "SELECT * FROM source", "trigger_ms": 200},
+        "sink": {
+            "type": "postgres",
+            "url": logical_postgres.url,
+            "table": copy,
+            "mode": "append",
+            "create": True,
+        },
+    }
+    flow = flow_create(spec=spec, owner=staff)
+
+    def copied() -> int:
+        with logical_postgres.connect() as conn:
+            if conn.execute("SELECT to_regclass(%s)", (copy,)).fetchone() == (None,):
+                return 0
+            row = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(copy))).fetchone()
+            return row[0] if row else 0
+
+    with Beat():
+        run = flow_start(flow=flow)
+        wait_until(lambda: copied() >= 300, 60, lambda: f"the snapshot: {note(run)}")
+        run_sql(
+            logical_postgres,
+            table,
+            "ALTER TABLE {} ADD COLUMN extra int",
+            "INSERT INTO {} VALUES (9000, 'after', 3, 7)",
+        )
+        run = wait_for_run(run, timeout=60)
+
+    assert run.status == "failed", run.message
+    assert "column 'extra' of the output is not a column of" in run.message, run.message
+    assert "nothing was written" in run.message, run.message
+    assert copied() == 300, "the epoch with the new column wrote nothing"
+    flow_delete(flow=flow)
+    run_sql(logical_postgres, copy, "DROP TABLE {}")
+
+
+def note(run: FlowRun) -> str:
+    run.refresh_from_db()
+    return f"run {run.status}: {run.message}"

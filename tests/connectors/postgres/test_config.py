@@ -94,7 +94,7 @@ def test_a_cdc_table_keeps_its_slot_publication_and_policy(env):
         ({"table": "orders", "schema_change": "ignore"}, "source.schema_change"),
         ({"table": "orders", "mode": "cdc", "slot": "Bad-Name"}, "source.slot"),
         ({"table": "orders", "mode": "cdc", "publication": "x" * 64}, "source.publication"),
-        ({"table": "orders", "mode": "cdc", "schema_change": "evolve"}, "source.schema_change"),
+        ({"table": "orders", "mode": "cdc", "schema_change": "rescue"}, "source.schema_change"),
         ({"table": "auth_user", "mode": "cdc"}, "source.table"),
     ],
 )

@@ -97,6 +97,7 @@ def test_bad_configs_are_refused_naming_the_field(pg_env):
         assert refused.value.field == field, (table, refused.value)
 
 
+@pytest.mark.slow  # a Spark job over every type (12 s in the fast lane)
 def test_create_makes_the_types_of_the_source_read_backwards(pg_schema, pg_env):
     spark = local_spark()
     df = spark.sql(
@@ -170,6 +171,7 @@ def test_an_upsert_keeps_the_last_row_of_each_key_in_the_order_sent(pg_schema, p
     assert query(f"SELECT id, v FROM {table} ORDER BY id") == [(1, "c"), (2, "b"), (3, "g"), (4, "f")]
 
 
+@pytest.mark.slow  # a Spark job and a reader racing it (5 s in the fast lane)
 def test_a_reader_sees_a_replaced_table_whole_before_or_after_never_half(pg_schema, pg_env, tmp_path):
     table = f"{pg_schema}.swapped"
     cfg = config(pg_env, table, "replace", create=True)
@@ -299,7 +301,9 @@ def test_the_api_refuses_a_users_sink_outside_her_connection_or_on_the_deploymen
 
 
 def test_the_staging_of_a_write_is_measured_while_it_waits_to_publish(pg_schema, pg_env, tmp_path):
-    cfg = config(pg_env, f"{pg_schema}.measured", "append", create=True)
+    # A column of another type than the rows are sent in (bigint): the rows are staged.
+    query(f"CREATE TABLE {pg_schema}.measured (id numeric(20,0))")
+    cfg = config(pg_env, f"{pg_schema}.measured", "append")
     path = tmp_path / "rows.parquet"
     pq.write_table(pa.table({"id": pa.array(range(20_000), pa.int64())}), path)
     measured: list[int | None] = []
@@ -369,3 +373,52 @@ def test_the_deployments_tables_and_tables_outside_a_connections_patterns_are_ne
     with pytest.raises(ConfigError, match="outside the tables its connection allows") as refused:
         sink_target(theirs, env)  # at run time, whatever the spec layer let through
     assert refused.value.field == "sink.table"
+
+
+def test_landed_files_are_staged_in_their_decimal_type_where_the_table_casts_and_each_row_written_once(
+    pg_schema, pg_env, tmp_path
+):
+    schema = pa.schema([("id", pa.int64()), ("amount", pa.decimal128(12, 2)), ("note", pa.string())])
+    paths = []
+    for n in range(5):  # more files than staging connections: each a COPY of its own
+        ids = range(n * 1000, (n + 1) * 1000)
+        table = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "amount": pa.array([decimal.Decimal(i).scaleb(-2) - 5 for i in ids], pa.decimal128(12, 2)),
+                "note": [None if i % 7 == 0 else f"n{i}" for i in ids],
+            },
+            schema=schema,
+        )
+        pq.write_table(table, tmp_path / f"part-{n}.parquet")
+        paths.append(str(tmp_path / f"part-{n}.parquet"))
+    query(f"CREATE TABLE {pg_schema}.wider (id bigint, amount numeric(14,4), note text)")
+    for name in ("created", "wider"):
+        cfg = config(pg_env, f"{pg_schema}.{name}", "append", create=True)
+        staged_types: list[tuple] = []
+
+        def publish(rows: int, swap, staged_types: list[tuple] = staged_types) -> bool:
+            staged_types.extend(
+                query(
+                    "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                    "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace s ON s.oid = c.relnamespace "
+                    "WHERE s.nspname = %s AND c.relname LIKE 'adf_staging%%' AND a.attname = 'amount'",
+                    pg_schema,
+                )
+            )
+            swap()
+            return True
+
+        assert sink.write_landed(paths, schema, cfg, attempt_key=f"run-{name}-1", publish=publish, env=pg_env)
+
+        # The table made for the rows takes them as sent (no staging); the wider one casts.
+        assert staged_types == ([] if name == "created" else [("amount", "numeric(12,2)")])
+        rows = query(f"SELECT id, amount, note FROM {pg_schema}.{name} ORDER BY id")
+        assert len(rows) == 5000
+        assert rows == [
+            (i, decimal.Decimal(i).scaleb(-2) - 5, None if i % 7 == 0 else f"n{i}") for i in range(5000)
+        ]
+        ledger = query(
+            f"SELECT rows FROM {pg_schema}.adf_sink_ledger WHERE target = %s", f"{pg_schema}.{name}"
+        )
+        assert ledger == [(5000,)]

@@ -58,6 +58,9 @@ class PostgresSinkContext(SinkContext):
 
 
 class _PostgresKit(SinkConformanceSuite):
+    # Each case runs Spark jobs and a COPY (3-10 s each in the fast lane): the whole suite
+    # runs the kit; the fast lane has the sink's own tests (test_sink.py).
+    pytestmark = pytest.mark.slow
     mode = ""
 
     @pytest.fixture()

@@ -37,7 +37,7 @@ from tests.helpers import write_csv
 
 APP = "dataflow"
 #: Values the walk gives a custom admin URL's parameters (object ids come from the rows).
-PARAMETER_VALUES = {"action": sorted(STEERING)}
+PARAMETER_VALUES = {"action": sorted(STEERING), "section": ["source", "sink"]}
 #: Custom admin URLs that only read: a user who may view the row may open them.
 #: Pages that only read (a preview and a test of connections read the source, write nothing).
 READ_ONLY_URLS = {

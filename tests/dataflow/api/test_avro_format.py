@@ -14,7 +14,14 @@ def test_the_catalog_lists_avro_with_its_options(api):
     catalog = api.get("/api/connectors/").json()
 
     avro = next(f for f in catalog["formats"] if f["type"] == "avro")
-    assert set(avro["schema"]["properties"]) == {"type", "schema", "writer_schema", "registry_url", "field"}
+    assert set(avro["schema"]["properties"]) == {
+        "type",
+        "schema",
+        "writer_schema",
+        "registry_url",
+        "field",
+        "on_schema_change",
+    }
     assert "container files" in avro["description"]
 
 
@@ -34,3 +41,25 @@ def test_a_writer_schema_outside_the_roots_is_refused_by_name(api, body, tmp_pat
     assert response.status_code == 400
     assert list(response.json()) == ["format.writer_schema"]
     assert "outside the allowed roots" in response.json()["format.writer_schema"][0]
+
+
+def test_on_schema_change_for_avro_messages_is_refused_naming_why(staff_api, body):
+    writer = '{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}'
+    stream = {
+        **body,
+        "source": {"type": "redis_streams", "streams": "t-avro:*"},
+        "format": {"type": "avro", "writer_schema": writer, "on_schema_change": "rescue"},
+    }
+
+    response = staff_api.post("/api/flows/", stream, format="json")
+    files = staff_api.post(
+        "/api/flows/", {**body, "format": {"type": "avro", "on_schema_change": "rescue"}}, format="json"
+    )
+
+    assert response.status_code == 400, response.json()
+    assert list(response.json()) == ["format.on_schema_change"]
+    assert (
+        "every message of a stream is read with writer_schema"
+        in response.json()["format.on_schema_change"][0]
+    )
+    assert files.status_code == 201, files.json()

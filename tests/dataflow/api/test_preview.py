@@ -7,7 +7,7 @@ import pytest
 
 from dataflow.redis_client import redis_url
 from tests.dataflow.api.conftest import client_of
-from tests.factories import ConnectionFactory, DataFlowFactory
+from tests.factories import ConnectionFactory, DataFlowFactory, UserFactory
 from tests.helpers import write_csv
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
@@ -85,6 +85,24 @@ def test_alice_tests_her_granted_connection_but_not_bobs(alice, bob, rds, prefix
     ]
     assert not_mine.status_code == 404
     assert through_connector.status_code == 400 and "source.connection" in through_connector.json()
+
+
+def test_staff_who_may_only_view_connections_cannot_test_one_through_the_api(rds, prefix, settings):
+    # The admin's button refuses them (tests/dataflow/admin/test_test_connection.py): the API
+    # holds them to the same rule, as the service decides it (connection_test_refusal).
+    settings.DATAFLOW_ALLOWED_INTERNAL_ADDRESSES = ["127.0.0.1"]
+    connection = ConnectionFactory(key_patterns=[f"{prefix}*"])
+    viewer = UserFactory(username="viewer", is_staff=True, perms=("view_connection", "view_dataflow"))
+    editor = UserFactory(username="editor", is_staff=True, perms=("view_connection", "change_connection"))
+
+    refused = client_of(viewer).post(f"/api/connections/{connection.name}/test/", {}, format="json")
+    tested = client_of(editor).post(f"/api/connections/{connection.name}/test/", {}, format="json")
+
+    assert refused.status_code == 403
+    assert refused.json() == {
+        "detail": f"you may view connection {connection.name!r} but not change it, so you may not test it"
+    }
+    assert tested.status_code == 200 and tested.json()["ok"], tested.content
 
 
 def test_alice_may_not_give_an_address_to_a_connector_test(alice):

@@ -1,12 +1,15 @@
-"""``flows`` and ``flowctl status`` say when a flow is stale or its schedule paused."""
+"""``flows`` and ``flowctl status`` say when a flow is stale or its schedule paused;
+``flowctl health`` runs the freshness check now."""
 
 from __future__ import annotations
 
 import io
+import json
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.utils import timezone
 
 from dataflow.models import DataFlow, RunStatus
@@ -43,5 +46,27 @@ def test_status_shows_a_paused_schedule(dirs):
     run = FlowRunFactory(flow=flow, running=True)
     run_finish(run=run, status=RunStatus.FAILED, message="boom")
 
-    assert "schedule: schedule paused: 1 runs failed in a row" in _out("flowctl", "status", "flaky")
-    assert "schedule paused: 1 runs failed in a row" in _out("flows")
+    status = _out("flowctl", "status", "flaky").splitlines()
+    assert any(
+        line.startswith("schedule paused: 1 run failed in a row (the latest: run ") for line in status
+    ), status
+    assert "schedule paused: 1 run failed in a row" in _out("flows")
+
+
+def test_flowctl_health_runs_the_check_now_and_says_what_changed(dirs):
+    late = DataFlowFactory(name="late", freshness="15 minutes")
+    DataFlowFactory(name="on-time", freshness="15 minutes")
+    DataFlow.objects.filter(pk=late.pk).update(created_at=timezone.now() - timedelta(hours=1))
+
+    first = _out("flowctl", "health")
+    again = _out("flowctl", "health", "--json")
+
+    assert first == "stale: late\n"
+    assert json.loads(again) == {"stale": [], "fresh": []}
+    late.refresh_from_db()
+    assert late.stale_since is not None
+
+
+def test_flowctl_health_takes_no_flow_name(dirs):
+    with pytest.raises(CommandError, match="health takes no flow name"):
+        _out("flowctl", "health", "late")

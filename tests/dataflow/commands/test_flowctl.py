@@ -20,7 +20,7 @@ from dataflow.models import DataFlow, FlowRun, RunStatus, SinkPathClaim, Split, 
 from dataflow.services.flows import flow_apply, flow_stop
 from dataflow.services.specs import flow_spec_of
 from tests.e2e.fleet import ROOT, fleet_env
-from tests.factories import ConnectionFactory, DataFlowFactory, UserFactory
+from tests.factories import ConnectionFactory, DataFlowFactory, DeadLetterFactory, FlowRunFactory, UserFactory
 from tests.helpers import SCHEMA, spec, write_csv
 
 pytestmark = pytest.mark.django_db
@@ -85,6 +85,26 @@ def test_runs_lists_the_flows_runs_newest_first(flow):
         [str(second), "reading", "manual"],
         [str(first), "stopped", "manual"],
     ]
+
+
+def test_dead_letters_lists_bad_records_and_dropped_rows_oldest_first(flow):
+    run = FlowRunFactory(flow=flow)
+    bad = DeadLetterFactory(run=run)
+    dropped = DeadLetterFactory(
+        run=run, expectation="has a customer", raw='{"order_id":4}', offset="", line=None
+    )
+    DeadLetterFactory(run=FlowRunFactory(flow=DataFlowFactory(name="other")))  # another flow's
+
+    letters = _json("dead-letters", "meters")
+
+    assert [(d["id"], d["run"], d["expectation"]) for d in letters] == [
+        (bad.pk, run.pk, ""),
+        (dropped.pk, run.pk, "has a customer"),
+    ]
+    assert [d["id"] for d in _json("dead-letters", "meters", "--limit", "1")] == [bad.pk]
+    header, *rows = _flowctl("dead-letters", "meters").splitlines()
+    assert header.split() == ["id", "run", "expectation", "offset", "line", "error", "raw"]
+    assert rows[1].split()[:5] == [str(dropped.pk), str(run.pk), "has", "a", "customer"]
 
 
 def test_restart_of_a_running_flow_starts_a_new_run(flow):

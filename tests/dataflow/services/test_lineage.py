@@ -12,12 +12,21 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from dataflow.models import RunStatus
+from dataflow.models import RunStatus, SplitStatus
 from dataflow.services import lineage
-from dataflow.services.flows import flow_start
-from dataflow.services.lineage import datasets_of, lineage_flush
+from dataflow.services.dead_letters import dead_letters_replay
+from dataflow.services.flows import flow_restart, flow_resume, flow_start
+from dataflow.services.lineage import lineage_flush
+from dataflow.services.lineage_events import datasets_of
 from dataflow.services.runs.finish import run_finish
-from tests.factories import ConnectionFactory, DataFlowFactory, FlowRunFactory, UserFactory
+from tests.factories import (
+    ConnectionFactory,
+    DataFlowFactory,
+    DeadLetterFactory,
+    FlowRunFactory,
+    SplitFactory,
+    UserFactory,
+)
 from tests.helpers import SCHEMA, logs_of, run_flow, spec, wait_until, write_csv
 
 SCHEMA_FILE = Path(__file__).parent / "openlineage_schema" / "OpenLineage.json"
@@ -67,6 +76,7 @@ def _of(events: list[dict], kind: str) -> dict:
     return next(e for e in events if e["eventType"] == kind)
 
 
+@pytest.mark.slow  # a whole run through the worker (10 s in the fast lane)
 def test_a_succeeding_bounded_run_sends_start_and_complete(worker, dirs, receiver):
     write_csv(dirs.data / "a.csv", range(20))
     doc = spec("lineage-ok", str(dirs.data / "*.csv"), str(dirs.out / "sink"))
@@ -199,3 +209,105 @@ def test_no_events_without_a_url_or_a_file(settings):
 def test_the_schema_refuses_an_event_without_a_run():
     assert list(VALIDATOR.iter_errors({"job": {"namespace": "n", "name": "j"}, "eventTime": "x"}))
     assert SCHEMA  # the columns the tests' flows read
+
+
+def _starts_per_run_id(events: list[dict]) -> dict[str, int]:
+    starts: dict[str, int] = {}
+    for event in events:
+        if event["eventType"] == "START":
+            starts[event["run"]["runId"]] = starts.get(event["run"]["runId"], 0) + 1
+    return starts
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopped_run_resumed_is_a_new_lineage_run_with_its_own_start(
+    dirs, receiver, django_capture_on_commit_callbacks
+):
+    # runflow resumes a stopped run through flow_resume, as the API and startflow do.
+    flow = DataFlowFactory(name="lineage-resumed", stream=True, sink_type="parquet")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = flow_start(flow=flow)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=run, status=RunStatus.STOPPED)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        resumed = flow_resume(flow=flow)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=resumed, status=RunStatus.STOPPED)
+    lineage_flush()
+
+    events = _valid(receiver.events)
+    assert [e["eventType"] for e in events] == ["START", "ABORT", "START", "ABORT"]
+    ids = [e["run"]["runId"] for e in events]
+    assert ids[0] == ids[1] == str(run.uid)
+    assert ids[2] == ids[3] != ids[0]
+    assert resumed.pk == run.pk
+    assert _starts_per_run_id(events) == {ids[0]: 1, ids[2]: 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_replay_of_dead_letters_sends_start_before_its_end(
+    dirs, receiver, django_capture_on_commit_callbacks
+):
+    write_csv(dirs.data / "a.csv", range(3))
+    flow = DataFlowFactory(
+        name="lineage-replay", skip_errors=True, source_path=str(dirs.data / "*.csv"), schema=SCHEMA
+    )
+    first = FlowRunFactory(flow=flow)
+    for i in (7, 8):
+        DeadLetterFactory(run=first, raw=f"{i},s{i},1.5")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        replay = dead_letters_replay(flow=flow, run_id=first.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=replay, status=RunStatus.FAILED, message="the replay failed")
+    lineage_flush()
+
+    events = _valid(receiver.events)
+    assert [e["eventType"] for e in events] == ["START", "FAIL"]
+    assert {e["run"]["runId"] for e in events} == {str(replay.uid)}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failed_run_whose_failed_splits_restart_is_a_new_lineage_run(
+    dirs, receiver, django_capture_on_commit_callbacks
+):
+    path = dirs.data / "a.csv"
+    write_csv(path, range(3))
+    flow = DataFlowFactory(name="lineage-again", source_path=str(dirs.data / "*.csv"), schema=SCHEMA)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = flow_start(flow=flow)
+    SplitFactory(run=run, path=str(path.resolve()), end=path.stat().st_size, status=SplitStatus.FAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=run, status=RunStatus.FAILED, message="split failed")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        again = flow_restart(flow=flow, only_failed=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=again, status=RunStatus.STOPPED)
+    lineage_flush()
+
+    events = _valid(receiver.events)
+    assert [e["eventType"] for e in events] == ["START", "FAIL", "START", "ABORT"]
+    ids = [e["run"]["runId"] for e in events]
+    assert ids[0] == ids[1] != ids[2] == ids[3]
+    assert _starts_per_run_id(events) == {ids[0]: 1, ids[2]: 1}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lineage_file_in_a_directory_not_made_yet_gets_the_first_event(
+    dirs, settings, django_capture_on_commit_callbacks
+):
+    # As the README's `DATAFLOW_OPENLINEAGE_FILE=out/lineage.jsonl` on a fresh checkout: the
+    # START comes before the sink makes out/.
+    path = dirs.out / "not-yet" / "lineage.jsonl"
+    settings.DATAFLOW_OPENLINEAGE_URL, settings.DATAFLOW_OPENLINEAGE_FILE = "", str(path)
+    flow = DataFlowFactory(name="lineage-new-dir", source_path=str(dirs.data))
+    run = FlowRunFactory(flow=flow, running=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        run_finish(run=run, status=RunStatus.SUCCEEDED, rows_written=0)
+    lineage_flush()
+
+    assert [json.loads(line)["eventType"] for line in _valid_lines(path.read_text().splitlines())] == [
+        "COMPLETE"
+    ]

@@ -27,7 +27,59 @@
     });
   }
 
+  /* "Test connection" beside the [source] and [sink] type choices: posts the form as it
+   * stands (unsaved values included) to the section's test and shows the answer, an HTML
+   * fragment the server rendered, below the button. */
+  function addTestButtons() {
+    var urls = document.getElementById("adf-section-check");
+    if (!urls) {
+      return;
+    }
+    ["source", "sink"].forEach(function (section) {
+      var fieldset = document.querySelector("fieldset.adf-" + section + "-choice");
+      if (!fieldset) {
+        return;
+      }
+      var row = document.createElement("div");
+      row.className = "form-row adf-test-connection";
+      var button = document.createElement("button");
+      button.type = "button";
+      button.className = "button";
+      button.id = "test-connection-" + section;
+      button.textContent = "Test connection";
+      var result = document.createElement("div");
+      result.id = "test-connection-" + section + "-result";
+      result.setAttribute("aria-live", "polite");
+      row.appendChild(button);
+      row.appendChild(result);
+      fieldset.appendChild(row);
+      button.addEventListener("click", function () {
+        var form = fieldset.closest("form");
+        button.disabled = true;
+        result.textContent = "Testing…";
+        fetch(urls.dataset[section], {
+          method: "POST",
+          body: new FormData(form),
+          credentials: "same-origin",
+        })
+          .then(function (response) {
+            return response.text();
+          })
+          .then(function (html) {
+            result.innerHTML = html;
+          })
+          .catch(function (error) {
+            result.textContent = "Test connection could not be asked: " + error;
+          })
+          .then(function () {
+            button.disabled = false;
+          });
+      });
+    });
+  }
+
   function init() {
+    addTestButtons();
     SECTIONS.forEach(function (section) {
       var select = document.getElementById("id_" + section + "_type");
       if (select) {

@@ -19,6 +19,7 @@ from source_support.errors import ConfigError
 from tests.factories import ConnectionFactory, UserFactory
 from tests.kafka_cluster import MockKafkaCluster
 from tests.moto_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, PrivateMotoServer
+from tests.server_process import free_port
 
 pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
@@ -144,6 +145,39 @@ def test_nats_says_the_streams_subjects_and_message_counts():
     ]
 
 
+def test_nats_says_a_stream_that_does_not_exist_yet_is_waited_for():
+    # A run waits for the stream to be made (the enumerator's discovery): the test says so,
+    # where it failed with nats-py's NotFoundError as the error of source.type.
+    stream = f"T{uuid.uuid4().hex[:10].upper()}"
+
+    answer = source_test(
+        {"type": "nats_jetstream", "servers": NATS_URL, "stream": stream}, format_table={"type": "raw"}
+    )
+
+    assert answer["ok"], answer
+    assert answer["found"] == [f"no stream {stream} on {NATS_URL} yet: a run waits for it to be made"]
+
+
+def test_brokers_that_do_not_answer_in_time_are_named_by_their_address_field():
+    # Nothing listens on the port: the test's time limit (1 s) passes before librdkafka gives
+    # up. It named source.type ("the kafka source did not answer").
+    port = free_port()
+
+    answer = source_test(
+        {"type": "kafka", "bootstrap_servers": f"127.0.0.1:{port}", "topics": ["t"]},
+        format_table={"type": "json"},
+        timeout_s=1,
+    )
+
+    assert answer == {
+        "section": "source",
+        "type": "kafka",
+        "ok": False,
+        "field": "source.bootstrap_servers",
+        "error": f"the kafka source at 127.0.0.1:{port} did not answer within 1 s",
+    }
+
+
 @pytest.fixture(scope="module")
 def kafka():
     cluster = MockKafkaCluster()
@@ -165,7 +199,7 @@ def test_kafka_says_each_partition_and_its_records(kafka):
     )
 
     assert answer["found"] == [
-        "4 found",
+        "4 partitions found, 3 records to read",
         f"{topic}:0: from 0, 2 records to read",
         f"{topic}:1: from 0, 1 records to read",
         f"{topic}:2: from 0, 0 records to read",

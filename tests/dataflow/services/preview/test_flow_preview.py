@@ -70,6 +70,20 @@ def test_a_preview_reads_at_most_its_limit_and_infers_the_schema(dirs):
     assert preview["source"]["truncated"] == "the limit of 7 records"
 
 
+def test_a_parquet_preview_reads_whole_row_groups_up_to_its_limit_with_the_footers_schema(dirs):
+    frame = pd.DataFrame({"n": range(500), "word": [f"w{i}" for i in range(500)]})
+    frame.to_parquet(dirs.data / "many.parquet", index=False, row_group_size=100)
+    spec = csv_spec(dirs, "SELECT n * 2 AS twice FROM source") | {"format": {"type": "parquet"}}
+    spec["source"]["path"] = str(dirs.data / "*.parquet")
+
+    preview = flow_preview(spec=spec, owner=None, limit=7)
+
+    assert preview["records"] == pd.read_parquet(dirs.data / "many.parquet").head(7).to_dict("records")
+    assert [r["twice"] for r in preview["output"]["rows"]] == [2 * i for i in range(7)]
+    assert preview["schema"] == [{"name": "n", "type": "BIGINT"}, {"name": "word", "type": "STRING"}]
+    assert preview["schema_origin"] == "inferred"
+
+
 @pytest.mark.parametrize(
     ("options", "field"),
     [
