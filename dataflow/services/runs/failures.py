@@ -22,11 +22,23 @@ MAX_UNREAD_CHECKED = 200
 def failed_run_message(*, run: FlowRun, source: Source) -> str:
     """The message of ``run``, failed because some of its splits failed: ``split failed:
     <error>`` for one, else how many failed with each error (up to ``MAX_ERRORS_NAMED``),
-    then the inputs of unread splits (assigned or waiting) that are gone too."""
-    failed = Split.objects.filter(run=run, status=SplitStatus.FAILED).order_by("pk")
-    count = failed.count()
-    errors = list(failed.values_list("error", flat=True)[:MAX_ERRORS_NAMED])
-    missing, unchecked = _missing_unread(run, source)
+    then the inputs of unread splits (assigned or waiting) that are gone too.
+
+    Other readers may still be failing splits while this is written: the run's splits are
+    read in one query, so each is either failed (its error named) or unread (its input
+    looked for), never neither. Waiting splits are read first: one assigned in between is
+    seen twice, never missed, and its input named once."""
+    waiting = list(PendingSplit.objects.filter(run=run).order_by("seq").values_list("payload", flat=True))
+    count, errors, unread = 0, [], []
+    rows = Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).order_by("pk")
+    for status, error, payload in rows.values_list("status", "error", "payload").iterator():
+        if status == SplitStatus.FAILED:
+            count += 1
+            if len(errors) < MAX_ERRORS_NAMED:
+                errors.append(error)
+        else:
+            unread.append(payload)
+    missing, unchecked = _missing_unread(run, source, unread + waiting)
     if count == 1 and not missing:
         return f"split failed: {errors[0]}"
     more = f"; and {count - len(errors)} more" if count > len(errors) else ""
@@ -38,22 +50,16 @@ def failed_run_message(*, run: FlowRun, source: Source) -> str:
     return "; ".join(parts)
 
 
-def _missing_unread(run: FlowRun, source: Source) -> tuple[list[str], int]:
-    """(the inputs the source says are gone, of up to ``MAX_UNREAD_CHECKED`` unread splits;
-    how many unread splits were left unchecked)."""
-    unread = Split.objects.filter(run=run).exclude(status__in=[SplitStatus.FINISHED, SplitStatus.FAILED])
-    waiting = PendingSplit.objects.filter(run=run)
-    total = unread.count() + waiting.count()
-    if not total:
+def _missing_unread(run: FlowRun, source: Source, payloads: list) -> tuple[list[str], int]:
+    """(the inputs the source says are gone, of the first ``MAX_UNREAD_CHECKED`` of the unread
+    splits' ``payloads``, each named once; how many unread splits were left unchecked)."""
+    checked = payloads[:MAX_UNREAD_CHECKED]
+    if not checked:
         return [], 0
-    payloads = list(unread.order_by("pk").values_list("payload", flat=True)[:MAX_UNREAD_CHECKED])
-    payloads += waiting.order_by("seq").values_list("payload", flat=True)[
-        : MAX_UNREAD_CHECKED - len(payloads)
-    ]
     try:
         serializer = source.split_serializer
-        missing = source.missing_inputs([serializer.deserialize(payload) for payload in payloads])
+        missing = source.missing_inputs([serializer.deserialize(payload) for payload in checked])
     except Exception:  # noqa: BLE001 - the failure itself is what the run must say
         log.warning("run %s: could not look for the inputs of its unread splits", run.pk, exc_info=True)
         return [], 0
-    return missing, total - len(payloads)
+    return list(dict.fromkeys(missing)), len(payloads) - len(checked)

@@ -56,6 +56,13 @@ class Stream:
     def subject(self, tail: str) -> str:
         return f"{self.name.lower()}.{tail}"
 
+    def watch(self, subject: str):
+        """A subscription to ``subject`` that the server holds before this returns (a flush
+        after the SUB): a request another connection sends next is counted, never missed."""
+        subscription = self.run(self.nc.subscribe(subject))
+        self.run(self.nc.flush())
+        return subscription
+
     def publish(self, tail: str, body: bytes) -> int:
         return self.run(self.js.publish(self.subject(tail), body)).seq
 
@@ -319,7 +326,7 @@ def test_the_next_slice_in_the_process_reads_on_with_the_splits_consumer_as_it_w
     stream.orders("a", range(5))
     split = SubjectSplit(stream.name, stream.subject("a"), 0)
     end = _one_slice(env, stream, split, 5)
-    asked = stream.run(stream.nc.subscribe("$JS.API.>"))
+    asked = stream.watch("$JS.API.>")
     stream.orders("a", range(5, 10))  # between the two slices
 
     reader = reader_of(env, stream)

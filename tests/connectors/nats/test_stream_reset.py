@@ -232,7 +232,7 @@ def test_a_split_among_several_subjects_asks_the_stream_once_not_at_each_gap(env
         stream.orders("a", [i])
         stream.orders("b", [100 + i])
     split = SubjectSplit(stream.name, stream.subject("a"), 1, created=created(stream))
-    asked = stream.run(stream.nc.subscribe(f"$JS.API.STREAM.INFO.{stream.name}"))
+    asked = stream.watch(f"$JS.API.STREAM.INFO.{stream.name}")
     reader = reader_of(env, stream)
     reader.clock = lambda: 1_000.0  # the set-up's look stays fresh (LOOK_FRESH_S)
     reader.handle_splits_changes([split], [])
@@ -254,7 +254,7 @@ def test_a_split_of_a_stream_with_limits_asks_at_each_gap(env, stream):
         stream.orders("a", [i])
         stream.orders("b", [100 + i])
     split = SubjectSplit(stream.name, stream.subject("a"), 1, created=created(stream))
-    asked = stream.run(stream.nc.subscribe(f"$JS.API.STREAM.INFO.{stream.name}"))
+    asked = stream.watch(f"$JS.API.STREAM.INFO.{stream.name}")
     reader = reader_of(env, stream)
     reader.clock = lambda: 1_000.0
     reader.handle_splits_changes([split], [])
