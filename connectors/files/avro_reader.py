@@ -47,14 +47,9 @@ class AvroFileSplitReader(OpenFileSplitReader[_OpenSplit, AvroFormat]):
     """Reads held Avro file splits one after the other."""
 
     def read_batch(self, split: FileSplit, max_records: int) -> RecordBatch:
-        state = self.open.get(split.split_id)
-        if state is None or state.position != split.position:
-            self.close_split(split.split_id)
-            try:
-                state = self._open(split)
-            except FileNotFoundError:
-                return self._gone(split)
-            self.open[split.split_id] = state
+        state = self._held(split, lambda held: held.position)
+        if state is None:
+            return self._gone(split)
         blocks = state.blocks
         records: list[dict[str, Any]] = []
         #: Where each record's block starts (a schema change is said at its block).

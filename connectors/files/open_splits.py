@@ -51,6 +51,25 @@ class OpenFileSplitReader(SequentialSplitReader[FileSplit], Generic[S, F]):
         self.first_bad_record_only = first_bad_record_only
         self.open: dict[str, S] = {}
 
+    def _open(self, split: FileSplit) -> S:
+        """Opens ``split``'s file at the split's position (FileNotFoundError if it is gone)."""
+        raise NotImplementedError
+
+    def _held(self, split: FileSplit, at: Callable[[S], int]) -> S | None:
+        """The split's open file as the last poll left it, if the reader stands at the split's
+        position there (``at(state)``), else opened again at that position; None if the file
+        was deleted after it was discovered."""
+        state = self.open.get(split.split_id)
+        if state is not None and at(state) == split.position:
+            return state
+        self.close_split(split.split_id)
+        try:
+            state = self._open(split)
+        except FileNotFoundError:
+            return None
+        self.open[split.split_id] = state
+        return state
+
     def _check_unchanged(self, split: FileSplit, state: S) -> None:
         fail_if_changed(split, state.file, self.close_split)
 

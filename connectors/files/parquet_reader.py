@@ -67,14 +67,9 @@ class ParquetFileSplitReader(OpenFileSplitReader[_OpenSplit, ParquetFormat]):
     """Reads held Parquet file splits one after the other."""
 
     def read_batch(self, split: FileSplit, max_records: int) -> RecordBatch:
-        state = self.open.get(split.split_id)
-        if state is None or state.position(split.end) != split.position:
-            self.close_split(split.split_id)
-            try:
-                state = self._open(split)
-            except FileNotFoundError:
-                return self._gone(split)
-            self.open[split.split_id] = state
+        state = self._held(split, lambda held: held.position(split.end))
+        if state is None:
+            return self._gone(split)
         metadata = state.parquet.metadata
         columns = self.fmt.wanted_columns(state.parquet.schema_arrow)
         tables: list[pa.Table] = []

@@ -43,7 +43,7 @@ from source_support.formats.drift import SchemaDrift, settle
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.record import ReadError
 from source_support.formats.typed_arrow import Offsets
-from source_support.formats.typed_columns import in_run_columns, select_columns
+from source_support.formats.typed_columns import in_run_columns, select_columns, settled
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -233,14 +233,8 @@ class AvroFormat(SchemaHolder):
             raise ReadError(f"{path}: its Avro schema does not fit the run's columns: {exc}") from None
         if landed is not None:
             return select_columns(types.table(records), landed).cast(landed), []
-        table, missing, found_types = self._in_run_columns(types.table(records))
-        return settle(
-            table,
-            self.known_schema,
-            self.on_schema_change,
-            missing=missing,
-            row_positions=row_positions,
-            found_types=found_types,
+        return settled(
+            types.table(records), self.known_schema, self.on_schema_change, row_positions=row_positions
         )
 
     def _in_run_columns(self, table: pa.Table) -> tuple[pa.Table, tuple[str, ...], dict[str, str]]:

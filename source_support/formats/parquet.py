@@ -21,11 +21,10 @@ import pyarrow as pa
 
 from source_support.api import SchemaChange
 from source_support.errors import ConfigError
-from source_support.formats.drift import settle
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.record import ReadError
 from source_support.formats.typed_arrow import Offsets
-from source_support.formats.typed_columns import conform, in_run_columns, select_columns, widens_decimal
+from source_support.formats.typed_columns import conform, select_columns, settled, widens_decimal
 from source_support.typed_arrow import fields_of
 
 
@@ -160,12 +159,6 @@ class ParquetFormat(SchemaHolder):
             except ValueError as exc:
                 raise ReadError(f"{path}: its Parquet schema does not fit the run's columns: {exc}") from None
             return select_columns(table, landed).cast(landed), []
-        table, missing, found_types = in_run_columns(table, self.known_schema, widen=widens_decimal)
-        return settle(
-            table,
-            self.known_schema,
-            self.on_schema_change,
-            missing=missing,
-            row_positions=row_positions,
-            found_types=found_types,
+        return settled(
+            table, self.known_schema, self.on_schema_change, row_positions=row_positions, widen=widens_decimal
         )

@@ -9,8 +9,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from source_support.formats.drift import RETYPED, as_text
-from source_support.formats.typed_arrow import nulls
+from source_support.api import SchemaChange
+from source_support.formats.drift import RETYPED, as_text, settle
+from source_support.formats.typed_arrow import Offsets, nulls
 from source_support.schema import spark_type
 from source_support.typed_arrow import fields_of
 
@@ -112,3 +113,19 @@ def in_run_columns(
     fields += [by_field[name] for name in extras] + [f for f, _ in retyped]
     columns += [table.column(name) for name in extras] + [values for _, values in retyped]
     return pa.Table.from_arrays(columns, schema=pa.schema(fields)), tuple(missing), found_types
+
+
+def settled(
+    table: pa.Table,
+    schema: pa.Schema,
+    policy: str | None,
+    *,
+    row_positions: Offsets | None,
+    widen: Callable[[pa.DataType, pa.DataType], bool] = widens,
+) -> tuple[pa.Table, list[SchemaChange]]:
+    """A typed file's records (Avro's, Parquet's) in the run's columns ``schema``
+    (``in_run_columns``), then as the run lands them under ``policy`` (``drift.settle``)."""
+    table, missing, found_types = in_run_columns(table, schema, widen=widen)
+    return settle(
+        table, schema, policy, missing=missing, row_positions=row_positions, found_types=found_types
+    )
