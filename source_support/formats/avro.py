@@ -39,11 +39,11 @@ from source_support.api import SchemaChange
 from source_support.errors import ConfigError
 from source_support.formats import typed_columns
 from source_support.formats.avro_types import AvroSchema, AvroTypeError, AvroTypes
-from source_support.formats.drift import SchemaDrift, settle
+from source_support.formats.drift import SchemaDrift
 from source_support.formats.holder import SchemaHolder
 from source_support.formats.record import ReadError
 from source_support.formats.typed_arrow import Offsets
-from source_support.formats.typed_columns import in_run_columns, select_columns, settled
+from source_support.formats.typed_columns import select_columns, settled
 
 SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 CONFLUENT_MAGIC = b"\x00"
@@ -237,10 +237,6 @@ class AvroFormat(SchemaHolder):
             types.table(records), self.known_schema, self.on_schema_change, row_positions=row_positions
         )
 
-    def _in_run_columns(self, table: pa.Table) -> tuple[pa.Table, tuple[str, ...], dict[str, str]]:
-        """A file's records in the run's columns (``typed_columns.in_run_columns``)."""
-        return in_run_columns(table, self.known_schema)
-
     def check_file_schema(self, avro_schema: AvroSchema, *, path: str) -> None:
         """ConfigError naming ``format.schema`` if a file's Avro schema disagrees with it."""
         try:
@@ -340,15 +336,10 @@ class AvroFormat(SchemaHolder):
                 types = self.types_of(self.registry.declared[schema_id])
             except AvroTypeError as exc:
                 raise ReadError(f"the writer's schema {schema_id} in the schema registry: {exc}") from None
-            table, missing, found_types = self._in_run_columns(types.table([records[n] for n in members]))
+            table = types.table([records[n] for n in members])
             try:
-                landed, changes = settle(
-                    table,
-                    self.known_schema,
-                    self.on_schema_change,
-                    missing=missing,
-                    row_positions=indices,
-                    found_types=found_types,
+                landed, changes = settled(
+                    table, self.known_schema, self.on_schema_change, row_positions=indices
                 )
             except SchemaDrift as exc:
                 at = exc.change.position if exc.change.position >= 0 else int(indices[0])

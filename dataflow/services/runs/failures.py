@@ -6,6 +6,7 @@ user fixes them all before the next run."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from dataflow.models import FlowRun, PendingSplit, Split, SplitStatus
 from source_support.api import Source
@@ -28,8 +29,10 @@ def failed_run_message(*, run: FlowRun, source: Source) -> str:
     read in one query, so each is either failed (its error named) or unread (its input
     looked for), never neither. Waiting splits are read first: one assigned in between is
     seen twice, never missed, and its input named once."""
-    waiting = list(PendingSplit.objects.filter(run=run).order_by("seq").values_list("payload", flat=True))
-    count, errors, unread = 0, [], []
+    waiting = PendingSplit.objects.filter(run=run).order_by("seq")
+    waiting_total = waiting.count()
+    checked = list(waiting.values_list("payload", flat=True)[:MAX_UNREAD_CHECKED])
+    count, errors, unread, unread_total = 0, [], [], 0
     rows = Split.objects.filter(run=run).exclude(status=SplitStatus.FINISHED).order_by("pk")
     for status, error, payload in rows.values_list("status", "error", "payload").iterator():
         if status == SplitStatus.FAILED:
@@ -37,8 +40,12 @@ def failed_run_message(*, run: FlowRun, source: Source) -> str:
             if len(errors) < MAX_ERRORS_NAMED:
                 errors.append(error)
         else:
-            unread.append(payload)
-    missing, unchecked = _missing_unread(run, source, unread + waiting)
+            unread_total += 1
+            if len(unread) < MAX_UNREAD_CHECKED:
+                unread.append(payload)
+    checked = (unread + checked)[:MAX_UNREAD_CHECKED]
+    missing = _missing_inputs(run, source, checked)
+    unchecked = unread_total + waiting_total - len(checked)
     if count == 1 and not missing:
         return f"split failed: {errors[0]}"
     more = f"; and {count - len(errors)} more" if count > len(errors) else ""
@@ -50,16 +57,15 @@ def failed_run_message(*, run: FlowRun, source: Source) -> str:
     return "; ".join(parts)
 
 
-def _missing_unread(run: FlowRun, source: Source, payloads: list) -> tuple[list[str], int]:
-    """(the inputs the source says are gone, of the first ``MAX_UNREAD_CHECKED`` of the unread
-    splits' ``payloads``, each named once; how many unread splits were left unchecked)."""
-    checked = payloads[:MAX_UNREAD_CHECKED]
-    if not checked:
-        return [], 0
+def _missing_inputs(run: FlowRun, source: Source, payloads: list[Any]) -> list[str]:
+    """The inputs of the unread splits' ``payloads`` that the source says are gone, each
+    named once."""
+    if not payloads:
+        return []
     try:
         serializer = source.split_serializer
-        missing = source.missing_inputs([serializer.deserialize(payload) for payload in checked])
+        missing = source.missing_inputs([serializer.deserialize(payload) for payload in payloads])
     except Exception:  # noqa: BLE001 - the failure itself is what the run must say
         log.warning("run %s: could not look for the inputs of its unread splits", run.pk, exc_info=True)
-        return [], 0
-    return list(dict.fromkeys(missing)), len(payloads) - len(checked)
+        return []
+    return list(dict.fromkeys(missing))
